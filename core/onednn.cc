@@ -1,0 +1,229 @@
+#include "core/onednn.h"
+
+#include <atomic>
+#include <cstring>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "core/status_macros.h"
+
+namespace attend::onednn {
+namespace {
+
+using dt = dnnl::memory::data_type;
+
+class MatmulCache {
+ public:
+  std::shared_ptr<const Matmul> Find(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    auto it = cache_.find(key);
+    return it == cache_.end() ? nullptr : it->second;
+  }
+  // Layouts oneDNN rejected, remembered so that creation is not retried on every call.
+  bool IsUnsupported(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return unsupported_.contains(key);
+  }
+  void MarkUnsupported(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    if (unsupported_.size() < kCapacity) unsupported_.insert(key);
+  }
+  std::shared_ptr<const Matmul> Insert(const std::string& key, std::shared_ptr<const Matmul> m)
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    // Bounded: callers with ever-changing shapes must not grow the cache without limit. Any
+    // entry will do as the victim; a dropped primitive lives on while executions hold it.
+    if (cache_.size() >= kCapacity && cache_.find(key) == cache_.end())
+      cache_.erase(cache_.begin());
+    // Another thread may have created the same primitive meanwhile; keep the first.
+    auto [it, inserted] = cache_.emplace(key, std::move(m));
+    if (inserted) creations_.fetch_add(1, std::memory_order_relaxed);
+    return it->second;
+  }
+  int64_t creations() const { return creations_.load(std::memory_order_relaxed); }
+
+ private:
+  static constexpr size_t kCapacity = 4096;
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<const Matmul>> cache_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<std::string> unsupported_ ABSL_GUARDED_BY(mu_);
+  std::atomic<int64_t> creations_{0};
+};
+
+MatmulCache& Cache() {
+  static auto* cache = new MatmulCache();
+  return *cache;
+}
+
+dnnl::memory::desc Describe(const Operand& op) {
+  return dnnl::memory::desc({op.rows, op.cols}, op.type, {op.row_stride, op.col_stride});
+}
+
+absl::string_view TypeCode(dt type) { return type == dt::bf16 ? "b" : "f"; }
+
+// Scratchpad for one execution on this thread, grown as needed and reused.
+void* ThreadScratchpad(size_t bytes) {
+  thread_local std::vector<char> buffer;
+  if (buffer.size() < bytes) buffer.resize(bytes);
+  return buffer.data();
+}
+
+size_t ElementBytes(dt type) { return type == dt::bf16 ? 2 : 4; }
+
+bool IsDense(const Operand& op) { return op.col_stride == 1 && op.row_stride == op.cols; }
+
+Operand Densified(const Operand& op) { return {op.rows, op.cols, op.cols, 1, op.type}; }
+
+// Copies a strided operand into `dense` (rows x cols row-major), or back when `unpack`.
+void Repack(const Operand& op, const void* strided, void* dense, bool unpack) {
+  const size_t bytes = ElementBytes(op.type);
+  for (int64_t r = 0; r < op.rows; ++r) {
+    for (int64_t c = 0; c < op.cols; ++c) {
+      char* packed = static_cast<char*>(dense) + (r * op.cols + c) * bytes;
+      char* original = static_cast<char*>(const_cast<void*>(strided)) +
+                       (r * op.row_stride + c * op.col_stride) * bytes;
+      if (unpack) {
+        std::memcpy(original, packed, bytes);
+      } else {
+        std::memcpy(packed, original, bytes);
+      }
+    }
+  }
+}
+
+void* PackBuffer(std::vector<char>& buffer, const Operand& op) {
+  const size_t bytes = static_cast<size_t>(op.rows * op.cols) * ElementBytes(op.type);
+  if (buffer.size() < bytes) buffer.resize(bytes);
+  return buffer.data();
+}
+
+}  // namespace
+
+const dnnl::engine& CpuEngine() {
+  static const auto* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  return *engine;
+}
+
+std::string MatmulSpec::Key() const {
+  return absl::StrCat(src.rows, "x", src.cols, ":", src.row_stride, ",", src.col_stride,
+                      TypeCode(src.type), "|", weights.rows, "x", weights.cols, ":",
+                      weights.row_stride, ",", weights.col_stride, TypeCode(weights.type), "|",
+                      dst.rows, "x", dst.cols, ":", dst.row_stride, ",", dst.col_stride,
+                      TypeCode(dst.type));
+}
+
+absl::Status Matmul::Execute(const void* src, const void* weights, void* dst) const {
+  return Call("matmul execute", [&] {
+    thread_local dnnl::stream stream(CpuEngine());
+    const dnnl::engine& engine = CpuEngine();
+    dnnl::memory src_mem(src_md_, engine, const_cast<void*>(src));
+    dnnl::memory weights_mem(weights_md_, engine, const_cast<void*>(weights));
+    dnnl::memory dst_mem(dst_md_, engine, dst);
+    std::unordered_map<int, dnnl::memory> args = {
+        {DNNL_ARG_SRC, src_mem}, {DNNL_ARG_WEIGHTS, weights_mem}, {DNNL_ARG_DST, dst_mem}};
+    if (scratchpad_bytes_ > 0) {
+      dnnl::memory::desc pad_md({static_cast<int64_t>(scratchpad_bytes_)}, dt::u8, {1});
+      args.emplace(DNNL_ARG_SCRATCHPAD,
+                   dnnl::memory(pad_md, engine, ThreadScratchpad(scratchpad_bytes_)));
+    }
+    primitive_.execute(stream, args);
+    stream.wait();
+  });
+}
+
+absl::StatusOr<std::shared_ptr<const Matmul>> GetMatmul(const MatmulSpec& spec) {
+  if (spec.src.cols != spec.weights.rows || spec.src.rows != spec.dst.rows ||
+      spec.weights.cols != spec.dst.cols) {
+    return absl::InvalidArgumentError(absl::StrCat("matmul shapes do not agree: ", spec.Key()));
+  }
+  const std::string key = spec.Key();
+  if (auto found = Cache().Find(key)) return found;
+
+  auto matmul = std::make_shared<Matmul>();
+  absl::Status status = Call("matmul create", [&] {
+    matmul->src_md_ = Describe(spec.src);
+    matmul->weights_md_ = Describe(spec.weights);
+    matmul->dst_md_ = Describe(spec.dst);
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    dnnl::matmul::desc desc(matmul->src_md_, matmul->weights_md_, matmul->dst_md_);
+    dnnl::matmul::primitive_desc pd(desc, attr, CpuEngine());
+    matmul->impl_ = pd.impl_info_str();
+    matmul->scratchpad_bytes_ = pd.scratchpad_desc().get_size();
+    matmul->primitive_ = dnnl::matmul(pd);
+  });
+  if (!status.ok()) return status;
+  if (absl::StartsWith(matmul->impl_, "ref")) {
+    return absl::InternalError(absl::StrCat("oneDNN offers only the reference implementation '",
+                                            matmul->impl_, "' for matmul ", key));
+  }
+  return Cache().Insert(key, std::move(matmul));
+}
+
+absl::Status RunMatmul(const MatmulSpec& spec, const void* src, const void* weights, void* dst) {
+  const std::string key = spec.Key();
+  if (!Cache().IsUnsupported(key)) {
+    absl::StatusOr<std::shared_ptr<const Matmul>> strided = GetMatmul(spec);
+    if (strided.ok()) return (*strided)->Execute(src, weights, dst);
+    if (strided.status().code() != absl::StatusCode::kInternal) return strided.status();
+    Cache().MarkUnsupported(key);
+  }
+  MatmulSpec dense{Densified(spec.src), Densified(spec.weights), Densified(spec.dst)};
+  if (IsDense(spec.src) && IsDense(spec.weights) && IsDense(spec.dst)) {
+    return absl::InternalError(absl::StrCat("oneDNN has no matmul for ", key));
+  }
+  ATTEND_ASSIGN_OR_RETURN(auto matmul, GetMatmul(dense));
+  thread_local std::vector<char> src_buffer, weights_buffer, dst_buffer;
+  const void* packed_src = src;
+  const void* packed_weights = weights;
+  void* packed_dst = dst;
+  if (!IsDense(spec.src)) {
+    packed_src = PackBuffer(src_buffer, spec.src);
+    Repack(spec.src, src, const_cast<void*>(packed_src), /*unpack=*/false);
+  }
+  if (!IsDense(spec.weights)) {
+    packed_weights = PackBuffer(weights_buffer, spec.weights);
+    Repack(spec.weights, weights, const_cast<void*>(packed_weights), /*unpack=*/false);
+  }
+  if (!IsDense(spec.dst)) packed_dst = PackBuffer(dst_buffer, spec.dst);
+  ATTEND_RETURN_IF_ERROR(matmul->Execute(packed_src, packed_weights, packed_dst));
+  if (!IsDense(spec.dst)) Repack(spec.dst, dst, packed_dst, /*unpack=*/true);
+  return absl::OkStatus();
+}
+
+int64_t MatmulCreations() { return Cache().creations(); }
+
+bool HasBf16Matmul() {
+  static const bool available = [] {
+    MatmulSpec probe;
+    probe.src = {16, 32, 32, 1, dt::bf16};
+    probe.weights = {32, 16, 16, 1, dt::bf16};
+    probe.dst = {16, 16, 16, 1, dt::f32};
+    return GetMatmul(probe).ok();
+  }();
+  return available;
+}
+
+std::string CpuIsaName() {
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::avx512_core_amx:
+      return "avx512_core_amx";
+    case dnnl::cpu_isa::avx512_core_bf16:
+      return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_vnni:
+      return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core:
+      return "avx512_core";
+    case dnnl::cpu_isa::avx2:
+      return "avx2";
+    default:
+      return "other";
+  }
+}
+
+}  // namespace attend::onednn

@@ -1,0 +1,97 @@
+// The one adapter between attend and oneDNN: the CPU engine, a cache of fixed-shape matmul
+// primitives, and conversion of dnnl::error into absl::Status. Nothing else in attend catches
+// dnnl::error.
+//
+// Why a cache of our own: fixed-shape primitives dispatch to the fast brgemm kernels, but
+// creating one costs ~0.3 ms. Primitives are created once per distinct (dims, strides, dtypes)
+// and reused from any thread. Creation refuses oneDNN's `ref` implementations (1000x slower) so
+// a shape that would hit one fails loudly in tests instead of silently crawling in production.
+//
+// Thread-safety: every function is safe to call concurrently. A cached primitive is executed
+// concurrently by many threads; each execution brings its own scratchpad (user mode), so no
+// state is shared between executions.
+#ifndef ATTEND_CORE_ONEDNN_H_
+#define ATTEND_CORE_ONEDNN_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "oneapi/dnnl/dnnl.hpp"
+
+namespace attend::onednn {
+
+// The process-wide CPU engine.
+const dnnl::engine& CpuEngine();
+
+// Runs `fn`, turning dnnl::error (and std::exception) into INTERNAL naming `what`.
+template <typename Fn>
+absl::Status Call(const char* what, Fn&& fn) {
+  try {
+    fn();
+    return absl::OkStatus();
+  } catch (const dnnl::error& e) {
+    return absl::InternalError(std::string("oneDNN ") + what + ": " + e.what());
+  } catch (const std::exception& e) {
+    return absl::InternalError(std::string(what) + ": " + e.what());
+  }
+}
+
+// A 2-D operand: rows x cols with arbitrary element strides, so that one head's slice of an
+// interleaved [tokens, heads, dim] tensor is described without copying.
+struct Operand {
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t row_stride = 0;
+  int64_t col_stride = 1;
+  dnnl::memory::data_type type = dnnl::memory::data_type::f32;
+};
+
+// dst[M, N] = src[M, K] x weights[K, N], all f32 or bf16 inputs with an f32 or bf16 dst.
+struct MatmulSpec {
+  Operand src;
+  Operand weights;
+  Operand dst;
+  std::string Key() const;
+};
+
+// A created matmul primitive with its memory descriptors and scratchpad size.
+class Matmul {
+ public:
+  // REQUIRES: pointers address memory laid out as the spec says. Runs on the calling thread's
+  // oneDNN threading context (single-threaded inside an OpenMP parallel region).
+  absl::Status Execute(const void* src, const void* weights, void* dst) const;
+  const std::string& impl() const { return impl_; }
+
+ private:
+  friend absl::StatusOr<std::shared_ptr<const Matmul>> GetMatmul(const MatmulSpec& spec);
+  dnnl::matmul primitive_;
+  dnnl::memory::desc src_md_, weights_md_, dst_md_;
+  size_t scratchpad_bytes_ = 0;
+  std::string impl_;
+};
+
+// The cached primitive for `spec`, created on first use. INVALID_ARGUMENT when the shapes do
+// not agree; INTERNAL when oneDNN fails or offers only a reference implementation.
+absl::StatusOr<std::shared_ptr<const Matmul>> GetMatmul(const MatmulSpec& spec);
+
+// Executes dst = src x weights for `spec`. When oneDNN has no implementation for the strided
+// layout (some ISAs accept only dense operands), packs the operands into dense per-thread
+// buffers, runs the dense primitive and scatters the result: slower, never wrong.
+absl::Status RunMatmul(const MatmulSpec& spec, const void* src, const void* weights, void* dst);
+
+// Number of primitives created so far (cache misses), for tests and metrics.
+int64_t MatmulCreations();
+
+// Whether oneDNN can run bf16 matmuls on this CPU (AVX512-BF16 or AMX). oneDNN 2.6 has no bf16
+// matmul for AVX2-only CPUs; callers then emulate bf16 with f32 kernels on bf16-rounded values.
+bool HasBf16Matmul();
+
+// oneDNN's name for the CPU's instruction set, e.g. "avx512_core_amx".
+std::string CpuIsaName();
+
+}  // namespace attend::onednn
+
+#endif  // ATTEND_CORE_ONEDNN_H_

@@ -1,0 +1,112 @@
+#include "core/tensor.h"
+
+#include <cmath>
+#include <limits>
+
+#include "core/half.h"
+#include "tests/test_util.h"
+
+namespace attend {
+namespace {
+
+using ::attend::testing::StatusIs;
+
+TEST(CheckedArithmetic, DetectsOverflow) {
+  EXPECT_EQ(CheckedMul(3, 4), 12);
+  EXPECT_EQ(CheckedMul(int64_t{1} << 40, int64_t{1} << 30), std::nullopt);
+  EXPECT_EQ(CheckedAdd(std::numeric_limits<int64_t>::max(), 1), std::nullopt);
+}
+
+TEST(CheckedElementCount, CountsValidShapes) {
+  EXPECT_EQ(*CheckedElementCount({2, 3, 4}, "q.shape", 100), 24);
+  EXPECT_EQ(*CheckedElementCount({}, "scalar", 100), 1);
+}
+
+TEST(CheckedElementCount, RejectsZeroDimensionNamingFieldAndShape) {
+  EXPECT_THAT(
+      CheckedElementCount({4, 0, 8}, "q.shape", 1000),
+      StatusIs(absl::StatusCode::kInvalidArgument, {"q.shape", "[4, 0, 8]", "dimension 1 is 0"}));
+}
+
+TEST(CheckedElementCount, RejectsNegativeDimension) {
+  EXPECT_THAT(CheckedElementCount({4, -2}, "k.shape", 1000),
+              StatusIs(absl::StatusCode::kInvalidArgument, {"k.shape", "dimension 1 is -2"}));
+}
+
+TEST(CheckedElementCount, RejectsOverflowBeforeAnyLimit) {
+  const int64_t big = int64_t{1} << 32;
+  EXPECT_THAT(CheckedElementCount({big, big, big}, "v.shape", std::numeric_limits<int64_t>::max()),
+              StatusIs(absl::StatusCode::kInvalidArgument, {"v.shape", "overflows 64 bits"}));
+}
+
+TEST(CheckedElementCount, RejectsCountOverLimitAsResourceExhausted) {
+  EXPECT_THAT(
+      CheckedElementCount({1000, 1000}, "x.shape", 999999),
+      StatusIs(absl::StatusCode::kResourceExhausted, {"x.shape", "1000000 elements", "999999"}));
+}
+
+TEST(Half, Bf16RoundsToNearestEven) {
+  EXPECT_EQ(FloatToBf16(1.0f), 0x3f80);
+  EXPECT_EQ(Bf16ToFloat(0x3f80), 1.0f);
+  EXPECT_EQ(Bf16ToFloat(FloatToBf16(-2.5f)), -2.5f);
+  // 1 + 2^-8 lies exactly between two bf16 values; ties go to the even mantissa (1.0).
+  EXPECT_EQ(Bf16ToFloat(FloatToBf16(1.0f + 0x1p-8f)), 1.0f);
+  EXPECT_EQ(Bf16ToFloat(FloatToBf16(1.0f + 0x1p-8f + 0x1p-12f)), 1.0f + 0x1p-7f);
+  EXPECT_TRUE(std::isnan(Bf16ToFloat(FloatToBf16(std::nanf("")))));
+  EXPECT_TRUE(std::isinf(Bf16ToFloat(FloatToBf16(std::numeric_limits<float>::infinity()))));
+}
+
+TEST(Half, Float16ConvertsNormalSubnormalAndSpecialValues) {
+  EXPECT_EQ(FloatToHalf(1.0f), 0x3c00);
+  EXPECT_EQ(HalfToFloat(0x3c00), 1.0f);
+  EXPECT_EQ(HalfToFloat(0x7bff), 65504.0f);
+  EXPECT_EQ(FloatToHalf(65504.0f), 0x7bff);
+  EXPECT_EQ(FloatToHalf(70000.0f), 0x7c00);  // overflow -> inf
+  EXPECT_EQ(HalfToFloat(0x0001), 0x1p-24f);  // smallest subnormal
+  EXPECT_EQ(FloatToHalf(0x1p-24f), 0x0001);
+  EXPECT_EQ(FloatToHalf(0x1p-26f), 0x0000);  // under half of it -> 0
+  EXPECT_EQ(HalfToFloat(0x8000), -0.0f);
+  EXPECT_TRUE(std::isnan(HalfToFloat(FloatToHalf(std::nanf("")))));
+  // Every finite half survives a round trip through float.
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const uint16_t bits = static_cast<uint16_t>(h);
+    if ((bits & 0x7c00) == 0x7c00) continue;
+    ASSERT_EQ(FloatToHalf(HalfToFloat(bits)), bits) << std::hex << h;
+  }
+}
+
+TEST(TensorView, ReadsEveryDType) {
+  const float f[] = {1.5f, -2.0f};
+  const uint16_t b[] = {FloatToBf16(1.5f), FloatToBf16(-2.0f)};
+  const uint16_t h[] = {FloatToHalf(1.5f), FloatToHalf(-2.0f)};
+  for (const TensorView& view :
+       {TensorView{DType::kFloat32, {2}, f}, TensorView{DType::kBFloat16, {2}, b},
+        TensorView{DType::kFloat16, {2}, h}}) {
+    EXPECT_EQ(view.At(0), 1.5f);
+    float out[2];
+    ConvertToFloat(view, out);
+    EXPECT_EQ(out[1], -2.0f);
+  }
+}
+
+TEST(AppendEncoded, EncodesLittleEndian) {
+  std::string bytes;
+  AppendEncoded({1.0f}, DType::kBFloat16, &bytes);
+  ASSERT_EQ(bytes.size(), 2u);
+  EXPECT_EQ(static_cast<uint8_t>(bytes[0]), 0x80);
+  EXPECT_EQ(static_cast<uint8_t>(bytes[1]), 0x3f);
+}
+
+TEST(CheckFinite, NamesFieldElementAndKind) {
+  const float data[] = {1.0f, std::nanf(""), 2.0f};
+  EXPECT_THAT(CheckFinite(TensorView{DType::kFloat32, {3}, data}, "k"),
+              StatusIs(absl::StatusCode::kInvalidArgument, {"k", "NaN", "element 1", "[3]"}));
+  const uint16_t halves[] = {FloatToHalf(1.0f), 0xfc00};  // -inf
+  EXPECT_THAT(CheckFinite(TensorView{DType::kFloat16, {2}, halves}, "v"),
+              StatusIs(absl::StatusCode::kInvalidArgument, {"v", "-inf", "element 1"}));
+  const uint16_t ok[] = {FloatToBf16(3.0f)};
+  EXPECT_TRUE(CheckFinite(TensorView{DType::kBFloat16, {1}, ok}, "q").ok());
+}
+
+}  // namespace
+}  // namespace attend
