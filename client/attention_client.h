@@ -1,0 +1,88 @@
+// Typed client of attend.v1.Attention. Every call returns absl::Status / StatusOr carrying the
+// server's canonical code and message.
+//
+// Thread-safety: an AttentionClient may be used from many threads at once.
+#ifndef ATTEND_CLIENT_ATTENTION_CLIENT_H_
+#define ATTEND_CLIENT_ATTENTION_CLIENT_H_
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "attend/v1/attention.grpc.pb.h"
+#include "client/connection.h"
+#include "client/tensor.h"
+
+namespace attend::client {
+
+struct MaskSettings {
+  bool causal = false;
+  int64_t window_tokens = 0;
+};
+
+struct AttendInput {
+  FloatTensor q;  // [n_q, n_head, head_dim]
+  FloatTensor k;  // [n_kv, n_head_kv, head_dim]
+  FloatTensor v;  // [n_kv, n_head_kv, head_dim_v]
+  MaskSettings mask;
+  std::optional<float> scale;
+  v1::Precision precision = v1::PRECISION_UNSPECIFIED;
+  bool return_weights = false;
+  Wire wire = Wire::kFloat32;  // how q/k/v travel; the output comes back the same way
+};
+
+struct AttendOutput {
+  FloatTensor output;                  // [n_q, n_head, head_dim_v]
+  std::optional<FloatTensor> weights;  // [n_head, n_q, n_kv]
+  v1::ComputeStats stats;
+};
+
+struct MultiHeadInput {
+  FloatTensor x;                  // [n, d_model]
+  FloatTensor wq, wk, wv;         // [d_model, heads * dims]
+  std::optional<FloatTensor> wo;  // [n_head * head_dim_v, d_out]
+  int32_t n_head = 1;
+  int32_t n_head_kv = 0;  // 0 = n_head
+  MaskSettings mask;
+  std::optional<float> scale;
+  v1::Precision precision = v1::PRECISION_UNSPECIFIED;
+  bool return_weights = false;
+  bool return_projections = false;
+  Wire wire = Wire::kFloat32;
+};
+
+struct MultiHeadOutput {
+  FloatTensor output;
+  std::optional<FloatTensor> weights;
+  std::optional<FloatTensor> q, k, v;
+  v1::ParameterCounts parameters;
+  int32_t head_dim = 0;
+  int32_t head_dim_v = 0;
+  v1::ComputeStats stats;
+};
+
+class AttentionClient {
+ public:
+  AttentionClient(std::shared_ptr<grpc::Channel> channel, ConnectionOptions options);
+
+  absl::StatusOr<AttendOutput> Attend(const AttendInput& input) const;
+  absl::StatusOr<MultiHeadOutput> MultiHeadAttend(const MultiHeadInput& input) const;
+  absl::StatusOr<v1::SoftmaxResponse> Softmax(const std::vector<double>& logits, bool jacobian,
+                                              std::optional<double> temperature = {}) const;
+  absl::StatusOr<v1::ScalingExperimentResponse> ScalingExperiment(
+      const v1::ScalingExperimentRequest& request) const;
+
+ private:
+  std::unique_ptr<v1::Attention::Stub> stub_;
+  ConnectionOptions options_;
+};
+
+// Serving status of `service` ("" = the whole server) from grpc.health.v1.Health/Check:
+// "SERVING", "NOT_SERVING", "SERVICE_UNKNOWN" or "UNKNOWN".
+absl::StatusOr<std::string> CheckHealth(const std::shared_ptr<grpc::Channel>& channel,
+                                        const std::string& service, absl::Duration deadline);
+
+}  // namespace attend::client
+
+#endif  // ATTEND_CLIENT_ATTENTION_CLIENT_H_

@@ -1,0 +1,55 @@
+// Command-line arguments of the attend CLI: `--name=value`, `--name value`, boolean `--name`,
+// and positional arguments (which may be negative numbers such as -1.5). Each command declares
+// its flags; unknown flags are usage errors.
+#ifndef ATTEND_CLIENT_CLI_ARGS_H_
+#define ATTEND_CLIENT_CLI_ARGS_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace attend::cli {
+
+struct FlagSpec {
+  FlagSpec(std::string name, std::string help, bool is_bool = false, std::string default_value = "")
+      : name(std::move(name)),
+        help(std::move(help)),
+        is_bool(is_bool),
+        default_value(std::move(default_value)) {}
+
+  std::string name;
+  std::string help;
+  bool is_bool = false;
+  std::string default_value;  // shown in help; empty = none
+};
+
+class Args {
+ public:
+  // Parses `tokens` against `specs`. INVALID_ARGUMENT for unknown flags or missing values.
+  static absl::StatusOr<Args> Parse(const std::vector<std::string>& tokens,
+                                    const std::vector<FlagSpec>& specs);
+
+  bool Has(const std::string& name) const { return values_.count(name) > 0; }
+  bool GetBool(const std::string& name) const;
+  std::string GetString(const std::string& name, const std::string& fallback = "") const;
+  absl::StatusOr<int64_t> GetInt(const std::string& name, int64_t fallback) const;
+  absl::StatusOr<double> GetDouble(const std::string& name, double fallback) const;
+  // Comma-separated integers, e.g. "4,64,1024".
+  absl::StatusOr<std::vector<int64_t>> GetIntList(const std::string& name) const;
+  const std::vector<std::string>& positional() const { return positional_; }
+
+ private:
+  std::map<std::string, std::string> values_;
+  std::vector<std::string> positional_;
+};
+
+// "--name=<value>  help (default: x)" lines for a command's help.
+std::string FlagsHelp(const std::vector<FlagSpec>& specs);
+
+}  // namespace attend::cli
+
+#endif  // ATTEND_CLIENT_CLI_ARGS_H_

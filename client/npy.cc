@@ -1,0 +1,191 @@
+#include "client/npy.h"
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "core/half.h"
+
+namespace attend::client {
+namespace {
+
+constexpr absl::string_view kMagic("\x93NUMPY", 6);
+
+// The value of `key` in the header dict, up to the next top-level comma or closing brace.
+absl::StatusOr<std::string> HeaderValue(absl::string_view header, absl::string_view key) {
+  const std::string quoted_single = absl::StrCat("'", key, "'");
+  const std::string quoted_double = absl::StrCat("\"", key, "\"");
+  size_t at = header.find(quoted_single);
+  size_t key_size = quoted_single.size();
+  if (at == absl::string_view::npos) {
+    at = header.find(quoted_double);
+    key_size = quoted_double.size();
+  }
+  if (at == absl::string_view::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("npy header lacks '", key, "'"));
+  }
+  size_t pos = header.find(':', at + key_size);
+  if (pos == absl::string_view::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("npy header: no value for '", key, "'"));
+  }
+  ++pos;
+  int depth = 0;
+  size_t end = pos;
+  for (; end < header.size(); ++end) {
+    const char c = header[end];
+    if (c == '(') ++depth;
+    if (c == ')') --depth;
+    if (depth == 0 && (c == ',' || c == '}')) break;
+    if (depth < 0) break;
+  }
+  return std::string(absl::StripAsciiWhitespace(header.substr(pos, end - pos)));
+}
+
+}  // namespace
+
+absl::StatusOr<FloatTensor> ParseNpy(absl::string_view bytes) {
+  if (bytes.size() < 10 || bytes.substr(0, 6) != kMagic) {
+    return absl::InvalidArgumentError("not a .npy file (missing the \\x93NUMPY magic)");
+  }
+  const int major = static_cast<unsigned char>(bytes[6]);
+  size_t header_len;
+  size_t offset;
+  if (major == 1) {
+    header_len = static_cast<unsigned char>(bytes[8]) | (static_cast<unsigned char>(bytes[9]) << 8);
+    offset = 10;
+  } else if (major == 2 || major == 3) {
+    if (bytes.size() < 12) return absl::InvalidArgumentError("npy: truncated header length");
+    uint32_t len;
+    std::memcpy(&len, bytes.data() + 8, 4);
+    header_len = len;
+    offset = 12;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("npy: unsupported format version ", major));
+  }
+  if (header_len > bytes.size() - offset) {
+    return absl::InvalidArgumentError("npy: header runs past the end of the file");
+  }
+  const absl::string_view header = bytes.substr(offset, header_len);
+  offset += header_len;
+
+  absl::StatusOr<std::string> descr = HeaderValue(header, "descr");
+  if (!descr.ok()) return descr.status();
+  absl::StatusOr<std::string> fortran = HeaderValue(header, "fortran_order");
+  if (!fortran.ok()) return fortran.status();
+  absl::StatusOr<std::string> shape_text = HeaderValue(header, "shape");
+  if (!shape_text.ok()) return shape_text.status();
+  if (*fortran != "False") {
+    return absl::InvalidArgumentError(
+        "npy: Fortran-ordered arrays are not supported; save with "
+        "numpy.ascontiguousarray");
+  }
+  std::string d = *descr;
+  absl::StripAsciiWhitespace(&d);
+  if (d.size() >= 2 && (d.front() == '\'' || d.front() == '"')) d = d.substr(1, d.size() - 2);
+  size_t width;
+  if (d == "<f4" || d == "=f4" || d == "f4") {
+    width = 4;
+  } else if (d == "<f8" || d == "=f8" || d == "f8") {
+    width = 8;
+  } else if (d == "<f2" || d == "=f2" || d == "f2") {
+    width = 2;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("npy: dtype '", d,
+                     "' is not supported; use little-endian float32, float64 "
+                     "or float16"));
+  }
+
+  absl::string_view s = *shape_text;
+  if (!absl::ConsumePrefix(&s, "(") || !absl::ConsumeSuffix(&s, ")")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("npy: shape '", *shape_text, "' is not a tuple"));
+  }
+  FloatTensor out;
+  int64_t count = 1;
+  for (absl::string_view part : absl::StrSplit(s, ',', absl::SkipWhitespace())) {
+    int64_t dim;
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &dim) || dim < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("npy: bad dimension '", part, "'"));
+    }
+    if (dim > 0 && count > static_cast<int64_t>(bytes.size()) / dim) {
+      return absl::InvalidArgumentError("npy: shape is larger than the file");
+    }
+    count *= dim;
+    out.shape.push_back(dim);
+  }
+  if (static_cast<size_t>(count) * width != bytes.size() - offset) {
+    return absl::InvalidArgumentError(absl::StrCat("npy: shape needs ", count * width,
+                                                   " bytes of data, the file has ",
+                                                   bytes.size() - offset));
+  }
+  out.values.resize(static_cast<size_t>(count));
+  const char* data = bytes.data() + offset;
+  for (int64_t i = 0; i < count; ++i) {
+    if (width == 4) {
+      std::memcpy(&out.values[i], data + 4 * i, 4);
+    } else if (width == 8) {
+      double x;
+      std::memcpy(&x, data + 8 * i, 8);
+      out.values[i] = static_cast<float>(x);
+    } else {
+      uint16_t h;
+      std::memcpy(&h, data + 2 * i, 2);
+      out.values[i] = HalfToFloat(h);
+    }
+  }
+  return out;
+}
+
+std::string SerializeNpy(const FloatTensor& tensor) {
+  std::string shape = "(";
+  for (size_t i = 0; i < tensor.shape.size(); ++i) {
+    absl::StrAppend(&shape, tensor.shape[i],
+                    tensor.shape.size() == 1 || i + 1 < tensor.shape.size() ? "," : "");
+    if (i + 1 < tensor.shape.size()) shape += " ";
+  }
+  shape += ")";
+  std::string header =
+      absl::StrCat("{'descr': '<f4', 'fortran_order': False, 'shape': ", shape, ", }");
+  // Pad with spaces so that the data starts on a 64-byte boundary; the header ends in '\n'.
+  const size_t unpadded = 10 + header.size() + 1;
+  header.append((64 - unpadded % 64) % 64, ' ');
+  header += '\n';
+  std::string out(kMagic);
+  out += '\x01';
+  out += '\x00';
+  out += static_cast<char>(header.size() & 0xff);
+  out += static_cast<char>((header.size() >> 8) & 0xff);
+  out += header;
+  out.append(reinterpret_cast<const char*>(tensor.values.data()),
+             tensor.values.size() * sizeof(float));
+  return out;
+}
+
+absl::StatusOr<FloatTensor> ReadNpyFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  absl::StatusOr<FloatTensor> tensor = ParseNpy(buffer.str());
+  if (!tensor.ok()) {
+    return absl::Status(tensor.status().code(),
+                        absl::StrCat(path, ": ", tensor.status().message()));
+  }
+  return tensor;
+}
+
+absl::Status WriteNpyFile(const std::string& path, const FloatTensor& tensor) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  const std::string bytes = SerializeNpy(tensor);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!out) return absl::UnavailableError(absl::StrCat("cannot write ", path));
+  return absl::OkStatus();
+}
+
+}  // namespace attend::client

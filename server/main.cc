@@ -1,0 +1,117 @@
+// attend-server: serves attend.v1 over gRPC and Prometheus metrics over HTTP.
+//
+// Every flag also reads the environment variable ATTEND_<FLAG> (e.g. ATTEND_ADDRESS); a flag
+// given on the command line wins over the environment. SIGTERM or SIGINT drains: health turns
+// NOT_SERVING, new calls are refused, in-flight calls get --shutdown_grace to finish, exit 0.
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "core/onednn.h"
+#include "server/server.h"
+
+ABSL_FLAG(std::string, address, "0.0.0.0:50051", "gRPC listen address (host:port; port 0 = any)");
+ABSL_FLAG(std::string, metrics_address, "0.0.0.0:9464",
+          "Prometheus /metrics listen address; empty disables metrics");
+ABSL_FLAG(int, worker_threads, 0, "Threads that run requests; 0 = number of CPUs");
+ABSL_FLAG(int, compute_threads, 0, "OpenMP threads per attention call; 0 = number of CPUs");
+ABSL_FLAG(int64_t, max_queued_requests, 256,
+          "Requests that may wait for a worker; more are refused with RESOURCE_EXHAUSTED");
+ABSL_FLAG(int64_t, max_message_bytes, int64_t{64} << 20,
+          "Largest request or response message in bytes");
+ABSL_FLAG(int64_t, max_tensor_elements, int64_t{1} << 26, "Largest element count of one tensor");
+ABSL_FLAG(int64_t, max_score_elements, int64_t{1} << 32,
+          "Largest n_head x n_q x n_kv of one attention call");
+ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(10),
+          "Time in-flight calls get to finish after SIGTERM");
+
+namespace {
+
+// Applies ATTEND_<NAME> environment variables to this program's flags before the command line
+// is parsed, so that the command line still wins.
+bool ApplyEnvironment() {
+  bool ok = true;
+  for (const auto& [name, flag] : absl::GetAllFlags()) {
+    if (flag->Filename().find("server/main.cc") == std::string::npos) continue;
+    const std::string env = absl::StrCat("ATTEND_", absl::AsciiStrToUpper(name));
+    const char* value = std::getenv(env.c_str());
+    if (value == nullptr) continue;
+    std::string error;
+    if (!flag->ParseFrom(value, &error)) {
+      std::cerr << "attend-server: " << env << "=" << value << ": " << error << "\n";
+      ok = false;
+    }
+  }
+  return ok;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Serves transformer attention, KV caches and capacity planning over gRPC.\n"
+      "Every flag can also be set with ATTEND_<FLAG>, e.g. ATTEND_ADDRESS=0.0.0.0:50051.");
+  if (!ApplyEnvironment()) return 2;
+  absl::ParseCommandLine(argc, argv);
+
+  // Block the shutdown signals in every thread (gRPC's and oneDNN's threads inherit this mask)
+  // so that only the sigwait below receives them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  attend::server::ServerOptions options;
+  options.address = absl::GetFlag(FLAGS_address);
+  options.metrics_address = absl::GetFlag(FLAGS_metrics_address);
+  options.worker_threads = absl::GetFlag(FLAGS_worker_threads);
+  options.compute_threads = absl::GetFlag(FLAGS_compute_threads);
+  options.max_queued_requests = absl::GetFlag(FLAGS_max_queued_requests);
+  options.limits.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  options.limits.attention.max_tensor_elements = absl::GetFlag(FLAGS_max_tensor_elements);
+  options.limits.attention.max_score_elements = absl::GetFlag(FLAGS_max_score_elements);
+  for (const auto& [name, value] :
+       {std::pair<const char*, int64_t>{"max_queued_requests", options.max_queued_requests},
+        {"max_message_bytes", options.limits.max_message_bytes},
+        {"max_tensor_elements", options.limits.attention.max_tensor_elements},
+        {"max_score_elements", options.limits.attention.max_score_elements}}) {
+    if (value < 1) {
+      std::cerr << "attend-server: --" << name << " must be >= 1, got " << value << "\n";
+      return 2;
+    }
+  }
+
+  auto server = attend::server::AttendServer::Start(options);
+  if (!server.ok()) {
+    std::cerr << "attend-server: " << server.status().message() << "\n";
+    return 1;
+  }
+  const std::string host = options.address.substr(0, options.address.rfind(':'));
+  std::cout << "attend-server listening on " << host << ":" << (*server)->port();
+  if ((*server)->metrics_port() != 0) {
+    const std::string metrics_host =
+        options.metrics_address.substr(0, options.metrics_address.rfind(':'));
+    std::cout << ", metrics on http://" << metrics_host << ":" << (*server)->metrics_port()
+              << "/metrics";
+  }
+  std::cout << " (cpu " << attend::onednn::CpuIsaName() << ", bf16 matmul "
+            << (attend::onednn::HasBf16Matmul() ? "native" : "emulated") << ")" << std::endl;
+
+  int received = 0;
+  sigwait(&signals, &received);
+  std::cout << "attend-server: " << (received == SIGTERM ? "SIGTERM" : "SIGINT")
+            << ", draining for up to " << absl::FormatDuration(absl::GetFlag(FLAGS_shutdown_grace))
+            << std::endl;
+  (*server)->Shutdown(absl::GetFlag(FLAGS_shutdown_grace));
+  std::cout << "attend-server: stopped" << std::endl;
+  return 0;
+}

@@ -1,0 +1,197 @@
+#include "server/metrics.h"
+
+#include <chrono>
+
+#include "absl/status/status.h"
+#include "core/onednn.h"
+#include "google/protobuf/descriptor.h"
+
+namespace attend::server {
+namespace {
+
+// Latency buckets from 50 us (an empty unary call on loopback) to 30 s.
+prometheus::Histogram::BucketBoundaries LatencyBuckets() {
+  return {0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+          0.05,    0.1,    0.25,    0.5,    1,     2.5,    5,     10,   30};
+}
+
+// "/attend.v1.Attention/Attend" -> {"attend.v1.Attention", "Attend"}.
+std::pair<std::string, std::string> SplitMethod(absl::string_view full_method) {
+  if (!full_method.empty() && full_method[0] == '/') full_method.remove_prefix(1);
+  const size_t slash = full_method.rfind('/');
+  if (slash == absl::string_view::npos) return {"unknown", std::string(full_method)};
+  return {std::string(full_method.substr(0, slash)), std::string(full_method.substr(slash + 1))};
+}
+
+// The method path when it names a method compiled into this binary; otherwise a fixed
+// placeholder, so that clients calling made-up paths cannot grow the label set.
+std::string KnownMethod(const char* path) {
+  absl::string_view p = path ? path : "";
+  // libgrpc++'s health service is not built from generated C++ classes, so its methods are not
+  // in the descriptor pool.
+  if (p == "/grpc.health.v1.Health/Check" || p == "/grpc.health.v1.Health/Watch") {
+    return std::string(p);
+  }
+  if (!p.empty() && p[0] == '/') p.remove_prefix(1);
+  std::string dotted(p);
+  const size_t slash = dotted.rfind('/');
+  if (slash != std::string::npos) {
+    dotted[slash] = '.';
+    if (google::protobuf::DescriptorPool::generated_pool()->FindMethodByName(dotted) != nullptr) {
+      return std::string(path);
+    }
+  }
+  return "/unknown/unknown";
+}
+
+class MetricsInterceptor : public grpc::experimental::Interceptor {
+ public:
+  MetricsInterceptor(Metrics* metrics, grpc::experimental::ServerRpcInfo* info)
+      : metrics_(metrics),
+        method_(KnownMethod(info->method())),
+        start_(std::chrono::steady_clock::now()) {
+    switch (info->type()) {
+      case grpc::experimental::ServerRpcInfo::Type::UNARY:
+        type_ = "unary";
+        break;
+      case grpc::experimental::ServerRpcInfo::Type::CLIENT_STREAMING:
+        type_ = "client_stream";
+        break;
+      case grpc::experimental::ServerRpcInfo::Type::SERVER_STREAMING:
+        type_ = "server_stream";
+        break;
+      default:
+        type_ = "bidi_stream";
+        break;
+    }
+    metrics_->RpcStarted(method_, type_);
+  }
+
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+      metrics_->RpcHandled(method_, type_, methods->GetSendStatus().error_code(), seconds);
+    }
+    methods->Proceed();
+  }
+
+ private:
+  Metrics* metrics_;
+  std::string method_;
+  const char* type_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+class MetricsInterceptorFactory : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  explicit MetricsInterceptorFactory(Metrics* metrics) : metrics_(metrics) {}
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override {
+    return new MetricsInterceptor(metrics_, info);
+  }
+
+ private:
+  Metrics* metrics_;
+};
+
+}  // namespace
+
+Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
+  started_ = &prometheus::BuildCounter()
+                  .Name("grpc_server_started_total")
+                  .Help("RPCs started on the server")
+                  .Register(*registry_);
+  handled_ = &prometheus::BuildCounter()
+                  .Name("grpc_server_handled_total")
+                  .Help("RPCs completed on the server, by status code")
+                  .Register(*registry_);
+  handling_seconds_ = &prometheus::BuildHistogram()
+                           .Name("grpc_server_handling_seconds")
+                           .Help("Time from the start of an RPC to its status being sent")
+                           .Register(*registry_);
+  in_flight_ = &prometheus::BuildGauge()
+                    .Name("attend_requests_in_flight")
+                    .Help("RPCs started and not yet completed")
+                    .Register(*registry_)
+                    .Add({});
+  rejections_ = &prometheus::BuildCounter()
+                     .Name("attend_worker_rejections_total")
+                     .Help("Requests refused because the worker queue was full")
+                     .Register(*registry_)
+                     .Add({});
+  flops_ = &prometheus::BuildCounter()
+                .Name("attend_attention_flops_total")
+                .Help("Useful attention FLOPs computed (4 x head_dim per attended pair)")
+                .Register(*registry_);
+  pairs_ = &prometheus::BuildCounter()
+                .Name("attend_attention_pairs_total")
+                .Help("Attended (query, key) pairs summed over query heads")
+                .Register(*registry_);
+  compute_seconds_ = &prometheus::BuildHistogram()
+                          .Name("attend_attention_compute_seconds")
+                          .Help("Engine time per attention computation")
+                          .Register(*registry_);
+  prometheus::BuildGauge()
+      .Name("attend_build_info")
+      .Help("Version and the CPU features the engine uses")
+      .Register(*registry_)
+      .Add({{"version", ATTEND_VERSION},
+            {"cpu_isa", onednn::CpuIsaName()},
+            {"bf16_matmul", onednn::HasBf16Matmul() ? "native" : "emulated"}})
+      .Set(1);
+}
+
+Metrics::MethodSeries& Metrics::Series(absl::string_view full_method, absl::string_view type) {
+  auto it = series_.find(full_method);
+  if (it != series_.end()) return it->second;
+  const auto [service, method] = SplitMethod(full_method);
+  const std::map<std::string, std::string> labels = {
+      {"grpc_service", service}, {"grpc_method", method}, {"grpc_type", std::string(type)}};
+  MethodSeries series;
+  series.started = &started_->Add(labels);
+  series.seconds = &handling_seconds_->Add(labels, LatencyBuckets());
+  return series_.emplace(std::string(full_method), std::move(series)).first->second;
+}
+
+void Metrics::RpcStarted(absl::string_view full_method, absl::string_view type) {
+  in_flight_->Increment();
+  absl::MutexLock lock(&mu_);
+  Series(full_method, type).started->Increment();
+}
+
+void Metrics::RpcHandled(absl::string_view full_method, absl::string_view type, int code,
+                         double seconds) {
+  in_flight_->Decrement();
+  absl::MutexLock lock(&mu_);
+  MethodSeries& series = Series(full_method, type);
+  series.seconds->Observe(seconds);
+  auto it = series.handled.find(code);
+  if (it == series.handled.end()) {
+    const auto [service, method] = SplitMethod(full_method);
+    prometheus::Counter* counter = &handled_->Add(
+        {{"grpc_service", service},
+         {"grpc_method", method},
+         {"grpc_type", std::string(type)},
+         {"grpc_code", absl::StatusCodeToString(static_cast<absl::StatusCode>(code))}});
+    it = series.handled.emplace(code, counter).first;
+  }
+  it->second->Increment();
+}
+
+void Metrics::WorkerRejected() { rejections_->Increment(); }
+
+void Metrics::AttentionComputed(absl::string_view method, const AttentionStats& stats) {
+  const std::map<std::string, std::string> labels = {{"grpc_method", std::string(method)}};
+  flops_->Add(labels).Increment(static_cast<double>(stats.attention_flops));
+  pairs_->Add(labels).Increment(static_cast<double>(stats.attended_pairs));
+  compute_seconds_->Add(labels, LatencyBuckets()).Observe(stats.compute_seconds);
+}
+
+std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
+Metrics::NewInterceptorFactory() {
+  return std::make_unique<MetricsInterceptorFactory>(this);
+}
+
+}  // namespace attend::server

@@ -1,0 +1,77 @@
+// Prometheus metrics of the server: the common gRPC server metrics for every call (through a
+// gRPC interceptor, so health and reflection calls count too) and attend's own attention
+// counters. Families are created once at construction; label sets are bounded (services,
+// methods and codes; never sequences or clients).
+//
+//   grpc_server_started_total{grpc_service,grpc_method,grpc_type}
+//   grpc_server_handled_total{grpc_service,grpc_method,grpc_type,grpc_code}
+//   grpc_server_handling_seconds{grpc_service,grpc_method,grpc_type}   histogram
+//   attend_requests_in_flight                                           gauge
+//   attend_worker_rejections_total                                      counter (queue full)
+//   attend_attention_flops_total{grpc_method}                           useful FLOPs computed
+//   attend_attention_pairs_total{grpc_method}                           attended (query, key) pairs
+//   attend_attention_compute_seconds{grpc_method}                       histogram
+//   attend_build_info{version,cpu_isa,bf16_matmul}                      gauge = 1
+//
+// Thread-safety: all methods are thread-safe.
+#ifndef ATTEND_SERVER_METRICS_H_
+#define ATTEND_SERVER_METRICS_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "core/attention.h"
+#include "grpcpp/support/server_interceptor.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace attend::server {
+
+class Metrics {
+ public:
+  Metrics();
+
+  std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
+
+  // `full_method` is gRPC's "/package.Service/Method".
+  void RpcStarted(absl::string_view full_method, absl::string_view type);
+  void RpcHandled(absl::string_view full_method, absl::string_view type, int code, double seconds);
+  void WorkerRejected();
+  void AttentionComputed(absl::string_view method, const AttentionStats& stats);
+
+  // A factory for the interceptor that feeds RpcStarted/RpcHandled; the server owns it.
+  std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> NewInterceptorFactory();
+
+ private:
+  struct MethodSeries {
+    prometheus::Counter* started = nullptr;
+    prometheus::Histogram* seconds = nullptr;
+    absl::flat_hash_map<int, prometheus::Counter*> handled;  // by code
+  };
+  MethodSeries& Series(absl::string_view full_method, absl::string_view type)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Counter>* started_;
+  prometheus::Family<prometheus::Counter>* handled_;
+  prometheus::Family<prometheus::Histogram>* handling_seconds_;
+  prometheus::Gauge* in_flight_;
+  prometheus::Counter* rejections_;
+  prometheus::Family<prometheus::Counter>* flops_;
+  prometheus::Family<prometheus::Counter>* pairs_;
+  prometheus::Family<prometheus::Histogram>* compute_seconds_;
+
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, MethodSeries> series_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace attend::server
+
+#endif  // ATTEND_SERVER_METRICS_H_

@@ -1,0 +1,123 @@
+#include "server/server.h"
+
+#include <limits>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "attend/v1/kv_cache.grpc.pb.h"
+#include "attend/v1/planner.grpc.pb.h"
+#include "core/attention_engine.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "prometheus/exposer.h"
+#include "server/attention_service.h"
+#include "server/metrics.h"
+#include "server/worker_pool.h"
+
+namespace attend::server {
+
+const char* const kServiceNames[3] = {"attend.v1.Attention", "attend.v1.KvCache",
+                                      "attend.v1.Planner"};
+
+// Declaration order is destruction order reversed: the gRPC server goes first (it references
+// the services), then the services, the pool and the metrics.
+struct AttendServer::Parts {
+  std::unique_ptr<Metrics> metrics;
+  std::unique_ptr<prometheus::Exposer> exposer;
+  std::unique_ptr<WorkerPool> pool;
+  std::unique_ptr<AttentionEngine> engine;
+  std::unique_ptr<AttentionService> attention;
+  // Registered so that clients and reflection see the whole API; their handlers answer
+  // UNIMPLEMENTED until they are built.
+  std::unique_ptr<v1::KvCache::CallbackService> kv_cache;
+  std::unique_ptr<v1::Planner::CallbackService> planner;
+  std::unique_ptr<grpc::Server> server;
+  std::once_flag shut_down;
+};
+
+AttendServer::AttendServer() : parts_(std::make_unique<Parts>()) {}
+
+AttendServer::~AttendServer() { Shutdown(absl::ZeroDuration()); }
+
+absl::StatusOr<std::unique_ptr<AttendServer>> AttendServer::Start(const ServerOptions& options) {
+  std::unique_ptr<AttendServer> self(new AttendServer());
+  Parts& p = *self->parts_;
+  const int cpus = std::max(1u, std::thread::hardware_concurrency());
+
+  p.metrics = std::make_unique<Metrics>();
+  if (!options.metrics_address.empty()) {
+    try {
+      p.exposer = std::make_unique<prometheus::Exposer>(options.metrics_address);
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot serve metrics on ", options.metrics_address, ": ", e.what()));
+    }
+    p.exposer->RegisterCollectable(p.metrics->registry());
+    const std::vector<int> ports = p.exposer->GetListeningPorts();
+    self->metrics_port_ = ports.empty() ? 0 : ports.front();
+  }
+  p.pool = std::make_unique<WorkerPool>(options.worker_threads > 0 ? options.worker_threads : cpus,
+                                        options.max_queued_requests);
+  p.engine = std::make_unique<AttentionEngine>(EngineOptions{options.compute_threads});
+  // Warm up oneDNN (library and JIT initialisation, the bf16 probe) before the first request
+  // rather than during it.
+  {
+    const float ones[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    const TensorView t{DType::kFloat32, {2, 1, 4}, ones};
+    float out[8];
+    absl::Status warm =
+        p.engine->Compute(t, t, t, {}, options.limits.attention, absl::MakeSpan(out), {}, nullptr);
+    if (!warm.ok()) return warm;
+  }
+  p.attention = std::make_unique<AttentionService>(options.limits, p.engine.get(), p.pool.get(),
+                                                   p.metrics.get());
+  p.kv_cache = std::make_unique<v1::KvCache::CallbackService>();
+  p.planner = std::make_unique<v1::Planner::CallbackService>();
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.address, grpc::InsecureServerCredentials(), &self->port_);
+  const int max_message = static_cast<int>(
+      std::min<int64_t>(options.limits.max_message_bytes, std::numeric_limits<int>::max()));
+  builder.SetMaxReceiveMessageSize(max_message);
+  builder.SetMaxSendMessageSize(max_message);
+  builder.RegisterService(p.attention.get());
+  builder.RegisterService(p.kv_cache.get());
+  builder.RegisterService(p.planner.get());
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
+  creators.push_back(p.metrics->NewInterceptorFactory());
+  builder.experimental().SetInterceptorCreators(std::move(creators));
+  p.server = builder.BuildAndStart();
+  if (!p.server || self->port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", options.address, " (in use, or not a valid host:port)"));
+  }
+  grpc::HealthCheckServiceInterface* health = p.server->GetHealthCheckService();
+  health->SetServingStatus(true);
+  for (const char* name : kServiceNames) health->SetServingStatus(name, true);
+  return self;
+}
+
+std::shared_ptr<grpc::Channel> AttendServer::InProcessChannel() {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  return parts_->server->InProcessChannel(args);
+}
+
+void AttendServer::Shutdown(absl::Duration grace) {
+  Parts& p = *parts_;
+  if (!p.server) return;
+  std::call_once(p.shut_down, [&] {
+    // Health first, so load balancers stop sending before the listener closes.
+    p.server->GetHealthCheckService()->SetServingStatus(false);
+    p.server->Shutdown(std::chrono::system_clock::now() + absl::ToChronoNanoseconds(grace));
+    p.server->Wait();
+  });
+}
+
+void AttendServer::Wait() { parts_->server->Wait(); }
+
+}  // namespace attend::server

@@ -1,0 +1,57 @@
+// The attend server: gRPC services (Attention, KvCache, Planner), the standard health service,
+// server reflection and the Prometheus exposer, wired from ServerOptions.
+//
+// Lifecycle: Start() binds and serves; Shutdown() marks every service NOT_SERVING, stops
+// accepting calls, lets in-flight calls finish until the grace period ends (then cancels them)
+// and stops the workers. Thread-safety: Shutdown() and Wait() may be called from any thread.
+#ifndef ATTEND_SERVER_SERVER_H_
+#define ATTEND_SERVER_SERVER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "server/service_support.h"
+
+namespace attend::server {
+
+struct ServerOptions {
+  std::string address = "0.0.0.0:50051";         // port 0 picks a free port
+  std::string metrics_address = "0.0.0.0:9464";  // empty disables the exposer
+  int worker_threads = 0;                        // request workers; 0 = number of CPUs
+  int compute_threads = 0;  // OpenMP threads per attention call; 0 = number of CPUs
+  int64_t max_queued_requests = 256;
+  ServiceLimits limits;
+};
+
+class AttendServer {
+ public:
+  static absl::StatusOr<std::unique_ptr<AttendServer>> Start(const ServerOptions& options);
+  ~AttendServer();
+
+  // The bound gRPC port and metrics port (0 when metrics are disabled).
+  int port() const { return port_; }
+  int metrics_port() const { return metrics_port_; }
+  // A channel to this server without the network, for tests.
+  std::shared_ptr<grpc::Channel> InProcessChannel();
+
+  void Shutdown(absl::Duration grace);
+  void Wait();
+
+ private:
+  AttendServer();
+  struct Parts;
+  std::unique_ptr<Parts> parts_;
+  int port_ = 0;
+  int metrics_port_ = 0;
+};
+
+// Services whose health is reported (besides the overall "" entry).
+extern const char* const kServiceNames[3];
+
+}  // namespace attend::server
+
+#endif  // ATTEND_SERVER_SERVER_H_

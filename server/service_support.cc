@@ -1,0 +1,58 @@
+#include "server/service_support.h"
+
+#include <chrono>
+#include <exception>
+
+#include "absl/strings/str_cat.h"
+#include "server/status_convert.h"
+
+namespace attend::server {
+
+absl::Status CheckResponseSize(int64_t bytes, int64_t max_message_bytes, absl::string_view what) {
+  if (bytes <= max_message_bytes) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "the response would hold ", bytes, " bytes of ", what, ", over the maximum message size of ",
+      max_message_bytes, " bytes (server flag --max_message_bytes); ask for less"));
+}
+
+grpc::ServerUnaryReactor* RunOnPool(grpc::CallbackServerContext* context, WorkerPool* pool,
+                                    Metrics* metrics,
+                                    std::function<absl::Status(double queue_seconds)> work) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  const auto enqueued = std::chrono::steady_clock::now();
+  const bool queued = pool->TrySubmit([context, reactor, work = std::move(work), enqueued] {
+    const double queue_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - enqueued).count();
+    if (context->IsCancelled()) {
+      reactor->Finish(grpc::Status(grpc::StatusCode::CANCELLED,
+                                   "the call was cancelled before its work started"));
+      return;
+    }
+    if (context->deadline() < std::chrono::system_clock::now()) {
+      reactor->Finish(grpc::Status(
+          grpc::StatusCode::DEADLINE_EXCEEDED,
+          absl::StrCat("the deadline passed after ", queue_seconds,
+                       " s waiting for a worker; the server is busy or the deadline too short")));
+      return;
+    }
+    absl::Status status;
+    try {
+      status = work(queue_seconds);
+    } catch (const std::bad_alloc&) {
+      status = absl::ResourceExhaustedError("the server ran out of memory for this request");
+    } catch (const std::exception& e) {
+      status = absl::InternalError(absl::StrCat("unexpected error: ", e.what()));
+    }
+    reactor->Finish(ToGrpcStatus(status));
+  });
+  if (!queued) {
+    metrics->WorkerRejected();
+    reactor->Finish(grpc::Status(
+        grpc::StatusCode::RESOURCE_EXHAUSTED,
+        absl::StrCat("the server is busy: ", pool->queued(),
+                     " requests are already queued (--max_queued_requests); retry later")));
+  }
+  return reactor;
+}
+
+}  // namespace attend::server

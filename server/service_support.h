@@ -1,0 +1,40 @@
+// What every attend service shares: the limits taken from flags, and running a unary handler's
+// work on the worker pool.
+#ifndef ATTEND_SERVER_SERVICE_SUPPORT_H_
+#define ATTEND_SERVER_SERVICE_SUPPORT_H_
+
+#include <cstdint>
+#include <functional>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "core/attention.h"
+#include "grpcpp/grpcpp.h"
+#include "server/metrics.h"
+#include "server/worker_pool.h"
+
+namespace attend::server {
+
+struct ServiceLimits {
+  AttentionLimits attention;
+  // Largest request or response message; responses that would be larger are refused up front.
+  int64_t max_message_bytes = int64_t{64} << 20;
+  // Random draws one ScalingExperiment may make.
+  int64_t max_scaling_draws = int64_t{1} << 28;
+};
+
+// OK when a response of about `bytes` fits in a message; RESOURCE_EXHAUSTED saying what to
+// change otherwise.
+absl::Status CheckResponseSize(int64_t bytes, int64_t max_message_bytes, absl::string_view what);
+
+// Runs `work` on `pool` and finishes the call with its status. Calls cancelled or past their
+// deadline while queued are finished without running `work`; a full queue is refused with
+// RESOURCE_EXHAUSTED. `work` receives the seconds it waited in the queue.
+// REQUIRES: `work` must not throw past std::exception (an exception becomes INTERNAL).
+grpc::ServerUnaryReactor* RunOnPool(grpc::CallbackServerContext* context, WorkerPool* pool,
+                                    Metrics* metrics,
+                                    std::function<absl::Status(double queue_seconds)> work);
+
+}  // namespace attend::server
+
+#endif  // ATTEND_SERVER_SERVICE_SUPPORT_H_

@@ -1,0 +1,51 @@
+// Conversion between attend.v1.Tensor messages and core tensor views.
+//
+// Decoding validates everything a request can get wrong about a tensor, before anything is
+// allocated from its shape: the dtype is known, exactly one of data/values is set, values come
+// only as float32, every dimension is >= 1 and the element count neither overflows nor exceeds
+// the limit, the byte or value count matches the shape, and (for attention inputs) every
+// element is finite. Errors are INVALID_ARGUMENT (RESOURCE_EXHAUSTED for limits) naming the
+// field path and the shape.
+//
+// Thread-safety: pure functions. A decoded view points into the message and lives as long as it.
+#ifndef ATTEND_SERVER_TENSOR_CODEC_H_
+#define ATTEND_SERVER_TENSOR_CODEC_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "attend/v1/tensor.pb.h"
+#include "core/attention.h"
+#include "core/tensor.h"
+
+namespace attend::server {
+
+struct DecodedTensor {
+  TensorView view;
+  bool from_values = false;  // the caller used `values`; answer in kind
+};
+
+// Decodes `tensor` (the field `field`, e.g. "q" or "steps[3].k"). `require_finite` rejects NaN
+// and infinities.
+absl::StatusOr<DecodedTensor> DecodeTensor(const v1::Tensor& tensor, absl::string_view field,
+                                           int64_t max_elements, bool require_finite = true);
+
+// The dtype for response tensors: FLOAT32 when unspecified; INVALID_ARGUMENT for unknown values.
+absl::StatusOr<DType> DecodeOutputDType(v1::DType dtype, absl::string_view field);
+// The precision enum; INVALID_ARGUMENT for unknown values.
+absl::StatusOr<Precision> DecodePrecision(v1::Precision precision);
+
+// Writes float values into `out` with `shape`: as `values` when `as_values`, else as raw
+// little-endian `dtype` bytes.
+void EncodeTensor(absl::Span<const float> values, absl::Span<const int64_t> shape, bool as_values,
+                  DType dtype, v1::Tensor* out);
+
+// Bytes an encoded tensor of `elements` will occupy on the wire (payload only).
+int64_t EncodedBytes(int64_t elements, bool as_values, DType dtype);
+
+}  // namespace attend::server
+
+#endif  // ATTEND_SERVER_TENSOR_CODEC_H_
