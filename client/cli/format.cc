@@ -13,6 +13,7 @@ namespace {
 bool LooksNumeric(const std::string& s) {
   if (s.empty()) return false;
   const char c = s[0];
+  if (s == "-inf" || s == "inf" || s == "nan") return true;
   return (c >= '0' && c <= '9') || ((c == '-' || c == '+' || c == '.') && s.size() > 1);
 }
 
@@ -38,6 +39,13 @@ std::string Table::Render() const {
     if (widths.size() < row.size()) widths.resize(row.size(), 0);
     for (size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], row[c].size());
   }
+  // A column whose body is all numbers is right-aligned, header included.
+  std::vector<bool> numeric(widths.size(), rows_.size() > 1);
+  for (size_t r = 1; r < rows_.size(); ++r) {
+    for (size_t c = 0; c < rows_[r].size(); ++c) {
+      if (!LooksNumeric(rows_[r][c]) && rows_[r][c] != "...") numeric[c] = false;
+    }
+  }
   std::string out;
   for (const auto& row : rows_) {
     std::string line;
@@ -45,7 +53,7 @@ std::string Table::Render() const {
       const std::string& cell = row[c];
       const std::string pad(widths[c] - cell.size(), ' ');
       if (c) line += "  ";
-      line += LooksNumeric(cell) ? pad + cell : cell + pad;
+      line += numeric[c] ? pad + cell : cell + pad;
     }
     while (!line.empty() && line.back() == ' ') line.pop_back();
     out += line + "\n";

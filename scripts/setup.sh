@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what attend needs from Debian bookworm (only what is missing) and builds it into
+# build/ (Release). Idempotent: a second run only rebuilds what changed.
+#   ATTEND_BUILD_DIR   build directory (default: build)
+#   ATTEND_JOBS        parallel compile jobs (default: number of CPUs)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  cmake g++ make pkg-config
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler grpc-proto
+  libabsl-dev libdnnl-dev prometheus-cpp-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  python3 python3-grpcio python3-numpy python3-protobuf
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+build_dir=${ATTEND_BUILD_DIR:-build}
+jobs=${ATTEND_JOBS:-$(nproc)}
+cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$build_dir" -j "$jobs"

@@ -1,0 +1,144 @@
+// The client library's building blocks: tensors on the wire, .npy files, argument parsing.
+#include <cmath>
+#include <cstring>
+
+#include "client/cli/args.h"
+#include "client/cli/format.h"
+#include "client/npy.h"
+#include "client/tensor.h"
+#include "tests/test_util.h"
+
+namespace attend {
+namespace {
+
+using ::attend::testing::StatusIs;
+using client::FloatTensor;
+using client::Wire;
+
+TEST(ClientTensor, RoundTripsEveryWire) {
+  const FloatTensor t{{2, 3}, {1.0f, -2.5f, 0.125f, 3.0f, 1e-3f, -7.0f}};
+  for (Wire wire : {Wire::kFloat32, Wire::kBFloat16, Wire::kFloat16, Wire::kValues}) {
+    v1::Tensor proto;
+    client::EncodeTensor(t, wire, &proto);
+    auto back = client::DecodeTensor(proto);
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(back->shape, t.shape);
+    const double tolerance = wire == Wire::kBFloat16 ? 0.01 : (wire == Wire::kFloat16 ? 1e-3 : 0.0);
+    for (size_t i = 0; i < t.values.size(); ++i) {
+      EXPECT_NEAR(back->values[i], t.values[i], tolerance * std::abs(t.values[i]) + 1e-7);
+    }
+  }
+}
+
+TEST(ClientTensor, DecodeRejectsPayloadThatDisagreesWithShape) {
+  v1::Tensor proto;
+  proto.add_shape(3);
+  proto.set_data(std::string(8, '\0'));
+  EXPECT_THAT(client::DecodeTensor(proto),
+              StatusIs(absl::StatusCode::kInvalidArgument, {"8 bytes", "3 elements"}));
+}
+
+TEST(ClientTensor, ParsesWireNames) {
+  EXPECT_EQ(*client::ParseWire("bf16"), Wire::kBFloat16);
+  EXPECT_EQ(*client::ParseWire("float16"), Wire::kFloat16);
+  EXPECT_THAT(client::ParseWire("int8"), StatusIs(absl::StatusCode::kInvalidArgument, {"int8"}));
+}
+
+TEST(Npy, RoundTripsAndAlignsTheHeader) {
+  const FloatTensor t{{2, 2, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}};
+  const std::string bytes = client::SerializeNpy(t);
+  EXPECT_EQ(bytes.substr(0, 6), std::string("\x93NUMPY", 6));
+  EXPECT_EQ((bytes.size() - 12 * 4) % 64, 0u);  // data starts on a 64-byte boundary
+  EXPECT_NE(bytes.find("'shape': (2, 2, 3)"), std::string::npos);
+  auto back = client::ParseNpy(bytes);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->shape, t.shape);
+  EXPECT_EQ(back->values, t.values);
+  // One-dimensional shapes carry the tuple comma.
+  EXPECT_NE(client::SerializeNpy({{3}, {1, 2, 3}}).find("(3,)"), std::string::npos);
+}
+
+std::string NpyWithHeader(const std::string& dict, size_t data_bytes) {
+  std::string header = dict;
+  header.append((64 - (10 + header.size() + 1) % 64) % 64, ' ');
+  header += '\n';
+  std::string out("\x93NUMPY\x01\x00", 8);
+  out += static_cast<char>(header.size() & 0xff);
+  out += static_cast<char>(header.size() >> 8);
+  return out + header + std::string(data_bytes, '\0');
+}
+
+TEST(Npy, ReadsFloat64AndFloat16) {
+  std::string f8 = NpyWithHeader("{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }", 0);
+  const double values[2] = {1.5, -0.25};
+  f8.append(reinterpret_cast<const char*>(values), sizeof(values));
+  auto t = client::ParseNpy(f8);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->values, (std::vector<float>{1.5f, -0.25f}));
+  std::string f2 = NpyWithHeader("{'descr': '<f2', 'fortran_order': False, 'shape': (1, 1), }", 0);
+  f2 += std::string("\x00\x3c", 2);  // 1.0 in binary16
+  auto h = client::ParseNpy(f2);
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_EQ(h->values, (std::vector<float>{1.0f}));
+}
+
+TEST(Npy, RejectsMalformedFiles) {
+  EXPECT_THAT(client::ParseNpy("hello"), StatusIs(absl::StatusCode::kInvalidArgument, {"magic"}));
+  EXPECT_THAT(client::ParseNpy(
+                  NpyWithHeader("{'descr': '<f4', 'fortran_order': True, 'shape': (2,), }", 8)),
+              StatusIs(absl::StatusCode::kInvalidArgument, {"Fortran"}));
+  EXPECT_THAT(client::ParseNpy(
+                  NpyWithHeader("{'descr': '>f4', 'fortran_order': False, 'shape': (2,), }", 8)),
+              StatusIs(absl::StatusCode::kInvalidArgument, {">f4"}));
+  EXPECT_THAT(client::ParseNpy(
+                  NpyWithHeader("{'descr': '<i8', 'fortran_order': False, 'shape': (2,), }", 16)),
+              StatusIs(absl::StatusCode::kInvalidArgument, {"<i8"}));
+  EXPECT_THAT(client::ParseNpy(
+                  NpyWithHeader("{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }", 8)),
+              StatusIs(absl::StatusCode::kInvalidArgument, {"needs 12 bytes", "has 8"}));
+  EXPECT_THAT(
+      client::ParseNpy(NpyWithHeader(
+          "{'descr': '<f4', 'fortran_order': False, 'shape': (4611686018427387904, 4), }", 8)),
+      StatusIs(absl::StatusCode::kInvalidArgument, {"larger than the file"}));
+  std::string truncated = client::SerializeNpy({{4}, {1, 2, 3, 4}});
+  truncated.resize(20);
+  EXPECT_THAT(client::ParseNpy(truncated),
+              StatusIs(absl::StatusCode::kInvalidArgument, {"past the end"}));
+}
+
+TEST(CliArgs, ParsesFlagsValuesAndNegativeNumbers) {
+  const std::vector<cli::FlagSpec> specs = {{"causal", "", true}, {"n_q", ""}, {"scale", ""}};
+  auto args =
+      cli::Args::Parse({"2", "--causal", "--n_q", "8", "-1.5", "--scale=0.25", "-inf"}, specs);
+  ASSERT_TRUE(args.ok()) << args.status();
+  EXPECT_TRUE(args->GetBool("causal"));
+  EXPECT_EQ(*args->GetInt("n_q", 0), 8);
+  EXPECT_EQ(*args->GetDouble("scale", 0), 0.25);
+  EXPECT_EQ(args->positional(), (std::vector<std::string>{"2", "-1.5", "-inf"}));
+}
+
+TEST(CliArgs, RejectsUnknownFlagsAndMissingValues) {
+  const std::vector<cli::FlagSpec> specs = {{"n_q", ""}, {"causal", "", true}};
+  EXPECT_THAT(cli::Args::Parse({"--bogus"}, specs),
+              StatusIs(absl::StatusCode::kInvalidArgument, {"--bogus"}));
+  EXPECT_THAT(cli::Args::Parse({"--n_q"}, specs),
+              StatusIs(absl::StatusCode::kInvalidArgument, {"--n_q needs a value"}));
+  EXPECT_THAT(cli::Args::Parse({"--causal=maybe"}, specs),
+              StatusIs(absl::StatusCode::kInvalidArgument, {"maybe"}));
+  auto args = cli::Args::Parse({"--n_q", "eight"}, specs);
+  ASSERT_TRUE(args.ok());
+  EXPECT_THAT(args->GetInt("n_q", 0),
+              StatusIs(absl::StatusCode::kInvalidArgument, {"integer", "eight"}));
+}
+
+TEST(CliFormat, AlignsNumbersRightAndTextLeft) {
+  cli::Table table({"name", "value"});
+  table.AddRow({"a", "1.5"});
+  table.AddRow({"longer", "-10.25"});
+  EXPECT_EQ(table.Render(), "name     value\na          1.5\nlonger  -10.25\n");
+  EXPECT_EQ(cli::Si(1.3e9, "FLOP"), "1.3 GFLOP");
+  EXPECT_EQ(cli::JsonNumbers(std::vector<float>{1.0f, NAN}), "[1, null]");
+}
+
+}  // namespace
+}  // namespace attend

@@ -1,0 +1,222 @@
+#!/usr/bin/python3
+"""End-to-end tests: the real attend-server binary, the attend CLI, and a Python gRPC client.
+
+Uses only Debian packages (python3-grpcio, python3-numpy, protoc with grpc_python_plugin): the
+Python stubs are generated from the repository's protos at test time, which also proves that a
+client in another language can call the API.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.request
+
+import numpy as np
+
+ARGS = None
+PB = {}
+
+
+def generate_stubs(proto_root, out_dir):
+    """Compiles attend.v1 plus the standard health and reflection protos into out_dir."""
+    std_src = os.path.join(out_dir, "src", "std")
+    os.makedirs(std_src)
+    # Health and reflection live in package grpc.*; compiled under "std/" so that the generated
+    # modules do not shadow the grpc package itself.
+    shutil.copy("/usr/share/grpc-proto/grpc/health/v1/health.proto", std_src)
+    shutil.copy("/usr/share/grpc-proto/grpc/reflection/v1alpha/reflection.proto", std_src)
+    protos = ["attend/v1/tensor.proto", "attend/v1/attention.proto", "attend/v1/kv_cache.proto",
+              "attend/v1/planner.proto", "std/health.proto", "std/reflection.proto"]
+    subprocess.run(["protoc", "-I" + proto_root, "-I" + os.path.join(out_dir, "src"),
+                    "--python_out=" + out_dir, "--grpc_out=" + out_dir,
+                    "--plugin=protoc-gen-grpc=/usr/bin/grpc_python_plugin"] + protos, check=True)
+    sys.path.insert(0, out_dir)
+    import grpc  # noqa: F401  (imported after the path change on purpose)
+    from attend.v1 import attention_pb2, attention_pb2_grpc, tensor_pb2
+    from std import health_pb2, health_pb2_grpc, reflection_pb2, reflection_pb2_grpc
+    PB.update(attention=attention_pb2, attention_grpc=attention_pb2_grpc, tensor=tensor_pb2,
+              health=health_pb2, health_grpc=health_pb2_grpc, reflection=reflection_pb2,
+              reflection_grpc=reflection_pb2_grpc)
+
+
+def start_server(extra_args=(), env_overrides=None):
+    env = dict(os.environ)
+    env.update(env_overrides or {})
+    proc = subprocess.Popen([ARGS.server] + list(extra_args), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    line = proc.stdout.readline()
+    match = re.search(r"listening on ([\d.]+):(\d+)(?:, metrics on http://[\d.]+:(\d+))?", line)
+    if not match:
+        proc.kill()
+        raise RuntimeError("server did not start: %r %s" % (line, proc.stderr.read()))
+    return proc, int(match.group(2)), int(match.group(3) or 0)
+
+
+def reference_attention(q, k, v, causal):
+    """Independent numpy attention: q [n_q, H, d], k/v [n_kv, G, d]; query head h uses h // (H/G)."""
+    n_q, n_head, d = q.shape
+    n_kv, n_head_kv, _ = k.shape
+    group = n_head // n_head_kv
+    out = np.zeros((n_q, n_head, v.shape[2]))
+    for h in range(n_head):
+        g = h // group
+        scores = q[:, h, :].astype(np.float64) @ k[:, g, :].astype(np.float64).T / np.sqrt(d)
+        if causal:
+            pos = np.arange(n_q)[:, None] + (n_kv - n_q)
+            scores = np.where(np.arange(n_kv)[None, :] > pos, -np.inf, scores)
+        scores -= scores.max(axis=1, keepdims=True)
+        w = np.exp(scores)
+        w /= w.sum(axis=1, keepdims=True)
+        out[:, h, :] = w @ v[:, g, :].astype(np.float64)
+    return out
+
+
+class EndToEnd(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        import grpc
+        cls.grpc = grpc
+        # The metrics address comes from the environment, to check ATTEND_* handling.
+        cls.proc, cls.port, cls.metrics_port = start_server(
+            ["--address=127.0.0.1:0"], {"ATTEND_METRICS_ADDRESS": "127.0.0.1:0"})
+        cls.target = "127.0.0.1:%d" % cls.port
+        cls.channel = grpc.insecure_channel(cls.target)
+        cls.stub = PB["attention_grpc"].AttentionStub(cls.channel)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.channel.close()
+        cls.proc.send_signal(signal.SIGTERM)
+        out, _ = cls.proc.communicate(timeout=30)
+        assert cls.proc.returncode == 0, "server exited %d after SIGTERM" % cls.proc.returncode
+        assert "stopped" in out, out
+
+    def cli(self, *args):
+        return subprocess.run([ARGS.cli, "--target", self.target] + list(args),
+                              capture_output=True, text=True, timeout=60)
+
+    def test_cli_health_reports_serving(self):
+        result = self.cli("health")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        for service in ("attend.v1.Attention", "attend.v1.KvCache", "attend.v1.Planner"):
+            self.assertRegex(result.stdout, service + r"\s+SERVING")
+
+    def test_cli_softmax_gives_the_lesson_shares(self):
+        result = self.cli("--json", "softmax", "2", "1", "0.5")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        shares = [round(p, 2) for p in json.loads(result.stdout)["probabilities"]]
+        self.assertEqual(shares, [0.63, 0.23, 0.14])
+
+    def test_cli_reaches_a_dead_server_with_exit_code_3(self):
+        result = subprocess.run([ARGS.cli, "--target", "127.0.0.1:1", "--deadline", "2", "health"],
+                                capture_output=True, text=True, timeout=60)
+        self.assertEqual(result.returncode, 3, result.stderr)
+
+    def test_reflection_lists_the_attend_services(self):
+        r = PB["reflection"]
+        stub = PB["reflection_grpc"].ServerReflectionStub(self.channel)
+        responses = stub.ServerReflectionInfo(iter([r.ServerReflectionRequest(list_services="")]))
+        names = [s.name for resp in responses for s in resp.list_services_response.service]
+        for service in ("attend.v1.Attention", "attend.v1.KvCache", "attend.v1.Planner",
+                        "grpc.health.v1.Health"):
+            self.assertIn(service, names)
+
+    def test_python_client_gqa_matches_numpy(self):
+        rng = np.random.default_rng(7)
+        q = rng.standard_normal((37, 8, 64), dtype=np.float32)
+        k = rng.standard_normal((50, 2, 64), dtype=np.float32)
+        v = rng.standard_normal((50, 2, 32), dtype=np.float32)
+        t = PB["tensor"]
+
+        def tensor(a, dtype=t.FLOAT32):
+            return t.Tensor(dtype=dtype, shape=list(a.shape), data=a.tobytes())
+
+        a = PB["attention"]
+        response = self.stub.Attend(a.AttendRequest(q=tensor(q), k=tensor(k), v=tensor(v),
+                                                    mask=a.MaskOptions(causal=True)))
+        self.assertEqual(list(response.output.shape), [37, 8, 32])
+        got = np.frombuffer(response.output.data, dtype=np.float32).reshape(37, 8, 32)
+        np.testing.assert_allclose(got, reference_attention(q, k, v, True), atol=2e-5)
+        self.assertEqual(response.stats.attended_pairs, 8 * sum(range(14, 51)))
+
+        # float16 inputs and output
+        response = self.stub.Attend(a.AttendRequest(
+            q=tensor(q.astype(np.float16), t.FLOAT16), k=tensor(k.astype(np.float16), t.FLOAT16),
+            v=tensor(v.astype(np.float16), t.FLOAT16), output_dtype=t.FLOAT16))
+        got = np.frombuffer(response.output.data, dtype=np.float16).reshape(37, 8, 32)
+        np.testing.assert_allclose(got.astype(np.float64),
+                                   reference_attention(q.astype(np.float16), k.astype(np.float16),
+                                                       v.astype(np.float16), False), atol=5e-3)
+
+    def test_bad_input_is_invalid_argument_and_the_server_keeps_serving(self):
+        a = PB["attention"]
+        t = PB["tensor"]
+        with self.assertRaises(self.grpc.RpcError) as caught:
+            self.stub.Attend(a.AttendRequest(
+                q=t.Tensor(shape=[2, 6, 4], values=[0.0] * 48),
+                k=t.Tensor(shape=[3, 4, 4], values=[0.0] * 48),
+                v=t.Tensor(shape=[3, 4, 4], values=[0.0] * 48)))
+        self.assertEqual(caught.exception.code(), self.grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("n_head 6", caught.exception.details())
+        self.assertEqual(len(self.stub.Softmax(a.SoftmaxRequest(logits=[1, 2])).probabilities), 2)
+
+    def test_metrics_show_request_counters(self):
+        a = PB["attention"]
+        self.stub.Softmax(a.SoftmaxRequest(logits=[2, 1, 0.5]))
+        text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.metrics_port,
+                                      timeout=10).read().decode()
+        self.assertRegex(text, r'grpc_server_handled_total\{grpc_code="OK",grpc_method="Softmax",'
+                               r'grpc_service="attend.v1.Attention",grpc_type="unary"\} [1-9]')
+        self.assertIn("grpc_server_handling_seconds_bucket", text)
+        self.assertIn("attend_build_info", text)
+
+
+class Configuration(unittest.TestCase):
+    def test_environment_sets_limits(self):
+        import grpc
+        proc, port, _ = start_server([], {"ATTEND_ADDRESS": "127.0.0.1:0", "ATTEND_METRICS_ADDRESS": "",
+                                          "ATTEND_MAX_TENSOR_ELEMENTS": "10"})
+        try:
+            a, t = PB["attention"], PB["tensor"]
+            with grpc.insecure_channel("127.0.0.1:%d" % port) as channel:
+                with self.assertRaises(grpc.RpcError) as caught:
+                    PB["attention_grpc"].AttentionStub(channel).Attend(a.AttendRequest(
+                        q=t.Tensor(shape=[12, 1, 1], values=[0.0] * 12),
+                        k=t.Tensor(shape=[1, 1, 1], values=[0.0]),
+                        v=t.Tensor(shape=[1, 1, 1], values=[0.0])))
+            self.assertEqual(caught.exception.code(), grpc.StatusCode.RESOURCE_EXHAUSTED)
+            self.assertIn("over the limit of 10", caught.exception.details())
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.communicate(timeout=30)
+        self.assertEqual(proc.returncode, 0)
+
+    def test_bad_flag_value_in_the_environment_is_refused(self):
+        env = dict(os.environ, ATTEND_WORKER_THREADS="many")
+        result = subprocess.run([ARGS.server, "--address=127.0.0.1:0"], env=env,
+                                capture_output=True, text=True, timeout=30)
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("ATTEND_WORKER_THREADS", result.stderr)
+
+
+def main():
+    global ARGS
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--server", required=True)
+    parser.add_argument("--cli", required=True)
+    parser.add_argument("--proto", required=True)
+    ARGS, rest = parser.parse_known_args()
+    with tempfile.TemporaryDirectory() as out_dir:
+        generate_stubs(ARGS.proto, out_dir)
+        unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+
+
+if __name__ == "__main__":
+    main()
