@@ -1,0 +1,137 @@
+// Attention engine benchmarks, reported against this machine's limits measured in the same run:
+//   prefill: useful FLOP/s (4 x head_dim per attended pair) / oneDNN matmul FLOP/s
+//   decode:  K/V bytes read per second / streaming read bandwidth
+//
+//   build/bench/attention_bench [--benchmark_filter=Prefill]
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <random>
+#include <vector>
+
+#include "bench/machine_limits.h"
+#include "core/attention_engine.h"
+#include "core/half.h"
+
+namespace attend::bench {
+namespace {
+
+struct Inputs {
+  std::vector<float> q, k, v;
+  std::vector<uint16_t> qb, kb, vb;
+  TensorView qv, kv, vv;
+};
+
+Inputs MakeInputs(int64_t n_q, int64_t n_kv, int64_t heads, int64_t kv_heads, int64_t d,
+                  bool bf16) {
+  Inputs in;
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal;
+  auto fill = [&](std::vector<float>& x, int64_t n) {
+    x.resize(static_cast<size_t>(n));
+    for (float& e : x) e = normal(rng);
+  };
+  fill(in.q, n_q * heads * d);
+  fill(in.k, n_kv * kv_heads * d);
+  fill(in.v, n_kv * kv_heads * d);
+  if (bf16) {
+    for (auto [src, dst] : {std::pair{&in.q, &in.qb}, {&in.k, &in.kb}, {&in.v, &in.vb}}) {
+      dst->resize(src->size());
+      for (size_t i = 0; i < src->size(); ++i) (*dst)[i] = FloatToBf16((*src)[i]);
+    }
+    in.qv = {DType::kBFloat16, {n_q, heads, d}, in.qb.data()};
+    in.kv = {DType::kBFloat16, {n_kv, kv_heads, d}, in.kb.data()};
+    in.vv = {DType::kBFloat16, {n_kv, kv_heads, d}, in.vb.data()};
+  } else {
+    in.qv = {DType::kFloat32, {n_q, heads, d}, in.q.data()};
+    in.kv = {DType::kFloat32, {n_kv, kv_heads, d}, in.k.data()};
+    in.vv = {DType::kFloat32, {n_kv, kv_heads, d}, in.v.data()};
+  }
+  return in;
+}
+
+// args: n, heads, kv_heads, head_dim, bf16
+void BM_CausalPrefill(benchmark::State& state) {
+  const int64_t n = state.range(0), heads = state.range(1), kv_heads = state.range(2),
+                d = state.range(3);
+  const bool bf16 = state.range(4) != 0;
+  const MachineLimits& limits = MeasureMachineLimits();
+  Inputs in = MakeInputs(n, n, heads, kv_heads, d, bf16);
+  AttentionOptions options;
+  options.mask.causal = true;
+  std::vector<float> out(static_cast<size_t>(n * heads * d));
+  AttentionEngine engine;
+  AttentionStats stats;
+  const auto start = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    if (!engine.Compute(in.qv, in.kv, in.vv, options, {}, absl::MakeSpan(out), {}, &stats).ok()) {
+      state.SkipWithError("compute failed");
+      return;
+    }
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double flops_per_s =
+      static_cast<double>(stats.attention_flops) * state.iterations() / seconds;
+  const double peak =
+      bf16 && limits.matmul_bf16_flops > 0 ? limits.matmul_bf16_flops : limits.matmul_f32_flops;
+  state.counters["useful_GFLOPs"] = flops_per_s / 1e9;
+  state.counters["matmul_GFLOPs"] = peak / 1e9;
+  state.counters["ratio"] = flops_per_s / peak;
+  state.SetLabel(stats.engine);
+}
+
+// args: context, batch (sequences), bf16. 32 query heads, 8 KV heads, head_dim 128.
+void BM_Decode(benchmark::State& state) {
+  const int64_t context = state.range(0), batch = state.range(1);
+  const bool bf16 = state.range(2) != 0;
+  const int64_t heads = 32, kv_heads = 8, d = 128;
+  MeasureMachineLimits();
+  std::vector<Inputs> seqs;
+  for (int64_t b = 0; b < batch; ++b)
+    seqs.push_back(MakeInputs(1, context, heads, kv_heads, d, bf16));
+  std::vector<float> out(static_cast<size_t>(heads * d));
+  AttentionEngine engine;
+  AttentionStats stats;
+  const auto start = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    for (Inputs& in : seqs) {
+      if (!engine.Compute(in.qv, in.kv, in.vv, {}, {}, absl::MakeSpan(out), {}, &stats).ok()) {
+        state.SkipWithError("compute failed");
+        return;
+      }
+    }
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double kv_bytes = 2.0 * context * kv_heads * d * (bf16 ? 2 : 4) * batch;
+  const double bytes_per_s = kv_bytes * state.iterations() / seconds;
+  const double bandwidth = MeasureMachineLimits().read_bytes_per_second;
+  state.counters["KV_GBs"] = bytes_per_s / 1e9;
+  state.counters["read_bw_GBs"] = bandwidth / 1e9;
+  state.counters["ratio"] = bytes_per_s / bandwidth;
+  state.SetLabel(stats.engine);
+}
+
+BENCHMARK(BM_CausalPrefill)
+    ->ArgNames({"n", "heads", "kv_heads", "d", "bf16"})
+    ->Args({2048, 8, 8, 128, 0})
+    ->Args({2048, 8, 8, 128, 1})
+    ->Args({2048, 32, 8, 128, 0})
+    ->Args({2048, 8, 8, 64, 0})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+BENCHMARK(BM_Decode)
+    ->ArgNames({"context", "batch", "bf16"})
+    ->Args({4096, 1, 0})
+    ->Args({4096, 1, 1})
+    ->Args({16384, 1, 0})
+    ->Args({4096, 8, 0})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+}  // namespace
+}  // namespace attend::bench
+
+BENCHMARK_MAIN();

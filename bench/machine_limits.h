@@ -1,0 +1,23 @@
+// This machine's own limits, measured in the same process as a benchmark so that results can be
+// reported as ratios: oneDNN f32 (and bf16 where supported) matmul throughput and streaming read
+// bandwidth. The machine is shared and noisy; each figure is the best of several runs.
+#ifndef ATTEND_BENCH_MACHINE_LIMITS_H_
+#define ATTEND_BENCH_MACHINE_LIMITS_H_
+
+#include <string>
+
+namespace attend::bench {
+
+struct MachineLimits {
+  double matmul_f32_flops = 0;   // FLOP/s, 1024^3 oneDNN matmul, all threads
+  double matmul_bf16_flops = 0;  // 0 when oneDNN has no bf16 matmul on this CPU
+  double read_bytes_per_second = 0;
+  std::string cpu_isa;
+};
+
+// Measures once per process (about a second) and caches the result.
+const MachineLimits& MeasureMachineLimits();
+
+}  // namespace attend::bench
+
+#endif  // ATTEND_BENCH_MACHINE_LIMITS_H_
