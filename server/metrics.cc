@@ -123,7 +123,7 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                      .Add({});
   flops_ = &prometheus::BuildCounter()
                 .Name("attend_attention_flops_total")
-                .Help("Useful attention FLOPs computed (4 x head_dim per attended pair)")
+                .Help("Useful attention FLOPs: 2 x (head_dim + head_dim_v) per attended pair")
                 .Register(*registry_);
   pairs_ = &prometheus::BuildCounter()
                 .Name("attend_attention_pairs_total")

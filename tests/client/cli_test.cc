@@ -13,18 +13,8 @@
 namespace attend {
 namespace {
 
-class CliTest : public ::testing::Test {
+class CliTest : public ::attend::testing::ServerSuite {
  protected:
-  static void SetUpTestSuite() {
-    auto started = server::AttendServer::Start(::attend::testing::SmallServerOptions());
-    ASSERT_TRUE(started.ok()) << started.status();
-    server_ = started->release();
-  }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
-
   int Run(std::vector<std::string> tokens) {
     tokens.insert(tokens.begin(), {"--target", absl::StrCat("127.0.0.1:", server_->port())});
     out_.str("");
@@ -32,11 +22,8 @@ class CliTest : public ::testing::Test {
     return cli::RunCli(tokens, out_, err_);
   }
 
-  static server::AttendServer* server_;
   std::ostringstream out_, err_;
 };
-
-server::AttendServer* CliTest::server_ = nullptr;
 
 TEST_F(CliTest, HealthReportsServing) {
   EXPECT_EQ(Run({"health"}), cli::kExitOk) << err_.str();

@@ -19,17 +19,8 @@ using ::attend::testing::F32Data;
 using ::attend::testing::Filled;
 using ::attend::testing::Values;
 
-class AttentionServiceTest : public ::testing::Test {
+class AttentionServiceTest : public ::attend::testing::ServerSuite {
  protected:
-  static void SetUpTestSuite() {
-    auto started = server::AttendServer::Start(::attend::testing::SmallServerOptions());
-    ASSERT_TRUE(started.ok()) << started.status();
-    server_ = started->release();
-  }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
   void SetUp() override {
     channel_ = ::attend::testing::ChannelTo(*server_);
     stub_ = v1::Attention::NewStub(channel_);
@@ -73,12 +64,9 @@ class AttentionServiceTest : public ::testing::Test {
     return request;
   }
 
-  static server::AttendServer* server_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Attention::Stub> stub_;
 };
-
-server::AttendServer* AttentionServiceTest::server_ = nullptr;
 
 // The lessons' "it" example as a hand call: values in, values out.
 TEST_F(AttentionServiceTest, AttendReproducesTheItExample) {

@@ -63,6 +63,21 @@ inline v1::Tensor F32Data(std::vector<int64_t> shape, const std::vector<float>& 
   return t;
 }
 
+// A test suite sharing one small server (started before its first test, stopped after its last).
+class ServerSuite : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto started = server::AttendServer::Start(SmallServerOptions());
+    ASSERT_TRUE(started.ok()) << started.status();
+    server_ = started->release();
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  inline static server::AttendServer* server_ = nullptr;
+};
+
 // GET http://127.0.0.1:<port>/metrics; empty on failure.
 inline std::string ScrapeMetrics(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
