@@ -6,13 +6,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "attend/v1/kv_cache.grpc.pb.h"
-#include "attend/v1/planner.grpc.pb.h"
 #include "core/attention_engine.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "prometheus/exposer.h"
 #include "server/attention_service.h"
 #include "server/metrics.h"
+#include "server/planner_service.h"
 #include "server/worker_pool.h"
 
 namespace attend::server {
@@ -31,7 +31,9 @@ struct AttendServer::Parts {
   // Registered so that clients and reflection see the whole API; their handlers answer
   // UNIMPLEMENTED until they are built.
   std::unique_ptr<v1::KvCache::CallbackService> kv_cache;
-  std::unique_ptr<v1::Planner::CallbackService> planner;
+  // Also owns the background measurement of the "local" hardware profile (joined when the
+  // service is destroyed, after the gRPC server).
+  std::unique_ptr<PlannerService> planner;
   std::unique_ptr<grpc::Server> server;
   std::once_flag shut_down;
 };
@@ -73,7 +75,9 @@ absl::StatusOr<std::unique_ptr<AttendServer>> AttendServer::Start(const ServerOp
   p.attention = std::make_unique<AttentionService>(options.limits, p.engine.get(), p.pool.get(),
                                                    p.metrics.get());
   p.kv_cache = std::make_unique<v1::KvCache::CallbackService>();
-  p.planner = std::make_unique<v1::Planner::CallbackService>();
+  // Starts measuring this machine (the "local" cost profile) on its own thread shortly after,
+  // so that neither start-up nor health waits for it.
+  p.planner = std::make_unique<PlannerService>(p.pool.get(), p.metrics.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

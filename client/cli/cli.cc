@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -47,7 +48,8 @@ std::string CommandHelp(const Command& c) {
 }  // namespace
 
 int RunCli(const std::vector<std::string>& tokens, std::ostream& out, std::ostream& err) {
-  const std::vector<Command> commands = AttentionCommands();
+  std::vector<Command> commands = AttentionCommands();
+  for (Command& c : PlannerCommands()) commands.push_back(std::move(c));
   const std::vector<FlagSpec> globals = GlobalFlags();
 
   // The command is the first token that is neither a flag nor a global flag's value.

@@ -3,6 +3,7 @@
 #ifndef ATTEND_CLIENT_CLI_COMMAND_H_
 #define ATTEND_CLIENT_CLI_COMMAND_H_
 
+#include <cstdint>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -10,6 +11,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "client/cli/args.h"
 #include "client/connection.h"
 
@@ -55,6 +58,15 @@ int UsageError(Context& context, const absl::Status& status);
 
 // Commands of the Attention service and health.
 std::vector<Command> AttentionCommands();
+// Commands of the Planner service: models, model, plan, cost.
+std::vector<Command> PlannerCommands();
+
+// A byte count for flags such as --budget: a non-negative number ("1e9", "1.5") with an optional
+// unit, binary ("KiB", "MiB", "GiB", "TiB", "PiB": powers of 2^10) or decimal ("B", "kB"/"KB",
+// "MB", "GB", "TB", "PB": powers of 10^3), case-insensitive, optionally after a space; rounded
+// to whole bytes. INVALID_ARGUMENT naming `flag` for anything else (a bare "G" is refused as
+// ambiguous) or a value over INT64_MAX.
+absl::StatusOr<int64_t> ParseByteSize(absl::string_view text, absl::string_view flag);
 
 }  // namespace attend::cli
 

@@ -169,16 +169,17 @@ absl::StatusOr<BudgetPlan> PlanBudget(const ModelSpec& m, const KvPlanRequest& r
   b.context_unbounded = all_windowed && b.max_context_tokens == kMaxContextTokens;
 
   const std::string what = absl::StrCat(Sequences(batch), " of ", FormatCount(context), " tokens");
+  const char* const verb = batch == 1 ? " needs " : " need ";
   const std::string longest =
       b.context_unbounded ? "any context"
                           : absl::StrCat("up to ", FormatCount(b.max_context_tokens), " tokens");
   if (b.fits) {
-    absl::StrAppend(&words, what, " need ", Bytes(need), " of the ", Bytes(b.available_bytes),
+    absl::StrAppend(&words, what, verb, Bytes(need), " of the ", Bytes(b.available_bytes),
                     " available: it fits, with ", Bytes(b.available_bytes - need),
                     " to spare. At most ", Sequences(b.max_sequences), " of ", FormatCount(context),
                     " tokens fit, or ", Sequences(batch), " of ", longest, ".");
   } else if (b.max_sequences >= 1) {
-    absl::StrAppend(&words, what, " need ", Bytes(need), " but only ", Bytes(b.available_bytes),
+    absl::StrAppend(&words, what, verb, Bytes(need), " but only ", Bytes(b.available_bytes),
                     " is available: it does not fit. ", Sequences(b.max_sequences), " of ",
                     FormatCount(context), " tokens fit, or ", Sequences(batch), " of ", longest,
                     ".");

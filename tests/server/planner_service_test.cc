@@ -1,0 +1,954 @@
+// attend.v1.Planner through a real channel: the lessons' numbers through the API, import of a
+// real config.json and of a GGUF header built here, every kind of bad input (with the code and
+// the field named), the request bounds, and the background measurement of the "local" profile.
+#include "server/planner_service.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "attend/v1/planner.grpc.pb.h"
+#include "core/planner/catalog.h"
+#include "core/planner/hardware.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "tests/server/server_fixture.h"
+#include "tests/test_util.h"
+
+namespace attend {
+namespace {
+
+using ::google::protobuf::util::MessageDifferencer;
+
+constexpr int64_t kKiB = 1024;
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+// The published config.json of meta-llama/Meta-Llama-3-8B, as on its Hugging Face page.
+constexpr char kLlama3_8BConfig[] = R"({
+  "architectures": [
+    "LlamaForCausalLM"
+  ],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "bos_token_id": 128000,
+  "eos_token_id": 128001,
+  "hidden_act": "silu",
+  "hidden_size": 4096,
+  "initializer_range": 0.02,
+  "intermediate_size": 14336,
+  "max_position_embeddings": 8192,
+  "model_type": "llama",
+  "num_attention_heads": 32,
+  "num_hidden_layers": 32,
+  "num_key_value_heads": 8,
+  "pretraining_tp": 1,
+  "rms_norm_eps": 1e-05,
+  "rope_scaling": null,
+  "rope_theta": 500000.0,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.40.0.dev0",
+  "use_cache": true,
+  "vocab_size": 128256
+}
+)";
+
+// A GGUF v3 header (format: "GGUF", u32 version, u64 tensor_count, u64 kv_count, then key/values
+// of u64-length key, u32 type, value) with the lessons' tiny model as llama.cpp would write it.
+class Gguf {
+ public:
+  Gguf& U32(const std::string& key, uint32_t v) {
+    Key(key, 4);  // GGUF_TYPE_UINT32
+    Put(&body_, v);
+    return *this;
+  }
+  Gguf& Str(const std::string& key, const std::string& v) {
+    Key(key, 8);  // GGUF_TYPE_STRING
+    PutString(&body_, v);
+    return *this;
+  }
+  // A key whose value is `raw` bytes (type included), for hostile input.
+  Gguf& Raw(const std::string& key, const std::string& raw) {
+    PutString(&body_, key);
+    body_ += raw;
+    ++count_;
+    return *this;
+  }
+  std::string Build() const {
+    std::string out = "GGUF";
+    Put(&out, uint32_t{3});
+    Put(&out, uint64_t{35});  // tensor infos follow the metadata; they are not read
+    Put(&out, count_);
+    return out + body_;
+  }
+
+  template <typename T>
+  static void Put(std::string* out, T value) {
+    char bytes[sizeof(T)];
+    std::memcpy(bytes, &value, sizeof(T));
+    out->append(bytes, sizeof(T));
+  }
+  static void PutString(std::string* out, const std::string& s) {
+    Put(out, static_cast<uint64_t>(s.size()));
+    out->append(s);
+  }
+
+ private:
+  void Key(const std::string& key, uint32_t type) {
+    PutString(&body_, key);
+    Put(&body_, type);
+    ++count_;
+  }
+
+  std::string body_;
+  uint64_t count_ = 0;
+};
+
+Gguf TinyGguf() {
+  Gguf g;
+  g.Str("general.architecture", "llama")
+      .Str("general.name", "Tiny Lesson Model")
+      .U32("llama.block_count", 4)
+      .U32("llama.context_length", 4096)
+      .U32("llama.embedding_length", 256)
+      .U32("llama.feed_forward_length", 768)
+      .U32("llama.attention.head_count", 8)
+      .U32("llama.attention.head_count_kv", 2)
+      .U32("llama.vocab_size", 32000)
+      .U32("general.file_type", 1);  // LLAMA_FTYPE_MOSTLY_F16
+  return g;
+}
+
+// Expects the shape-bearing fields of two specs to agree (names and sources may differ).
+void ExpectSameShape(const v1::ModelSpec& actual, const v1::ModelSpec& expected) {
+  v1::ModelSpec a = actual, e = expected;
+  for (v1::ModelSpec* m : {&a, &e}) {
+    m->clear_name();
+    m->clear_display_name();
+    m->clear_source();
+    m->clear_parameters_source();
+  }
+  EXPECT_TRUE(MessageDifferencer::Equals(a, e)) << "actual:\n"
+                                                << a.DebugString() << "expected:\n"
+                                                << e.DebugString();
+}
+
+class PlannerServiceTest : public ::attend::testing::ServerSuite {
+ protected:
+  void SetUp() override { stub_ = v1::Planner::NewStub(::attend::testing::ChannelTo(*server_)); }
+  // Every test ends by proving the server still answers.
+  void TearDown() override {
+    v1::ListModelsResponse response;
+    grpc::ClientContext context;
+    EXPECT_TRUE(stub_->ListModels(&context, v1::ListModelsRequest(), &response).ok())
+        << "server stopped serving";
+  }
+
+  v1::ModelSpec Model(const std::string& name) {
+    v1::GetModelRequest request;
+    request.set_name(name);
+    v1::ModelSpec spec;
+    grpc::ClientContext context;
+    const grpc::Status status = stub_->GetModel(&context, request, &spec);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return spec;
+  }
+  grpc::Status Plan(const v1::PlanKvCacheRequest& request, v1::PlanKvCacheResponse* response) {
+    grpc::ClientContext context;
+    return stub_->PlanKvCache(&context, request, response);
+  }
+  v1::PlanKvCacheResponse PlanOk(const v1::PlanKvCacheRequest& request) {
+    v1::PlanKvCacheResponse response;
+    const grpc::Status status = Plan(request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response;
+  }
+  grpc::Status Cost(const v1::EstimateCostRequest& request, v1::EstimateCostResponse* response) {
+    grpc::ClientContext context;
+    return stub_->EstimateCost(&context, request, response);
+  }
+  grpc::Status Import(const v1::ImportModelRequest& request, v1::ModelSpec* response) {
+    grpc::ClientContext context;
+    return stub_->ImportModel(&context, request, response);
+  }
+
+  static v1::PlanKvCacheRequest PlanOf(const std::string& model, int64_t context, int64_t batch = 0,
+                                       v1::KvDType dtype = v1::KV_FLOAT16) {
+    v1::PlanKvCacheRequest request;
+    request.mutable_model()->set_name(model);
+    request.set_context_tokens(context);
+    request.set_batch(batch);
+    request.set_kv_dtype(dtype);
+    return request;
+  }
+  // The lessons' Example 12 shape: Llama 3 8B's layers and heads with P = 8e9, on an H100.
+  static v1::EstimateCostRequest LessonCost(int64_t prompt) {
+    v1::EstimateCostRequest request;
+    request.mutable_model()->set_name("llama-3-8b");
+    request.set_prompt_tokens(prompt);
+    request.set_parameters(8'000'000'000);
+    request.set_profile("h100");
+    return request;
+  }
+
+  template <typename Status>
+  static void ExpectError(const Status& status, grpc::StatusCode code,
+                          const std::vector<std::string>& substrings) {
+    EXPECT_EQ(status.error_code(), code) << status.error_message();
+    for (const std::string& s : substrings) {
+      EXPECT_NE(status.error_message().find(s), std::string::npos)
+          << "\"" << status.error_message() << "\" lacks \"" << s << "\"";
+    }
+  }
+
+  std::unique_ptr<v1::Planner::Stub> stub_;
+};
+
+// --- ListModels / GetModel ----------------------------------------------------------------------
+
+TEST_F(PlannerServiceTest, ListModelsReturnsEveryPresetWithItsSource) {
+  v1::ListModelsResponse response;
+  grpc::ClientContext context;
+  ASSERT_TRUE(stub_->ListModels(&context, v1::ListModelsRequest(), &response).ok());
+  ASSERT_EQ(response.models_size(), static_cast<int>(planner::Catalog().size()));
+  std::vector<std::string> names;
+  for (const v1::ModelSpec& m : response.models()) {
+    names.push_back(m.name());
+    EXPECT_FALSE(m.source().empty()) << m.name();
+    EXPECT_FALSE(m.display_name().empty()) << m.name();
+  }
+  for (const char* expected : {"tiny", "llama-3-8b", "llama-3-70b", "mistral-7b", "qwen2-0.5b"}) {
+    EXPECT_NE(std::find(names.begin(), names.end(), expected), names.end()) << expected;
+  }
+  // Llama 3 8B as its config.json and model page publish it.
+  const v1::ModelSpec& m = response.models(
+      static_cast<int>(std::find(names.begin(), names.end(), "llama-3-8b") - names.begin()));
+  EXPECT_EQ(m.display_name(), "Llama 3 8B");
+  EXPECT_EQ(m.layers(), 32);
+  EXPECT_EQ(m.n_head(), 32);
+  EXPECT_EQ(m.n_head_kv(), 8);
+  EXPECT_EQ(m.head_dim(), 128);
+  EXPECT_EQ(m.head_dim_v(), 128);
+  EXPECT_EQ(m.d_model(), 4096);
+  EXPECT_EQ(m.vocab_size(), 128256);
+  EXPECT_EQ(m.intermediate_size(), 14336);
+  EXPECT_EQ(m.parameters(), 8030261248);
+  EXPECT_EQ(m.active_parameters(), 8030261248);
+  EXPECT_EQ(m.max_context_tokens(), 8192);
+  EXPECT_EQ(m.weights_dtype(), "bfloat16");
+  EXPECT_EQ(m.architecture(), "llama");
+  EXPECT_EQ(m.layer_specs_size(), 0);
+}
+
+// Every field survives proto -> core -> proto: the conversions miss nothing.
+TEST_F(PlannerServiceTest, ModelConversionRoundTripsEveryPreset) {
+  for (const planner::ModelSpec& preset : planner::Catalog()) {
+    v1::ModelSpec proto;
+    server::ModelToProto(preset, &proto);
+    absl::StatusOr<planner::ModelSpec> back = server::ModelFromProto(proto);
+    ASSERT_OK(back);
+    v1::ModelSpec again;
+    server::ModelToProto(*back, &again);
+    EXPECT_TRUE(MessageDifferencer::Equals(proto, again)) << preset.name;
+    EXPECT_EQ(back->layer_specs.size(), preset.layer_specs.size()) << preset.name;
+    EXPECT_EQ(back->parameters_source, preset.parameters_source) << preset.name;
+  }
+  for (int v = 1; v <= 7; ++v) {
+    absl::StatusOr<planner::KvDType> d = server::KvDTypeFromProto(v, "kv_dtype");
+    ASSERT_OK(d);
+    EXPECT_EQ(server::KvDTypeToProto(*d), v);
+  }
+  EXPECT_EQ(*server::KvDTypeFromProto(0, "kv_dtype"), planner::KvDType::kFloat16);
+}
+
+TEST_F(PlannerServiceTest, GetModelIsCaseInsensitiveAndMatchesTheList) {
+  const v1::ModelSpec by_name = Model("Llama-3-70B");
+  EXPECT_EQ(by_name.name(), "llama-3-70b");
+  EXPECT_EQ(by_name.layers(), 80);
+  EXPECT_EQ(by_name.n_head(), 64);
+  EXPECT_EQ(by_name.n_head_kv(), 8);
+  v1::ListModelsResponse list;
+  grpc::ClientContext context;
+  ASSERT_TRUE(stub_->ListModels(&context, v1::ListModelsRequest(), &list).ok());
+  for (const v1::ModelSpec& m : list.models()) {
+    if (m.name() == "llama-3-70b") {
+      EXPECT_TRUE(MessageDifferencer::Equals(m, by_name));
+    }
+  }
+  // Gemma 2 alternates sliding-window (even) and global (odd) layers.
+  const v1::ModelSpec gemma = Model("gemma-2-9b");
+  ASSERT_EQ(gemma.layer_specs_size(), gemma.layers());
+  EXPECT_EQ(gemma.layer_specs(0).window_tokens(), 4096);
+  EXPECT_EQ(gemma.layer_specs(1).window_tokens(), 0);
+}
+
+TEST_F(PlannerServiceTest, GetModelRejectsUnknownAndEmptyNames) {
+  v1::GetModelRequest request;
+  v1::ModelSpec response;
+  request.set_name("no-such-model");
+  {
+    grpc::ClientContext context;
+    ExpectError(stub_->GetModel(&context, request, &response), grpc::StatusCode::NOT_FOUND,
+                {"name: ", "'no-such-model'", "known models", "tiny", "llama-3-8b"});
+  }
+  request.set_name("");
+  {
+    grpc::ClientContext context;
+    ExpectError(stub_->GetModel(&context, request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+                {"name: empty", "llama-3-8b"});
+  }
+  // Hostile names are quoted and cut, never echoed raw.
+  request.set_name(std::string(5000, 'x') + "\n\x01");
+  {
+    grpc::ClientContext context;
+    const grpc::Status status = stub_->GetModel(&context, request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_LT(status.error_message().size(), 1000u);
+    EXPECT_EQ(status.error_message().find('\n'), std::string::npos);
+  }
+}
+
+// --- PlanKvCache --------------------------------------------------------------------------------
+
+// Lesson 3, Example 10: "tiny model, 4096 tokens: 4,194,304 bytes = 4.00 MiB of KV cache",
+// 2 x 4 layers x 2 KV heads x 32 x 2 bytes = 1,024 bytes per token.
+TEST_F(PlannerServiceTest, PlanReproducesTheTinyModelOfTheLesson) {
+  const v1::PlanKvCacheResponse p = PlanOk(PlanOf("tiny", 4096));
+  EXPECT_EQ(p.bytes_per_sequence(), 4194304);
+  EXPECT_EQ(p.bytes_per_token(), 1024);
+  EXPECT_EQ(p.total_bytes(), 4194304);
+  EXPECT_DOUBLE_EQ(p.bytes_per_value(), 2.0);
+  EXPECT_EQ(p.kv_dtype(), v1::KV_FLOAT16);
+  EXPECT_EQ(p.context_tokens(), 4096);
+  EXPECT_EQ(p.batch(), 1);
+  EXPECT_EQ(p.model().name(), "tiny");
+  EXPECT_FALSE(p.has_paged());
+  EXPECT_FALSE(p.has_budget());
+}
+
+// Lesson 3, Example 10: Llama 3 8B, 8 KV heads: 131,072 bytes per token, 1.00 GiB at 8,192
+// tokens; 32 KV heads (multi-head) would be 524,288 and 4.00 GiB.
+TEST_F(PlannerServiceTest, PlanReproducesLlama3EightB) {
+  const v1::PlanKvCacheResponse p = PlanOk(PlanOf("llama-3-8b", 8192));
+  EXPECT_EQ(p.bytes_per_token(), 131072);
+  EXPECT_EQ(p.bytes_per_token(), 2 * 32 * 8 * 128 * 2);
+  EXPECT_EQ(p.bytes_per_sequence(), 1 * kGiB);
+  EXPECT_EQ(p.full_attention_bytes_per_token(), 131072);
+  // Context 0 means the model's maximum (8,192).
+  const v1::PlanKvCacheResponse by_default = PlanOk(PlanOf("llama-3-8b", 0));
+  EXPECT_EQ(by_default.context_tokens(), 8192);
+  EXPECT_EQ(by_default.bytes_per_sequence(), 1 * kGiB);
+
+  // The same shape given inline, with 32 KV heads.
+  v1::PlanKvCacheRequest request;
+  *request.mutable_model()->mutable_spec() = Model("llama-3-8b");
+  request.mutable_model()->mutable_spec()->set_n_head_kv(32);
+  request.set_context_tokens(8192);
+  const v1::PlanKvCacheResponse mha = PlanOk(request);
+  EXPECT_EQ(mha.bytes_per_token(), 524288);
+  EXPECT_EQ(mha.bytes_per_sequence(), 4 * kGiB);
+}
+
+// Lesson 3, Example 11: 32 layers x 32 heads x 128, f16, 32,768 tokens:
+//   MHA 32 KV heads, group 1, 512 KiB/token, 16.00 GiB; GQA 8, 4, 128, 4.00; MQA 1, 32, 16, 0.50.
+TEST_F(PlannerServiceTest, PlanGivesTheLessonVariantsTable) {
+  const v1::PlanKvCacheResponse p = PlanOk(PlanOf("llama-3-8b", 32768));
+  ASSERT_EQ(p.variants_size(), 3);
+  const struct {
+    const char* variant;
+    int kv, group;
+    int64_t kib_per_token;
+    const char* gib;
+    bool is_model;
+  } expected[] = {{"MHA", 32, 1, 512, "16.00", false},
+                  {"GQA", 8, 4, 128, "4.00", true},
+                  {"MQA", 1, 32, 16, "0.50", false}};
+  for (int i = 0; i < 3; ++i) {
+    const v1::VariantRow& row = p.variants(i);
+    SCOPED_TRACE(expected[i].variant);
+    EXPECT_EQ(row.variant(), expected[i].variant);
+    EXPECT_EQ(row.n_head_kv(), expected[i].kv);
+    EXPECT_EQ(row.group_size(), expected[i].group);
+    EXPECT_EQ(row.bytes_per_token(), expected[i].kib_per_token * kKiB);
+    EXPECT_EQ(absl::StrFormat("%.2f", static_cast<double>(row.bytes_per_sequence()) / kGiB),
+              expected[i].gib);
+    EXPECT_EQ(row.is_model(), expected[i].is_model);
+  }
+}
+
+// Bytes per value: 4, 2, 2, 1, 1, and whole 32-value blocks of 34 (q8_0) and 18 (q4_0) bytes,
+// so a 128-value head row is 4 blocks: 136 and 72 bytes.
+TEST_F(PlannerServiceTest, PlanSizesEveryKvType) {
+  const struct {
+    v1::KvDType dtype;
+    int64_t row_bytes;  // one 128-value head row
+    double bytes_per_value;
+  } cases[] = {{v1::KV_FLOAT32, 512, 4.0},  {v1::KV_FLOAT16, 256, 2.0},
+               {v1::KV_BFLOAT16, 256, 2.0}, {v1::KV_FP8, 128, 1.0},
+               {v1::KV_INT8, 128, 1.0},     {v1::KV_Q8_0, 136, 34.0 / 32},
+               {v1::KV_Q4_0, 72, 18.0 / 32}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(v1::KvDType_Name(c.dtype));
+    const v1::PlanKvCacheResponse p = PlanOk(PlanOf("llama-3-8b", 1000, 3, c.dtype));
+    EXPECT_EQ(p.kv_dtype(), c.dtype);
+    EXPECT_DOUBLE_EQ(p.bytes_per_value(), c.bytes_per_value);
+    // K and V rows x 32 layers x 8 KV heads.
+    EXPECT_EQ(p.bytes_per_token(), 2 * 32 * 8 * c.row_bytes);
+    EXPECT_EQ(p.total_bytes(), 3 * 1000 * p.bytes_per_token());
+  }
+}
+
+// Paged allocation rounds each sequence up to whole blocks: 4,001 tokens in 16-token blocks is
+// 251 blocks = 4,016 tokens of 1,024 bytes, 15 tokens (15,360 bytes) unused per sequence.
+TEST_F(PlannerServiceTest, PlanRoundsPagedBlocks) {
+  v1::PlanKvCacheRequest request = PlanOf("tiny", 4001, 2);
+  request.set_block_tokens(16);
+  const v1::PlanKvCacheResponse p = PlanOk(request);
+  ASSERT_TRUE(p.has_paged());
+  EXPECT_EQ(p.paged().block_tokens(), 16);
+  EXPECT_EQ(p.paged().blocks_per_sequence(), 251);
+  EXPECT_EQ(p.paged().allocated_bytes_per_sequence(), 251 * 16 * 1024);
+  EXPECT_EQ(p.paged().allocated_bytes(), 2 * 251 * 16 * 1024);
+  EXPECT_EQ(p.paged().waste_bytes(), 2 * 15 * 1024);
+}
+
+// "Llama 3 70B, 32k context, 16 users, fp8 KV: does it fit in 80 GiB?" 2 x 80 layers x 8 KV
+// heads x 128 x 1 byte = 163,840 bytes per token; x 32,768 = 5 GiB per sequence; x 16 = 80 GiB:
+// exactly. One sequence could hold 80 GiB / 163,840 = 524,288 tokens.
+TEST_F(PlannerServiceTest, PlanAnswersTheBudgetQuestion) {
+  v1::PlanKvCacheRequest request = PlanOf("llama-3-70b", 32768, 16, v1::KV_FP8);
+  request.set_memory_budget_bytes(80 * kGiB);
+  const v1::PlanKvCacheResponse p = PlanOk(request);
+  EXPECT_EQ(p.bytes_per_token(), 163840);
+  EXPECT_EQ(p.bytes_per_sequence(), 5 * kGiB);
+  EXPECT_EQ(p.total_bytes(), 80 * kGiB);
+  ASSERT_TRUE(p.has_budget());
+  const v1::BudgetPlan& b = p.budget();
+  EXPECT_EQ(b.budget_bytes(), 80 * kGiB);
+  EXPECT_EQ(b.weights_bytes(), 0);
+  EXPECT_EQ(b.available_bytes(), 80 * kGiB);
+  EXPECT_TRUE(b.fits());
+  EXPECT_EQ(b.max_sequences(), 16);
+  EXPECT_EQ(b.max_context_tokens(), 32768);
+  EXPECT_EQ(b.max_context_tokens_one_sequence(), 524288);
+  EXPECT_FALSE(b.context_unbounded());
+  EXPECT_NE(b.explanation().find("16 sequences of 32,768 tokens need 80.00 GiB"), std::string::npos)
+      << b.explanation();
+  EXPECT_NE(b.explanation().find("it fits"), std::string::npos) << b.explanation();
+
+  // With the bf16 weights (2 bytes x 70,553,706,496 parameters = 141 GB) nothing fits.
+  request.set_subtract_weights(true);
+  const v1::PlanKvCacheResponse w = PlanOk(request);
+  EXPECT_EQ(w.budget().weights_bytes(), 2 * int64_t{70553706496});
+  EXPECT_EQ(w.budget().available_bytes(), 80 * kGiB - 2 * int64_t{70553706496});
+  EXPECT_FALSE(w.budget().fits());
+  EXPECT_EQ(w.budget().max_sequences(), 0);
+  EXPECT_NE(w.budget().explanation().find("weights alone exceed the budget"), std::string::npos)
+      << w.budget().explanation();
+
+  // Llama 3 8B in 80 GB (decimal) after its bf16 weights (16,060,522,496 bytes): 63,939,477,504
+  // bytes left, 59 sequences of 8,192 tokens (1 GiB each).
+  v1::PlanKvCacheRequest small = PlanOf("llama-3-8b", 8192);
+  small.set_memory_budget_bytes(80'000'000'000);
+  small.set_subtract_weights(true);
+  const v1::PlanKvCacheResponse s = PlanOk(small);
+  EXPECT_EQ(s.budget().weights_bytes(), 16060522496);
+  EXPECT_EQ(s.budget().available_bytes(), 63939477504);
+  EXPECT_EQ(s.budget().max_sequences(), 59);
+  EXPECT_NE(s.budget().explanation().find("1 sequence of 8,192 tokens needs 1.00 GiB"),
+            std::string::npos)
+      << s.budget().explanation();
+  // Explicit weight bytes win over parameters x type.
+  small.set_weights_bytes(1'000'000'000);
+  EXPECT_EQ(PlanOk(small).budget().available_bytes(), 79'000'000'000);
+}
+
+// Sliding windows: Mistral 7B v0.1 keeps 4,096 tokens on every layer, so its cache stops at
+// 4,096 x 131,072 bytes = 512 MiB; Gemma 2 9B's 21 windowed layers stop at 4,096 while its 21
+// global layers keep growing (8,192 bytes per layer per token).
+TEST_F(PlannerServiceTest, PlanFlattensAtSlidingWindows) {
+  v1::PlanKvCacheRequest request = PlanOf("mistral-7b", 32768);
+  request.set_memory_budget_bytes(1 * kGiB);
+  const v1::PlanKvCacheResponse m = PlanOk(request);
+  EXPECT_EQ(m.bytes_per_token(), 131072);
+  EXPECT_EQ(m.full_attention_bytes_per_token(), 0);
+  EXPECT_EQ(m.bytes_per_sequence(), 4096 * int64_t{131072});
+  EXPECT_TRUE(m.budget().context_unbounded());
+  EXPECT_EQ(m.budget().max_sequences(), 2);
+
+  const v1::PlanKvCacheResponse g = PlanOk(PlanOf("gemma-2-9b", 8192));
+  EXPECT_EQ(g.bytes_per_token(), 2 * 42 * 8 * 256 * 2);
+  EXPECT_EQ(g.full_attention_bytes_per_token(), 2 * 21 * 8 * 256 * 2);
+  EXPECT_EQ(g.bytes_per_sequence(), 21 * 8192 * int64_t{4096 + 8192});
+}
+
+TEST_F(PlannerServiceTest, PlanRejectsBadInputNamingTheField) {
+  v1::PlanKvCacheResponse response;
+  ExpectError(Plan(PlanOf("no-such-model", 10), &response), grpc::StatusCode::NOT_FOUND,
+              {"model.name: ", "'no-such-model'", "llama-3-8b"});
+  ExpectError(Plan(v1::PlanKvCacheRequest(), &response), grpc::StatusCode::INVALID_ARGUMENT,
+              {"model: missing", "model.name", "model.spec"});
+  ExpectError(Plan(PlanOf("llama-3-8b", -1), &response), grpc::StatusCode::INVALID_ARGUMENT,
+              {"context_tokens: -1"});
+  ExpectError(Plan(PlanOf("llama-3-8b", 10, (int64_t{1} << 24) + 1), &response),
+              grpc::StatusCode::INVALID_ARGUMENT, {"batch: 16777217", "16777216"});
+  ExpectError(Plan(PlanOf("llama-3-8b", 10, 1, static_cast<v1::KvDType>(99)), &response),
+              grpc::StatusCode::INVALID_ARGUMENT, {"kv_dtype: 99", "KV_FLOAT16"});
+  ExpectError(Plan(PlanOf("llama-3-8b", 10, 1, static_cast<v1::KvDType>(-3)), &response),
+              grpc::StatusCode::INVALID_ARGUMENT, {"kv_dtype: -3"});
+  v1::PlanKvCacheRequest request = PlanOf("llama-3-8b", 10);
+  request.set_block_tokens(-16);
+  ExpectError(Plan(request, &response), grpc::StatusCode::INVALID_ARGUMENT, {"block_tokens: -16"});
+  request = PlanOf("llama-3-8b", 10);
+  request.set_memory_budget_bytes(-1);
+  ExpectError(Plan(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+              {"memory_budget_bytes: -1"});
+  request.set_memory_budget_bytes(kGiB);
+  request.set_subtract_weights(true);
+  request.set_weights_dtype("float12");
+  ExpectError(Plan(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+              {"weights_dtype: 'float12'"});
+  // A context of 0 needs a model that knows its maximum.
+  request = PlanOf("llama-3-8b", 0);
+  *request.mutable_model()->mutable_spec() = Model("llama-3-8b");
+  request.mutable_model()->mutable_spec()->set_max_context_tokens(0);
+  ExpectError(Plan(request, &response), grpc::StatusCode::INVALID_ARGUMENT, {"context_tokens: 0"});
+  // An answer that overflows int64 is refused, not wrapped.
+  request = PlanOf("llama-3.1-405b", int64_t{1} << 40, int64_t{1} << 24, v1::KV_FLOAT32);
+  ExpectError(Plan(request, &response), grpc::StatusCode::INVALID_ARGUMENT, {"overflows"});
+}
+
+TEST_F(PlannerServiceTest, PlanRejectsBadInlineModelsNamingTheField) {
+  v1::PlanKvCacheResponse response;
+  const auto with_spec = [&](auto edit) {
+    v1::PlanKvCacheRequest request;
+    v1::ModelSpec* spec = request.mutable_model()->mutable_spec();
+    *spec = Model("llama-3-8b");
+    edit(spec);
+    request.set_context_tokens(100);
+    return request;
+  };
+  ExpectError(Plan(with_spec([](v1::ModelSpec* m) { m->set_n_head_kv(3); }), &response),
+              grpc::StatusCode::INVALID_ARGUMENT,
+              {"model.spec.n_head_kv: 3 does not divide n_head 32"});
+  ExpectError(Plan(with_spec([](v1::ModelSpec* m) { m->set_layers(0); }), &response),
+              grpc::StatusCode::INVALID_ARGUMENT, {"model.spec.layers: 0"});
+  ExpectError(Plan(with_spec([](v1::ModelSpec* m) { m->set_head_dim(-5); }), &response),
+              grpc::StatusCode::INVALID_ARGUMENT, {"model.spec.head_dim: -5"});
+  ExpectError(Plan(with_spec([](v1::ModelSpec* m) { m->add_layer_specs(); }), &response),
+              grpc::StatusCode::INVALID_ARGUMENT, {"model.spec.layer_specs: 1 entries for 32"});
+  ExpectError(Plan(with_spec([](v1::ModelSpec* m) {
+                     for (int i = 0; i < 32; ++i) m->add_layer_specs()->set_window_tokens(-1);
+                   }),
+                   &response),
+              grpc::StatusCode::INVALID_ARGUMENT, {"model.spec.layer_specs[0].window_tokens: -1"});
+  ExpectError(Plan(with_spec([](v1::ModelSpec* m) {
+                     for (int i = 0; i < 5000; ++i) m->add_layer_specs();
+                   }),
+                   &response),
+              grpc::StatusCode::INVALID_ARGUMENT, {"model.spec.layer_specs: 5000 entries"});
+  ExpectError(Plan(with_spec([](v1::ModelSpec* m) { m->set_weights_dtype("fp64"); }), &response),
+              grpc::StatusCode::INVALID_ARGUMENT, {"model.spec.weights_dtype: 'fp64'"});
+}
+
+// --- EstimateCost -------------------------------------------------------------------------------
+
+// Lesson 3, Example 12 (32 layers x 32 heads x 128, P = 8e9):
+//       n   prefill attention   prefill weights   decode attention   decode weights
+//    1024            0.3 TFLOP         16.4 TFLOP          0.5 GFLOP        16.0 GFLOP
+//    8192           17.6 TFLOP        131.1 TFLOP          4.3 GFLOP        16.0 GFLOP
+//   32768          281.5 TFLOP        524.3 TFLOP         17.2 GFLOP        16.0 GFLOP
+//  131072         4503.6 TFLOP       2097.2 TFLOP         68.7 GFLOP        16.0 GFLOP
+TEST_F(PlannerServiceTest, CostReproducesTheLessonTable) {
+  const struct {
+    int64_t n;
+    const char *prefill_attention, *prefill_weights, *decode_attention;
+  } rows[] = {{1024, "0.3", "16.4", "0.5"},
+              {8192, "17.6", "131.1", "4.3"},
+              {32768, "281.5", "524.3", "17.2"},
+              {131072, "4503.6", "2097.2", "68.7"}};
+  for (const auto& row : rows) {
+    SCOPED_TRACE(row.n);
+    v1::EstimateCostResponse e;
+    ASSERT_TRUE(Cost(LessonCost(row.n), &e).ok());
+    EXPECT_EQ(absl::StrFormat("%.1f", e.prefill().attention_flops() / 1e12), row.prefill_attention);
+    EXPECT_EQ(absl::StrFormat("%.1f", e.prefill().weight_flops() / 1e12), row.prefill_weights);
+    EXPECT_EQ(absl::StrFormat("%.1f", e.decode().attention_flops() / 1e9), row.decode_attention);
+    EXPECT_EQ(absl::StrFormat("%.1f", e.decode().weight_flops() / 1e9), "16.0");
+    // 4 x 128 x 32 heads x 32 layers per pair, n(n+1)/2 pairs.
+    const double n = static_cast<double>(row.n);
+    EXPECT_DOUBLE_EQ(e.prefill().attention_flops(), 4.0 * 128 * 32 * 32 * n * (n + 1) / 2);
+    EXPECT_DOUBLE_EQ(e.decode().attention_flops(), 4.0 * 128 * 32 * 32 * n);
+  }
+}
+
+// The roofline on an H100 SXM (989.5 TFLOP/s bf16 dense, 3.35 TB/s) for an 8,192-token prompt:
+// a prefill reads the bf16 weights once (16e9 bytes) and writes 1 GiB of cache; a decode step
+// reads both. Attention overtakes the weights where 524,288 x n(n+1)/2 > 2 x 8e9 x n, i.e. from
+// n = 61,035; for a decode step where 524,288 x n > 16e9, i.e. from n = 30,518.
+TEST_F(PlannerServiceTest, CostGivesTheRooflineAndCrossover) {
+  v1::EstimateCostRequest request = LessonCost(8192);
+  request.set_price_per_hour_usd(2.5);
+  v1::EstimateCostResponse e;
+  ASSERT_TRUE(Cost(request, &e).ok());
+  EXPECT_EQ(e.hardware().name(), "h100");
+  EXPECT_EQ(e.peak_flops(), 989.5e12);
+  EXPECT_EQ(e.compute_dtype(), "bfloat16");
+  EXPECT_EQ(e.parameters(), 8'000'000'000);
+  EXPECT_EQ(e.prompt_tokens(), 8192);
+  EXPECT_EQ(e.context_tokens(), 8192);
+  EXPECT_EQ(e.batch(), 1);
+  EXPECT_EQ(e.model().name(), "llama-3-8b");
+
+  const double prefill_flops = 4.0 * 128 * 32 * 32 * 8192 * 8193 / 2 + 2 * 8e9 * 8192;
+  const double bytes = 16e9 + static_cast<double>(kGiB);
+  const v1::PhaseCost& p = e.prefill();
+  EXPECT_DOUBLE_EQ(p.weight_bytes(), 16e9);
+  EXPECT_DOUBLE_EQ(p.kv_bytes(), static_cast<double>(kGiB));
+  EXPECT_DOUBLE_EQ(p.bytes_moved(), bytes);
+  EXPECT_NEAR(p.arithmetic_intensity(), prefill_flops / bytes, 1e-9 * prefill_flops / bytes);
+  EXPECT_NEAR(p.compute_seconds(), prefill_flops / 989.5e12, 1e-12);
+  EXPECT_NEAR(p.memory_seconds(), bytes / 3.35e12, 1e-12);
+  EXPECT_EQ(p.bound(), "compute");
+  EXPECT_DOUBLE_EQ(p.roofline_seconds(), p.compute_seconds());
+  EXPECT_NEAR(p.tokens_per_second(), 8192 / p.roofline_seconds(), 1e-6);
+  EXPECT_NEAR(p.usd_per_million_tokens(), 2.5 / 3600 * p.roofline_seconds() / 8192 * 1e6, 1e-12);
+
+  const v1::PhaseCost& d = e.decode();
+  EXPECT_DOUBLE_EQ(d.bytes_moved(), bytes);
+  EXPECT_EQ(d.bound(), "memory");
+  EXPECT_NEAR(d.roofline_seconds(), bytes / 3.35e12, 1e-12);
+  EXPECT_NEAR(d.tokens_per_second(), 1 / d.roofline_seconds(), 1e-6);
+
+  EXPECT_EQ(e.prefill_crossover_tokens(), 61035);
+  EXPECT_EQ(e.decode_crossover_tokens(), 30518);
+}
+
+TEST_F(PlannerServiceTest, CostOnCustomHardwareAndOtherDTypes) {
+  v1::EstimateCostRequest request = LessonCost(1024);
+  v1::HardwareProfile* h = request.mutable_custom();
+  h->set_name("my-gpu");
+  h->set_peak_flops_f32(1e13);
+  h->set_memory_bandwidth_bytes_per_second(1e12);
+  request.set_compute_dtype("float32");
+  request.set_kv_dtype(v1::KV_FP8);
+  request.set_batch(4);
+  v1::EstimateCostResponse e;
+  ASSERT_TRUE(Cost(request, &e).ok());
+  EXPECT_EQ(e.hardware().name(), "my-gpu");
+  EXPECT_EQ(e.peak_flops(), 1e13);
+  EXPECT_EQ(e.compute_dtype(), "float32");
+  EXPECT_EQ(e.batch(), 4);
+  // The fp8 cache of 4 sequences of 1,024 tokens: 4 x 1,024 x 65,536 bytes.
+  EXPECT_DOUBLE_EQ(e.prefill().kv_bytes(), 4.0 * 1024 * 65536);
+  EXPECT_DOUBLE_EQ(e.prefill().weight_flops(), 4 * 2 * 8e9 * 1024);
+}
+
+TEST_F(PlannerServiceTest, CostRejectsBadInputNamingTheField) {
+  v1::EstimateCostResponse response;
+  v1::EstimateCostRequest request = LessonCost(100);
+  request.mutable_model()->set_name("no-such-model");
+  ExpectError(Cost(request, &response), grpc::StatusCode::NOT_FOUND, {"model.name: ", "tiny"});
+  request = LessonCost(100);
+  request.set_profile("tpu-v9");
+  ExpectError(Cost(request, &response), grpc::StatusCode::NOT_FOUND,
+              {"profile: ", "'tpu-v9'", "h100", "cpu-socket", "local"});
+  request = LessonCost(100);
+  request.clear_profile();
+  ExpectError(Cost(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+              {"hardware: missing", "h100", "custom"});
+  request.mutable_custom()->set_peak_flops_bf16(1e12);
+  request.mutable_custom()->set_memory_bandwidth_bytes_per_second(0);
+  ExpectError(Cost(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+              {"custom.memory_bandwidth_bytes_per_second", "> 0"});
+  request.mutable_custom()->set_memory_bandwidth_bytes_per_second(1e11);
+  request.mutable_custom()->set_peak_flops_bf16(std::numeric_limits<double>::quiet_NaN());
+  ExpectError(Cost(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+              {"custom.peak_flops_bf16"});
+  request.mutable_custom()->set_peak_flops_bf16(0);
+  ExpectError(Cost(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+              {"custom: every peak FLOP/s figure is 0"});
+  request = LessonCost(-5);
+  ExpectError(Cost(request, &response), grpc::StatusCode::INVALID_ARGUMENT, {"prompt_tokens: -5"});
+  request = LessonCost(0);
+  ExpectError(Cost(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+              {"prompt_tokens and context_tokens are both 0"});
+  request = LessonCost(100);
+  request.set_batch((int64_t{1} << 24) + 1);
+  ExpectError(Cost(request, &response), grpc::StatusCode::INVALID_ARGUMENT, {"batch: 16777217"});
+  request = LessonCost(100);
+  request.set_kv_dtype(static_cast<v1::KvDType>(8));
+  ExpectError(Cost(request, &response), grpc::StatusCode::INVALID_ARGUMENT, {"kv_dtype: 8"});
+  request = LessonCost(100);
+  request.set_compute_dtype("q4_0");
+  ExpectError(Cost(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+              {"compute_dtype: q4_0", "storage format"});
+  request = LessonCost(100);
+  request.set_price_per_hour_usd(-1);
+  ExpectError(Cost(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+              {"price_per_hour_usd: -1"});
+  request = LessonCost(100);
+  request.set_parameters(0);
+  ExpectError(Cost(request, &response), grpc::StatusCode::INVALID_ARGUMENT, {"parameters: 0"});
+  request = LessonCost(100);
+  *request.mutable_model()->mutable_spec() = Model("llama-3-8b");
+  request.mutable_model()->mutable_spec()->set_n_head(0);
+  ExpectError(Cost(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+              {"model.spec.n_head: 0"});
+}
+
+// "local" is this machine, measured once per process; every call sees the same figures.
+TEST_F(PlannerServiceTest, CostOnTheLocalProfile) {
+  v1::EstimateCostRequest request = LessonCost(1024);
+  request.set_profile("local");
+  request.set_compute_dtype("float32");
+  v1::EstimateCostResponse e;
+  const grpc::Status status = Cost(request, &e);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(e.hardware().name(), "local");
+  EXPECT_GT(e.hardware().peak_flops_f32(), 1e9);
+  EXPECT_GT(e.hardware().memory_bandwidth_bytes_per_second(), 1e8);
+  EXPECT_NE(e.hardware().note().find("measured"), std::string::npos) << e.hardware().note();
+  EXPECT_EQ(e.hardware().peak_flops_f32(), planner::LocalHardware().peak_flops_f32);
+  EXPECT_EQ(e.peak_flops(), e.hardware().peak_flops_f32());
+}
+
+// --- ImportModel --------------------------------------------------------------------------------
+
+TEST_F(PlannerServiceTest, ImportOfTheRealConfigJsonReproducesThePreset) {
+  v1::ImportModelRequest request;
+  request.set_hf_config_json(kLlama3_8BConfig);
+  request.set_name("my-llama");
+  v1::ModelSpec spec;
+  const grpc::Status status = Import(request, &spec);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(spec.name(), "my-llama");
+  EXPECT_NE(spec.source().find("config.json"), std::string::npos) << spec.source();
+  ExpectSameShape(spec, Model("llama-3-8b"));
+
+  // The imported spec plans like the preset.
+  v1::PlanKvCacheRequest plan;
+  *plan.mutable_model()->mutable_spec() = spec;
+  const v1::PlanKvCacheResponse p = PlanOk(plan);
+  EXPECT_EQ(p.context_tokens(), 8192);
+  EXPECT_EQ(p.bytes_per_token(), 131072);
+  EXPECT_EQ(p.bytes_per_sequence(), kGiB);
+}
+
+TEST_F(PlannerServiceTest, ImportOfAGgufHeaderReproducesTheTinyModel) {
+  v1::ImportModelRequest request;
+  // Trailing bytes (tensor infos and data) are not read.
+  request.set_gguf(TinyGguf().Build() + std::string(4096, '\x5a'));
+  v1::ModelSpec spec;
+  const grpc::Status status = Import(request, &spec);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(spec.name(), "tiny-lesson-model");
+  EXPECT_EQ(spec.display_name(), "Tiny Lesson Model");
+  ExpectSameShape(spec, Model("tiny"));
+
+  v1::PlanKvCacheRequest plan;
+  *plan.mutable_model()->mutable_spec() = spec;
+  EXPECT_EQ(PlanOk(plan).bytes_per_sequence(), 4194304);
+}
+
+TEST_F(PlannerServiceTest, ImportRejectsBadInputNamingTheField) {
+  v1::ModelSpec response;
+  v1::ImportModelRequest request;
+  ExpectError(Import(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+              {"source: neither hf_config_json", "gguf"});
+
+  request.set_hf_config_json(R"({"num_hidden_layers": 32, "num_attention_heads": )");
+  ExpectError(Import(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+              {"hf_config_json: json: line 1"});
+  request.set_hf_config_json("[1, 2]");
+  ExpectError(Import(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+              {"hf_config_json: config.json: the top level is not an object"});
+  request.set_hf_config_json(R"({"num_attention_heads": 32, "hidden_size": 4096})");
+  ExpectError(Import(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+              {"hf_config_json", "num_hidden_layers"});
+  request.set_hf_config_json(std::string(100000, '[') + std::string(100000, ']'));
+  ExpectError(Import(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+              {"hf_config_json: json", "nesting"});
+
+  const std::string gguf = TinyGguf().Build();
+  request.set_gguf(gguf.substr(0, gguf.size() - 3));  // the last value cut short
+  ExpectError(Import(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+              {"gguf: ", "runs past the end"});
+  request.set_gguf(gguf.substr(0, 10));
+  ExpectError(Import(request, &response), grpc::StatusCode::INVALID_ARGUMENT, {"gguf: "});
+  request.set_gguf("");
+  ExpectError(Import(request, &response), grpc::StatusCode::INVALID_ARGUMENT, {"gguf: "});
+  // A string length of 2^40 in a 200-byte input.
+  std::string huge_length;
+  Gguf::Put(&huge_length, uint32_t{8});
+  Gguf::Put(&huge_length, uint64_t{1} << 40);
+  request.set_gguf(TinyGguf().Raw("general.name", huge_length).Build());
+  ExpectError(Import(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+              {"gguf: ", "1099511627776"});
+
+  request.set_gguf(gguf);
+  request.set_name(std::string(300, 'n'));
+  ExpectError(Import(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+              {"name: 300 bytes; at most 256"});
+}
+
+// Random corruption of a valid header never crashes the server and always gets an answer.
+TEST_F(PlannerServiceTest, ImportSurvivesCorruptGguf) {
+  const std::string gguf = TinyGguf().Build();
+  std::mt19937_64 rng(11);
+  int refused = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    std::string bad = gguf;
+    for (int k = 0; k < 4; ++k) {
+      bad[rng() % bad.size()] = static_cast<char>(rng());
+    }
+    v1::ImportModelRequest request;
+    request.set_gguf(bad);
+    v1::ModelSpec response;
+    const grpc::Status status = Import(request, &response);
+    ASSERT_TRUE(status.ok() || status.error_code() == grpc::StatusCode::INVALID_ARGUMENT)
+        << status.error_code() << ": " << status.error_message();
+    refused += status.ok() ? 0 : 1;
+  }
+  EXPECT_GT(refused, 0);
+}
+
+// The server's message limit (1 MiB here) refuses larger imports before any handler runs.
+TEST_F(PlannerServiceTest, ImportOverTheMessageLimitIsRefused) {
+  v1::ImportModelRequest request;
+  request.set_gguf(std::string((1 << 20) + 10, 'G'));
+  v1::ModelSpec response;
+  EXPECT_EQ(Import(request, &response).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+}
+
+TEST_F(PlannerServiceTest, ConcurrentCallsAllSucceed) {
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      auto stub = v1::Planner::NewStub(::attend::testing::ChannelTo(*server_));
+      for (int i = 0; i < 25; ++i) {
+        v1::PlanKvCacheRequest request = PlanOf("llama-3-8b", 1000 + t * 100 + i);
+        v1::PlanKvCacheResponse response;
+        grpc::ClientContext context;
+        if (!stub->PlanKvCache(&context, request, &response).ok() ||
+            response.bytes_per_sequence() != (1000 + t * 100 + i) * int64_t{131072}) {
+          failures++;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+}
+
+// --- The service on its own, with options ---------------------------------------------------
+
+// A gRPC server holding only a PlannerService built with `options`.
+class DirectPlanner {
+ public:
+  explicit DirectPlanner(server::PlannerOptions options) : pool_(2, 16) {
+    service_ = std::make_unique<server::PlannerService>(&pool_, &metrics_, options);
+    grpc::ServerBuilder builder;
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
+    grpc::ChannelArguments args;
+    args.SetMaxSendMessageSize(-1);
+    stub_ = v1::Planner::NewStub(server_->InProcessChannel(args));
+  }
+  ~DirectPlanner() {
+    server_->Shutdown();
+    server_.reset();
+  }
+
+  server::PlannerService& service() { return *service_; }
+  v1::Planner::Stub& stub() { return *stub_; }
+
+ private:
+  server::Metrics metrics_;
+  server::WorkerPool pool_;
+  std::unique_ptr<server::PlannerService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<v1::Planner::Stub> stub_;
+};
+
+TEST(PlannerServiceOptions, BoundsImportSizesBeforeParsing) {
+  server::PlannerOptions options;
+  options.measure_local_after = absl::InfiniteDuration();
+  options.max_hf_config_json_bytes = 1000;
+  options.max_gguf_bytes = 2000;
+  DirectPlanner planner(options);
+  v1::ImportModelRequest request;
+  request.set_hf_config_json(std::string(1001, ' '));
+  v1::ModelSpec response;
+  {
+    grpc::ClientContext context;
+    const grpc::Status status = planner.stub().ImportModel(&context, request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_NE(status.error_message().find("hf_config_json: 1001 bytes, over the limit of 1000"),
+              std::string::npos)
+        << status.error_message();
+  }
+  request.set_gguf(TinyGguf().Build() + std::string(2000, '\0'));
+  {
+    grpc::ClientContext context;
+    const grpc::Status status = planner.stub().ImportModel(&context, request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_NE(status.error_message().find("gguf: "), std::string::npos) << status.error_message();
+    EXPECT_NE(status.error_message().find("over the limit of 2000"), std::string::npos);
+  }
+  // At the limit it is parsed.
+  request.set_gguf(TinyGguf().Build());
+  ASSERT_LE(request.gguf().size(), 2000u);
+  {
+    grpc::ClientContext context;
+    EXPECT_TRUE(planner.stub().ImportModel(&context, request, &response).ok());
+  }
+}
+
+// The service measures the machine on its own, without a request, and the first EstimateCost
+// with profile "local" then finds the figures ready.
+TEST(PlannerServiceOptions, MeasuresTheLocalProfileInTheBackground) {
+  server::PlannerOptions options;
+  options.measure_local_after = absl::ZeroDuration();
+  DirectPlanner planner(options);
+  ASSERT_TRUE(planner.service().WaitForLocalHardware(absl::Seconds(120)));
+  EXPECT_TRUE(planner.service().local_hardware_measured());
+  v1::EstimateCostRequest request;
+  request.mutable_model()->set_name("tiny");
+  request.set_prompt_tokens(64);
+  request.set_profile("local");
+  request.set_compute_dtype("float32");
+  v1::EstimateCostResponse response;
+  grpc::ClientContext context;
+  const grpc::Status status = planner.stub().EstimateCost(&context, request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.hardware().peak_flops_f32(), planner::LocalHardware().peak_flops_f32);
+}
+
+// A service destroyed before its delay ends neither measures nor waits for the delay.
+TEST(PlannerServiceOptions, ShortLivedServiceSkipsTheMeasurement) {
+  server::PlannerOptions options;
+  options.measure_local_after = absl::Seconds(30);
+  const auto start = std::chrono::steady_clock::now();
+  {
+    DirectPlanner planner(options);
+    EXPECT_FALSE(planner.service().local_hardware_measured());
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+
+  options.measure_local_after = absl::InfiniteDuration();
+  DirectPlanner never(options);
+  EXPECT_FALSE(never.service().WaitForLocalHardware(absl::Milliseconds(200)));
+}
+
+}  // namespace
+}  // namespace attend
