@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "core/half.h"
+#include "core/mutex.h"
 #include "core/onednn.h"
 #include "core/softmax.h"
 #include "core/status_macros.h"
@@ -205,14 +205,14 @@ absl::Status AttentionEngine::Compute(const TensorView& q, const TensorView& k, 
     // One tile: let oneDNN parallelise inside the primitives instead.
     for (int64_t t = 0; t < tiles && status.ok(); ++t) status = RunTile(c, t / blocks, t % blocks);
   } else {
-    absl::Mutex mu;
+    Mutex mu;
     std::atomic<bool> failed{false};
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
     for (int64_t t = 0; t < tiles; ++t) {
       if (failed.load(std::memory_order_relaxed)) continue;
       absl::Status tile_status = RunTile(c, t / blocks, t % blocks);
       if (!tile_status.ok()) {
-        absl::MutexLock lock(&mu);
+        MutexLock lock(&mu);
         if (status.ok()) status = tile_status;
         failed.store(true, std::memory_order_relaxed);
       }

@@ -9,7 +9,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
+#include "core/mutex.h"
 #include "core/status_macros.h"
 
 namespace attend::onednn {
@@ -20,22 +20,22 @@ using dt = dnnl::memory::data_type;
 class MatmulCache {
  public:
   std::shared_ptr<const Matmul> Find(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     auto it = cache_.find(key);
     return it == cache_.end() ? nullptr : it->second;
   }
   // Layouts oneDNN rejected, remembered so that creation is not retried on every call.
   bool IsUnsupported(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     return unsupported_.contains(key);
   }
   void MarkUnsupported(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (unsupported_.size() < kCapacity) unsupported_.insert(key);
   }
   std::shared_ptr<const Matmul> Insert(const std::string& key, std::shared_ptr<const Matmul> m)
       ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     // Bounded: callers with ever-changing shapes must not grow the cache without limit. Any
     // entry will do as the victim; a dropped primitive lives on while executions hold it.
     if (cache_.size() >= kCapacity && cache_.find(key) == cache_.end())
@@ -49,7 +49,7 @@ class MatmulCache {
 
  private:
   static constexpr size_t kCapacity = 4096;
-  absl::Mutex mu_;
+  Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<const Matmul>> cache_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<std::string> unsupported_ ABSL_GUARDED_BY(mu_);
   std::atomic<int64_t> creations_{0};

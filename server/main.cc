@@ -32,6 +32,16 @@ ABSL_FLAG(int64_t, max_score_elements, int64_t{1} << 32,
           "Largest n_head x n_q x n_kv of one attention call");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(10),
           "Time in-flight calls get to finish after SIGTERM");
+ABSL_FLAG(int64_t, kv_cache_bytes, 0,
+          "KV-cache capacity in bytes; 0 = half of physical memory (taken as sequences grow)");
+ABSL_FLAG(int64_t, kv_block_bytes, int64_t{512} << 10,
+          "Bytes per KV-cache block (a multiple of 64; one layer's tokens of one sequence)");
+ABSL_FLAG(std::string, kv_eviction, "none",
+          "What to do when the KV cache is full: none (refuse), lru (evict the least recently "
+          "used idle sequence) or ttl (evict sequences idle longer than --kv_idle_ttl)");
+ABSL_FLAG(absl::Duration, kv_idle_ttl, absl::Minutes(10), "Idle time after which ttl evicts");
+ABSL_FLAG(int64_t, max_sequences, 65536, "Most sequences the KV cache holds");
+ABSL_FLAG(int64_t, max_concurrent_streams, 1024, "Most DecodeStreams open at once");
 
 namespace {
 
@@ -79,8 +89,40 @@ int main(int argc, char** argv) {
   options.limits.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.limits.attention.max_tensor_elements = absl::GetFlag(FLAGS_max_tensor_elements);
   options.limits.attention.max_score_elements = absl::GetFlag(FLAGS_max_score_elements);
+  options.kv_cache.capacity_bytes = absl::GetFlag(FLAGS_kv_cache_bytes) > 0
+                                        ? absl::GetFlag(FLAGS_kv_cache_bytes)
+                                        : attend::server::DefaultKvCacheBytes();
+  options.kv_cache.block_bytes = absl::GetFlag(FLAGS_kv_block_bytes);
+  options.kv_cache.max_sequences = absl::GetFlag(FLAGS_max_sequences);
+  options.kv_cache.idle_ttl_ms = absl::ToInt64Milliseconds(absl::GetFlag(FLAGS_kv_idle_ttl));
+  options.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
+  const std::string eviction = absl::GetFlag(FLAGS_kv_eviction);
+  if (eviction == "none") {
+    options.kv_cache.eviction = attend::kv::EvictionPolicy::kNone;
+  } else if (eviction == "lru") {
+    options.kv_cache.eviction = attend::kv::EvictionPolicy::kLru;
+  } else if (eviction == "ttl") {
+    options.kv_cache.eviction = attend::kv::EvictionPolicy::kTtl;
+  } else {
+    std::cerr << "attend-server: --kv_eviction must be none, lru or ttl, got '" << eviction
+              << "'\n";
+    return 2;
+  }
+  if (options.kv_cache.block_bytes < 64 || options.kv_cache.block_bytes % 64 != 0 ||
+      options.kv_cache.block_bytes > (int64_t{1} << 30)) {
+    std::cerr << "attend-server: --kv_block_bytes must be a multiple of 64 between 64 and 2^30, "
+                 "got "
+              << options.kv_cache.block_bytes << "\n";
+    return 2;
+  }
+  if (options.kv_cache.idle_ttl_ms < 1) {
+    std::cerr << "attend-server: --kv_idle_ttl must be positive\n";
+    return 2;
+  }
   for (const auto& [name, value] :
        {std::pair<const char*, int64_t>{"max_queued_requests", options.max_queued_requests},
+        {"max_sequences", options.kv_cache.max_sequences},
+        {"max_concurrent_streams", options.max_concurrent_streams},
         {"max_message_bytes", options.limits.max_message_bytes},
         {"max_tensor_elements", options.limits.attention.max_tensor_elements},
         {"max_score_elements", options.limits.attention.max_score_elements}}) {

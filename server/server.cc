@@ -1,16 +1,22 @@
 #include "server/server.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <condition_variable>
 #include <limits>
 #include <mutex>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "attend/v1/kv_cache.grpc.pb.h"
 #include "core/attention_engine.h"
+#include "core/kv_cache/kv_cache.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "prometheus/exposer.h"
 #include "server/attention_service.h"
+#include "server/kv_cache_metrics.h"
+#include "server/kv_cache_service.h"
 #include "server/metrics.h"
 #include "server/planner_service.h"
 #include "server/worker_pool.h"
@@ -20,20 +26,64 @@ namespace attend::server {
 const char* const kServiceNames[3] = {"attend.v1.Attention", "attend.v1.KvCache",
                                       "attend.v1.Planner"};
 
-// Declaration order is destruction order reversed: the gRPC server goes first (it references
-// the services), then the services, the pool and the metrics.
+namespace {
+
+// Calls KvCache::EvictExpired periodically (a quarter of the TTL, between 50 ms and 10 s) until
+// destroyed.
+class TtlSweeper {
+ public:
+  TtlSweeper(kv::KvCache* cache, int64_t ttl_ms)
+      : thread_([this, cache, interval = std::clamp<int64_t>(ttl_ms / 4, 50, 10000)] {
+          std::unique_lock<std::mutex> lock(mu_);
+          while (!stop_) {
+            cv_.wait_for(lock, std::chrono::milliseconds(interval));
+            if (stop_) break;
+            lock.unlock();
+            cache->EvictExpired();
+            lock.lock();
+          }
+        }) {}
+  ~TtlSweeper() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;  // last: started after the fields it uses
+};
+
+}  // namespace
+
+int64_t DefaultKvCacheBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page_size <= 0) return int64_t{4} << 30;
+  return static_cast<int64_t>(pages) * page_size / 2;
+}
+
+// Destruction runs in reverse declaration order: the gRPC server first (every call finished),
+// the TTL sweeper, the worker pool (drained while the services and the cache its tasks use are
+// alive), the services, the exposer (no scrape reads the cache after), the cache, the metrics.
 struct AttendServer::Parts {
   std::unique_ptr<Metrics> metrics;
+  std::unique_ptr<kv::KvCache> cache;
+  std::shared_ptr<KvCacheCollector> cache_collector;
   std::unique_ptr<prometheus::Exposer> exposer;
-  std::unique_ptr<WorkerPool> pool;
   std::unique_ptr<AttentionEngine> engine;
   std::unique_ptr<AttentionService> attention;
-  // Registered so that clients and reflection see the whole API; their handlers answer
-  // UNIMPLEMENTED until they are built.
-  std::unique_ptr<v1::KvCache::CallbackService> kv_cache;
+  std::unique_ptr<KvCacheService> kv_cache;
   // Also owns the background measurement of the "local" hardware profile (joined when the
   // service is destroyed, after the gRPC server).
   std::unique_ptr<PlannerService> planner;
+  std::unique_ptr<WorkerPool> pool;
+  std::unique_ptr<TtlSweeper> sweeper;
   std::unique_ptr<grpc::Server> server;
   std::once_flag shut_down;
 };
@@ -48,6 +98,12 @@ absl::StatusOr<std::unique_ptr<AttendServer>> AttendServer::Start(const ServerOp
   const int cpus = std::max(1u, std::thread::hardware_concurrency());
 
   p.metrics = std::make_unique<Metrics>();
+  kv::KvCacheOptions cache_options = options.kv_cache;
+  cache_options.compute_threads = options.compute_threads;
+  cache_options.limits = options.limits.attention;
+  if (cache_options.capacity_bytes <= 0) cache_options.capacity_bytes = DefaultKvCacheBytes();
+  p.cache = std::make_unique<kv::KvCache>(cache_options);
+  p.cache_collector = std::make_shared<KvCacheCollector>(p.cache.get());
   if (!options.metrics_address.empty()) {
     try {
       p.exposer = std::make_unique<prometheus::Exposer>(options.metrics_address);
@@ -56,6 +112,7 @@ absl::StatusOr<std::unique_ptr<AttendServer>> AttendServer::Start(const ServerOp
           absl::StrCat("cannot serve metrics on ", options.metrics_address, ": ", e.what()));
     }
     p.exposer->RegisterCollectable(p.metrics->registry());
+    p.exposer->RegisterCollectable(p.cache_collector);
     const std::vector<int> ports = p.exposer->GetListeningPorts();
     self->metrics_port_ = ports.empty() ? 0 : ports.front();
   }
@@ -74,7 +131,11 @@ absl::StatusOr<std::unique_ptr<AttendServer>> AttendServer::Start(const ServerOp
   }
   p.attention = std::make_unique<AttentionService>(options.limits, p.engine.get(), p.pool.get(),
                                                    p.metrics.get());
-  p.kv_cache = std::make_unique<v1::KvCache::CallbackService>();
+  p.kv_cache = std::make_unique<KvCacheService>(options.limits, p.cache.get(), p.pool.get(),
+                                                p.metrics.get(), options.max_concurrent_streams);
+  if (cache_options.eviction == kv::EvictionPolicy::kTtl) {
+    p.sweeper = std::make_unique<TtlSweeper>(p.cache.get(), cache_options.idle_ttl_ms);
+  }
   // Starts measuring this machine (the "local" cost profile) on its own thread shortly after,
   // so that neither start-up nor health waits for it.
   p.planner = std::make_unique<PlannerService>(p.pool.get(), p.metrics.get());

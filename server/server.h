@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "core/kv_cache/kv_cache.h"
 #include "grpcpp/grpcpp.h"
 #include "server/service_support.h"
 
@@ -25,7 +26,15 @@ struct ServerOptions {
   int compute_threads = 0;  // OpenMP threads per attention call; 0 = number of CPUs
   int64_t max_queued_requests = 256;
   ServiceLimits limits;
+  // The KV cache: capacity (0 = half of the machine's memory), block size, eviction, sequence
+  // limit. Its attention limits and compute threads come from `limits` and compute_threads.
+  kv::KvCacheOptions kv_cache;
+  int64_t max_concurrent_streams = 1024;  // open DecodeStreams
 };
+
+// Half of the machine's physical memory: the KV cache's default capacity. Memory is taken
+// block by block as sequences grow, not up front.
+int64_t DefaultKvCacheBytes();
 
 class AttendServer {
  public:

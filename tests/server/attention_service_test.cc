@@ -5,8 +5,6 @@
 #include <limits>
 #include <thread>
 
-#include "attend/v1/kv_cache.grpc.pb.h"
-#include "attend/v1/planner.grpc.pb.h"
 #include "core/half.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/server/server_fixture.h"
@@ -438,14 +436,6 @@ TEST_F(AttentionServiceTest, ConcurrentCallsAllSucceed) {
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(failures.load(), 0);
-}
-
-TEST_F(AttentionServiceTest, ServicesNotYetBuiltAnswerUnimplemented) {
-  auto kv = v1::KvCache::NewStub(channel_);
-  v1::StatsRequest request;
-  v1::CacheStats response;
-  grpc::ClientContext context;
-  EXPECT_EQ(kv->Stats(&context, request, &response).error_code(), grpc::StatusCode::UNIMPLEMENTED);
 }
 
 TEST_F(AttentionServiceTest, HealthReportsEveryServiceServing) {

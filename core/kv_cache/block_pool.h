@@ -1,0 +1,61 @@
+// The pool of KV-cache blocks: a byte budget cut into equal blocks, handed out all-or-nothing
+// and returned automatically when the last reference to a block goes away.
+//
+// Why equal blocks: sequences of different shapes then share one budget without fragmentation,
+// the pool's accounting is exact (used, free, total are block counts), and a request's need is
+// known before anything changes. Memory is allocated on first use and kept for reuse, so the
+// process holds at most the budget (plus allocator overhead); every block handed out is zeroed.
+//
+// Thread-safety: all methods are thread-safe. BlockRef copies may be made and dropped on any
+// thread. REQUIRES: the pool outlives every BlockRef it handed out.
+#ifndef ATTEND_CORE_KV_CACHE_BLOCK_POOL_H_
+#define ATTEND_CORE_KV_CACHE_BLOCK_POOL_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "core/mutex.h"
+
+namespace attend::kv {
+
+struct Block {
+  char* data = nullptr;  // block_bytes, 64-byte aligned
+};
+
+// Shared ownership of a block; sequences that fork share blocks until one of them writes.
+using BlockRef = std::shared_ptr<Block>;
+
+class BlockPool {
+ public:
+  // REQUIRES: block_bytes >= 64, a multiple of 64; capacity_bytes >= 0.
+  BlockPool(int64_t capacity_bytes, int64_t block_bytes);
+  ~BlockPool();
+
+  BlockPool(const BlockPool&) = delete;
+  BlockPool& operator=(const BlockPool&) = delete;
+
+  int64_t block_bytes() const { return block_bytes_; }
+  int64_t total_blocks() const { return total_blocks_; }
+  int64_t used_blocks() const ABSL_LOCKS_EXCLUDED(mu_);
+  int64_t free_blocks() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Appends `count` zeroed blocks to `out`, or nothing (and returns false) when fewer than
+  // `count` are free or memory cannot be obtained.
+  bool TryAllocate(int64_t count, std::vector<BlockRef>* out) ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  void Return(Block* block) ABSL_LOCKS_EXCLUDED(mu_);
+
+  const int64_t block_bytes_;
+  const int64_t total_blocks_;
+  mutable Mutex mu_;
+  int64_t used_ ABSL_GUARDED_BY(mu_) = 0;
+  // Blocks whose memory is allocated and not in use.
+  std::vector<Block*> free_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace attend::kv
+
+#endif  // ATTEND_CORE_KV_CACHE_BLOCK_POOL_H_

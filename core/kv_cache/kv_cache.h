@@ -1,0 +1,238 @@
+// The KV cache: sequences of cached keys and values in paged blocks from one byte budget, and
+// attention of each layer's new queries over them.
+//
+// A sequence has a fixed shape (layers, heads, head sizes, storage dtype). Each layer advances
+// on its own: a client sends layer 0's new tokens, then layer 1's, and so on, and every Append
+// returns the attention of the new queries over all of that layer's cached tokens (causal,
+// queries aligned to the end, GQA/MQA aware). Sequences fork copy-on-write: blocks are shared
+// (reference-counted) until one side writes into a shared block, which it then copies.
+//
+// Admission: an operation that needs blocks takes them all before it changes anything; when the
+// pool cannot supply them (after eviction, if the policy allows) it fails RESOURCE_EXHAUSTED and
+// says what would fit. A failed operation leaves every sequence exactly as it was.
+//
+// Eviction: kNone rejects; kLru evicts idle sequences, least recently used first, to make room;
+// kTtl evicts sequences idle longer than the TTL (EvictExpired(), which the owner calls
+// periodically, and before rejecting). A sequence in use by an operation is never evicted.
+// Evicted sequences answer NOT_FOUND with the reason.
+//
+// Thread-safety: all methods are thread-safe. Operations on different sequences run in
+// parallel; operations on one sequence are serialised by its lock. Lock order: a sequence's lock,
+// then the registry lock, then the pool's lock.
+#ifndef ATTEND_CORE_KV_CACHE_KV_CACHE_H_
+#define ATTEND_CORE_KV_CACHE_KV_CACHE_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "core/attention.h"
+#include "core/kv_cache/block_pool.h"
+#include "core/kv_cache/layout.h"
+#include "core/mutex.h"
+#include "core/tensor.h"
+
+namespace attend::kv {
+
+enum class EvictionPolicy { kNone, kLru, kTtl };
+absl::string_view EvictionPolicyName(EvictionPolicy policy);
+
+// Milliseconds on some monotonic-enough clock; tests substitute their own.
+using Clock = std::function<int64_t()>;
+Clock SystemClock();
+
+struct KvCacheOptions {
+  int64_t capacity_bytes = int64_t{1} << 30;
+  int64_t block_bytes = int64_t{512} << 10;
+  int64_t max_sequences = 65536;
+  EvictionPolicy eviction = EvictionPolicy::kNone;
+  int64_t idle_ttl_ms = 10 * 60 * 1000;
+  int compute_threads = 0;  // OpenMP threads per attention call; 0 = all
+  AttentionLimits limits;
+  Clock clock;  // default SystemClock()
+};
+
+struct SequenceConfig {
+  int64_t layers = 0;
+  int64_t n_head = 0;
+  int64_t n_head_kv = 0;  // 0 = n_head
+  int64_t head_dim = 0;
+  int64_t head_dim_v = 0;             // 0 = head_dim
+  DType kv_dtype = DType::kBFloat16;  // storage: kFloat32 or kBFloat16
+  std::optional<float> scale;         // default 1 / sqrt(head_dim)
+  int64_t window = 0;                 // sliding window in tokens; 0 = unlimited
+};
+
+struct SequenceInfo {
+  std::string id;
+  SequenceConfig config;
+  std::vector<int64_t> layer_tokens;
+  int64_t tokens = 0;  // min over layers
+  int64_t blocks = 0;
+  int64_t shared_blocks = 0;
+  int64_t bytes = 0;
+  int64_t reserved_tokens = 0;
+  int64_t tokens_per_block = 0;
+  std::string forked_from;
+  int64_t created_ms = 0;
+  int64_t last_used_ms = 0;
+};
+
+struct CacheStats {
+  int64_t capacity_bytes = 0;
+  int64_t used_bytes = 0;
+  int64_t block_bytes = 0;
+  int64_t blocks_total = 0;
+  int64_t blocks_used = 0;
+  int64_t blocks_free = 0;
+  int64_t sequences = 0;
+  int64_t tokens = 0;  // over sequences and layers
+  int64_t evictions = 0;
+  int64_t rejections = 0;
+  EvictionPolicy policy = EvictionPolicy::kNone;
+};
+
+// One layer's new tokens for one sequence. `q` may be absent (only append).
+struct AppendInput {
+  std::string id;
+  std::optional<TensorView> q;  // [n, n_head, head_dim]
+  TensorView k;                 // [n, n_head_kv, head_dim]
+  TensorView v;                 // [n, n_head_kv, head_dim_v]
+};
+
+struct AppendResult {
+  std::vector<float> output;   // [n, n_head, head_dim_v] (empty without q)
+  std::vector<float> weights;  // [n_head, n, layer_tokens] when asked
+  int64_t first_position = 0;
+  int64_t layer_tokens = 0;
+};
+
+struct ListPage {
+  std::vector<SequenceInfo> sequences;
+  std::string next_page_token;
+};
+
+class KvCache {
+ public:
+  explicit KvCache(KvCacheOptions options);
+  ~KvCache();
+
+  KvCache(const KvCache&) = delete;
+  KvCache& operator=(const KvCache&) = delete;
+
+  // Creates a sequence. `id` empty: a generated id. INVALID_ARGUMENT for a bad shape or id,
+  // ALREADY_EXISTS for an id in use, RESOURCE_EXHAUSTED for the sequence limit or when the
+  // reservation does not fit.
+  absl::StatusOr<SequenceInfo> Create(const SequenceConfig& config, absl::string_view id,
+                                      int64_t reserve_tokens);
+
+  // Appends one layer's new tokens to one sequence and returns the attention of its queries.
+  // All shapes must match the sequence's config; n >= 1. With `want_weights`, weights larger
+  // than `max_weight_elements` (or the score limit) are refused before anything changes.
+  absl::StatusOr<AppendResult> Append(int64_t layer, const AppendInput& input, Precision precision,
+                                      bool want_weights, AttentionStats* stats,
+                                      int64_t max_weight_elements = int64_t{1} << 62);
+
+  // One new token (n = 1) for each of several distinct sequences, in one layer, computed as one
+  // batch; all or nothing. Results are in the order of `inputs`; every input needs q.
+  absl::StatusOr<std::vector<AppendResult>> DecodeBatch(int64_t layer,
+                                                        absl::Span<const AppendInput> inputs,
+                                                        Precision precision, AttentionStats* stats);
+
+  // A new sequence sharing the first `tokens` (default: every layer's common length) of
+  // `source`, copy-on-write.
+  absl::StatusOr<SequenceInfo> Fork(absl::string_view source, absl::string_view new_id,
+                                    std::optional<int64_t> tokens);
+  // Drops every token at or after `tokens` in every layer; OUT_OF_RANGE past any layer's end.
+  absl::StatusOr<SequenceInfo> Truncate(absl::string_view id, int64_t tokens);
+  // Removes the sequence; returns the bytes returned to the pool (shared blocks are freed by
+  // their last user).
+  absl::StatusOr<int64_t> Release(absl::string_view id);
+  absl::StatusOr<SequenceInfo> Get(absl::string_view id);
+  // Sequences in id order after `page_token`; page_size in [1, 1000] (0 = 100).
+  absl::StatusOr<ListPage> List(int64_t page_size, absl::string_view page_token);
+  CacheStats Stats();
+
+  // Evicts sequences idle for longer than the TTL (policy kTtl only); returns how many.
+  int64_t EvictExpired();
+
+  // The block layout a config gets, or INVALID_ARGUMENT (for planning and tests).
+  absl::StatusOr<BlockLayout> LayoutFor(const SequenceConfig& config) const;
+
+ private:
+  struct Layer {
+    std::vector<BlockRef> blocks;  // block i holds tokens [i * tpb, (i + 1) * tpb)
+    int64_t tokens = 0;
+  };
+  struct Sequence {
+    std::string id;
+    SequenceConfig config;
+    BlockLayout layout;
+    int64_t created_ms = 0;
+    std::string forked_from;
+    std::atomic<int64_t> last_used_ms{0};
+    std::atomic<int> in_use{0};  // operations holding it; guarded transitions under registry_mu_
+    // Tokens over all layers, readable without `mu` (for stats and eviction).
+    std::atomic<int64_t> total_tokens{0};
+    Mutex mu;
+    std::vector<Layer> layers ABSL_GUARDED_BY(mu);
+    int64_t reserved_tokens ABSL_GUARDED_BY(mu) = 0;
+  };
+  // Marks a sequence in use for the lifetime of an operation.
+  class Lease;
+
+  absl::StatusOr<std::shared_ptr<Sequence>> Acquire(absl::string_view id)
+      ABSL_LOCKS_EXCLUDED(registry_mu_);
+  void Done(Sequence* sequence) ABSL_LOCKS_EXCLUDED(registry_mu_);
+  absl::Status NotFound(absl::string_view id) ABSL_SHARED_LOCKS_REQUIRED(registry_mu_);
+
+  // Takes `count` blocks, evicting idle sequences when the policy allows. On failure the error
+  // says `what` needed them and what would fit.
+  absl::Status TakeBlocks(int64_t count, std::vector<BlockRef>* out,
+                          const std::function<std::string()>& what)
+      ABSL_LOCKS_EXCLUDED(registry_mu_);
+  // Removes the least recently used idle sequence from the registry (recording why), or returns
+  // null when none is idle. Its blocks go back to the pool when the last reference to it (the
+  // caller's, unless a concurrent Get or List still describes it) is dropped; no sequence lock
+  // is taken, so eviction cannot deadlock with the operation that needs the room.
+  std::shared_ptr<Sequence> PopLruVictim() ABSL_LOCKS_EXCLUDED(registry_mu_);
+  void Forget(const std::string& id, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(registry_mu_);
+
+  SequenceInfo Describe(const Sequence& sequence) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sequence.mu);
+  absl::Status CheckAppend(const Sequence& sequence, int64_t layer, const AppendInput& input,
+                           bool decode) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sequence.mu);
+  // Blocks an append of `n` tokens to `layer` must newly take (copy-on-write included).
+  int64_t BlocksNeeded(const Sequence& sequence, int64_t layer, int64_t n)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(sequence.mu);
+  // Writes k/v into the layer using `fresh` blocks for new and copied blocks.
+  void WriteTokens(Sequence& sequence, int64_t layer, const AppendInput& input,
+                   std::vector<BlockRef>& fresh) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sequence.mu);
+  std::string NewId() ABSL_EXCLUSIVE_LOCKS_REQUIRED(registry_mu_);
+
+  const KvCacheOptions options_;
+  BlockPool pool_;
+  std::atomic<int64_t> evictions_{0};
+  std::atomic<int64_t> rejections_{0};
+
+  Mutex registry_mu_;
+  std::map<std::string, std::shared_ptr<Sequence>, std::less<>> sequences_
+      ABSL_GUARDED_BY(registry_mu_);
+  // Recently evicted ids and why, so that their owners get a reason instead of a bare NOT_FOUND.
+  absl::flat_hash_map<std::string, std::string> evicted_ ABSL_GUARDED_BY(registry_mu_);
+  std::vector<std::string> evicted_order_ ABSL_GUARDED_BY(registry_mu_);
+  uint64_t id_counter_ ABSL_GUARDED_BY(registry_mu_) = 0;
+};
+
+}  // namespace attend::kv
+
+#endif  // ATTEND_CORE_KV_CACHE_KV_CACHE_H_

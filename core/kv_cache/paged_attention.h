@@ -1,0 +1,51 @@
+// Attention of new queries over a sequence's paged keys and values: the compute behind Append
+// and DecodeBatch.
+//
+// Work is split into (sequence, key/value head, block of query rows) tasks run in parallel; a
+// task folds the query heads of its group into the rows of one matrix (so each cached byte is
+// read once per key/value head, not once per query head) and walks the blocks its rows can see
+// with an online softmax (running max, sum and rescaled accumulator), so no score matrix larger
+// than one block is ever held. Matmul shapes depend only on the block layout and the group, so
+// primitives are created once and reused across calls.
+//
+// Thread-safety: RunPagedAttention may be called concurrently; the blocks it reads must not be
+// written meanwhile (the cache holds each sequence's lock).
+#ifndef ATTEND_CORE_KV_CACHE_PAGED_ATTENTION_H_
+#define ATTEND_CORE_KV_CACHE_PAGED_ATTENTION_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "core/attention.h"
+#include "core/kv_cache/block_pool.h"
+#include "core/kv_cache/layout.h"
+#include "core/mask.h"
+
+namespace attend::kv {
+
+// One sequence's part of a call: its cached keys/values in one layer, its new queries, and
+// where the results go.
+struct PagedProblem {
+  const BlockLayout* layout = nullptr;
+  const std::vector<BlockRef>* blocks = nullptr;
+  int64_t tokens = 0;  // cached tokens in the layer, the new ones included
+  MaskSpec mask;
+  float scale = 1.0f;
+  const float* q = nullptr;  // [n, n_head, head_dim], float32
+  int64_t n = 0;             // new queries; they sit at positions tokens - n ... tokens - 1
+  int64_t n_head = 0;
+  float* output = nullptr;   // [n, n_head, head_dim_v]
+  float* weights = nullptr;  // [n_head, n, tokens], or nullptr
+};
+
+// Computes every problem. `precision` kBFloat16 multiplies in bf16 (natively, or emulated with
+// bf16-rounded values on f32 kernels when the CPU has no bf16 matmul); kFloat32 in f32; kAuto
+// follows the storage dtype of each problem. `threads` 0 = all. Adds the work to `stats`.
+absl::Status RunPagedAttention(absl::Span<const PagedProblem> problems, Precision precision,
+                               int threads, AttentionStats* stats);
+
+}  // namespace attend::kv
+
+#endif  // ATTEND_CORE_KV_CACHE_PAGED_ATTENTION_H_

@@ -1,0 +1,32 @@
+// KV-cache metrics, read from the cache at scrape time so that they are never stale and cost
+// nothing between scrapes:
+//   attend_kv_cache_capacity_bytes, attend_kv_cache_used_bytes, attend_kv_cache_usage_ratio,
+//   attend_kv_cache_block_bytes, attend_kv_cache_blocks_total, attend_kv_cache_blocks_used,
+//   attend_kv_cache_blocks_free, attend_kv_cache_sequences, attend_kv_cache_tokens (gauges),
+//   attend_kv_cache_evictions_total, attend_kv_cache_rejections_total (counters).
+//
+// Thread-safety: Collect() may run concurrently with cache operations.
+#ifndef ATTEND_SERVER_KV_CACHE_METRICS_H_
+#define ATTEND_SERVER_KV_CACHE_METRICS_H_
+
+#include <vector>
+
+#include "core/kv_cache/kv_cache.h"
+#include "prometheus/collectable.h"
+#include "prometheus/metric_family.h"
+
+namespace attend::server {
+
+class KvCacheCollector : public prometheus::Collectable {
+ public:
+  // `cache` must outlive the collector's registration.
+  explicit KvCacheCollector(kv::KvCache* cache) : cache_(cache) {}
+  std::vector<prometheus::MetricFamily> Collect() const override;
+
+ private:
+  kv::KvCache* cache_;
+};
+
+}  // namespace attend::server
+
+#endif  // ATTEND_SERVER_KV_CACHE_METRICS_H_

@@ -1,0 +1,379 @@
+#include "server/kv_cache_service.h"
+
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "server/status_convert.h"
+#include "server/tensor_codec.h"
+
+namespace attend::server {
+namespace {
+
+absl::StatusOr<kv::SequenceConfig> FromProto(const v1::SequenceConfig& c) {
+  kv::SequenceConfig config;
+  config.layers = c.layers();
+  config.n_head = c.n_head();
+  config.n_head_kv = c.n_head_kv();
+  config.head_dim = c.head_dim();
+  config.head_dim_v = c.head_dim_v();
+  switch (c.kv_dtype()) {
+    case v1::DTYPE_UNSPECIFIED:
+    case v1::BFLOAT16:
+      config.kv_dtype = DType::kBFloat16;
+      break;
+    case v1::FLOAT32:
+      config.kv_dtype = DType::kFloat32;
+      break;
+    case v1::FLOAT16:
+      config.kv_dtype = DType::kFloat16;  // refused by the cache with the reason
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("config.kv_dtype: unknown value ", static_cast<int>(c.kv_dtype())));
+  }
+  if (c.has_scale()) config.scale = c.scale();
+  config.window = c.window_tokens();
+  return config;
+}
+
+void ToProto(const kv::SequenceInfo& info, v1::SequenceInfo* out) {
+  out->set_sequence_id(info.id);
+  v1::SequenceConfig* c = out->mutable_config();
+  c->set_layers(static_cast<int32_t>(info.config.layers));
+  c->set_n_head(static_cast<int32_t>(info.config.n_head));
+  c->set_n_head_kv(static_cast<int32_t>(info.config.n_head_kv));
+  c->set_head_dim(static_cast<int32_t>(info.config.head_dim));
+  c->set_head_dim_v(static_cast<int32_t>(info.config.head_dim_v));
+  c->set_kv_dtype(info.config.kv_dtype == DType::kFloat32 ? v1::FLOAT32 : v1::BFLOAT16);
+  if (info.config.scale) c->set_scale(*info.config.scale);
+  c->set_window_tokens(info.config.window);
+  out->mutable_layer_tokens()->Add(info.layer_tokens.begin(), info.layer_tokens.end());
+  out->set_tokens(info.tokens);
+  out->set_blocks(info.blocks);
+  out->set_shared_blocks(info.shared_blocks);
+  out->set_bytes(info.bytes);
+  out->set_reserved_tokens(info.reserved_tokens);
+  out->set_forked_from(info.forked_from);
+  out->set_created_unix_ms(info.created_ms);
+  out->set_last_used_unix_ms(info.last_used_ms);
+  out->set_tokens_per_block(info.tokens_per_block);
+}
+
+void FillStats(const AttentionStats& stats, v1::ComputeStats* out) {
+  out->set_attended_pairs(stats.attended_pairs);
+  out->set_attention_flops(stats.attention_flops);
+  out->set_compute_seconds(stats.compute_seconds);
+  out->set_engine(stats.engine);
+}
+
+}  // namespace
+
+// One DecodeStream: read a message, process it on the worker pool, write its response, read the
+// next. Sequential on purpose: responses stay in request order and a stream holds at most one
+// worker at a time.
+class KvCacheService::StreamReactor
+    : public grpc::ServerBidiReactor<v1::DecodeBatchRequest, v1::DecodeBatchResponse> {
+ public:
+  explicit StreamReactor(KvCacheService* service) : service_(service) {
+    service_->open_streams_++;
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the client finished sending (or the call ended)
+      Finish(grpc::Status::OK);
+      return;
+    }
+    response_.Clear();
+    const bool queued = service_->pool_->TrySubmit([this] {
+      const absl::Status status = service_->DoDecodeBatch(request_, &response_);
+      Answer(status);
+    });
+    if (!queued) {
+      service_->metrics_->WorkerRejected();
+      response_.Clear();
+      Answer(absl::ResourceExhaustedError(
+          "the server is busy (worker queue full); this message was not applied"));
+    }
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the stream was cancelled"));
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  void OnDone() override {
+    service_->open_streams_--;
+    delete this;
+  }
+
+ private:
+  void Answer(const absl::Status& status) {
+    if (!status.ok()) {
+      const uint64_t id = request_.request_id();
+      response_.Clear();
+      response_.mutable_error()->set_code(static_cast<int32_t>(status.code()));
+      response_.mutable_error()->set_message(std::string(status.message()));
+      response_.set_request_id(id);
+    }
+    StartWrite(&response_);
+  }
+
+  KvCacheService* service_;
+  v1::DecodeBatchRequest request_;
+  v1::DecodeBatchResponse response_;
+};
+
+KvCacheService::KvCacheService(const ServiceLimits& limits, kv::KvCache* cache, WorkerPool* pool,
+                               Metrics* metrics, int64_t max_streams)
+    : limits_(limits), cache_(cache), pool_(pool), metrics_(metrics), max_streams_(max_streams) {}
+
+grpc::ServerUnaryReactor* KvCacheService::CreateSequence(grpc::CallbackServerContext* context,
+                                                         const v1::CreateSequenceRequest* request,
+                                                         v1::SequenceInfo* response) {
+  return RunOnPool(context, pool_, metrics_, [this, request, response](double) -> absl::Status {
+    if (!request->has_config()) {
+      return absl::InvalidArgumentError(
+          "config: missing; give layers, n_head, n_head_kv, head_dim and kv_dtype");
+    }
+    ATTEND_ASSIGN_OR_RETURN(const kv::SequenceConfig config, FromProto(request->config()));
+    ATTEND_ASSIGN_OR_RETURN(
+        const kv::SequenceInfo info,
+        cache_->Create(config, request->sequence_id(), request->reserve_tokens()));
+    ToProto(info, response);
+    return absl::OkStatus();
+  });
+}
+
+absl::Status KvCacheService::DoAppend(const v1::AppendRequest& request,
+                                      v1::AppendResponse* response) {
+  const int64_t max_elements = limits_.attention.max_tensor_elements;
+  if (!request.has_k() || !request.has_v()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        request.has_k() ? "v" : "k", ": missing; Append needs the new tokens' k and v"));
+  }
+  kv::AppendInput input;
+  input.id = request.sequence_id();
+  bool as_values = false;
+  if (request.has_q()) {
+    ATTEND_ASSIGN_OR_RETURN(const DecodedTensor q,
+                            DecodeTensor(request.q(), "q", max_elements, false));
+    input.q = q.view;
+    as_values = q.from_values;
+  }
+  ATTEND_ASSIGN_OR_RETURN(const DecodedTensor k,
+                          DecodeTensor(request.k(), "k", max_elements, false));
+  ATTEND_ASSIGN_OR_RETURN(const DecodedTensor v,
+                          DecodeTensor(request.v(), "v", max_elements, false));
+  input.k = k.view;
+  input.v = v.view;
+  ATTEND_ASSIGN_OR_RETURN(const Precision precision, DecodePrecision(request.precision()));
+  ATTEND_ASSIGN_OR_RETURN(const DType out_dtype,
+                          DecodeOutputDType(request.output_dtype(), "output_dtype"));
+  // The output's size follows from the inputs; what is left of a message bounds the weights.
+  int64_t output_elements = 0;
+  if (input.q && input.q->rank() == 3 && input.v.rank() == 3) {
+    output_elements = input.q->dim(0) * input.q->dim(1) * input.v.dim(2);
+  }
+  const int64_t output_bytes = EncodedBytes(output_elements, as_values, out_dtype);
+  ATTEND_RETURN_IF_ERROR(CheckResponseSize(output_bytes, limits_.max_message_bytes, "output"));
+  const int64_t weight_room = (limits_.max_message_bytes - output_bytes - 4096) / 4;
+
+  AttentionStats stats;
+  ATTEND_ASSIGN_OR_RETURN(
+      kv::AppendResult result,
+      cache_->Append(request.layer(), input, precision, request.return_weights() && input.q, &stats,
+                     std::max<int64_t>(weight_room, 0)));
+  if (input.q) {
+    const int64_t n = input.k.dim(0);
+    EncodeTensor(result.output, {n, input.q->dim(1), input.v.dim(2)}, as_values, out_dtype,
+                 response->mutable_output());
+    if (request.return_weights()) {
+      EncodeTensor(result.weights, {input.q->dim(1), n, result.layer_tokens}, as_values,
+                   DType::kFloat32, response->mutable_weights());
+    }
+    metrics_->AttentionComputed("Append", stats);
+    FillStats(stats, response->mutable_stats());
+  }
+  response->set_first_position(result.first_position);
+  response->set_layer_tokens(result.layer_tokens);
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* KvCacheService::Append(grpc::CallbackServerContext* context,
+                                                 const v1::AppendRequest* request,
+                                                 v1::AppendResponse* response) {
+  return RunOnPool(context, pool_, metrics_, [this, request, response](double queued) {
+    absl::Status status = DoAppend(*request, response);
+    response->mutable_stats()->set_queue_seconds(queued);
+    return status;
+  });
+}
+
+absl::Status KvCacheService::DoDecodeBatch(const v1::DecodeBatchRequest& request,
+                                           v1::DecodeBatchResponse* response) {
+  const int64_t max_elements = limits_.attention.max_tensor_elements;
+  ATTEND_ASSIGN_OR_RETURN(const Precision precision, DecodePrecision(request.precision()));
+  ATTEND_ASSIGN_OR_RETURN(const DType out_dtype,
+                          DecodeOutputDType(request.output_dtype(), "output_dtype"));
+  if (request.steps_size() == 0) {
+    return absl::InvalidArgumentError("steps: empty; give one step per sequence");
+  }
+  std::vector<kv::AppendInput> inputs(static_cast<size_t>(request.steps_size()));
+  std::vector<bool> as_values(inputs.size());
+  int64_t output_bytes = 0;
+  for (int i = 0; i < request.steps_size(); ++i) {
+    const v1::DecodeStep& step = request.steps(i);
+    const std::string field = absl::StrCat("steps[", i, "]");
+    if (!step.has_q() || !step.has_k() || !step.has_v()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": q, k and v are required for a decode step"));
+    }
+    kv::AppendInput& in = inputs[static_cast<size_t>(i)];
+    in.id = step.sequence_id();
+    ATTEND_ASSIGN_OR_RETURN(const DecodedTensor q,
+                            DecodeTensor(step.q(), field + ".q", max_elements, false));
+    ATTEND_ASSIGN_OR_RETURN(const DecodedTensor k,
+                            DecodeTensor(step.k(), field + ".k", max_elements, false));
+    ATTEND_ASSIGN_OR_RETURN(const DecodedTensor v,
+                            DecodeTensor(step.v(), field + ".v", max_elements, false));
+    in.q = q.view;
+    in.k = k.view;
+    in.v = v.view;
+    as_values[static_cast<size_t>(i)] = q.from_values;
+    if (q.view.rank() == 3 && v.view.rank() == 3) {
+      output_bytes += EncodedBytes(q.view.dim(1) * v.view.dim(2), q.from_values, out_dtype);
+    }
+  }
+  ATTEND_RETURN_IF_ERROR(CheckResponseSize(output_bytes, limits_.max_message_bytes, "outputs"));
+  AttentionStats stats;
+  ATTEND_ASSIGN_OR_RETURN(std::vector<kv::AppendResult> results,
+                          cache_->DecodeBatch(request.layer(), inputs, precision, &stats));
+  for (size_t i = 0; i < results.size(); ++i) {
+    v1::DecodeResult* out = response->add_results();
+    out->set_sequence_id(inputs[i].id);
+    EncodeTensor(results[i].output, {1, inputs[i].q->dim(1), inputs[i].v.dim(2)}, as_values[i],
+                 out_dtype, out->mutable_output());
+    out->set_layer_tokens(results[i].layer_tokens);
+  }
+  metrics_->AttentionComputed("DecodeBatch", stats);
+  FillStats(stats, response->mutable_stats());
+  response->set_request_id(request.request_id());
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* KvCacheService::DecodeBatch(grpc::CallbackServerContext* context,
+                                                      const v1::DecodeBatchRequest* request,
+                                                      v1::DecodeBatchResponse* response) {
+  return RunOnPool(context, pool_, metrics_, [this, request, response](double queued) {
+    absl::Status status = DoDecodeBatch(*request, response);
+    response->mutable_stats()->set_queue_seconds(queued);
+    return status;
+  });
+}
+
+grpc::ServerBidiReactor<v1::DecodeBatchRequest, v1::DecodeBatchResponse>*
+KvCacheService::DecodeStream(grpc::CallbackServerContext* context) {
+  if (open_streams_.load() >= max_streams_) {
+    // A reactor that only finishes: the limit is reported as the stream's status.
+    class Refused
+        : public grpc::ServerBidiReactor<v1::DecodeBatchRequest, v1::DecodeBatchResponse> {
+     public:
+      explicit Refused(int64_t limit) {
+        Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                            absl::StrCat(limit,
+                                         " decode streams are open, the server's limit "
+                                         "(--max_concurrent_streams); retry later")));
+      }
+      void OnDone() override { delete this; }
+    };
+    return new Refused(max_streams_);
+  }
+  (void)context;
+  return new StreamReactor(this);
+}
+
+grpc::ServerUnaryReactor* KvCacheService::Fork(grpc::CallbackServerContext* context,
+                                               const v1::ForkRequest* request,
+                                               v1::SequenceInfo* response) {
+  return RunOnPool(context, pool_, metrics_, [this, request, response](double) -> absl::Status {
+    std::optional<int64_t> tokens;
+    if (request->has_tokens()) tokens = request->tokens();
+    ATTEND_ASSIGN_OR_RETURN(const kv::SequenceInfo info,
+                            cache_->Fork(request->source_id(), request->new_id(), tokens));
+    ToProto(info, response);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* KvCacheService::Truncate(grpc::CallbackServerContext* context,
+                                                   const v1::TruncateRequest* request,
+                                                   v1::SequenceInfo* response) {
+  return RunOnPool(context, pool_, metrics_, [this, request, response](double) -> absl::Status {
+    ATTEND_ASSIGN_OR_RETURN(const kv::SequenceInfo info,
+                            cache_->Truncate(request->sequence_id(), request->tokens()));
+    ToProto(info, response);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* KvCacheService::Release(grpc::CallbackServerContext* context,
+                                                  const v1::ReleaseRequest* request,
+                                                  v1::ReleaseResponse* response) {
+  return RunOnPool(context, pool_, metrics_, [this, request, response](double) -> absl::Status {
+    ATTEND_ASSIGN_OR_RETURN(const int64_t freed, cache_->Release(request->sequence_id()));
+    response->set_freed_bytes(freed);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* KvCacheService::GetSequence(grpc::CallbackServerContext* context,
+                                                      const v1::GetSequenceRequest* request,
+                                                      v1::SequenceInfo* response) {
+  return RunOnPool(context, pool_, metrics_, [this, request, response](double) -> absl::Status {
+    ATTEND_ASSIGN_OR_RETURN(const kv::SequenceInfo info, cache_->Get(request->sequence_id()));
+    ToProto(info, response);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* KvCacheService::ListSequences(grpc::CallbackServerContext* context,
+                                                        const v1::ListSequencesRequest* request,
+                                                        v1::ListSequencesResponse* response) {
+  return RunOnPool(context, pool_, metrics_, [this, request, response](double) -> absl::Status {
+    ATTEND_ASSIGN_OR_RETURN(const kv::ListPage page,
+                            cache_->List(request->page_size(), request->page_token()));
+    for (const kv::SequenceInfo& info : page.sequences) ToProto(info, response->add_sequences());
+    response->set_next_page_token(page.next_page_token);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* KvCacheService::Stats(grpc::CallbackServerContext* context,
+                                                const v1::StatsRequest*, v1::CacheStats* response) {
+  // Cheap and lock-light: answered on the callback thread.
+  const kv::CacheStats s = cache_->Stats();
+  response->set_capacity_bytes(s.capacity_bytes);
+  response->set_used_bytes(s.used_bytes);
+  response->set_usage_ratio(
+      s.capacity_bytes > 0 ? static_cast<double>(s.used_bytes) / s.capacity_bytes : 0.0);
+  response->set_block_bytes(s.block_bytes);
+  response->set_blocks_total(s.blocks_total);
+  response->set_blocks_used(s.blocks_used);
+  response->set_blocks_free(s.blocks_free);
+  response->set_sequences(s.sequences);
+  response->set_tokens(s.tokens);
+  response->set_evictions(s.evictions);
+  response->set_rejections(s.rejections);
+  response->set_eviction_policy(std::string(kv::EvictionPolicyName(s.policy)));
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+}  // namespace attend::server

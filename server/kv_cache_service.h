@@ -1,0 +1,77 @@
+// attend.v1.KvCache on the gRPC callback API: per-sequence paged KV caches and attention over
+// them. Unary calls run on the worker pool; DecodeStream processes one message at a time per
+// stream (so responses come in order), and a bad message fails that message (its `error`), not
+// the stream.
+//
+// Thread-safety: handlers run concurrently; the cache serialises work per sequence.
+#ifndef ATTEND_SERVER_KV_CACHE_SERVICE_H_
+#define ATTEND_SERVER_KV_CACHE_SERVICE_H_
+
+#include <atomic>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "attend/v1/kv_cache.grpc.pb.h"
+#include "core/kv_cache/kv_cache.h"
+#include "server/metrics.h"
+#include "server/service_support.h"
+#include "server/worker_pool.h"
+
+namespace attend::server {
+
+class KvCacheService final : public v1::KvCache::CallbackService {
+ public:
+  // The collaborators must outlive the service. At most `max_streams` DecodeStreams are open.
+  KvCacheService(const ServiceLimits& limits, kv::KvCache* cache, WorkerPool* pool,
+                 Metrics* metrics, int64_t max_streams);
+
+  grpc::ServerUnaryReactor* CreateSequence(grpc::CallbackServerContext* context,
+                                           const v1::CreateSequenceRequest* request,
+                                           v1::SequenceInfo* response) override;
+  grpc::ServerUnaryReactor* Append(grpc::CallbackServerContext* context,
+                                   const v1::AppendRequest* request,
+                                   v1::AppendResponse* response) override;
+  grpc::ServerUnaryReactor* DecodeBatch(grpc::CallbackServerContext* context,
+                                        const v1::DecodeBatchRequest* request,
+                                        v1::DecodeBatchResponse* response) override;
+  grpc::ServerBidiReactor<v1::DecodeBatchRequest, v1::DecodeBatchResponse>* DecodeStream(
+      grpc::CallbackServerContext* context) override;
+  grpc::ServerUnaryReactor* Fork(grpc::CallbackServerContext* context,
+                                 const v1::ForkRequest* request,
+                                 v1::SequenceInfo* response) override;
+  grpc::ServerUnaryReactor* Truncate(grpc::CallbackServerContext* context,
+                                     const v1::TruncateRequest* request,
+                                     v1::SequenceInfo* response) override;
+  grpc::ServerUnaryReactor* Release(grpc::CallbackServerContext* context,
+                                    const v1::ReleaseRequest* request,
+                                    v1::ReleaseResponse* response) override;
+  grpc::ServerUnaryReactor* GetSequence(grpc::CallbackServerContext* context,
+                                        const v1::GetSequenceRequest* request,
+                                        v1::SequenceInfo* response) override;
+  grpc::ServerUnaryReactor* ListSequences(grpc::CallbackServerContext* context,
+                                          const v1::ListSequencesRequest* request,
+                                          v1::ListSequencesResponse* response) override;
+  grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* context,
+                                  const v1::StatsRequest* request,
+                                  v1::CacheStats* response) override;
+
+  // The work of one DecodeBatch (also one DecodeStream message).
+  absl::Status DoDecodeBatch(const v1::DecodeBatchRequest& request,
+                             v1::DecodeBatchResponse* response);
+
+ private:
+  class StreamReactor;
+
+  absl::Status DoAppend(const v1::AppendRequest& request, v1::AppendResponse* response);
+
+  const ServiceLimits limits_;
+  kv::KvCache* cache_;
+  WorkerPool* pool_;
+  Metrics* metrics_;
+  const int64_t max_streams_;
+  std::atomic<int64_t> open_streams_{0};
+};
+
+}  // namespace attend::server
+
+#endif  // ATTEND_SERVER_KV_CACHE_SERVICE_H_
