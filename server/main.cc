@@ -34,7 +34,7 @@ ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(10),
           "Time in-flight calls get to finish after SIGTERM");
 ABSL_FLAG(int64_t, kv_cache_bytes, 0,
           "KV-cache capacity in bytes; 0 = half of physical memory (taken as sequences grow)");
-ABSL_FLAG(int64_t, kv_block_bytes, int64_t{512} << 10,
+ABSL_FLAG(int64_t, kv_block_bytes, int64_t{1} << 20,
           "Bytes per KV-cache block (a multiple of 64; one layer's tokens of one sequence)");
 ABSL_FLAG(std::string, kv_eviction, "none",
           "What to do when the KV cache is full: none (refuse), lru (evict the least recently "

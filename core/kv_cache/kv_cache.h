@@ -52,7 +52,7 @@ Clock SystemClock();
 
 struct KvCacheOptions {
   int64_t capacity_bytes = int64_t{1} << 30;
-  int64_t block_bytes = int64_t{512} << 10;
+  int64_t block_bytes = int64_t{1} << 20;
   int64_t max_sequences = 65536;
   EvictionPolicy eviction = EvictionPolicy::kNone;
   int64_t idle_ttl_ms = 10 * 60 * 1000;

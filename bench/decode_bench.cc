@@ -1,0 +1,114 @@
+// Decode over the paged KV cache: one new token for each of `batch` sequences (32 query heads,
+// 8 key/value heads, head_dim 128), computed as one DecodeBatch, reported as K/V bytes read per
+// second against this machine's read bandwidth measured in the same run.
+//
+//   build/bench/decode_bench [--benchmark_filter=...]
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "bench/machine_limits.h"
+#include "core/kv_cache/kv_cache.h"
+
+namespace attend::bench {
+namespace {
+
+constexpr int64_t kHeads = 32, kKvHeads = 8, kDim = 128;
+
+std::vector<float> Random(int64_t n, uint64_t seed) {
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::normal_distribution<float> normal;
+  std::vector<float> x(static_cast<size_t>(n));
+  for (float& e : x) e = normal(rng);
+  return x;
+}
+
+// args: context, batch, bf16 storage
+void BM_DecodeBatch(benchmark::State& state) {
+  const int64_t context = state.range(0), batch = state.range(1);
+  const bool bf16 = state.range(2) != 0;
+  const MachineLimits& limits = MeasureMachineLimits();
+
+  kv::KvCacheOptions options;
+  options.capacity_bytes = int64_t{12} << 30;
+  if (const char* block = std::getenv("ATTEND_KV_BLOCK_BYTES"))
+    options.block_bytes = std::atoll(block);
+  kv::KvCache cache(options);
+  kv::SequenceConfig config;
+  config.layers = 1;
+  config.n_head = kHeads;
+  config.n_head_kv = kKvHeads;
+  config.head_dim = kDim;
+  config.kv_dtype = bf16 ? DType::kBFloat16 : DType::kFloat32;
+
+  // Fill each sequence's cache in chunks (k/v only: no attention needed to fill).
+  const int64_t chunk = 1024;
+  const std::vector<float> kv = Random(chunk * kKvHeads * kDim, 1);
+  std::vector<std::string> ids;
+  for (int64_t b = 0; b < batch; ++b) {
+    ids.push_back(absl::StrCat("s", b));
+    if (!cache.Create(config, ids.back(), context + 1).ok()) {
+      state.SkipWithError("create failed (memory?)");
+      return;
+    }
+    for (int64_t filled = 0; filled < context; filled += chunk) {
+      const int64_t n = std::min(chunk, context - filled);
+      kv::AppendInput in;
+      in.id = ids.back();
+      in.k = {DType::kFloat32, {n, kKvHeads, kDim}, kv.data()};
+      in.v = in.k;
+      if (!cache.Append(0, in, Precision::kAuto, false, nullptr).ok()) {
+        state.SkipWithError("fill failed");
+        return;
+      }
+    }
+  }
+  const std::vector<float> q = Random(kHeads * kDim, 2), k = Random(kKvHeads * kDim, 3);
+  std::vector<kv::AppendInput> steps(static_cast<size_t>(batch));
+  for (int64_t b = 0; b < batch; ++b) {
+    steps[b].id = ids[b];
+    steps[b].q = TensorView{DType::kFloat32, {1, kHeads, kDim}, q.data()};
+    steps[b].k = {DType::kFloat32, {1, kKvHeads, kDim}, k.data()};
+    steps[b].v = steps[b].k;
+  }
+
+  AttentionStats stats;
+  double seconds = 0;
+  for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
+    auto results = cache.DecodeBatch(0, steps, Precision::kAuto, &stats);
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    state.SetIterationTime(elapsed);
+    seconds += elapsed;
+    if (!results.ok()) {
+      state.SkipWithError(std::string(results.status().message()).c_str());
+      return;
+    }
+    for (const std::string& id : ids) (void)cache.Truncate(id, context);  // back to `context`
+  }
+  const double bytes =
+      static_cast<double>(batch) * (context + 1) * kKvHeads * 2 * kDim * (bf16 ? 2 : 4);
+  const double rate = bytes * state.iterations() / seconds;
+  state.counters["KV_GBs"] = rate / 1e9;
+  state.counters["read_bw_GBs"] = limits.read_bytes_per_second / 1e9;
+  state.counters["ratio"] = rate / limits.read_bytes_per_second;
+  state.counters["us_per_step"] = seconds / state.iterations() * 1e6;
+  state.SetLabel(stats.engine);
+}
+
+BENCHMARK(BM_DecodeBatch)
+    ->ArgNames({"context", "batch", "bf16"})
+    ->ArgsProduct({{1024, 4096, 16384}, {1, 16}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseManualTime()
+    ->Iterations(20);
+
+}  // namespace
+}  // namespace attend::bench
+
+BENCHMARK_MAIN();
