@@ -50,6 +50,7 @@ std::string CommandHelp(const Command& c) {
 int RunCli(const std::vector<std::string>& tokens, std::ostream& out, std::ostream& err) {
   std::vector<Command> commands = AttentionCommands();
   for (Command& c : PlannerCommands()) commands.push_back(std::move(c));
+  for (Command& c : SeqCommands()) commands.push_back(std::move(c));
   const std::vector<FlagSpec> globals = GlobalFlags();
 
   // The command is the first token that is neither a flag nor a global flag's value.
@@ -94,6 +95,15 @@ int RunCli(const std::vector<std::string>& tokens, std::ostream& out, std::ostre
     return args->GetBool("help") ? kExitOk : kExitUsage;
   }
   if (args->GetBool("help")) {
+    // A command group documents each subcommand: `attend seq append --help`.
+    if (!command->subcommands.empty() && !args->positional().empty()) {
+      for (const Command& sub : command->subcommands) {
+        if (sub.name == command->name + " " + args->positional()[0]) {
+          out << CommandHelp(sub);
+          return kExitOk;
+        }
+      }
+    }
     out << CommandHelp(*command);
     return kExitOk;
   }

@@ -49,6 +49,8 @@ struct Command {
   std::string details;  // longer help, examples included
   std::vector<FlagSpec> flags;
   std::function<int(Context&)> run;
+  // A command group's members, named "<group> <sub>", for `attend <group> <sub> --help`.
+  std::vector<Command> subcommands = {};
 };
 
 // Prints "error: <CODE>: <message>" and returns the exit code for `status`.
@@ -60,6 +62,12 @@ int UsageError(Context& context, const absl::Status& status);
 std::vector<Command> AttentionCommands();
 // Commands of the Planner service: models, model, plan, cost.
 std::vector<Command> PlannerCommands();
+// The `seq` command group of the KvCache service (one command that dispatches on its first
+// positional argument: create, append, decode, fork, truncate, release, get, list, stats).
+std::vector<Command> SeqCommands();
+// The subcommands of `seq`, named "seq <subcommand>" and holding only their own flags: what
+// `attend seq <subcommand> --help` prints.
+std::vector<Command> SeqSubcommands();
 
 // A byte count for flags such as --budget: a non-negative number ("1e9", "1.5") with an optional
 // unit, binary ("KiB", "MiB", "GiB", "TiB", "PiB": powers of 2^10) or decimal ("B", "kB"/"KB",

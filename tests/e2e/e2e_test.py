@@ -8,6 +8,7 @@ client in another language can call the API.
 import argparse
 import json
 import os
+import queue
 import re
 import shutil
 import signal
@@ -39,10 +40,12 @@ def generate_stubs(proto_root, out_dir):
                     "--plugin=protoc-gen-grpc=/usr/bin/grpc_python_plugin"] + protos, check=True)
     sys.path.insert(0, out_dir)
     import grpc  # noqa: F401  (imported after the path change on purpose)
-    from attend.v1 import attention_pb2, attention_pb2_grpc, tensor_pb2
+    from attend.v1 import attention_pb2, attention_pb2_grpc, kv_cache_pb2, kv_cache_pb2_grpc
+    from attend.v1 import tensor_pb2
     from std import health_pb2, health_pb2_grpc, reflection_pb2, reflection_pb2_grpc
     PB.update(attention=attention_pb2, attention_grpc=attention_pb2_grpc, tensor=tensor_pb2,
-              health=health_pb2, health_grpc=health_pb2_grpc, reflection=reflection_pb2,
+              kv=kv_cache_pb2, kv_grpc=kv_cache_pb2_grpc, health=health_pb2,
+              health_grpc=health_pb2_grpc, reflection=reflection_pb2,
               reflection_grpc=reflection_pb2_grpc)
 
 
@@ -176,6 +179,173 @@ class EndToEnd(unittest.TestCase):
                                r'grpc_service="attend.v1.Attention",grpc_type="unary"\} [1-9]')
         self.assertIn("grpc_server_handling_seconds_bucket", text)
         self.assertIn("attend_build_info", text)
+
+
+def f32_tensor(a):
+    t = PB["tensor"]
+    a = np.ascontiguousarray(a, dtype=np.float32)
+    return t.Tensor(dtype=t.FLOAT32, shape=list(a.shape), data=a.tobytes())
+
+
+def f32_array(tensor):
+    return np.frombuffer(tensor.data, dtype=np.float32).reshape(tuple(tensor.shape))
+
+
+class KvCacheEndToEnd(unittest.TestCase):
+    """attend.v1.KvCache from Python: prefill, decode over a DecodeStream, and the CLI's view."""
+    N_HEAD, N_HEAD_KV, HEAD_DIM, HEAD_DIM_V, LAYERS = 8, 2, 16, 8, 2
+
+    @classmethod
+    def setUpClass(cls):
+        import grpc
+        cls.grpc = grpc
+        cls.proc, cls.port, _ = start_server(
+            ["--address=127.0.0.1:0", "--kv_cache_bytes=8388608", "--kv_block_bytes=16384"],
+            {"ATTEND_METRICS_ADDRESS": ""})
+        cls.target = "127.0.0.1:%d" % cls.port
+        cls.channel = grpc.insecure_channel(cls.target)
+        cls.stub = PB["kv_grpc"].KvCacheStub(cls.channel)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.channel.close()
+        cls.proc.send_signal(signal.SIGTERM)
+        cls.proc.communicate(timeout=30)
+        assert cls.proc.returncode == 0, "server exited %d after SIGTERM" % cls.proc.returncode
+
+    def cli(self, *args):
+        return subprocess.run([ARGS.cli, "--target", self.target] + list(args),
+                              capture_output=True, text=True, timeout=60)
+
+    def create(self, sequence_id):
+        kv = PB["kv"]
+        info = self.stub.CreateSequence(kv.CreateSequenceRequest(
+            sequence_id=sequence_id,
+            config=kv.SequenceConfig(layers=self.LAYERS, n_head=self.N_HEAD,
+                                     n_head_kv=self.N_HEAD_KV, head_dim=self.HEAD_DIM,
+                                     head_dim_v=self.HEAD_DIM_V,
+                                     kv_dtype=PB["tensor"].FLOAT32)))
+        self.assertEqual(info.sequence_id, sequence_id)
+        self.assertEqual(list(info.layer_tokens), [0] * self.LAYERS)
+        return info
+
+    def tokens(self, rng, n):
+        """q [n, H, d], k [n, G, d], v [n, G, dv] for every layer."""
+        return [(rng.standard_normal((n, self.N_HEAD, self.HEAD_DIM), dtype=np.float32),
+                 rng.standard_normal((n, self.N_HEAD_KV, self.HEAD_DIM), dtype=np.float32),
+                 rng.standard_normal((n, self.N_HEAD_KV, self.HEAD_DIM_V), dtype=np.float32))
+                for _ in range(self.LAYERS)]
+
+    def test_prefill_then_stream_decode_match_numpy(self):
+        kv = PB["kv"]
+        self.create("py-stream")
+        rng = np.random.default_rng(11)
+        prefill, steps = 6, 3
+        # Each layer's whole history: the prefill, then one token per decode step.
+        history = self.tokens(rng, prefill + steps)
+
+        for layer, (q, k, v) in enumerate(history):
+            r = self.stub.Append(kv.AppendRequest(
+                sequence_id="py-stream", layer=layer, q=f32_tensor(q[:prefill]),
+                k=f32_tensor(k[:prefill]), v=f32_tensor(v[:prefill])))
+            self.assertEqual((r.first_position, r.layer_tokens), (0, prefill))
+            np.testing.assert_allclose(
+                f32_array(r.output),
+                reference_attention(q[:prefill], k[:prefill], v[:prefill], True), atol=2e-5)
+
+        # A real bidirectional exchange: each message is written only after the previous
+        # response was read, as a decoder that needs layer l's output for layer l + 1 would.
+        outbox = queue.Queue()
+
+        def requests():
+            while True:
+                message = outbox.get()
+                if message is None:
+                    return
+                yield message
+
+        responses = self.stub.DecodeStream(requests(), timeout=60)
+
+        def exchange(message):
+            outbox.put(message)
+            return next(responses)
+
+        def message(sequence_id, layer, request_id, q, k, v, position):
+            one = slice(position, position + 1)
+            return kv.DecodeBatchRequest(layer=layer, request_id=request_id, steps=[
+                kv.DecodeStep(sequence_id=sequence_id, q=f32_tensor(q[one]),
+                              k=f32_tensor(k[one]), v=f32_tensor(v[one]))])
+
+        request_id = 0
+        for step in range(steps):
+            position = prefill + step
+            for layer, (q, k, v) in enumerate(history):
+                if step == 1 and layer == 1:
+                    # A message for an unknown sequence fails alone; the stream goes on.
+                    request_id += 1
+                    bad = exchange(message("py-nobody", layer, request_id, q, k, v, position))
+                    self.assertEqual(bad.request_id, request_id)
+                    self.assertEqual(bad.error.code, self.grpc.StatusCode.NOT_FOUND.value[0])
+                    self.assertIn("py-nobody", bad.error.message)
+                    self.assertEqual(len(bad.results), 0)
+                request_id += 1
+                response = exchange(message("py-stream", layer, request_id, q, k, v, position))
+                self.assertEqual(response.request_id, request_id)
+                self.assertFalse(response.HasField("error"), response.error)
+                self.assertEqual(len(response.results), 1)
+                result = response.results[0]
+                self.assertEqual(result.sequence_id, "py-stream")
+                self.assertEqual(result.layer_tokens, position + 1)
+                # The new token's query over the layer's whole history, causal GQA.
+                want = reference_attention(q[:position + 1], k[:position + 1], v[:position + 1],
+                                           True)[-1:]
+                np.testing.assert_allclose(f32_array(result.output), want, atol=2e-5)
+                self.assertEqual(response.stats.attended_pairs, self.N_HEAD * (position + 1))
+        outbox.put(None)
+        self.assertEqual(list(responses), [])  # the server ends the stream after our last message
+
+        info = self.stub.GetSequence(kv.GetSequenceRequest(sequence_id="py-stream"))
+        self.assertEqual(list(info.layer_tokens), [prefill + steps] * self.LAYERS)
+
+    def test_cli_seq_get_and_stats_show_what_python_cached(self):
+        kv = PB["kv"]
+        self.create("py-cli")
+        rng = np.random.default_rng(5)
+        for layer, (q, k, v) in enumerate(self.tokens(rng, 20)):
+            n = 20 if layer == 0 else 17  # layers advance on their own
+            self.stub.Append(kv.AppendRequest(sequence_id="py-cli", layer=layer,
+                                              k=f32_tensor(k[:n]), v=f32_tensor(v[:n])))
+        info = self.stub.GetSequence(kv.GetSequenceRequest(sequence_id="py-cli"))
+        stats = self.stub.Stats(kv.StatsRequest())
+
+        result = self.cli("seq", "get", "--id", "py-cli")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("sequence 'py-cli'", result.stdout)
+        self.assertIn("2 layers, 8 query heads, 2 key/value heads (grouped-query), head_dim 16, "
+                      "head_dim_v 8", result.stdout)
+        self.assertIn("17 in every layer", result.stdout)
+        self.assertRegex(result.stdout, r"\n\s*0\s+20\n\s*1\s+17\n")
+        result = self.cli("--json", "seq", "get", "--id", "py-cli")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        got = json.loads(result.stdout)
+        self.assertEqual([int(t) for t in got["layer_tokens"]], [20, 17])
+        self.assertEqual(int(got["blocks"]), info.blocks)
+        self.assertEqual(int(got["bytes"]), info.bytes)
+
+        result = self.cli("seq", "stats")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("8.00 MiB (8,388,608 bytes) in 512 blocks of 16.00 KiB", result.stdout)
+        self.assertRegex(result.stdout, r"eviction\s+none;")
+        result = self.cli("--json", "seq", "stats")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        cli_stats = json.loads(result.stdout)
+        self.assertEqual(int(cli_stats["capacity_bytes"]), 8 << 20)
+        self.assertEqual(int(cli_stats["block_bytes"]), stats.block_bytes)
+        self.assertGreaterEqual(int(cli_stats["used_bytes"]), info.bytes)
+
+        result = self.cli("seq", "get", "--id", "py-missing")
+        self.assertEqual(result.returncode, 4, result.stderr)
+        self.assertIn("NOT_FOUND", result.stderr)
 
 
 class Configuration(unittest.TestCase):

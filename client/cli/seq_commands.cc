@@ -1,0 +1,1003 @@
+// The `attend seq <subcommand>` group: sequences of the server's KV cache (create, append,
+// decode, fork, truncate, release, get, list, stats). The dispatcher matches one word, so the
+// group is one command, `seq`, that accepts the flags of every subcommand and dispatches on its
+// first positional argument; each subcommand then refuses the flags that are not its own, so
+// that a flag meant for another subcommand is a usage error rather than silently ignored.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "client/cli/command.h"
+#include "client/cli/format.h"
+#include "client/kv_cache_client.h"
+#include "client/npy.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace attend::cli {
+namespace {
+
+using client::FloatTensor;
+
+std::string ToJson(const google::protobuf::Message& message) {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.always_print_primitive_fields = true;
+  options.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(message, &json, options);
+  return json;
+}
+
+// "4,194,304".
+std::string Count(int64_t value) {
+  const std::string digits =
+      absl::StrCat(value < 0 ? -static_cast<uint64_t>(value) : static_cast<uint64_t>(value));
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return value < 0 ? "-" + out : out;
+}
+
+// "1.00 GiB", "512.00 KiB", "100 bytes": binary units, as the planner commands print them.
+std::string BinaryBytes(int64_t bytes) {
+  const char* units[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  if (std::abs(static_cast<double>(bytes)) < 1024.0) return absl::StrCat(bytes, " bytes");
+  double v = static_cast<double>(bytes) / 1024.0;
+  int i = 0;
+  while (std::abs(v) >= 1024.0 && i < 5) {
+    v /= 1024.0;
+    ++i;
+  }
+  return absl::StrFormat("%.2f %s", v, units[i]);
+}
+
+std::string Plural(int64_t n, const std::string& one, const std::string& many) {
+  return absl::StrCat(Count(n), " ", n == 1 ? one : many);
+}
+
+std::string Quoted(const std::string& id) { return absl::StrCat("'", id, "'"); }
+
+// How long ago a Unix time in milliseconds was: "0 s", "42 s", "5 min", "3 h", "2 d".
+std::string Ago(int64_t unix_ms) {
+  const double s =
+      std::max(0.0, absl::ToDoubleSeconds(absl::Now() - absl::FromUnixMillis(unix_ms)));
+  if (s < 60) return absl::StrFormat("%.0f s", s);
+  if (s < 3600) return absl::StrFormat("%.0f min", s / 60);
+  if (s < 86400) return absl::StrFormat("%.0f h", s / 3600);
+  return absl::StrFormat("%.0f d", s / 86400);
+}
+
+std::string UtcTime(int64_t unix_ms) {
+  return absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", absl::FromUnixMillis(unix_ms),
+                          absl::UTCTimeZone());
+}
+
+std::string DTypeName(v1::DType dtype) {
+  switch (dtype) {
+    case v1::FLOAT32:
+      return "float32";
+    case v1::FLOAT16:
+      return "float16";
+    default:
+      return "bfloat16";
+  }
+}
+
+// "label     value" lines with the values aligned.
+class Fields {
+ public:
+  void Add(std::string label, std::string value) {
+    rows_.emplace_back(std::move(label), std::move(value));
+  }
+  std::string Render(const std::string& indent = "  ") const {
+    size_t width = 0;
+    for (const auto& [label, value] : rows_) width = std::max(width, label.size());
+    std::string out;
+    for (const auto& [label, value] : rows_) {
+      absl::StrAppend(&out, indent, label, std::string(width - label.size() + 2, ' '), value, "\n");
+    }
+    return out;
+  }
+
+ private:
+  std::vector<std::pair<std::string, std::string>> rows_;
+};
+
+// --- flags ---------------------------------------------------------------------------------------
+
+// An integer flag in [min, max]; `fallback` when absent.
+absl::StatusOr<int64_t> IntFlag(const Args& args, const std::string& flag, int64_t fallback,
+                                int64_t min, int64_t max) {
+  absl::StatusOr<int64_t> value = args.GetInt(flag, fallback);
+  if (!value.ok()) return value.status();
+  if (*value < min || *value > max) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, " must be between ", min, " and ", max, ", got ", *value));
+  }
+  return *value;
+}
+
+// The required --id.
+absl::StatusOr<std::string> RequiredId(const Args& args, const std::string& sub) {
+  if (!args.Has("id") || args.GetString("id").empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'attend seq ", sub, "' needs --id <sequence id>"));
+  }
+  return args.GetString("id");
+}
+
+absl::StatusOr<v1::Precision> PrecisionFlag(const Args& args) {
+  const std::string p = args.GetString("precision", "");
+  if (p.empty()) return v1::PRECISION_UNSPECIFIED;
+  if (p == "f32" || p == "float32") return v1::PRECISION_FLOAT32;
+  if (p == "bf16" || p == "bfloat16") return v1::PRECISION_BFLOAT16;
+  return absl::InvalidArgumentError(absl::StrCat("--precision: '", p, "'; use f32 or bf16"));
+}
+
+FloatTensor RandomTensor(std::mt19937_64& rng, std::vector<int64_t> shape) {
+  FloatTensor t;
+  t.shape = std::move(shape);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  t.values.resize(static_cast<size_t>(t.size()));
+  for (float& x : t.values) x = normal(rng);
+  return t;
+}
+
+int LocalError(Context& c, const absl::Status& status) {
+  *c.err << "error: " << status.message() << "\n";
+  return kExitLocalError;
+}
+
+// --- printing
+// -------------------------------------------------------------------------------------
+
+// Layers grouped into runs of equal token counts: "0-31  128".
+Table LayerTokensTable(const v1::SequenceInfo& info) {
+  Table table({"layers", "tokens"});
+  const auto& tokens = info.layer_tokens();
+  for (int i = 0; i < tokens.size();) {
+    int j = i;
+    while (j + 1 < tokens.size() && tokens[j + 1] == tokens[i]) ++j;
+    table.AddRow({i == j ? absl::StrCat(i) : absl::StrCat(i, "-", j), Count(tokens[i])});
+    i = j + 1;
+  }
+  return table;
+}
+
+std::string ShapeSummary(const v1::SequenceConfig& c) {
+  std::string kind;
+  if (c.n_head_kv() == c.n_head()) {
+    kind = "multi-head";
+  } else if (c.n_head_kv() == 1) {
+    kind = "multi-query";
+  } else {
+    kind = "grouped-query";
+  }
+  std::string dims = c.head_dim_v() == c.head_dim()
+                         ? absl::StrCat("head_dim ", c.head_dim())
+                         : absl::StrCat("head_dim ", c.head_dim(), ", head_dim_v ", c.head_dim_v());
+  return absl::StrCat(
+      Plural(c.layers(), "layer", "layers"), ", ", Plural(c.n_head(), "query head", "query heads"),
+      ", ", Plural(c.n_head_kv(), "key/value head", "key/value heads"), " (", kind, "), ", dims);
+}
+
+void PrintSequence(Context& c, const v1::SequenceInfo& info, const std::string& headline) {
+  const v1::SequenceConfig& config = info.config();
+  Fields f;
+  f.Add("shape", ShapeSummary(config));
+  f.Add("storage", absl::StrCat(DTypeName(config.kv_dtype()), " keys and values, ",
+                                Count(info.tokens_per_block()), " tokens of a layer per block"));
+  std::string attention =
+      config.window_tokens() > 0
+          ? absl::StrCat("causal, sliding window of ", Count(config.window_tokens()), " tokens")
+          : "causal over the whole sequence";
+  absl::StrAppend(&attention, config.has_scale() ? absl::StrFormat("; scale %g", config.scale())
+                                                 : "; scale 1/sqrt(head_dim)");
+  f.Add("attention", attention);
+  f.Add("tokens", absl::StrCat(Count(info.tokens()), " in every layer"));
+  f.Add("blocks", absl::StrCat(Count(info.blocks()), ", ", Count(info.shared_blocks()),
+                               " shared copy-on-write"));
+  f.Add(
+      "bytes",
+      absl::StrCat(BinaryBytes(info.bytes()),
+                   info.bytes() >= 1024 ? absl::StrCat(" (", Count(info.bytes()), " bytes)") : ""));
+  if (info.reserved_tokens() > 0) {
+    f.Add("reserved", absl::StrCat(Count(info.reserved_tokens()), " tokens per layer"));
+  }
+  if (!info.forked_from().empty()) f.Add("forked from", Quoted(info.forked_from()));
+  if (info.created_unix_ms() > 0) {
+    f.Add("created", UtcTime(info.created_unix_ms()));
+    f.Add("last used", absl::StrCat(Ago(info.last_used_unix_ms()), " ago"));
+  }
+  *c.out << headline << "\n"
+         << f.Render() << "tokens per layer:\n"
+         << LayerTokensTable(info).Render();
+}
+
+// Rows [position, head] of a [n, heads, dim] tensor, at most `max_rows` rows and `max_cols`
+// columns.
+void PrintOutput(std::ostream& out, const FloatTensor& t, int64_t first_position,
+                 int64_t max_rows = 16, int64_t max_cols = 8) {
+  const int64_t n = t.shape[0], heads = t.shape[1], dim = t.shape[2];
+  std::vector<std::string> header = {"position", "head"};
+  for (int64_t j = 0; j < std::min(dim, max_cols); ++j) header.push_back(absl::StrCat("[", j, "]"));
+  if (dim > max_cols) header.push_back("...");
+  Table table(header);
+  int64_t rows = 0;
+  for (int64_t i = 0; i < n && rows < max_rows; ++i) {
+    for (int64_t h = 0; h < heads && rows < max_rows; ++h, ++rows) {
+      std::vector<std::string> row = {absl::StrCat(first_position + i), absl::StrCat(h)};
+      for (int64_t j = 0; j < std::min(dim, max_cols); ++j) {
+        row.push_back(Fixed(t.values[static_cast<size_t>((i * heads + h) * dim + j)], 4));
+      }
+      if (dim > max_cols) row.push_back("...");
+      table.AddRow(row);
+    }
+  }
+  out << table.Render();
+  if (n * heads > max_rows) out << "(" << n * heads - max_rows << " more rows)\n";
+}
+
+// Each head's weights [new query x cached key], at most 16 x 16.
+void PrintWeights(std::ostream& out, const FloatTensor& w, int64_t first_position) {
+  const int64_t heads = w.shape[0], n_q = w.shape[1], n_kv = w.shape[2];
+  const int64_t max = 16;
+  for (int64_t h = 0; h < heads; ++h) {
+    out << "weights, head " << h << " (row = new query position, column = cached key):\n";
+    std::vector<std::string> header = {"q\\k"};
+    for (int64_t j = 0; j < std::min(n_kv, max); ++j) header.push_back(absl::StrCat(j));
+    if (n_kv > max) header.push_back("...");
+    Table table(header);
+    for (int64_t i = 0; i < std::min(n_q, max); ++i) {
+      std::vector<std::string> row = {absl::StrCat(first_position + i)};
+      for (int64_t j = 0; j < std::min(n_kv, max); ++j) {
+        row.push_back(Fixed(w.values[static_cast<size_t>((h * n_q + i) * n_kv + j)], 3));
+      }
+      if (n_kv > max) row.push_back("...");
+      table.AddRow(row);
+    }
+    out << table.Render();
+    if (n_q > max) out << "(" << n_q - max << " more queries)\n";
+  }
+}
+
+void PrintStats(std::ostream& out, const v1::ComputeStats& stats) {
+  out << "engine " << stats.engine() << ": " << stats.attended_pairs() << " attended pairs, "
+      << Si(static_cast<double>(stats.attention_flops()), "FLOP") << " in "
+      << Duration(stats.compute_seconds()) << " (queued " << Duration(stats.queue_seconds())
+      << ")\n";
+}
+
+// --- subcommands
+// ----------------------------------------------------------------------------------
+
+int RunCreate(Context& c) {
+  v1::SequenceConfig config;
+  absl::StatusOr<int64_t> layers = IntFlag(c.args, "layers", 2, 1, 1 << 16);
+  absl::StatusOr<int64_t> n_head = IntFlag(c.args, "n_head", 4, 1, 1 << 16);
+  if (!layers.ok()) return UsageError(c, layers.status());
+  if (!n_head.ok()) return UsageError(c, n_head.status());
+  absl::StatusOr<int64_t> n_head_kv = IntFlag(c.args, "n_head_kv", *n_head, 1, 1 << 16);
+  absl::StatusOr<int64_t> head_dim = IntFlag(c.args, "head_dim", 16, 1, 1 << 16);
+  if (!n_head_kv.ok()) return UsageError(c, n_head_kv.status());
+  if (!head_dim.ok()) return UsageError(c, head_dim.status());
+  absl::StatusOr<int64_t> head_dim_v = IntFlag(c.args, "head_dim_v", *head_dim, 1, 1 << 16);
+  absl::StatusOr<int64_t> window = IntFlag(c.args, "window", 0, 0, int64_t{1} << 40);
+  absl::StatusOr<int64_t> reserve = IntFlag(c.args, "reserve", 0, 0, int64_t{1} << 40);
+  for (const auto* s : {&head_dim_v, &window, &reserve}) {
+    if (!s->ok()) return UsageError(c, s->status());
+  }
+  const std::string dtype = c.args.GetString("kv_dtype", "bf16");
+  if (dtype == "bf16" || dtype == "bfloat16") {
+    config.set_kv_dtype(v1::BFLOAT16);
+  } else if (dtype == "f32" || dtype == "float32") {
+    config.set_kv_dtype(v1::FLOAT32);
+  } else {
+    return UsageError(c, absl::InvalidArgumentError(absl::StrCat(
+                             "--kv_dtype: '", dtype, "'; the cache stores f32 or bf16")));
+  }
+  config.set_layers(static_cast<int32_t>(*layers));
+  config.set_n_head(static_cast<int32_t>(*n_head));
+  config.set_n_head_kv(static_cast<int32_t>(*n_head_kv));
+  config.set_head_dim(static_cast<int32_t>(*head_dim));
+  config.set_head_dim_v(static_cast<int32_t>(*head_dim_v));
+  config.set_window_tokens(*window);
+  client::KvCacheClient kv(c.Channel(), c.connection);
+  absl::StatusOr<v1::SequenceInfo> info =
+      kv.CreateSequence(config, c.args.GetString("id", ""), *reserve);
+  if (!info.ok()) return ReportError(c, info.status());
+  if (c.json) {
+    *c.out << ToJson(*info);
+    return kExitOk;
+  }
+  PrintSequence(c, *info, absl::StrCat("created sequence ", Quoted(info->sequence_id())));
+  return kExitOk;
+}
+
+int RunAppend(Context& c) {
+  absl::StatusOr<std::string> id = RequiredId(c.args, "append");
+  if (!id.ok()) return UsageError(c, id.status());
+  absl::StatusOr<int64_t> layer = IntFlag(c.args, "layer", 0, 0, 1 << 16);
+  if (!layer.ok()) return UsageError(c, layer.status());
+  absl::StatusOr<v1::Precision> precision = PrecisionFlag(c.args);
+  if (!precision.ok()) return UsageError(c, precision.status());
+  absl::StatusOr<client::Wire> wire = client::ParseWire(c.args.GetString("wire", "f32"));
+  if (!wire.ok()) return UsageError(c, wire.status());
+  const bool no_q = c.args.GetBool("no_q");
+  const bool from_files = c.args.Has("q") || c.args.Has("k") || c.args.Has("v");
+  if (from_files) {
+    if (!c.args.Has("k") || !c.args.Has("v")) {
+      return UsageError(c, absl::InvalidArgumentError("--k and --v go together (--q optional)"));
+    }
+    if (c.args.Has("n") || c.args.Has("seed")) {
+      return UsageError(c, absl::InvalidArgumentError(
+                               "--n and --seed make random tokens; not with --q/--k/--v files"));
+    }
+    if (no_q && c.args.Has("q")) {
+      return UsageError(c, absl::InvalidArgumentError("--no_q and --q contradict each other"));
+    }
+  }
+  const bool has_q = from_files ? c.args.Has("q") : !no_q;
+  if (!has_q && (c.args.GetBool("weights") || c.args.Has("out"))) {
+    return UsageError(c, absl::InvalidArgumentError(
+                             "without queries (--no_q, or --k/--v without --q) there is no output "
+                             "for --out or --weights"));
+  }
+
+  client::KvCacheClient kv(c.Channel(), c.connection);
+  client::AppendInput input;
+  input.sequence_id = *id;
+  input.layer = static_cast<int32_t>(*layer);
+  input.precision = *precision;
+  input.wire = *wire;
+  input.return_weights = c.args.GetBool("weights");
+  if (from_files) {
+    for (const char* flag : {"q", "k", "v"}) {
+      if (!c.args.Has(flag)) continue;
+      absl::StatusOr<FloatTensor> t = client::ReadNpyFile(c.args.GetString(flag));
+      if (!t.ok()) return LocalError(c, t.status());
+      if (flag[0] == 'q') input.q = *std::move(t);
+      if (flag[0] == 'k') input.k = *std::move(t);
+      if (flag[0] == 'v') input.v = *std::move(t);
+    }
+  } else {
+    absl::StatusOr<int64_t> n = IntFlag(c.args, "n", 1, 1, 1 << 20);
+    absl::StatusOr<int64_t> seed = IntFlag(c.args, "seed", 1, 0, INT64_MAX);
+    if (!n.ok()) return UsageError(c, n.status());
+    if (!seed.ok()) return UsageError(c, seed.status());
+    // Random tokens take the sequence's shape.
+    absl::StatusOr<v1::SequenceInfo> info = kv.GetSequence(*id);
+    if (!info.ok()) return ReportError(c, info.status());
+    const v1::SequenceConfig& config = info->config();
+    std::mt19937_64 rng(static_cast<uint64_t>(*seed));
+    FloatTensor q = RandomTensor(rng, {*n, config.n_head(), config.head_dim()});
+    input.k = RandomTensor(rng, {*n, config.n_head_kv(), config.head_dim()});
+    input.v = RandomTensor(rng, {*n, config.n_head_kv(), config.head_dim_v()});
+    if (!no_q) input.q = std::move(q);
+  }
+  const int64_t n = input.k.shape.empty() ? 0 : input.k.shape[0];
+  absl::StatusOr<client::AppendOutput> r = kv.Append(input);
+  if (!r.ok()) return ReportError(c, r.status());
+  if (c.args.Has("out")) {
+    if (absl::Status s = client::WriteNpyFile(c.args.GetString("out"), r->output); !s.ok()) {
+      return LocalError(c,
+                        absl::Status(s.code(), absl::StrCat(s.message(),
+                                                            " (the tokens were "
+                                                            "appended: the sequence holds them)")));
+    }
+  }
+  if (c.json) {
+    *c.out << "{\"sequence_id\": " << JsonString(*id) << ", \"layer\": " << *layer
+           << ", \"appended\": " << n << ", \"first_position\": " << r->first_position
+           << ", \"layer_tokens\": " << r->layer_tokens;
+    if (input.q) *c.out << ", \"output\": " << JsonTensor(r->output);
+    if (r->weights) *c.out << ", \"weights\": " << JsonTensor(*r->weights);
+    if (input.q) *c.out << ", \"stats\": " << ToJson(r->stats);
+    *c.out << "}\n";
+    return kExitOk;
+  }
+  *c.out << "appended " << Plural(n, "token", "tokens")
+         << (input.q ? "" : " (keys and values only)") << " to layer " << *layer << " of "
+         << Quoted(*id) << " at position"
+         << (n == 1 ? absl::StrCat(" ", r->first_position)
+                    : absl::StrCat("s ", r->first_position, "-", r->first_position + n - 1))
+         << "; the layer holds " << Plural(r->layer_tokens, "token", "tokens") << "\n";
+  if (!input.q) return kExitOk;
+  *c.out << "output " << ShapeString(r->output.shape) << " = [n_new, n_head, head_dim_v]:\n";
+  PrintOutput(*c.out, r->output, r->first_position);
+  if (r->weights) PrintWeights(*c.out, *r->weights, r->first_position);
+  PrintStats(*c.out, r->stats);
+  return kExitOk;
+}
+
+// One sequence's part of a decode run.
+struct DecodeTarget {
+  std::string id;
+  v1::SequenceConfig config;
+};
+
+// What a decode step produced for one sequence: its last layer's output and tokens.
+struct StepResult {
+  int64_t layer_tokens = 0;
+  std::vector<float> output_first;  // the first values of the output
+};
+
+int RunDecode(Context& c) {
+  if (c.args.Has("id") == c.args.Has("ids")) {
+    return UsageError(c, absl::InvalidArgumentError("give --id <id> or --ids a,b,c (one of them)"));
+  }
+  std::vector<std::string> ids;
+  if (c.args.Has("id")) {
+    ids.push_back(c.args.GetString("id"));
+  } else {
+    for (absl::string_view id : absl::StrSplit(c.args.GetString("ids"), ',', absl::SkipEmpty())) {
+      ids.emplace_back(id);
+    }
+  }
+  if (ids.empty() || ids[0].empty()) {
+    return UsageError(c, absl::InvalidArgumentError("--id/--ids: no sequence id given"));
+  }
+  if (std::set<std::string>(ids.begin(), ids.end()).size() != ids.size()) {
+    return UsageError(c, absl::InvalidArgumentError(
+                             "--ids: a sequence appears twice (a decode step takes each once)"));
+  }
+  absl::StatusOr<int64_t> steps = IntFlag(c.args, "steps", 1, 1, 1 << 20);
+  absl::StatusOr<int64_t> seed = IntFlag(c.args, "seed", 1, 0, INT64_MAX);
+  if (!steps.ok()) return UsageError(c, steps.status());
+  if (!seed.ok()) return UsageError(c, seed.status());
+  std::optional<int32_t> only_layer;
+  if (c.args.Has("layer")) {
+    absl::StatusOr<int64_t> layer = IntFlag(c.args, "layer", 0, 0, 1 << 16);
+    if (!layer.ok()) return UsageError(c, layer.status());
+    only_layer = static_cast<int32_t>(*layer);
+  }
+  absl::StatusOr<v1::Precision> precision = PrecisionFlag(c.args);
+  if (!precision.ok()) return UsageError(c, precision.status());
+  absl::StatusOr<client::Wire> wire = client::ParseWire(c.args.GetString("wire", "f32"));
+  if (!wire.ok()) return UsageError(c, wire.status());
+  const bool stream_mode = c.args.GetBool("stream");
+
+  client::KvCacheClient kv(c.Channel(), c.connection);
+  std::vector<DecodeTarget> targets;
+  int32_t max_layers = 0;
+  for (const std::string& id : ids) {
+    absl::StatusOr<v1::SequenceInfo> info = kv.GetSequence(id);
+    if (!info.ok()) return ReportError(c, info.status());
+    targets.push_back({id, info->config()});
+    max_layers = std::max(max_layers, info->config().layers());
+  }
+  std::vector<int32_t> layers;
+  if (only_layer) {
+    layers.push_back(*only_layer);
+  } else {
+    for (int32_t l = 0; l < max_layers; ++l) layers.push_back(l);
+  }
+
+  // Every message of a step: one per layer, covering the sequences that have that layer (a
+  // layer no sequence has goes to the server anyway, which says why it is refused).
+  std::mt19937_64 rng(static_cast<uint64_t>(*seed));
+  auto make_messages = [&]() {
+    std::vector<client::DecodeBatchInput> messages;
+    for (int32_t layer : layers) {
+      client::DecodeBatchInput message;
+      message.layer = layer;
+      message.precision = *precision;
+      message.wire = *wire;
+      for (const DecodeTarget& t : targets) {
+        if (layer >= t.config.layers() && layers.size() > 1) continue;
+        client::DecodeStep step;
+        step.sequence_id = t.id;
+        step.q = RandomTensor(rng, {1, t.config.n_head(), t.config.head_dim()});
+        step.k = RandomTensor(rng, {1, t.config.n_head_kv(), t.config.head_dim()});
+        step.v = RandomTensor(rng, {1, t.config.n_head_kv(), t.config.head_dim_v()});
+        message.steps.push_back(std::move(step));
+      }
+      messages.push_back(std::move(message));
+    }
+    return messages;
+  };
+
+  std::unique_ptr<client::DecodeStream> stream;
+  if (stream_mode) stream = kv.OpenDecodeStream();
+  Table table({"step", "sequence", "tokens", "latency", "out[0]", "out[1]", "out[2]", "out[3]"});
+  std::string json_steps;
+  double total_seconds = 0;
+  int64_t calls = 0;
+  for (int64_t step = 0; step < *steps; ++step) {
+    const std::vector<client::DecodeBatchInput> messages = make_messages();
+    std::map<std::string, StepResult> results;
+    const auto keep = [&](const client::DecodeBatchOutput& output) {
+      for (const client::DecodeResult& r : output.results) {
+        StepResult& s = results[r.sequence_id];
+        s.layer_tokens = r.layer_tokens;
+        s.output_first.assign(
+            r.output.values.begin(),
+            r.output.values.begin() + std::min<size_t>(4, r.output.values.size()));
+      }
+    };
+    const auto start = std::chrono::steady_clock::now();
+    if (stream_mode) {
+      // The layers of one step are independent messages: write them all, then read the
+      // answers, so that the server always has the next one at hand.
+      for (const client::DecodeBatchInput& message : messages) {
+        absl::StatusOr<uint64_t> written = stream->Write(message);
+        if (!written.ok()) return ReportError(c, written.status());
+      }
+      for (size_t i = 0; i < messages.size(); ++i) {
+        absl::StatusOr<client::DecodeStreamReply> reply = stream->Read();
+        if (!reply.ok()) return ReportError(c, reply.status());
+        if (!reply->result.ok()) {
+          return ReportError(
+              c, absl::Status(reply->result.status().code(),
+                              absl::StrCat("step ", step, ", layer ", messages[i].layer, ": ",
+                                           reply->result.status().message())));
+        }
+        keep(*reply->result);
+      }
+    } else {
+      for (const client::DecodeBatchInput& message : messages) {
+        absl::StatusOr<client::DecodeBatchOutput> output = kv.DecodeBatch(message);
+        if (!output.ok()) {
+          return ReportError(c, absl::Status(output.status().code(),
+                                             absl::StrCat("step ", step, ", layer ", message.layer,
+                                                          ": ", output.status().message())));
+        }
+        keep(*output);
+      }
+    }
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    total_seconds += seconds;
+    calls += static_cast<int64_t>(messages.size());
+    std::vector<std::string> json_results;
+    for (const DecodeTarget& t : targets) {
+      const auto it = results.find(t.id);
+      if (it == results.end()) continue;
+      std::vector<std::string> row = {absl::StrCat(step), t.id, Count(it->second.layer_tokens),
+                                      Duration(seconds)};
+      for (size_t j = 0; j < 4; ++j) {
+        row.push_back(j < it->second.output_first.size() ? Fixed(it->second.output_first[j], 4)
+                                                         : "");
+      }
+      table.AddRow(row);
+      json_results.push_back(absl::StrCat(
+          "{\"sequence_id\": ", JsonString(t.id), ", \"layer_tokens\": ", it->second.layer_tokens,
+          ", \"output_first\": ", JsonNumbers(absl::MakeConstSpan(it->second.output_first)), "}"));
+    }
+    absl::StrAppend(&json_steps, step ? ", " : "", "{\"step\": ", step,
+                    ", \"latency_seconds\": ", absl::StrFormat("%.9g", seconds), ", \"results\": [",
+                    absl::StrJoin(json_results, ", "), "]}");
+  }
+  if (stream) {
+    if (absl::Status s = stream->Finish(); !s.ok()) return ReportError(c, s);
+  }
+  const std::string mode = stream_mode ? "stream" : "batch";
+  if (c.json) {
+    std::vector<std::string> quoted;
+    for (const std::string& id : ids) quoted.push_back(JsonString(id));
+    *c.out << "{\"mode\": \"" << mode << "\", \"sequences\": [" << absl::StrJoin(quoted, ", ")
+           << "], \"layers\": [" << absl::StrJoin(layers, ", ") << "], \"steps\": [" << json_steps
+           << "], \"calls\": " << calls
+           << ", \"total_seconds\": " << absl::StrFormat("%.9g", total_seconds) << "}\n";
+    return kExitOk;
+  }
+  std::vector<std::string> quoted;
+  for (const std::string& id : ids) quoted.push_back(Quoted(id));
+  *c.out << "decoding " << Plural(*steps, "step", "steps") << " of "
+         << Plural(static_cast<int64_t>(layers.size()), "layer", "layers") << " for "
+         << absl::StrJoin(quoted, ", ")
+         << (stream_mode ? " over one DecodeStream (a message per layer)"
+                         : " with DecodeBatch (a call per layer)")
+         << "; out[] = first values of the last layer's output\n"
+         << table.Render() << Plural(*steps, "step", "steps") << ", "
+         << Plural(calls, stream_mode ? "message" : "call", stream_mode ? "messages" : "calls")
+         << ", " << Duration(total_seconds / static_cast<double>(*steps)) << " per step\n";
+  return kExitOk;
+}
+
+int RunFork(Context& c) {
+  absl::StatusOr<std::string> id = RequiredId(c.args, "fork");
+  if (!id.ok()) return UsageError(c, id.status());
+  std::optional<int64_t> tokens;
+  if (c.args.Has("tokens")) {
+    absl::StatusOr<int64_t> t = IntFlag(c.args, "tokens", 0, 0, int64_t{1} << 40);
+    if (!t.ok()) return UsageError(c, t.status());
+    tokens = *t;
+  }
+  client::KvCacheClient kv(c.Channel(), c.connection);
+  absl::StatusOr<v1::SequenceInfo> info = kv.Fork(*id, c.args.GetString("new_id", ""), tokens);
+  if (!info.ok()) return ReportError(c, info.status());
+  if (c.json) {
+    *c.out << ToJson(*info);
+    return kExitOk;
+  }
+  PrintSequence(
+      c, *info,
+      absl::StrCat("forked ", Quoted(*id), " at ", Plural(info->tokens(), "token", "tokens"),
+                   " into ", Quoted(info->sequence_id()), ": ", Count(info->shared_blocks()),
+                   " of its ", Count(info->blocks()), " blocks are shared"));
+  return kExitOk;
+}
+
+int RunTruncate(Context& c) {
+  absl::StatusOr<std::string> id = RequiredId(c.args, "truncate");
+  if (!id.ok()) return UsageError(c, id.status());
+  if (!c.args.Has("tokens")) {
+    return UsageError(c, absl::InvalidArgumentError("'attend seq truncate' needs --tokens <n>"));
+  }
+  absl::StatusOr<int64_t> tokens = IntFlag(c.args, "tokens", 0, 0, int64_t{1} << 40);
+  if (!tokens.ok()) return UsageError(c, tokens.status());
+  client::KvCacheClient kv(c.Channel(), c.connection);
+  absl::StatusOr<v1::SequenceInfo> info = kv.Truncate(*id, *tokens);
+  if (!info.ok()) return ReportError(c, info.status());
+  if (c.json) {
+    *c.out << ToJson(*info);
+    return kExitOk;
+  }
+  PrintSequence(
+      c, *info,
+      absl::StrCat("truncated ", Quoted(*id), " to ", Plural(*tokens, "token", "tokens")));
+  return kExitOk;
+}
+
+int RunRelease(Context& c) {
+  absl::StatusOr<std::string> id = RequiredId(c.args, "release");
+  if (!id.ok()) return UsageError(c, id.status());
+  client::KvCacheClient kv(c.Channel(), c.connection);
+  absl::StatusOr<int64_t> freed = kv.Release(*id);
+  if (!freed.ok()) return ReportError(c, freed.status());
+  if (c.json) {
+    *c.out << "{\"sequence_id\": " << JsonString(*id) << ", \"freed_bytes\": " << *freed << "}\n";
+    return kExitOk;
+  }
+  *c.out << "released " << Quoted(*id) << ": " << BinaryBytes(*freed)
+         << " returned to the cache (blocks still shared with forks stay with them)\n";
+  return kExitOk;
+}
+
+int RunGet(Context& c) {
+  absl::StatusOr<std::string> id = RequiredId(c.args, "get");
+  if (!id.ok()) return UsageError(c, id.status());
+  client::KvCacheClient kv(c.Channel(), c.connection);
+  absl::StatusOr<v1::SequenceInfo> info = kv.GetSequence(*id);
+  if (!info.ok()) return ReportError(c, info.status());
+  if (c.json) {
+    *c.out << ToJson(*info);
+    return kExitOk;
+  }
+  PrintSequence(c, *info, absl::StrCat("sequence ", Quoted(*id)));
+  return kExitOk;
+}
+
+int RunList(Context& c) {
+  absl::StatusOr<int64_t> page_size = IntFlag(c.args, "page_size", 0, 0, 1000);
+  if (!page_size.ok()) return UsageError(c, page_size.status());
+  client::KvCacheClient kv(c.Channel(), c.connection);
+  v1::ListSequencesResponse listed;
+  if (c.args.Has("page_token")) {
+    // The page asked for, and where the next one starts.
+    absl::StatusOr<v1::ListSequencesResponse> page =
+        kv.ListSequences(static_cast<int32_t>(*page_size), c.args.GetString("page_token"));
+    if (!page.ok()) return ReportError(c, page.status());
+    listed = *std::move(page);
+  } else {
+    absl::StatusOr<std::vector<v1::SequenceInfo>> all =
+        kv.ListAllSequences(static_cast<int32_t>(*page_size));
+    if (!all.ok()) return ReportError(c, all.status());
+    for (v1::SequenceInfo& info : *all) *listed.add_sequences() = std::move(info);
+  }
+  if (c.json) {
+    *c.out << ToJson(listed);
+    return kExitOk;
+  }
+  if (listed.sequences_size() == 0) {
+    *c.out << "no sequences\n";
+  } else {
+    Table table({"id", "layers", "heads", "dims", "kv", "tokens", "blocks", "shared", "bytes",
+                 "forked from", "idle"});
+    for (const v1::SequenceInfo& s : listed.sequences()) {
+      const v1::SequenceConfig& config = s.config();
+      table.AddRow({s.sequence_id(), absl::StrCat(config.layers()),
+                    absl::StrCat(config.n_head(), "/", config.n_head_kv()),
+                    config.head_dim_v() == config.head_dim()
+                        ? absl::StrCat(config.head_dim())
+                        : absl::StrCat(config.head_dim(), "/", config.head_dim_v()),
+                    config.kv_dtype() == v1::FLOAT32 ? "f32" : "bf16", Count(s.tokens()),
+                    Count(s.blocks()), Count(s.shared_blocks()), BinaryBytes(s.bytes()),
+                    s.forked_from().empty() ? "-" : s.forked_from(), Ago(s.last_used_unix_ms())});
+    }
+    *c.out << table.Render() << Plural(listed.sequences_size(), "sequence", "sequences");
+    int64_t bytes = 0;
+    for (const v1::SequenceInfo& s : listed.sequences()) bytes += s.bytes();
+    *c.out << ", " << BinaryBytes(bytes) << " referenced (shared blocks counted by each user)\n";
+  }
+  if (!listed.next_page_token().empty()) {
+    *c.out << "next page: --page_token " << listed.next_page_token() << "\n";
+  }
+  return kExitOk;
+}
+
+int RunStats(Context& c) {
+  client::KvCacheClient kv(c.Channel(), c.connection);
+  absl::StatusOr<v1::CacheStats> s = kv.Stats();
+  if (!s.ok()) return ReportError(c, s.status());
+  if (c.json) {
+    *c.out << ToJson(*s);
+    return kExitOk;
+  }
+  Fields f;
+  f.Add("capacity", absl::StrCat(BinaryBytes(s->capacity_bytes()), " (", Count(s->capacity_bytes()),
+                                 " bytes) in ", Plural(s->blocks_total(), "block", "blocks"),
+                                 " of ", BinaryBytes(s->block_bytes())));
+  f.Add("used", absl::StrCat(BinaryBytes(s->used_bytes()), " (",
+                             absl::StrFormat("%.1f%%", 100.0 * s->usage_ratio()),
+                             "): ", Count(s->blocks_used()), " blocks used, ",
+                             Count(s->blocks_free()), " free"));
+  f.Add("sequences", Count(s->sequences()));
+  f.Add("tokens", absl::StrCat(Count(s->tokens()), " (summed over sequences and layers)"));
+  f.Add(
+      "eviction",
+      absl::StrCat(s->eviction_policy(), "; ", Plural(s->evictions(), "eviction", "evictions"),
+                   ", ", Plural(s->rejections(), "rejection", "rejections"), " for lack of room"));
+  *c.out << "KV cache of " << c.connection.target << "\n" << f.Render();
+  return kExitOk;
+}
+
+std::vector<Command> Subcommands() {
+  const FlagSpec id = {"id", "the sequence"};
+  const FlagSpec wire = {"wire", "how tensors travel: f32, bf16, f16 or values", false, "f32"};
+  const FlagSpec precision = {"precision", "f32 or bf16 products", false,
+                              "f32 (bf16 when inputs are bf16)"};
+  const FlagSpec seed = {"seed", "seed of the random tokens", false, "1"};
+  std::vector<Command> subs;
+  subs.push_back(
+      {"create",
+       "create a sequence of a given shape",
+       "attend seq create [--id ID] [--layers L --n_head H --n_head_kv G --head_dim D] "
+       "[--kv_dtype f32|bf16] [--window W] [--reserve N]",
+       "The shape is fixed for the sequence's life. --reserve takes the blocks of N tokens in\n"
+       "every layer now, so that appends up to that length cannot fail for lack of room.\n"
+       "Examples:\n  attend seq create --id chat-1\n"
+       "  attend seq create --id llama-like --layers 32 --n_head 32 --n_head_kv 8 --head_dim 128\n"
+       "  attend seq create --id local --kv_dtype f32 --window 4096 --reserve 1024\n",
+       {{"id", "sequence id, 1-128 of [A-Za-z0-9._:-]", false, "generated by the server"},
+        {"layers", "layers", false, "2"},
+        {"n_head", "query heads", false, "4"},
+        {"n_head_kv", "key/value heads (divides n_head)", false, "n_head"},
+        {"head_dim", "query/key head size", false, "16"},
+        {"head_dim_v", "value head size", false, "head_dim"},
+        {"kv_dtype", "storage of keys and values: f32 or bf16", false, "bf16"},
+        {"window", "sliding window in tokens (0 = unlimited)", false, "0"},
+        {"reserve", "tokens to reserve in every layer", false, "0"}},
+       RunCreate});
+  subs.push_back(
+      {"append",
+       "append one layer's new tokens and print the attention of their queries",
+       "attend seq append --id ID [--layer L] [--n N [--seed S] | --k k.npy --v v.npy [--q q.npy]] "
+       "[--no_q] [--weights] [--out o.npy]",
+       "Random tokens (standard normal, shaped like the sequence) unless --k/--v name .npy files\n"
+       "([n, n_head_kv, head_dim] and [n, n_head_kv, head_dim_v]; --q is [n, n_head, head_dim]).\n"
+       "The output is causal attention of the new queries over every token the layer holds.\n"
+       "With --no_q (or --k/--v without --q) the tokens are only cached.\n"
+       "Examples:\n  attend seq append --id chat-1 --layer 0 --n 16\n"
+       "  attend seq append --id chat-1 --layer 1 --n 16 --no_q\n"
+       "  attend seq append --id chat-1 --layer 0 --n 2 --weights\n"
+       "  attend seq append --id chat-1 --q q.npy --k k.npy --v v.npy --out o.npy\n",
+       {id,
+        {"layer", "layer to append to", false, "0"},
+        {"n", "random tokens", false, "1"},
+        seed,
+        {"q", ".npy file of the queries [n, n_head, head_dim]"},
+        {"k", ".npy file of the keys [n, n_head_kv, head_dim]"},
+        {"v", ".npy file of the values [n, n_head_kv, head_dim_v]"},
+        {"no_q", "send no queries: only cache the keys and values", true},
+        {"weights", "also print the attention weights per head", true},
+        {"out", "write the output [n, n_head, head_dim_v] to this .npy file"},
+        wire,
+        precision},
+       RunAppend});
+  subs.push_back(
+      {"decode",
+       "run decode steps: one random token per layer per sequence",
+       "attend seq decode --id ID | --ids A,B,C [--steps N] [--layer L] [--stream] [--seed S]",
+       "Each step sends every layer 0..L-1 in order (only --layer with --layer), each layer's\n"
+       "tokens of all the sequences as one batch: a DecodeBatch call per layer, or with --stream\n"
+       "a message per layer over one DecodeStream. Prints each step's latency, the tokens\n"
+       "cached and the first values of the last layer's attention output.\n"
+       "Examples:\n  attend seq decode --id chat-1 --steps 4\n"
+       "  attend seq decode --ids chat-1,chat-2 --steps 8 --stream\n"
+       "  attend seq decode --id chat-1 --layer 0 --json\n",
+       {{"id", "the sequence (or --ids)"},
+        {"ids", "comma-separated sequences, decoded as one batch"},
+        {"layer", "decode only this layer", false, "every layer"},
+        {"steps", "decode steps", false, "1"},
+        {"stream", "use one DecodeStream instead of DecodeBatch calls", true},
+        seed,
+        wire,
+        precision},
+       RunDecode});
+  subs.push_back(
+      {"fork",
+       "fork a sequence copy-on-write (e.g. to branch a conversation)",
+       "attend seq fork --id SOURCE [--new_id ID] [--tokens N]",
+       "The fork shares the source's first N tokens (default: every token all layers hold);\n"
+       "blocks are copied only when one side writes into a shared one.\n"
+       "Examples:\n  attend seq fork --id chat-1 --new_id chat-1b\n"
+       "  attend seq fork --id chat-1 --new_id retry --tokens 12\n",
+       {{"id", "the source sequence"},
+        {"new_id", "id of the fork", false, "generated by the server"},
+        {"tokens", "tokens to share", false, "all"}},
+       RunFork});
+  subs.push_back({"truncate",
+                  "drop every token at or after a position in every layer",
+                  "attend seq truncate --id ID --tokens N",
+                  "Examples:\n  attend seq truncate --id chat-1 --tokens 12\n",
+                  {id, {"tokens", "the new length"}},
+                  RunTruncate});
+  subs.push_back({"release",
+                  "remove a sequence and return its memory",
+                  "attend seq release --id ID",
+                  "Examples:\n  attend seq release --id chat-1\n",
+                  {id},
+                  RunRelease});
+  subs.push_back({"get",
+                  "show a sequence: shape, tokens per layer, blocks, bytes",
+                  "attend seq get --id ID",
+                  "Examples:\n  attend seq get --id chat-1\n  attend --json seq get --id chat-1\n",
+                  {id},
+                  RunGet});
+  subs.push_back(
+      {"list",
+       "list the sequences",
+       "attend seq list [--page_size N] [--page_token T]",
+       "Follows every page unless --page_token asks for one page (whose next token is printed).\n"
+       "Examples:\n  attend seq list\n  attend seq list --page_size 10 --page_token chat-1\n",
+       {{"page_size", "sequences per call (at most 1000)", false, "100"},
+        {"page_token", "print only the page after this token"}},
+       RunList});
+  subs.push_back({"stats",
+                  "the cache: capacity, usage, blocks, sequences, evictions",
+                  "attend seq stats",
+                  "Examples:\n  attend seq stats\n  attend --json seq stats\n",
+                  {},
+                  RunStats});
+  return subs;
+}
+
+int RunSeq(Context& c) {
+  const std::vector<Command> subs = Subcommands();
+  std::vector<std::string> names;
+  for (const Command& s : subs) names.push_back(s.name);
+  const std::vector<std::string>& positional = c.args.positional();
+  if (positional.empty()) {
+    return UsageError(
+        c, absl::InvalidArgumentError(absl::StrCat(
+               "give a subcommand: ", absl::StrJoin(names, ", "), " (attend seq --help)")));
+  }
+  const auto sub = std::find_if(subs.begin(), subs.end(),
+                                [&](const Command& s) { return s.name == positional[0]; });
+  if (sub == subs.end()) {
+    return UsageError(
+        c, absl::InvalidArgumentError(absl::StrCat("unknown subcommand '", positional[0],
+                                                   "'; use one of ", absl::StrJoin(names, ", "))));
+  }
+  if (positional.size() > 1) {
+    return UsageError(c, absl::InvalidArgumentError(absl::StrCat(
+                             "'attend seq ", sub->name, "' takes flags only; unexpected '",
+                             positional[1], "' (ids go in --id)")));
+  }
+  std::set<std::string> own;
+  for (const FlagSpec& f : sub->flags) own.insert(f.name);
+  for (const Command& other : subs) {
+    for (const FlagSpec& f : other.flags) {
+      if (c.args.Has(f.name) && own.count(f.name) == 0) {
+        return UsageError(c, absl::InvalidArgumentError(
+                                 absl::StrCat("--", f.name, " is not a flag of 'attend seq ",
+                                              sub->name, "' (attend seq ", sub->name, " --help)")));
+      }
+    }
+  }
+  return sub->run(c);
+}
+
+}  // namespace
+
+std::vector<Command> SeqSubcommands() {
+  std::vector<Command> subs = Subcommands();
+  for (Command& s : subs) s.name = "seq " + s.name;
+  return subs;
+}
+
+std::vector<Command> SeqCommands() {
+  const std::vector<Command> subs = Subcommands();
+  // The group accepts every subcommand's flags (RunSeq refuses the ones of other subcommands);
+  // its help says which subcommands take each, and what it means to each when that differs.
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<std::pair<std::string, FlagSpec>>> users;
+  std::string list;
+  for (const Command& s : subs) {
+    std::string name = "  " + s.name;
+    name.resize(std::max<size_t>(name.size(), 11), ' ');
+    absl::StrAppend(&list, name, " ", s.summary, "\n");
+    for (const FlagSpec& f : s.flags) {
+      if (users[f.name].empty()) order.push_back(f.name);
+      users[f.name].emplace_back(s.name, f);
+    }
+  }
+  std::vector<FlagSpec> flags;
+  for (const std::string& name : order) {
+    const auto& uses = users[name];
+    std::vector<std::string> subs_using;
+    bool same = true;
+    for (const auto& [sub, f] : uses) {
+      subs_using.push_back(sub);
+      same =
+          same && f.help == uses[0].second.help && f.default_value == uses[0].second.default_value;
+    }
+    FlagSpec flag = uses[0].second;
+    if (same) {
+      flag.help = absl::StrCat("[", absl::StrJoin(subs_using, ", "), "] ", flag.help);
+    } else {
+      // Subcommands that mean the same by the flag are listed together.
+      std::vector<std::pair<std::string, std::vector<std::string>>> meanings;
+      for (const auto& [sub, f] : uses) {
+        const std::string meaning = f.default_value.empty()
+                                        ? f.help
+                                        : absl::StrCat(f.help, " (default: ", f.default_value, ")");
+        auto it = std::find_if(meanings.begin(), meanings.end(),
+                               [&](const auto& m) { return m.first == meaning; });
+        if (it == meanings.end()) {
+          meanings.push_back({meaning, {sub}});
+        } else {
+          it->second.push_back(sub);
+        }
+      }
+      std::vector<std::string> parts;
+      for (const auto& [meaning, names] : meanings) {
+        parts.push_back(absl::StrCat(absl::StrJoin(names, ", "), ": ", meaning));
+      }
+      flag.help = absl::StrJoin(parts, "; ");
+      flag.default_value.clear();
+    }
+    flags.push_back(flag);
+  }
+  std::vector<Command> commands;
+  commands.push_back(
+      {"seq", "sequences in the server's KV cache: create, append, decode, fork, get, stats, ...",
+       "attend seq <subcommand> [flags]",
+       absl::StrCat(
+           "Per-sequence paged KV caches held by the server: each layer's new tokens are cached\n"
+           "and attended over everything that layer holds.\n\nsubcommands (attend seq <subcommand> "
+           "--help for each one's flags and examples):\n",
+           list,
+           "\nA session:\n"
+           "  attend seq create --id chat-1 --layers 2 --n_head 8 --n_head_kv 2 --head_dim 64\n"
+           "  attend seq append --id chat-1 --layer 0 --n 16\n"
+           "  attend seq append --id chat-1 --layer 1 --n 16\n"
+           "  attend seq decode --id chat-1 --steps 4 --stream\n"
+           "  attend seq fork --id chat-1 --new_id chat-1b --tokens 8\n"
+           "  attend seq truncate --id chat-1 --tokens 12\n"
+           "  attend seq get --id chat-1\n"
+           "  attend seq list\n"
+           "  attend seq stats\n"
+           "  attend seq release --id chat-1\n"),
+       flags, RunSeq, SeqSubcommands()});
+  return commands;
+}
+
+}  // namespace attend::cli
