@@ -76,10 +76,8 @@ void FillStats(const AttentionStats& stats, v1::ComputeStats* out) {
 class KvCacheService::StreamReactor
     : public grpc::ServerBidiReactor<v1::DecodeBatchRequest, v1::DecodeBatchResponse> {
  public:
-  explicit StreamReactor(KvCacheService* service) : service_(service) {
-    service_->open_streams_++;
-    StartRead(&request_);
-  }
+  // REQUIRES: the caller counted this stream in open_streams_.
+  explicit StreamReactor(KvCacheService* service) : service_(service) { StartRead(&request_); }
 
   void OnReadDone(bool ok) override {
     if (!ok) {  // the client finished sending (or the call ended)
@@ -279,7 +277,9 @@ grpc::ServerUnaryReactor* KvCacheService::DecodeBatch(grpc::CallbackServerContex
 
 grpc::ServerBidiReactor<v1::DecodeBatchRequest, v1::DecodeBatchResponse>*
 KvCacheService::DecodeStream(grpc::CallbackServerContext* context) {
-  if (open_streams_.load() >= max_streams_) {
+  // Count first, then check: streams opened at the same moment cannot all slip under the limit.
+  if (open_streams_.fetch_add(1) >= max_streams_) {
+    open_streams_--;
     // A reactor that only finishes: the limit is reported as the stream's status.
     class Refused
         : public grpc::ServerBidiReactor<v1::DecodeBatchRequest, v1::DecodeBatchResponse> {

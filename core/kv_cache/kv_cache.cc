@@ -339,8 +339,11 @@ SequenceInfo KvCache::Describe(const Sequence& s) {
   for (const Layer& layer : s.layers) {
     info.layer_tokens.push_back(layer.tokens);
     info.tokens = std::min(info.tokens, layer.tokens);
-    info.blocks += static_cast<int64_t>(layer.blocks.size());
-    for (const BlockRef& block : layer.blocks) info.shared_blocks += block.use_count() > 1;
+    for (const BlockRef& block : layer.blocks) {
+      if (!block) continue;
+      ++info.blocks;
+      info.shared_blocks += block.use_count() > 1;
+    }
   }
   info.bytes = info.blocks * pool_.block_bytes();
   info.reserved_tokens = s.reserved_tokens;
@@ -403,6 +406,45 @@ int64_t KvCache::BlocksNeeded(const Sequence& s, int64_t layer, int64_t n) {
     }
   }
   return needed;
+}
+
+void KvCache::DropOutsideWindow(Sequence& s, Layer& layer) {
+  const int64_t window = s.config.window;
+  if (window <= 0) return;
+  // The next query (position layer.tokens) sees keys from tokens - window + 1 on; every later
+  // one sees no earlier key. Blocks wholly before that are never read again.
+  const int64_t first_needed = layer.tokens - window + 1;
+  const int64_t tpb = s.layout.tokens_per_block;
+  const int64_t reserved = s.layout.blocks_for(s.reserved_tokens);
+  for (int64_t b = 0;
+       (b + 1) * tpb <= first_needed && b < static_cast<int64_t>(layer.blocks.size()); ++b) {
+    if (b < reserved) continue;  // reservations stay taken
+    layer.blocks[static_cast<size_t>(b)].reset();
+  }
+}
+
+absl::Status KvCache::CheckWindowKept(const Sequence& s, int64_t tokens, absl::string_view what) {
+  const int64_t window = s.config.window;
+  if (window <= 0) return absl::OkStatus();
+  const int64_t tpb = s.layout.tokens_per_block;
+  const int64_t first_needed = std::max<int64_t>(0, tokens - window + 1);
+  for (size_t l = 0; l < s.layers.size(); ++l) {
+    const Layer& layer = s.layers[l];
+    for (int64_t b = first_needed / tpb; b * tpb < tokens; ++b) {
+      if (b < static_cast<int64_t>(layer.blocks.size()) && !layer.blocks[static_cast<size_t>(b)]) {
+        int64_t kept_from = 0;
+        while (kept_from < static_cast<int64_t>(layer.blocks.size()) &&
+               !layer.blocks[static_cast<size_t>(kept_from)]) {
+          ++kept_from;
+        }
+        return absl::OutOfRangeError(absl::StrCat(
+            what, " ", tokens, " tokens: layer ", l, " of sequence ", Quoted(s.id),
+            " released the keys before token ", kept_from * tpb, " as its sliding window of ",
+            window, " moved on; the shortest length possible is ", kept_from * tpb + window - 1));
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 void KvCache::WriteTokens(Sequence& s, int64_t layer_index, const AppendInput& input,
@@ -516,6 +558,7 @@ absl::StatusOr<AppendResult> KvCache::Append(int64_t layer, const AppendInput& i
       return status;
     }
   }
+  DropOutsideWindow(*sequence, target);
   return result;
 }
 
@@ -620,6 +663,11 @@ absl::StatusOr<std::vector<AppendResult>> KvCache::DecodeBatch(int64_t layer,
     }
     return status;
   }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    Sequence& s = *sequences[i];
+    s.mu.AssertHeld();
+    DropOutsideWindow(s, s.layers[static_cast<size_t>(layer)]);
+  }
   return results;
 }
 
@@ -641,6 +689,7 @@ absl::StatusOr<SequenceInfo> KvCache::Fork(absl::string_view source, absl::strin
                                                 Quoted(source), " holds ", common,
                                                 " tokens in every layer"));
     }
+    ATTEND_RETURN_IF_ERROR(CheckWindowKept(*from, length, "fork at"));
     fork->config = from->config;
     fork->layout = from->layout;
     const int64_t blocks = from->layout.blocks_for(length);
@@ -691,6 +740,7 @@ absl::StatusOr<SequenceInfo> KvCache::Truncate(absl::string_view id, int64_t tok
                                                 sequence->layers[l].tokens));
     }
   }
+  ATTEND_RETURN_IF_ERROR(CheckWindowKept(*sequence, tokens, "truncate to"));
   const BlockLayout& layout = sequence->layout;
   const size_t keep = static_cast<size_t>(
       std::max(layout.blocks_for(tokens), layout.blocks_for(sequence->reserved_tokens)));
@@ -713,7 +763,7 @@ absl::StatusOr<int64_t> KvCache::Release(absl::string_view id) {
   }
   int64_t freed = 0;
   for (Layer& layer : sequence->layers) {
-    for (const BlockRef& block : layer.blocks) freed += block.use_count() == 1;
+    for (const BlockRef& block : layer.blocks) freed += block && block.use_count() == 1;
   }
   sequence->total_tokens = 0;
   sequence->layers.clear();

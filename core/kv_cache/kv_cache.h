@@ -1,7 +1,8 @@
 // The KV cache: sequences of cached keys and values in paged blocks from one byte budget, and
 // attention of each layer's new queries over them.
 //
-// A sequence has a fixed shape (layers, heads, head sizes, storage dtype). Each layer advances
+// A sequence has a fixed shape (layers, heads, head sizes, storage dtype, optional sliding
+// window: blocks that no later query can see are released as it slides). Each layer advances
 // on its own: a client sends layer 0's new tokens, then layer 1's, and so on, and every Append
 // returns the attention of the new queries over all of that layer's cached tokens (causal,
 // queries aligned to the end, GQA/MQA aware). Sequences fork copy-on-write: blocks are shared
@@ -170,7 +171,9 @@ class KvCache {
 
  private:
   struct Layer {
-    std::vector<BlockRef> blocks;  // block i holds tokens [i * tpb, (i + 1) * tpb)
+    // Block i holds tokens [i * tpb, (i + 1) * tpb). With a sliding window, blocks that no future
+    // query can see are released and left null.
+    std::vector<BlockRef> blocks;
     int64_t tokens = 0;
   };
   struct Sequence {
@@ -213,6 +216,13 @@ class KvCache {
                            bool decode) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sequence.mu);
   // Blocks an append of `n` tokens to `layer` must newly take (copy-on-write included).
   int64_t BlocksNeeded(const Sequence& sequence, int64_t layer, int64_t n)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(sequence.mu);
+  // Releases the layer's blocks whose keys the sliding window hides from every later query.
+  void DropOutsideWindow(Sequence& sequence, Layer& layer)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(sequence.mu);
+  // OK when every key that a query at position `tokens` may see is still cached (a sliding
+  // window may have released the ones before); OUT_OF_RANGE naming the earliest valid length.
+  absl::Status CheckWindowKept(const Sequence& sequence, int64_t tokens, absl::string_view what)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(sequence.mu);
   // Writes k/v into the layer using `fresh` blocks for new and copied blocks.
   void WriteTokens(Sequence& sequence, int64_t layer, const AppendInput& input,

@@ -164,6 +164,33 @@ TEST(KvCache, SlidingWindowMatchesTheReference) {
   CheckChunks({4, 2, 16}, DType::kFloat32, {30, 1, 1, 50, 7}, /*window=*/24);
 }
 
+// A sliding window releases the blocks no later query can see, so memory stays bounded, and the
+// answers still match the reference.
+TEST(KvCache, SlidingWindowReleasesBlocksBehindIt) {
+  const Shape shape{1, 1, 16};  // 128 bytes a token: 32 tokens per 4096-byte block
+  KvCache cache(SmallCache(int64_t{1} << 20, 4096));
+  ASSERT_OK(cache.Create(Config(shape, DType::kFloat32, 1, /*window=*/40), "w", 0));
+  const Tokens t = MakeTokens(300, shape, 21);
+  const std::vector<double> expected = ReferenceOutput(t, 300, DType::kFloat32, 40);
+  int64_t from = 0;
+  while (from < 300) {
+    const int64_t n = std::min<int64_t>(7, 300 - from);
+    auto result = cache.Append(0, t.Input("w", from, n), Precision::kAuto, false, nullptr);
+    ASSERT_TRUE(result.ok()) << result.status();
+    for (int64_t i = 0; i < n * 16; ++i)
+      ASSERT_NEAR(result->output[i], expected[from * 16 + i], 2e-5);
+    from += n;
+    // The window (40) plus a partial block on each side: never more than 3 blocks.
+    EXPECT_LE(cache.Get("w")->blocks, 3) << "after " << from << " tokens";
+  }
+  EXPECT_EQ(cache.Stats().blocks_used, cache.Get("w")->blocks);
+  // Keys before token 256 are gone: a length that would need them is refused.
+  EXPECT_THAT(cache.Truncate("w", 294), StatusIs(absl::StatusCode::kOutOfRange,
+                                                 {"released the keys before token 256", "295"}));
+  EXPECT_THAT(cache.Fork("w", "f", 100), StatusIs(absl::StatusCode::kOutOfRange, {"fork at 100"}));
+  EXPECT_OK(cache.Truncate("w", 295));
+}
+
 TEST(KvCache, WeightsMatchTheReference) {
   const Shape shape{4, 2, 8};
   const Tokens t = MakeTokens(20, shape, 3);
