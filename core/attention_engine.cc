@@ -13,150 +13,121 @@
 #include "core/half.h"
 #include "core/mutex.h"
 #include "core/onednn.h"
-#include "core/softmax.h"
 #include "core/status_macros.h"
+#include "core/tile_attention.h"
 
 namespace attend {
 namespace {
 
 using dt = dnnl::memory::data_type;
 
-// An input in the compute dtype: the caller's memory when it already matches, else a converted
-// copy (one per tensor, never per head).
-struct Operand {
-  const char* data = nullptr;
-  std::vector<float> f32;
-  std::vector<uint16_t> bf16;
+// K or V of a [n_kv, n_head_kv, dim] tensor in the form the products read:
+//   - for the vector kernels (decode-sized calls), the caller's memory itself when it is f32 or
+//     bf16: each head's rows are strided, and the kernels stream them in place;
+//   - for matmuls (prefill-sized calls), one head-major copy [n_head_kv][n_kv padded][dim] in the
+//     arithmetic's dtype, zero-padded to whole tiles, so that every tile is a dense, fixed-shape
+//     operand (strided operands take oneDNN's slower paths).
+class Operand {
+ public:
+  Operand(const TensorView& view, int64_t heads, int64_t dim, bool head_major, int64_t padded_rows,
+          DType dtype, bool round_bf16)
+      : dtype_(dtype), dim_(dim), heads_(heads), head_major_(head_major) {
+    const int64_t n = view.dim(0);
+    if (!head_major) {
+      if (view.dtype == dtype && !round_bf16) {
+        data_ = static_cast<const char*>(view.data);
+      } else {  // float16 input (or bf16 semantics over f32): one converted copy
+        Fill(view, n, n, round_bf16, /*head_major=*/false);
+      }
+      rows_ = n;
+      return;
+    }
+    Fill(view, n, padded_rows, round_bf16, /*head_major=*/true);
+    rows_ = padded_rows;
+  }
+  // Head `head`'s row `row`, and the stride between its rows, in elements.
+  const void* Row(int64_t head, int64_t row) const {
+    const int64_t index = head_major_ ? (head * rows_ + row) * dim_ : (row * heads_ + head) * dim_;
+    return data_ + index * DTypeSize(dtype_);
+  }
+  int64_t stride() const { return head_major_ ? dim_ : heads_ * dim_; }
+  DType dtype() const { return dtype_; }
+
+ private:
+  void Fill(const TensorView& view, int64_t n, int64_t rows, bool round_bf16, bool head_major) {
+    const size_t elements = static_cast<size_t>(heads_ * rows * dim_);
+    const auto target = [&](int64_t h, int64_t r) {
+      return head_major ? (h * rows + r) * dim_ : (r * heads_ + h) * dim_;
+    };
+    if (dtype_ == DType::kBFloat16) {
+      bf16_.assign(elements, 0);
+      for (int64_t r = 0; r < n; ++r) {
+        for (int64_t h = 0; h < heads_; ++h) {
+          for (int64_t c = 0; c < dim_; ++c) {
+            bf16_[target(h, r) + c] =
+                view.dtype == DType::kBFloat16
+                    ? static_cast<const uint16_t*>(view.data)[(r * heads_ + h) * dim_ + c]
+                    : FloatToBf16(view.At((r * heads_ + h) * dim_ + c));
+          }
+        }
+      }
+      data_ = reinterpret_cast<const char*>(bf16_.data());
+      return;
+    }
+    f32_.assign(elements, 0.0f);
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t h = 0; h < heads_; ++h) {
+        float* dst = &f32_[target(h, r)];
+        const int64_t src = (r * heads_ + h) * dim_;
+        if (view.dtype == DType::kFloat32) {
+          std::memcpy(dst, static_cast<const float*>(view.data) + src, dim_ * sizeof(float));
+        } else {
+          for (int64_t c = 0; c < dim_; ++c) dst[c] = view.At(src + c);
+        }
+        if (round_bf16) {
+          for (int64_t c = 0; c < dim_; ++c) dst[c] = Bf16ToFloat(FloatToBf16(dst[c]));
+        }
+      }
+    }
+    data_ = reinterpret_cast<const char*>(f32_.data());
+  }
+
+  const char* data_ = nullptr;
+  DType dtype_;
+  int64_t dim_, heads_, rows_ = 0;
+  bool head_major_;
+  std::vector<float> f32_;
+  std::vector<uint16_t> bf16_;
 };
 
-// `round_to_bf16` (f32 only) rounds every value to bf16 and back: bf16 inputs on f32 kernels.
-Operand Prepare(const TensorView& view, dt type, bool round_to_bf16) {
-  Operand op;
-  const bool matches = (type == dt::f32 && view.dtype == DType::kFloat32 && !round_to_bf16) ||
-                       (type == dt::bf16 && view.dtype == DType::kBFloat16);
-  if (matches) {
-    op.data = static_cast<const char*>(view.data);
-    return op;
+// One key/value head's keys and values, in tiles.
+class HeadTiles : public tile::KeyTiles {
+ public:
+  HeadTiles(const Operand& k, const Operand& v, const AttentionShape& s, int64_t head,
+            int64_t tile_width, bool padded_memory)
+      : k_(k), v_(v), head_(head) {
+    width = tile_width;
+    keys = s.n_kv;
+    head_dim = s.head_dim;
+    head_dim_v = s.head_dim_v;
+    dtype = k.dtype();
+    key_stride = k.stride();
+    value_stride = v.stride();
+    padded = padded_memory;
   }
-  const int64_t n = view.num_elements();
-  op.f32.resize(static_cast<size_t>(n));
-  ConvertToFloat(view, op.f32.data());
-  if (round_to_bf16 && view.dtype != DType::kBFloat16) {
-    for (float& x : op.f32) x = Bf16ToFloat(FloatToBf16(x));
-  }
-  if (type == dt::f32) {
-    op.data = reinterpret_cast<const char*>(op.f32.data());
-    return op;
-  }
-  op.bf16.resize(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) op.bf16[i] = FloatToBf16(op.f32[i]);
-  op.f32 = {};
-  op.data = reinterpret_cast<const char*>(op.bf16.data());
-  return op;
-}
+  const void* Keys(int64_t t) const override { return k_.Row(head_, t * width); }
+  const void* Values(int64_t t) const override { return v_.Row(head_, t * width); }
 
-template <typename T>
-T* ThreadBuffer(std::vector<T>& buffer, int64_t elements) {
-  if (buffer.size() < static_cast<size_t>(elements)) buffer.resize(static_cast<size_t>(elements));
-  return buffer.data();
-}
-
-struct TileContext {
-  AttentionShape s;
-  MaskSpec mask;
-  float scale;
-  dt type;
-  bool emulate_bf16;  // f32 kernels with probabilities rounded to bf16, as a bf16 kernel sees them
-  int64_t elem;       // bytes per input element
-  int64_t block;
-  const char* q;
-  const char* k;
-  const char* v;
-  float* output;
-  float* weights;  // nullptr when not requested
+ private:
+  const Operand& k_;
+  const Operand& v_;
+  int64_t head_;
 };
 
-// One (query head, query block) tile.
-absl::Status RunTile(const TileContext& c, int64_t h, int64_t b) {
-  const AttentionShape& s = c.s;
-  const int64_t i0 = b * c.block;
-  const int64_t rows = std::min(c.block, s.n_q - i0);
-  const int64_t g = h / s.group_size();
-  // Visible ranges grow monotonically with the query position, so the tile needs the keys from
-  // its first row's first visible key to its last row's last.
-  const int64_t kb = VisibleKeys(c.mask, s.n_q, s.n_kv, i0).begin;
-  const int64_t ke = std::max(kb, VisibleKeys(c.mask, s.n_q, s.n_kv, i0 + rows - 1).end);
-  const int64_t nk = ke - kb;
-
-  float* weight_rows = c.weights ? c.weights + (h * s.n_q + i0) * s.n_kv : nullptr;
-  if (nk == 0) {
-    for (int64_t r = 0; r < rows; ++r) {
-      std::fill_n(c.output + ((i0 + r) * s.n_head + h) * s.head_dim_v, s.head_dim_v, 0.0f);
-    }
-    if (weight_rows) std::fill_n(weight_rows, rows * s.n_kv, 0.0f);
-    return absl::OkStatus();
-  }
-
-  thread_local std::vector<float> score_buffer;
-  thread_local std::vector<uint16_t> prob_buffer;
-  thread_local std::vector<float> rounded_prob_buffer;
-  float* scores;
-  int64_t ld;
-  if (weight_rows) {
-    scores = weight_rows + kb;
-    ld = s.n_kv;
-  } else {
-    scores = ThreadBuffer(score_buffer, rows * nk);
-    ld = nk;
-  }
-
-  onednn::MatmulSpec qk;
-  qk.src = {rows, s.head_dim, s.n_head * s.head_dim, 1, c.type};
-  qk.weights = {s.head_dim, nk, 1, s.n_head_kv * s.head_dim, c.type};
-  qk.dst = {rows, nk, ld, 1, dt::f32};
-  ATTEND_RETURN_IF_ERROR(onednn::RunMatmul(qk, c.q + ((i0 * s.n_head + h) * s.head_dim) * c.elem,
-                                           c.k + ((kb * s.n_head_kv + g) * s.head_dim) * c.elem,
-                                           scores));
-
-  for (int64_t r = 0; r < rows; ++r) {
-    float* row = scores + r * ld;
-    const KeyRange range = VisibleKeys(c.mask, s.n_q, s.n_kv, i0 + r);
-    const int64_t lo = std::clamp(range.begin - kb, int64_t{0}, nk);
-    const int64_t hi = std::clamp(range.end - kb, lo, nk);
-    std::fill(row, row + lo, 0.0f);
-    std::fill(row + hi, row + nk, 0.0f);
-    SoftmaxInPlace(row + lo, hi - lo, c.scale);
-    if (weight_rows) {
-      std::fill(weight_rows + r * s.n_kv, weight_rows + r * s.n_kv + kb, 0.0f);
-      std::fill(weight_rows + r * s.n_kv + ke, weight_rows + (r + 1) * s.n_kv, 0.0f);
-    }
-  }
-
-  const void* probs = scores;
-  int64_t probs_ld = ld;
-  if (c.type == dt::bf16) {
-    uint16_t* p = ThreadBuffer(prob_buffer, rows * nk);
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t j = 0; j < nk; ++j) p[r * nk + j] = FloatToBf16(scores[r * ld + j]);
-    }
-    probs = p;
-    probs_ld = nk;
-  } else if (c.emulate_bf16) {
-    float* p = ThreadBuffer(rounded_prob_buffer, rows * nk);
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t j = 0; j < nk; ++j) p[r * nk + j] = Bf16ToFloat(FloatToBf16(scores[r * ld + j]));
-    }
-    probs = p;
-    probs_ld = nk;
-  }
-
-  onednn::MatmulSpec pv;
-  pv.src = {rows, nk, probs_ld, 1, c.type};
-  pv.weights = {nk, s.head_dim_v, s.n_head_kv * s.head_dim_v, 1, c.type};
-  pv.dst = {rows, s.head_dim_v, s.n_head * s.head_dim_v, 1, dt::f32};
-  return onednn::RunMatmul(pv, probs, c.v + ((kb * s.n_head_kv + g) * s.head_dim_v) * c.elem,
-                           c.output + (i0 * s.n_head + h) * s.head_dim_v);
-}
+// Keys per tile: decode kernels stream any width; matmul tiles of up to 512 keys (each job's
+// last tile is cut to a multiple of 64) keep the products efficient and the shapes few.
+constexpr int64_t kKernelTile = 256;
+constexpr int64_t kMatmulTile = AttentionEngine::kKeyTile;
 
 }  // namespace
 
@@ -176,56 +147,54 @@ absl::Status AttentionEngine::Compute(const TensorView& q, const TensorView& k, 
   const auto start = std::chrono::steady_clock::now();
   const Precision precision = ResolvePrecision(options.precision, q, k, v);
   const bool bf16 = precision == Precision::kBFloat16;
-  const bool emulate_bf16 = bf16 && !onednn::HasBf16Matmul();
-  const dt type = bf16 && !emulate_bf16 ? dt::bf16 : dt::f32;
-  const Operand pq = Prepare(q, type, emulate_bf16);
-  const Operand pk = Prepare(k, type, emulate_bf16);
-  const Operand pv = Prepare(v, type, emulate_bf16);
+  const bool native_bf16 = bf16 && onednn::HasBf16Matmul();
+  const tile::Arithmetic arithmetic{native_bf16 ? dt::bf16 : dt::f32, bf16};
 
-  TileContext c;
-  c.s = s;
-  c.mask = options.mask;
-  c.scale = EffectiveScale(options, s);
-  c.type = type;
-  c.emulate_bf16 = emulate_bf16;
-  c.elem = type == dt::bf16 ? 2 : 4;
-  c.block = std::clamp(kMaxTileElements / s.n_kv, int64_t{1}, std::min(kQueryBlock, s.n_q));
-  c.q = pq.data;
-  c.k = pk.data;
-  c.v = pv.data;
-  c.output = output.data();
-  c.weights = weights.empty() ? nullptr : weights.data();
+  const bool kernels = tile::UsesKernels(s.n_q, s.group_size());
+  const int64_t width = kernels ? kKernelTile : kMatmulTile;
+  const int64_t padded_rows = (s.n_kv + width - 1) / width * width;
+  // Kernels read f32 or bf16 in place (float16 is converted to f32); matmuls need the
+  // arithmetic's dtype.
+  const auto storage = [&](const TensorView& view) {
+    if (kernels) return view.dtype == DType::kBFloat16 ? DType::kBFloat16 : DType::kFloat32;
+    return native_bf16 ? DType::kBFloat16 : DType::kFloat32;
+  };
+  const bool round_kv = !kernels && bf16 && !native_bf16;
+  const Operand pk(k, s.n_head_kv, s.head_dim, !kernels, padded_rows, storage(k), round_kv);
+  const Operand pv(v, s.n_head_kv, s.head_dim_v, !kernels, padded_rows, storage(v), round_kv);
+  std::vector<float> qf(static_cast<size_t>(s.n_q * s.n_head * s.head_dim));
+  ConvertToFloat(q, qf.data());
+  const float scale = EffectiveScale(options, s);
 
-  const int64_t blocks = (s.n_q + c.block - 1) / c.block;
-  const int64_t tiles = s.n_head * blocks;
-  const int threads = options_.threads > 0 ? options_.threads : omp_get_max_threads();
-
-  absl::Status status;
-  if (tiles == 1 || threads == 1) {
-    // One tile: let oneDNN parallelise inside the primitives instead.
-    for (int64_t t = 0; t < tiles && status.ok(); ++t) status = RunTile(c, t / blocks, t % blocks);
-  } else {
-    Mutex mu;
-    std::atomic<bool> failed{false};
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-    for (int64_t t = 0; t < tiles; ++t) {
-      if (failed.load(std::memory_order_relaxed)) continue;
-      absl::Status tile_status = RunTile(c, t / blocks, t % blocks);
-      if (!tile_status.ok()) {
-        MutexLock lock(&mu);
-        if (status.ok()) status = tile_status;
-        failed.store(true, std::memory_order_relaxed);
-      }
-    }
+  std::vector<HeadTiles> heads;
+  heads.reserve(static_cast<size_t>(s.n_head_kv));
+  for (int64_t g = 0; g < s.n_head_kv; ++g) heads.emplace_back(pk, pv, s, g, width, !kernels);
+  // Weights rows are written only at visible keys: clear them first.
+  if (!weights.empty()) std::fill(weights.begin(), weights.end(), 0.0f);
+  std::vector<tile::Work> works(static_cast<size_t>(s.n_head_kv));
+  for (int64_t g = 0; g < s.n_head_kv; ++g) {
+    tile::Work& w = works[static_cast<size_t>(g)];
+    w.keys = &heads[static_cast<size_t>(g)];
+    w.q = qf.data();
+    w.n_q = s.n_q;
+    w.n_head = s.n_head;
+    w.head_kv = g;
+    w.group = s.group_size();
+    w.mask = options.mask;
+    w.scale = scale;
+    w.arithmetic = arithmetic;
+    w.output = output.data();
+    w.weights = weights.empty() ? nullptr : weights.data();
   }
-  ATTEND_RETURN_IF_ERROR(status);
+  ATTEND_RETURN_IF_ERROR(tile::Run(works, options_.threads));
 
   for (size_t i = 0; i < output.size(); ++i) {
     if (!std::isfinite(output[i])) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "attention output element ", i, " is not finite: q.k * scale overflowed float32; ",
-          "the inputs' magnitudes are too large (q ", ShapeToString(q.shape), ", scale ", c.scale,
-          ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("attention output element ", i,
+                       " is not finite: q.k * scale overflowed float32; the inputs' magnitudes are "
+                       "too large (q ",
+                       ShapeToString(q.shape), ", scale ", scale, ")"));
     }
   }
   if (stats) {
@@ -233,7 +202,7 @@ absl::Status AttentionEngine::Compute(const TensorView& q, const TensorView& k, 
     stats->compute_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     stats->engine =
-        absl::StrCat("onednn/", PrecisionName(precision), emulate_bf16 ? "-emulated" : "");
+        absl::StrCat("onednn/", PrecisionName(precision), bf16 && !native_bf16 ? "-emulated" : "");
   }
   return absl::OkStatus();
 }

@@ -1,19 +1,23 @@
-// The oneDNN attention engine: scaled dot-product attention for f32 and bf16 inputs, MHA, GQA
-// and MQA, with masks, returning the output and (on request) the attention weights.
+// The attention engine: scaled dot-product attention for f32 and bf16 inputs, MHA, GQA and MQA,
+// with masks, returning the output and (on request) the attention weights.
 //
-// How it computes: the work is split into (query head, block of query rows) tiles run in
-// parallel with OpenMP; each tile multiplies its queries by the keys that its rows can see
-// (keys after the block's last visible key are skipped, so causal prefill does about half the
-// work), applies the mask and a stable softmax per row, and multiplies by the values. Every
-// operand is a strided view into the caller's tensors: K and V are never copied per query head
-// (query head h reads key/value head h / group). bf16 precision converts inputs to bf16 once per
-// call so the matmuls run on AMX/AVX512-BF16; accumulation and softmax stay f32. On CPUs where
-// oneDNN has no bf16 matmul (AVX2-only), bf16 is emulated: inputs and probabilities are rounded
-// to bf16 and multiplied by f32 kernels, so results match a bf16 kernel up to summation order,
-// and stats.engine says "onednn/bf16-emulated".
+// How it computes (see core/tile_attention.h): the queries of each key/value head's group are
+// folded into blocks of up to 64 rows (so each key and value is read once per key/value head, not
+// per query head) and walked over the keys in tiles with an online softmax, skipping tiles no
+// row can see (causal prefill does about half the work, windows less). Prefill-sized blocks
+// multiply with fixed-shape oneDNN matmuls over tiles of up to kKeyTile keys (created once per
+// head configuration, never per request shape) from one head-major, zero-padded copy of K and V
+// per call; decode-sized blocks use vector kernels that stream K and V where they are. When
+// there are fewer blocks than threads (decode over few heads), the keys are split across
+// threads and the partial softmaxes merged. K and V are never copied per query head.
 //
-// Memory: besides the converted inputs (only when a dtype differs from the precision), each
-// thread holds one scores tile of at most kMaxTileElements floats.
+// bf16 precision multiplies bf16 operands with f32 accumulation and softmax: natively on AMX /
+// AVX512-BF16, emulated elsewhere (operands and probabilities rounded to bf16, f32 kernels), in
+// which case stats.engine says "onednn/bf16-emulated".
+//
+// Memory: the head-major copy of K and V for prefill-sized calls (converted inputs otherwise,
+// only when a dtype differs), and per thread a few tiles (64 x kKeyTile scores, key and value
+// tiles).
 //
 // Thread-safety: Compute() may be called concurrently from many threads.
 #ifndef ATTEND_CORE_ATTENTION_ENGINE_H_
@@ -46,9 +50,8 @@ class AttentionEngine {
                        absl::Span<float> output, absl::Span<float> weights,
                        AttentionStats* stats) const;
 
-  // Query rows per tile and the largest scores tile, exposed for tests of tile edges.
-  static constexpr int64_t kQueryBlock = 64;
-  static constexpr int64_t kMaxTileElements = int64_t{1} << 22;
+  // Keys per matmul tile, exposed for tests of tile edges.
+  static constexpr int64_t kKeyTile = 512;
 
  private:
   EngineOptions options_;

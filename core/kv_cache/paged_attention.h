@@ -1,12 +1,11 @@
 // Attention of new queries over a sequence's paged keys and values: the compute behind Append
 // and DecodeBatch.
 //
-// Work is split into (sequence, key/value head, block of query rows) tasks run in parallel; a
-// task folds the query heads of its group into the rows of one matrix (so each cached byte is
-// read once per key/value head, not once per query head) and walks the blocks its rows can see
-// with an online softmax (running max, sum and rescaled accumulator), so no score matrix larger
-// than one block is ever held. Matmul shapes depend only on the block layout and the group, so
-// primitives are created once and reused across calls.
+// Each (sequence, key/value head) is a tile::Work whose tiles are the sequence's blocks (see
+// core/tile_attention.h): the query heads of a group are folded into the rows of one matrix (so
+// each cached byte is read once per key/value head, not once per query head), the blocks a row
+// can see are walked with an online softmax, decode-sized work streams the blocks through vector
+// kernels in their stored dtype, and prefill-sized work uses fixed-shape oneDNN matmuls.
 //
 // Thread-safety: RunPagedAttention may be called concurrently; the blocks it reads must not be
 // written meanwhile (the cache holds each sequence's lock).

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/attention_engine.h"
 #include "core/half.h"
+#include "core/onednn.h"
 #include "core/reference_attention.h"
 #include "tests/test_util.h"
 
@@ -189,11 +190,49 @@ TEST(Engine, SlidingWindowAcrossTiles) {
       {150, 150, 4, 2, 32, 32, {true, 40}, Precision::kBFloat16, DType::kFloat32, false}, 3);
 }
 
-// Long key sequences shrink the query block so that a scores tile stays bounded.
-TEST(Engine, LongKeysUseSmallerQueryBlocks) {
-  const int64_t n_kv = AttentionEngine::kMaxTileElements / 20 + 3;  // block of 20 rows
-  CheckAgainstReference(
-      {45, n_kv, 1, 1, 2, 2, {true, 0}, Precision::kFloat32, DType::kFloat32, false}, 4);
+// Key tiles of 256: n_kv just under, at and over tile multiples, with partial query tiles.
+TEST(Engine, KeyTileEdges) {
+  int seed = 100;
+  for (int64_t n_kv : {255, 256, 257, 511, 513}) {
+    CheckAgainstReference(
+        {70, n_kv, 4, 2, 16, 16, {true, 0}, Precision::kFloat32, DType::kFloat32, true}, ++seed);
+    CheckAgainstReference(
+        {70, n_kv, 4, 2, 16, 16, {false, 0}, Precision::kBFloat16, DType::kFloat32, false}, ++seed);
+  }
+}
+
+// Decode-sized work (few folded rows) runs the vector kernels; over few heads the keys are split
+// across threads and merged.
+TEST(Engine, DecodeKernelsAndKeySplits) {
+  int seed = 200;
+  for (Precision p : {Precision::kFloat32, Precision::kBFloat16}) {
+    for (DType in : {DType::kFloat32, DType::kBFloat16}) {
+      CheckAgainstReference({1, 3000, 8, 1, 64, 64, {true, 0}, p, in, true}, ++seed);      // MQA
+      CheckAgainstReference({1, 1000, 32, 8, 128, 128, {true, 0}, p, in, false}, ++seed);  // GQA
+      CheckAgainstReference({3, 700, 4, 1, 32, 16, {true, 100}, p, in, true}, ++seed);     // m = 12
+      CheckAgainstReference({4, 700, 4, 1, 32, 32, {false, 0}, p, in, false}, ++seed);     // m = 16
+    }
+  }
+}
+
+// After one call has created the primitives for a head configuration, calls of other lengths
+// create none: prefill tiles have fixed shapes, and decode runs no matmul at all.
+TEST(Engine, NoPrimitiveCreationAfterWarmUp) {
+  std::mt19937_64 rng(5);
+  auto run = [&](int64_t n_q, int64_t n_kv) {
+    const auto q = RandomFloats(rng, n_q * 8 * 64);
+    const auto k = RandomFloats(rng, n_kv * 2 * 64);
+    AttentionOptions options;
+    options.mask.causal = true;
+    std::vector<float> out(n_q * 8 * 64);
+    ASSERT_OK(AttentionEngine().Compute(
+        {DType::kFloat32, {n_q, 8, 64}, q.data()}, {DType::kFloat32, {n_kv, 2, 64}, k.data()},
+        {DType::kFloat32, {n_kv, 2, 64}, k.data()}, options, {}, absl::MakeSpan(out), {}, nullptr));
+  };
+  run(600, 600);  // warm-up: every last-tile width (64 to 512 columns)
+  const int64_t created = onednn::MatmulCreations();
+  for (int64_t n : {1, 2, 5, 16, 17, 33, 100, 257, 600}) run(n, n + 7);
+  EXPECT_EQ(onednn::MatmulCreations(), created);
 }
 
 TEST(Engine, QueriesBeforeEveryKeyGetZeros) {

@@ -1,0 +1,357 @@
+#include "core/simd.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "core/half.h"
+
+namespace attend::simd {
+namespace {
+
+// exp(x) for x <= 0 as 2^n * e^r: n = round(x / ln 2), r = x - n ln 2 (Cody-Waite split), e^r by
+// a degree-6 polynomial; relative error about 1e-7. Below -87 the result is 0.
+inline float ExpScalar(float x) {
+  if (x < -87.0f) return 0.0f;
+  const float n = std::nearbyint(x * 1.44269504088896341f);
+  const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return p * scale;
+}
+
+inline float Load(const void* base, bool bf16, int64_t i) {
+  if (bf16) return Bf16ToFloat(static_cast<const uint16_t*>(base)[i]);
+  return static_cast<const float*>(base)[i];
+}
+
+float ExpShiftSumScalar(const float* x, float shift, float* y, int64_t n) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    y[i] = ExpScalar(x[i] - shift);
+    sum += y[i];
+  }
+  return sum;
+}
+
+void RoundToBf16Scalar(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = Bf16ToFloat(FloatToBf16(x[i]));
+}
+
+float MaxScalar(const float* x, int64_t n) {
+  float m = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, x[i]);
+  return m;
+}
+
+void ScaleAddScalar(float* dst, float alpha, const float* src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = dst[i] * alpha + src[i];
+}
+
+void DotRowsScalar(const float* q, int64_t m, int64_t d, const void* k, bool k_bf16,
+                   int64_t k_stride, int64_t rows, float* scores, int64_t ld) {
+  for (int64_t t = 0; t < rows; ++t) {
+    for (int64_t j = 0; j < m; ++j) {
+      float s = 0.0f;
+      for (int64_t c = 0; c < d; ++c) s += q[j * d + c] * Load(k, k_bf16, t * k_stride + c);
+      scores[j * ld + t] = s;
+    }
+  }
+}
+
+void AccumulateRowsScalar(const float* p, int64_t ld, int64_t m, const void* v, bool v_bf16,
+                          int64_t v_stride, int64_t rows, int64_t dv, float* acc) {
+  for (int64_t t = 0; t < rows; ++t) {
+    for (int64_t j = 0; j < m; ++j) {
+      const float w = p[j * ld + t];
+      if (w == 0.0f) continue;
+      for (int64_t c = 0; c < dv; ++c) acc[j * dv + c] += w * Load(v, v_bf16, t * v_stride + c);
+    }
+  }
+}
+
+// ---- AVX2 + FMA ----
+
+#define ATTEND_AVX2 __attribute__((target("avx2,fma")))
+
+ATTEND_AVX2 inline __m256 Exp8(__m256 x) {
+  const __m256 zero_below = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ);
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i bits =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_andnot_ps(zero_below, _mm256_mul_ps(p, _mm256_castsi256_ps(bits)));
+}
+
+ATTEND_AVX2 inline float Sum8(__m256 v) {
+  const __m128 lo = _mm256_castps256_ps128(v);
+  const __m128 hi = _mm256_extractf128_ps(v, 1);
+  __m128 s = _mm_add_ps(lo, hi);
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// Eight consecutive values as floats (bf16 widened by a shift).
+ATTEND_AVX2 inline __m256 Load8(const void* base, bool bf16, int64_t i) {
+  if (bf16) {
+    const __m128i h =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(base) + i));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  return _mm256_loadu_ps(static_cast<const float*>(base) + i);
+}
+
+ATTEND_AVX2 float ExpShiftSumAvx2(const float* x, float shift, float* y, int64_t n) {
+  const __m256 s = _mm256_set1_ps(shift);
+  __m256 sum = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = Exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), s));
+    _mm256_storeu_ps(y + i, e);
+    sum = _mm256_add_ps(sum, e);
+  }
+  float total = Sum8(sum);
+  for (; i < n; ++i) {
+    y[i] = ExpScalar(x[i] - shift);
+    total += y[i];
+  }
+  return total;
+}
+
+ATTEND_AVX2 void RoundToBf16Avx2(float* x, int64_t n) {
+  const __m256i bias = _mm256_set1_epi32(0x7fff);
+  const __m256i one = _mm256_set1_epi32(1);
+  const __m256i high = _mm256_set1_epi32(static_cast<int32_t>(0xffff0000u));
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i bits = _mm256_castps_si256(_mm256_loadu_ps(x + i));
+    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(bits, 16), one);
+    const __m256i rounded = _mm256_add_epi32(bits, _mm256_add_epi32(bias, odd));
+    _mm256_storeu_ps(x + i, _mm256_castsi256_ps(_mm256_and_si256(rounded, high)));
+  }
+  RoundToBf16Scalar(x + i, n - i);
+}
+
+ATTEND_AVX2 float MaxAvx2(const float* x, int64_t n) {
+  __m256 m = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(x + i));
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, m);
+  float result = lanes[0];
+  for (int l = 1; l < 8; ++l) result = std::max(result, lanes[l]);
+  for (; i < n; ++i) result = std::max(result, x[i]);
+  return result;
+}
+
+ATTEND_AVX2 void ScaleAddAvx2(float* dst, float alpha, const float* src, int64_t n) {
+  const __m256 a = _mm256_set1_ps(alpha);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(dst + i,
+                     _mm256_fmadd_ps(_mm256_loadu_ps(dst + i), a, _mm256_loadu_ps(src + i)));
+  }
+  for (; i < n; ++i) dst[i] = dst[i] * alpha + src[i];
+}
+
+// Up to 4 query rows against one key row at a time: the key row is read once for all of them.
+template <int M>
+ATTEND_AVX2 void DotRowsBlock(const float* q, int64_t d, const void* k, bool k_bf16,
+                              int64_t k_stride, int64_t rows, float* scores, int64_t ld) {
+  for (int64_t t = 0; t < rows; ++t) {
+    __m256 acc[M];
+    for (int j = 0; j < M; ++j) acc[j] = _mm256_setzero_ps();
+    const int64_t base = t * k_stride;
+    int64_t c = 0;
+    for (; c + 8 <= d; c += 8) {
+      const __m256 kv = Load8(k, k_bf16, base + c);
+      for (int j = 0; j < M; ++j)
+        acc[j] = _mm256_fmadd_ps(_mm256_loadu_ps(q + j * d + c), kv, acc[j]);
+    }
+    for (int j = 0; j < M; ++j) {
+      float s = Sum8(acc[j]);
+      for (int64_t r = c; r < d; ++r) s += q[j * d + r] * Load(k, k_bf16, base + r);
+      scores[j * ld + t] = s;
+    }
+  }
+}
+
+// Eight key rows against one query row, summed with one transpose-and-add instead of eight
+// horizontal sums; the eight rows stay in L1 while every query row passes over them.
+ATTEND_AVX2 inline __m256 Sums8(const __m256 a[8]) {
+  const __m256 s01 = _mm256_hadd_ps(a[0], a[1]);
+  const __m256 s23 = _mm256_hadd_ps(a[2], a[3]);
+  const __m256 s45 = _mm256_hadd_ps(a[4], a[5]);
+  const __m256 s67 = _mm256_hadd_ps(a[6], a[7]);
+  const __m256 s0123 = _mm256_hadd_ps(s01, s23);
+  const __m256 s4567 = _mm256_hadd_ps(s45, s67);
+  return _mm256_add_ps(_mm256_permute2f128_ps(s0123, s4567, 0x20),
+                       _mm256_permute2f128_ps(s0123, s4567, 0x31));
+}
+
+ATTEND_AVX2 void DotRowsAvx2(const float* q, int64_t m, int64_t d, const void* k, bool k_bf16,
+                             int64_t k_stride, int64_t rows, float* scores, int64_t ld) {
+  if (d % 8 == 0) {
+    int64_t t = 0;
+    for (; t + 8 <= rows; t += 8) {
+      for (int64_t j = 0; j < m; ++j) {
+        __m256 acc[8];
+        for (int r = 0; r < 8; ++r) acc[r] = _mm256_setzero_ps();
+        for (int64_t c = 0; c < d; c += 8) {
+          const __m256 qv = _mm256_loadu_ps(q + j * d + c);
+          for (int r = 0; r < 8; ++r) {
+            acc[r] = _mm256_fmadd_ps(qv, Load8(k, k_bf16, (t + r) * k_stride + c), acc[r]);
+          }
+        }
+        _mm256_storeu_ps(scores + j * ld + t, Sums8(acc));
+      }
+    }
+    if (t == rows) return;
+    // The last rows (fewer than eight) one at a time.
+    k = static_cast<const char*>(k) + t * k_stride * (k_bf16 ? 2 : 4);
+    rows -= t;
+    scores += t;
+  }
+  int64_t j = 0;
+  for (; j + 4 <= m; j += 4)
+    DotRowsBlock<4>(q + j * d, d, k, k_bf16, k_stride, rows, scores + j * ld, ld);
+  for (; j + 2 <= m; j += 2)
+    DotRowsBlock<2>(q + j * d, d, k, k_bf16, k_stride, rows, scores + j * ld, ld);
+  for (; j < m; ++j) DotRowsBlock<1>(q + j * d, d, k, k_bf16, k_stride, rows, scores + j * ld, ld);
+}
+
+// Accumulates one value row into up to 4 accumulator rows at a time, 8 columns per step.
+template <int M>
+ATTEND_AVX2 void AccumulateBlock(const float* p, int64_t ld, const void* v, bool v_bf16,
+                                 int64_t v_stride, int64_t rows, int64_t dv, float* acc) {
+  for (int64_t t = 0; t < rows; ++t) {
+    __m256 w[M];
+    bool any = false;
+    for (int j = 0; j < M; ++j) {
+      const float pj = p[j * ld + t];
+      any |= pj != 0.0f;
+      w[j] = _mm256_set1_ps(pj);
+    }
+    if (!any) continue;  // masked (or underflowed) for every row: the value row is not needed
+    const int64_t base = t * v_stride;
+    int64_t c = 0;
+    for (; c + 8 <= dv; c += 8) {
+      const __m256 vv = Load8(v, v_bf16, base + c);
+      for (int j = 0; j < M; ++j) {
+        float* a = acc + j * dv + c;
+        _mm256_storeu_ps(a, _mm256_fmadd_ps(w[j], vv, _mm256_loadu_ps(a)));
+      }
+    }
+    for (; c < dv; ++c) {
+      const float value = Load(v, v_bf16, base + c);
+      for (int j = 0; j < M; ++j) acc[j * dv + c] += p[j * ld + t] * value;
+    }
+  }
+}
+
+ATTEND_AVX2 void AccumulateRowsAvx2(const float* p, int64_t ld, int64_t m, const void* v,
+                                    bool v_bf16, int64_t v_stride, int64_t rows, int64_t dv,
+                                    float* acc) {
+  int64_t j = 0;
+  for (; j + 4 <= m; j += 4)
+    AccumulateBlock<4>(p + j * ld, ld, v, v_bf16, v_stride, rows, dv, acc + j * dv);
+  for (; j + 2 <= m; j += 2)
+    AccumulateBlock<2>(p + j * ld, ld, v, v_bf16, v_stride, rows, dv, acc + j * dv);
+  for (; j < m; ++j)
+    AccumulateBlock<1>(p + j * ld, ld, v, v_bf16, v_stride, rows, dv, acc + j * dv);
+}
+
+struct Kernels {
+  const char* name;
+  float (*exp_shift_sum)(const float*, float, float*, int64_t);
+  void (*round_to_bf16)(float*, int64_t);
+  float (*max)(const float*, int64_t);
+  void (*scale_add)(float*, float, const float*, int64_t);
+  void (*dot_rows)(const float*, int64_t, int64_t, const void*, bool, int64_t, int64_t, float*,
+                   int64_t);
+  void (*accumulate_rows)(const float*, int64_t, int64_t, const void*, bool, int64_t, int64_t,
+                          int64_t, float*);
+};
+
+const Kernels kScalarKernels{"scalar",       ExpShiftSumScalar, RoundToBf16Scalar,   MaxScalar,
+                             ScaleAddScalar, DotRowsScalar,     AccumulateRowsScalar};
+
+const Kernels& Best() {
+  static const Kernels kernels = [] {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+      return Kernels{"avx2",       ExpShiftSumAvx2, RoundToBf16Avx2,   MaxAvx2,
+                     ScaleAddAvx2, DotRowsAvx2,     AccumulateRowsAvx2};
+    }
+    return kScalarKernels;
+  }();
+  return kernels;
+}
+
+std::atomic<const Kernels*> g_kernels{nullptr};
+
+const Kernels& Chosen() {
+  const Kernels* kernels = g_kernels.load(std::memory_order_acquire);
+  if (kernels == nullptr) {
+    kernels = &Best();
+    g_kernels.store(kernels, std::memory_order_release);
+  }
+  return *kernels;
+}
+
+}  // namespace
+
+const char* KernelName() { return Chosen().name; }
+
+float ExpShiftSum(const float* x, float shift, float* y, int64_t n) {
+  return Chosen().exp_shift_sum(x, shift, y, n);
+}
+
+void RoundToBf16(float* x, int64_t n) { Chosen().round_to_bf16(x, n); }
+
+float Max(const float* x, int64_t n) { return Chosen().max(x, n); }
+
+void ScaleAdd(float* dst, float alpha, const float* src, int64_t n) {
+  Chosen().scale_add(dst, alpha, src, n);
+}
+
+void DotRows(const float* q, int64_t m, int64_t d, const void* k, bool k_bf16, int64_t k_stride,
+             int64_t rows, float* scores, int64_t ld) {
+  Chosen().dot_rows(q, m, d, k, k_bf16, k_stride, rows, scores, ld);
+}
+
+void AccumulateRows(const float* p, int64_t ld, int64_t m, const void* v, bool v_bf16,
+                    int64_t v_stride, int64_t rows, int64_t dv, float* acc) {
+  Chosen().accumulate_rows(p, ld, m, v, v_bf16, v_stride, rows, dv, acc);
+}
+
+namespace testing {
+void UseScalarKernels(bool scalar) {
+  g_kernels.store(scalar ? &kScalarKernels : &Best(), std::memory_order_release);
+}
+}  // namespace testing
+
+}  // namespace attend::simd

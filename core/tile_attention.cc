@@ -1,0 +1,389 @@
+#include "core/tile_attention.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "core/half.h"
+#include "core/mutex.h"
+#include "core/onednn.h"
+#include "core/simd.h"
+#include "core/status_macros.h"
+
+namespace attend::tile {
+namespace {
+
+using dt = dnnl::memory::data_type;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+template <typename T>
+T* Buffer(std::vector<T>& buffer, int64_t elements) {
+  if (buffer.size() < static_cast<size_t>(elements)) buffer.resize(static_cast<size_t>(elements));
+  return buffer.data();
+}
+
+float RoundBf16(float x) { return Bf16ToFloat(FloatToBf16(x)); }
+
+// A tile's keys or values as the matmul (or, with `for_kernels`, the vector kernels) needs them:
+// the memory itself when its dtype fits and it has every row the operand shape covers;
+// otherwise a converted, zero-padded, dense thread-local copy.
+struct Operand {
+  const void* data;
+  int64_t stride;  // elements between rows
+  bool bf16;       // element type of `data`
+};
+
+// `rows` rows are valid; the matmul reads `width` (zero-padded when the memory has fewer).
+Operand PrepareOperand(const void* src, int64_t src_stride, DType stored, bool padded, int64_t rows,
+                       int64_t width, int64_t cols, const Arithmetic& a, bool for_kernels,
+                       std::vector<float>& f32, std::vector<uint16_t>& bf16) {
+  const bool stored_bf16 = stored == DType::kBFloat16;
+  if (for_kernels) {
+    // The kernels read f32 or bf16 rows in place; only bf16 semantics over f32 rows need a copy.
+    if (!(a.round_bf16 && !stored_bf16)) return {src, src_stride, stored_bf16};
+  } else {
+    const bool type_fits = a.matmul == dt::bf16 ? stored_bf16 : (!stored_bf16 && !a.round_bf16);
+    if (type_fits && (padded || rows >= width)) return {src, src_stride, stored_bf16};
+  }
+  rows = std::min(rows, for_kernels ? rows : width);
+  const int64_t out_rows = for_kernels ? rows : width;
+  const bool out_bf16 = !for_kernels && a.matmul == dt::bf16;
+  if (out_bf16) {
+    uint16_t* out = Buffer(bf16, out_rows * cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        out[r * cols + c] = stored_bf16
+                                ? static_cast<const uint16_t*>(src)[r * src_stride + c]
+                                : FloatToBf16(static_cast<const float*>(src)[r * src_stride + c]);
+      }
+    }
+    std::fill(out + rows * cols, out + out_rows * cols, uint16_t{0});
+    return {out, cols, true};
+  }
+  float* out = Buffer(f32, out_rows * cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const float x = stored_bf16
+                          ? Bf16ToFloat(static_cast<const uint16_t*>(src)[r * src_stride + c])
+                          : static_cast<const float*>(src)[r * src_stride + c];
+      out[r * cols + c] = a.round_bf16 ? RoundBf16(x) : x;
+    }
+  }
+  std::fill(out + rows * cols, out + out_rows * cols, 0.0f);
+  return {out, cols, false};
+}
+
+// Online-softmax update of row i from its scores `row` (tile-relative columns [lo, hi) visible,
+// the rest of the `width` columns zeroed): returns the factor the row's accumulator must be
+// scaled by before this tile's contribution is added.
+float UpdateRow(float* row, int64_t lo, int64_t hi, int64_t width, bool round_bf16, float* max,
+                float* sum) {
+  std::fill(row, row + lo, 0.0f);
+  std::fill(row + hi, row + width, 0.0f);
+  if (hi <= lo) return 1.0f;
+  const float new_max = std::max(*max, simd::Max(row + lo, hi - lo));
+  const float alpha = *max == kNegInf ? 0.0f : std::exp(*max - new_max);
+  const float added = simd::ExpShiftSum(row + lo, new_max, row + lo, hi - lo);
+  if (round_bf16) simd::RoundToBf16(row + lo, hi - lo);
+  *sum = *sum * alpha + added;
+  *max = new_max;
+  return alpha;
+}
+
+}  // namespace
+
+void State::Reset(int64_t m, int64_t head_dim_v) {
+  max.assign(static_cast<size_t>(m), kNegInf);
+  sum.assign(static_cast<size_t>(m), 0.0f);
+  acc.assign(static_cast<size_t>(m * head_dim_v), 0.0f);
+}
+
+KeyRange RowKeys(const Job& job, int64_t row) {
+  KeyRange r = VisibleKeys(job.mask, job.n_q, job.keys->keys, job.first_token + row / job.group);
+  r.begin = std::max(r.begin, job.key_begin);
+  r.end = std::max(r.begin, std::min(r.end, job.key_end));
+  return r;
+}
+
+absl::Status RunTileJob(const Job& job, State* state) {
+  const KeyTiles& keys = *job.keys;
+  const int64_t m = job.m, d = keys.head_dim, dv = keys.head_dim_v, width = keys.width;
+  const Arithmetic& a = job.arithmetic;
+  const bool kernels = m < kMatmulRows;
+  // Rows see monotonically later keys, so the job needs keys from its first row's first visible
+  // key to its last row's last.
+  const int64_t kb = RowKeys(job, 0).begin;
+  const int64_t ke = std::max(kb, RowKeys(job, m - 1).end);
+  if (ke <= kb) return absl::OkStatus();
+
+  thread_local std::vector<float> q_pad, scores, partial, k_f32, v_f32;
+  thread_local std::vector<uint16_t> q_bf16, p_bf16, k_bf16, v_bf16;
+
+  // The matmul path multiplies a fixed number of query rows: pad with zero rows.
+  const int64_t rows = kernels ? m : (m + kQueryTileRows - 1) / kQueryTileRows * kQueryTileRows;
+  const void* q_operand = job.q;
+  if (!kernels) {
+    if (a.matmul == dt::bf16) {
+      uint16_t* qb = Buffer(q_bf16, rows * d);
+      for (int64_t i = 0; i < m * d; ++i) qb[i] = FloatToBf16(job.q[i]);
+      std::fill(qb + m * d, qb + rows * d, uint16_t{0});
+      q_operand = qb;
+    } else if (rows != m) {
+      float* qp = Buffer(q_pad, rows * d);
+      std::copy(job.q, job.q + m * d, qp);
+      std::fill(qp + m * d, qp + rows * d, 0.0f);
+      q_operand = qp;
+    }
+  }
+  float* s = Buffer(scores, rows * width);
+  float* tmp = kernels ? nullptr : Buffer(partial, rows * dv);
+  std::vector<float> alpha(static_cast<size_t>(m));
+
+  for (int64_t t = kb / width; t <= (ke - 1) / width; ++t) {
+    const int64_t start = t * width;
+    const int64_t valid = std::min(width, keys.keys - start);
+    // Columns this tile computes: the matmul path stops at the job's last visible key, rounded
+    // up to 64 so that the shapes come from a small fixed set; the kernels take exact rows.
+    const int64_t cols =
+        kernels ? valid : std::min(width, (std::min(valid, ke - start) + 63) / 64 * 64);
+    const Operand k = PrepareOperand(keys.Keys(t), keys.key_stride, keys.dtype, keys.padded, valid,
+                                     cols, d, a, kernels, k_f32, k_bf16);
+    if (kernels) {
+      simd::DotRows(job.q, m, d, k.data, k.bf16, k.stride, valid, s, cols);
+    } else {
+      onednn::MatmulSpec qk;
+      qk.src = {rows, d, d, 1, a.matmul};
+      qk.weights = {d, cols, 1, k.stride, a.matmul};
+      qk.dst = {rows, cols, cols, 1, dt::f32};
+      ATTEND_RETURN_IF_ERROR(onednn::RunMatmul(qk, q_operand, k.data, s));
+    }
+
+    for (int64_t i = 0; i < m; ++i) {
+      const KeyRange range = RowKeys(job, i);
+      const int64_t lo = std::clamp(range.begin - start, int64_t{0}, valid);
+      const int64_t hi = std::clamp(range.end - start, lo, valid);
+      float* row = s + i * cols;
+      for (int64_t j = lo; j < hi; ++j) row[j] *= job.scale;
+      if (job.weight_rows != nullptr && hi > lo) {
+        std::copy(row + lo, row + hi, job.weight_rows[i] + start + lo);
+      }
+      alpha[i] = UpdateRow(row, lo, hi, cols, a.round_bf16, &state->max[i], &state->sum[i]);
+    }
+    if (!kernels) {
+      for (int64_t i = m; i < rows; ++i) std::fill_n(s + i * cols, cols, 0.0f);
+    }
+
+    const Operand v = PrepareOperand(keys.Values(t), keys.value_stride, keys.dtype, keys.padded,
+                                     valid, cols, dv, a, kernels, v_f32, v_bf16);
+    if (kernels) {
+      for (int64_t i = 0; i < m; ++i) {
+        if (alpha[i] == 1.0f) continue;
+        float* acc = &state->acc[i * dv];
+        for (int64_t c = 0; c < dv; ++c) acc[c] *= alpha[i];
+      }
+      simd::AccumulateRows(s, cols, m, v.data, v.bf16, v.stride, valid, dv, state->acc.data());
+    } else {
+      const void* p_operand = s;
+      if (a.matmul == dt::bf16) {
+        uint16_t* pb = Buffer(p_bf16, rows * cols);
+        for (int64_t i = 0; i < rows * cols; ++i) pb[i] = FloatToBf16(s[i]);
+        p_operand = pb;
+      }
+      onednn::MatmulSpec pv;
+      pv.src = {rows, cols, cols, 1, a.matmul};
+      pv.weights = {cols, dv, v.stride, 1, a.matmul};
+      pv.dst = {rows, dv, dv, 1, dt::f32};
+      ATTEND_RETURN_IF_ERROR(onednn::RunMatmul(pv, p_operand, v.data, tmp));
+      for (int64_t i = 0; i < m; ++i) {
+        simd::ScaleAdd(&state->acc[i * dv], alpha[i], tmp + i * dv, dv);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+void Merge(const State& part, State* into) {
+  const int64_t m = static_cast<int64_t>(into->max.size());
+  const int64_t dv = m > 0 ? static_cast<int64_t>(into->acc.size()) / m : 0;
+  for (int64_t i = 0; i < m; ++i) {
+    const float a = into->max[i], b = part.max[i];
+    if (b == kNegInf) continue;
+    const float new_max = std::max(a, b);
+    const float scale_into = a == kNegInf ? 0.0f : std::exp(a - new_max);
+    const float scale_part = std::exp(b - new_max);
+    into->sum[i] = into->sum[i] * scale_into + part.sum[i] * scale_part;
+    for (int64_t c = 0; c < dv; ++c) {
+      into->acc[i * dv + c] =
+          into->acc[i * dv + c] * scale_into + part.acc[i * dv + c] * scale_part;
+    }
+    into->max[i] = new_max;
+  }
+}
+
+void Finish(const Job& job, const State& state, float* const* out_rows, float* const* weight_rows) {
+  const int64_t dv = job.keys->head_dim_v;
+  for (int64_t i = 0; i < job.m; ++i) {
+    const float inv = state.sum[i] > 0.0f ? 1.0f / state.sum[i] : 0.0f;
+    for (int64_t c = 0; c < dv; ++c) out_rows[i][c] = state.acc[i * dv + c] * inv;
+    if (weight_rows != nullptr) {
+      // Every visible key of the row (over the whole key range, not one split).
+      KeyRange range =
+          VisibleKeys(job.mask, job.n_q, job.keys->keys, job.first_token + i / job.group);
+      float* w = weight_rows[i] + range.begin;
+      const int64_t n = range.size();
+      if (n > 0 && state.max[i] != kNegInf) {
+        simd::ExpShiftSum(w, state.max[i], w, n);
+        for (int64_t j = 0; j < n; ++j) w[j] *= inv;
+      }
+    }
+  }
+}
+
+namespace {
+
+// One job of a Work: a tile of its query tokens over a range of its keys.
+struct Task {
+  const Work* work;
+  int64_t first_token;
+  int64_t tokens;
+  int64_t key_begin;
+  int64_t key_end;
+  int64_t slot;  // tasks with the same slot are key splits of the same rows, in key order
+  bool whole;    // covers every key: finished inside the task
+};
+
+// The job of a task, with its queries packed into `packed` (null: geometry only, for Finish).
+Job MakeJob(const Task& task, std::vector<float>* packed) {
+  const Work& w = *task.work;
+  const int64_t d = w.keys->head_dim;
+  Job job;
+  job.m = task.tokens * w.group;
+  job.group = w.group;
+  job.first_token = task.first_token;
+  job.n_q = w.n_q;
+  job.mask = w.mask;
+  job.key_begin = task.key_begin;
+  job.key_end = task.key_end;
+  job.keys = w.keys;
+  job.arithmetic = w.arithmetic;
+  job.scale = w.scale;
+  if (packed == nullptr) return job;
+  packed->resize(static_cast<size_t>(job.m * d));
+  for (int64_t r = 0; r < task.tokens; ++r) {
+    for (int64_t j = 0; j < w.group; ++j) {
+      const float* src = w.q + ((task.first_token + r) * w.n_head + w.head_kv * w.group + j) * d;
+      float* dst = &(*packed)[static_cast<size_t>((r * w.group + j) * d)];
+      for (int64_t c = 0; c < d; ++c) dst[c] = w.arithmetic.round_bf16 ? RoundBf16(src[c]) : src[c];
+    }
+  }
+  job.q = packed->data();
+  return job;
+}
+
+void RowsOf(const Task& task, std::vector<float*>* out_rows, std::vector<float*>* weight_rows) {
+  const Work& w = *task.work;
+  out_rows->clear();
+  weight_rows->clear();
+  for (int64_t r = 0; r < task.tokens; ++r) {
+    for (int64_t j = 0; j < w.group; ++j) {
+      const int64_t h = w.head_kv * w.group + j;
+      const int64_t token = task.first_token + r;
+      out_rows->push_back(w.output + (token * w.n_head + h) * w.keys->head_dim_v);
+      if (w.weights != nullptr)
+        weight_rows->push_back(w.weights + (h * w.n_q + token) * w.keys->keys);
+    }
+  }
+}
+
+}  // namespace
+
+absl::Status Run(const std::vector<Work>& works, int threads) {
+  if (threads <= 0) threads = omp_get_max_threads();
+  int64_t jobs = 0;
+  for (const Work& w : works) {
+    const int64_t tokens = std::max<int64_t>(1, kQueryTileRows / w.group);
+    jobs += (w.n_q + tokens - 1) / tokens;
+  }
+  std::vector<Task> tasks;
+  int64_t slot = 0;
+  for (const Work& w : works) {
+    const int64_t tokens_per_job = std::max<int64_t>(1, kQueryTileRows / w.group);
+    const int64_t key_tiles = (w.keys->keys + w.keys->width - 1) / w.keys->width;
+    // Fewer jobs than threads (decode over few heads): split each job's keys so that every
+    // thread gets a share of the stream.
+    const int64_t splits = jobs >= 2 * threads
+                               ? 1
+                               : std::clamp<int64_t>((2 * threads + jobs - 1) / jobs, 1, key_tiles);
+    const int64_t tiles_per_split = (key_tiles + splits - 1) / splits;
+    for (int64_t first = 0; first < w.n_q; first += tokens_per_job, ++slot) {
+      const int64_t count = std::min(tokens_per_job, w.n_q - first);
+      for (int64_t p = 0; p < splits; ++p) {
+        const int64_t kb = p * tiles_per_split * w.keys->width;
+        const int64_t ke = std::min(w.keys->keys, (p + 1) * tiles_per_split * w.keys->width);
+        if (p > 0 && kb >= ke) break;
+        tasks.push_back({&w, first, count, kb, ke, slot, splits == 1});
+      }
+    }
+  }
+  std::vector<State> partials(tasks.size());
+
+  auto run = [&](size_t index) -> absl::Status {
+    const Task& task = tasks[index];
+    thread_local std::vector<float> packed;
+    thread_local std::vector<float*> out_rows, weight_rows;
+    thread_local State whole_state;
+    Job job = MakeJob(task, &packed);
+    RowsOf(task, &out_rows, &weight_rows);
+    if (task.work->weights != nullptr) job.weight_rows = weight_rows.data();
+    State& state = task.whole ? whole_state : partials[index];
+    state.Reset(job.m, task.work->keys->head_dim_v);
+    ATTEND_RETURN_IF_ERROR(RunTileJob(job, &state));
+    if (task.whole) {
+      Finish(job, state, out_rows.data(), task.work->weights ? weight_rows.data() : nullptr);
+    }
+    return absl::OkStatus();
+  };
+
+  absl::Status status;
+  if (tasks.size() == 1 || threads == 1) {
+    for (size_t i = 0; i < tasks.size() && status.ok(); ++i) status = run(i);
+  } else {
+    Mutex mu;
+    std::atomic<bool> failed{false};
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+    for (size_t i = 0; i < tasks.size(); ++i) {
+      if (failed.load(std::memory_order_relaxed)) continue;
+      absl::Status task_status = run(i);
+      if (!task_status.ok()) {
+        MutexLock lock(&mu);
+        if (status.ok()) status = task_status;
+        failed.store(true, std::memory_order_relaxed);
+      }
+    }
+  }
+  if (!status.ok()) return status;
+
+  // Key splits: merge each slot's partial softmaxes in key order, then normalise.
+  std::vector<float*> out_rows, weight_rows;
+  for (size_t i = 0; i < tasks.size();) {
+    size_t end = i + 1;
+    while (end < tasks.size() && tasks[end].slot == tasks[i].slot) ++end;
+    if (!tasks[i].whole) {
+      for (size_t p = i + 1; p < end; ++p) Merge(partials[p], &partials[i]);
+      Task all = tasks[i];
+      all.key_begin = 0;
+      all.key_end = all.work->keys->keys;
+      const Job job = MakeJob(all, nullptr);
+      RowsOf(all, &out_rows, &weight_rows);
+      Finish(job, partials[i], out_rows.data(), all.work->weights ? weight_rows.data() : nullptr);
+    }
+    i = end;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace attend::tile
