@@ -15,7 +15,8 @@ struct MachineLimits {
   std::string cpu_isa;
 };
 
-// Measures once per process (about a second) and caches the result.
+// Measures once per process (about a second), prints the figures to stderr (stdout stays for
+// the benchmark's own output, JSON included) and caches the result.
 const MachineLimits& MeasureMachineLimits();
 
 }  // namespace attend::bench
