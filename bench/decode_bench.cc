@@ -1,11 +1,14 @@
 // Decode over the paged KV cache: one new token for each of `batch` sequences (32 query heads,
 // 8 key/value heads, head_dim 128), computed as one DecodeBatch, reported as K/V bytes read per
-// second against this machine's read bandwidth measured in the same run.
+// second against this machine's read bandwidth measured in the same run. For bf16 and int8
+// storage it also reports the step's error against f32 storage of the same data (max_abs_err,
+// and rel_rms_err: the RMS of the difference over the RMS of the f32 output).
 //
 //   build/bench/decode_bench [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <random>
 #include <vector>
@@ -27,10 +30,14 @@ std::vector<float> Random(int64_t n, uint64_t seed) {
   return x;
 }
 
-// args: context, batch, bf16 storage
+DType StorageOf(int64_t arg) {
+  return arg == 0 ? DType::kFloat32 : (arg == 1 ? DType::kBFloat16 : DType::kInt8);
+}
+
+// args: context, batch, storage (0 f32, 1 bf16, 2 int8)
 void BM_DecodeBatch(benchmark::State& state) {
   const int64_t context = state.range(0), batch = state.range(1);
-  const bool bf16 = state.range(2) != 0;
+  const DType storage = StorageOf(state.range(2));
   const MachineLimits& limits = MeasureMachineLimits();
 
   kv::KvCacheOptions options;
@@ -43,15 +50,19 @@ void BM_DecodeBatch(benchmark::State& state) {
   config.n_head = kHeads;
   config.n_head_kv = kKvHeads;
   config.head_dim = kDim;
-  config.kv_dtype = bf16 ? DType::kBFloat16 : DType::kFloat32;
+  config.kv_dtype = storage;
 
   // Fill each sequence's cache in chunks (k/v only: no attention needed to fill).
   const int64_t chunk = 1024;
   const std::vector<float> kv = Random(chunk * kKvHeads * kDim, 1);
   std::vector<std::string> ids;
-  for (int64_t b = 0; b < batch; ++b) {
-    ids.push_back(absl::StrCat("s", b));
-    if (!cache.Create(config, ids.back(), context + 1).ok()) {
+  // For the accuracy figure: an f32 twin of the first sequence (same tokens).
+  const bool twin = storage != DType::kFloat32;
+  for (int64_t b = 0; b < batch + (twin ? 1 : 0); ++b) {
+    ids.push_back(b == batch ? "f32-twin" : absl::StrCat("s", b));
+    kv::SequenceConfig sequence_config = config;
+    if (b == batch) sequence_config.kv_dtype = DType::kFloat32;
+    if (!cache.Create(sequence_config, ids.back(), context + 1).ok()) {
       state.SkipWithError("create failed (memory?)");
       return;
     }
@@ -68,6 +79,33 @@ void BM_DecodeBatch(benchmark::State& state) {
     }
   }
   const std::vector<float> q = Random(kHeads * kDim, 2), k = Random(kKvHeads * kDim, 3);
+  if (twin) {
+    // One step on the sequence and its f32 twin, compared, then both put back.
+    std::vector<kv::AppendInput> pair(2);
+    for (int i = 0; i < 2; ++i) {
+      pair[i].id = i == 0 ? ids[0] : ids.back();
+      pair[i].q = TensorView{DType::kFloat32, {1, kHeads, kDim}, q.data()};
+      pair[i].k = {DType::kFloat32, {1, kKvHeads, kDim}, k.data()};
+      pair[i].v = pair[i].k;
+    }
+    auto results = cache.DecodeBatch(0, pair, Precision::kAuto, nullptr);
+    if (!results.ok()) {
+      state.SkipWithError("accuracy step failed");
+      return;
+    }
+    double max_err = 0, diff2 = 0, ref2 = 0;
+    for (size_t i = 0; i < (*results)[0].output.size(); ++i) {
+      const double ref = (*results)[1].output[i], err = (*results)[0].output[i] - ref;
+      max_err = std::max(max_err, std::abs(err));
+      diff2 += err * err;
+      ref2 += ref * ref;
+    }
+    state.counters["max_abs_err"] = max_err;
+    state.counters["rel_rms_err"] = std::sqrt(diff2 / ref2);
+    (void)cache.Release(ids.back());
+    ids.pop_back();
+    (void)cache.Truncate(ids[0], context);
+  }
   std::vector<kv::AppendInput> steps(static_cast<size_t>(batch));
   for (int64_t b = 0; b < batch; ++b) {
     steps[b].id = ids[b];
@@ -91,8 +129,9 @@ void BM_DecodeBatch(benchmark::State& state) {
     }
     for (const std::string& id : ids) (void)cache.Truncate(id, context);  // back to `context`
   }
-  const double bytes =
-      static_cast<double>(batch) * (context + 1) * kKvHeads * 2 * kDim * (bf16 ? 2 : 4);
+  // Bytes a step reads: keys and values, and for int8 one float scale per token, head and K/V.
+  const double per_token_head = 2.0 * kDim * DTypeSize(storage) + (storage == DType::kInt8 ? 8 : 0);
+  const double bytes = static_cast<double>(batch) * (context + 1) * kKvHeads * per_token_head;
   const double rate = bytes * state.iterations() / seconds;
   state.counters["KV_GBs"] = rate / 1e9;
   state.counters["read_bw_GBs"] = limits.read_bytes_per_second / 1e9;
@@ -102,8 +141,8 @@ void BM_DecodeBatch(benchmark::State& state) {
 }
 
 BENCHMARK(BM_DecodeBatch)
-    ->ArgNames({"context", "batch", "bf16"})
-    ->ArgsProduct({{1024, 4096, 16384}, {1, 16}, {0, 1}})
+    ->ArgNames({"context", "batch", "storage"})
+    ->ArgsProduct({{1024, 4096, 16384}, {1, 16}, {0, 1, 2}})
     ->Unit(benchmark::kMillisecond)
     ->UseManualTime()
     ->Iterations(20);

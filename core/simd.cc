@@ -32,9 +32,24 @@ inline float ExpScalar(float x) {
   return p * scale;
 }
 
-inline float Load(const void* base, bool bf16, int64_t i) {
-  if (bf16) return Bf16ToFloat(static_cast<const uint16_t*>(base)[i]);
-  return static_cast<const float*>(base)[i];
+// Element i of a row's storage, without the int8 scale.
+inline float Load(const void* base, DType dtype, int64_t i) {
+  switch (dtype) {
+    case DType::kBFloat16:
+      return Bf16ToFloat(static_cast<const uint16_t*>(base)[i]);
+    case DType::kInt8:
+      return static_cast<float>(static_cast<const int8_t*>(base)[i]);
+    default:
+      return static_cast<const float*>(base)[i];
+  }
+}
+
+inline const void* RowStart(const Rows& rows, int64_t t) {
+  return static_cast<const char*>(rows.data) + t * rows.stride * DTypeSize(rows.dtype);
+}
+
+inline float RowScale(const Rows& rows, int64_t t) {
+  return rows.dtype == DType::kInt8 ? rows.scales[t] : 1.0f;
 }
 
 float ExpShiftSumScalar(const float* x, float shift, float* y, int64_t n) {
@@ -60,24 +75,27 @@ void ScaleAddScalar(float* dst, float alpha, const float* src, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = dst[i] * alpha + src[i];
 }
 
-void DotRowsScalar(const float* q, int64_t m, int64_t d, const void* k, bool k_bf16,
-                   int64_t k_stride, int64_t rows, float* scores, int64_t ld) {
+void DotRowsScalar(const float* q, int64_t m, int64_t d, const Rows& k, int64_t rows, float* scores,
+                   int64_t ld) {
   for (int64_t t = 0; t < rows; ++t) {
+    const void* row = RowStart(k, t);
     for (int64_t j = 0; j < m; ++j) {
       float s = 0.0f;
-      for (int64_t c = 0; c < d; ++c) s += q[j * d + c] * Load(k, k_bf16, t * k_stride + c);
-      scores[j * ld + t] = s;
+      for (int64_t c = 0; c < d; ++c) s += q[j * d + c] * Load(row, k.dtype, c);
+      scores[j * ld + t] = s * RowScale(k, t);
     }
   }
 }
 
-void AccumulateRowsScalar(const float* p, int64_t ld, int64_t m, const void* v, bool v_bf16,
-                          int64_t v_stride, int64_t rows, int64_t dv, float* acc) {
+void AccumulateRowsScalar(const float* p, int64_t ld, int64_t m, const Rows& v, int64_t rows,
+                          int64_t dv, float* acc) {
   for (int64_t t = 0; t < rows; ++t) {
+    const void* row = RowStart(v, t);
+    const float scale = RowScale(v, t);
     for (int64_t j = 0; j < m; ++j) {
-      const float w = p[j * ld + t];
+      const float w = p[j * ld + t] * scale;
       if (w == 0.0f) continue;
-      for (int64_t c = 0; c < dv; ++c) acc[j * dv + c] += w * Load(v, v_bf16, t * v_stride + c);
+      for (int64_t c = 0; c < dv; ++c) acc[j * dv + c] += w * Load(row, v.dtype, c);
     }
   }
 }
@@ -114,14 +132,20 @@ ATTEND_AVX2 inline float Sum8(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// Eight consecutive values as floats (bf16 widened by a shift).
-ATTEND_AVX2 inline __m256 Load8(const void* base, bool bf16, int64_t i) {
-  if (bf16) {
+// Eight consecutive values as floats: bf16 widened by a shift, int8 converted (unscaled).
+template <DType kType>
+ATTEND_AVX2 inline __m256 Load8T(const void* base, int64_t i) {
+  if constexpr (kType == DType::kBFloat16) {
     const __m128i h =
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(base) + i));
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  } else if constexpr (kType == DType::kInt8) {
+    const __m128i b =
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(static_cast<const int8_t*>(base) + i));
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+  } else {
+    return _mm256_loadu_ps(static_cast<const float*>(base) + i);
   }
-  return _mm256_loadu_ps(static_cast<const float*>(base) + i);
 }
 
 ATTEND_AVX2 float ExpShiftSumAvx2(const float* x, float shift, float* y, int64_t n) {
@@ -177,111 +201,133 @@ ATTEND_AVX2 void ScaleAddAvx2(float* dst, float alpha, const float* src, int64_t
   for (; i < n; ++i) dst[i] = dst[i] * alpha + src[i];
 }
 
-// Up to 4 query rows against one key row at a time: the key row is read once for all of them.
-template <int M>
-ATTEND_AVX2 void DotRowsBlock(const float* q, int64_t d, const void* k, bool k_bf16,
-                              int64_t k_stride, int64_t rows, float* scores, int64_t ld) {
+// The kernels below are templates on the stored dtype, so that the widening is decided outside
+// the loops, and their small fixed loops are unrolled so that accumulators live in registers
+// (without that, GCC keeps them on the stack and the kernels run several times slower). Key
+// rows are read once for all query rows and streamed in order: that keeps the memory busy, which
+// matters more than arithmetic here.
+
+// Up to 4 query rows against one key row at a time.
+template <int M, DType kType>
+ATTEND_AVX2 void DotRowsBlock(const float* q, int64_t d, const Rows& k, int64_t rows, float* scores,
+                              int64_t ld) {
   for (int64_t t = 0; t < rows; ++t) {
     __m256 acc[M];
+#pragma GCC unroll 4
     for (int j = 0; j < M; ++j) acc[j] = _mm256_setzero_ps();
-    const int64_t base = t * k_stride;
+    const void* row = RowStart(k, t);
     int64_t c = 0;
     for (; c + 8 <= d; c += 8) {
-      const __m256 kv = Load8(k, k_bf16, base + c);
-      for (int j = 0; j < M; ++j)
+      const __m256 kv = Load8T<kType>(row, c);
+#pragma GCC unroll 4
+      for (int j = 0; j < M; ++j) {
         acc[j] = _mm256_fmadd_ps(_mm256_loadu_ps(q + j * d + c), kv, acc[j]);
-    }
-    for (int j = 0; j < M; ++j) {
-      float s = Sum8(acc[j]);
-      for (int64_t r = c; r < d; ++r) s += q[j * d + r] * Load(k, k_bf16, base + r);
-      scores[j * ld + t] = s;
-    }
-  }
-}
-
-// Eight key rows against one query row, summed with one transpose-and-add instead of eight
-// horizontal sums; the eight rows stay in L1 while every query row passes over them.
-ATTEND_AVX2 inline __m256 Sums8(const __m256 a[8]) {
-  const __m256 s01 = _mm256_hadd_ps(a[0], a[1]);
-  const __m256 s23 = _mm256_hadd_ps(a[2], a[3]);
-  const __m256 s45 = _mm256_hadd_ps(a[4], a[5]);
-  const __m256 s67 = _mm256_hadd_ps(a[6], a[7]);
-  const __m256 s0123 = _mm256_hadd_ps(s01, s23);
-  const __m256 s4567 = _mm256_hadd_ps(s45, s67);
-  return _mm256_add_ps(_mm256_permute2f128_ps(s0123, s4567, 0x20),
-                       _mm256_permute2f128_ps(s0123, s4567, 0x31));
-}
-
-ATTEND_AVX2 void DotRowsAvx2(const float* q, int64_t m, int64_t d, const void* k, bool k_bf16,
-                             int64_t k_stride, int64_t rows, float* scores, int64_t ld) {
-  if (d % 8 == 0) {
-    int64_t t = 0;
-    for (; t + 8 <= rows; t += 8) {
-      for (int64_t j = 0; j < m; ++j) {
-        __m256 acc[8];
-        for (int r = 0; r < 8; ++r) acc[r] = _mm256_setzero_ps();
-        for (int64_t c = 0; c < d; c += 8) {
-          const __m256 qv = _mm256_loadu_ps(q + j * d + c);
-          for (int r = 0; r < 8; ++r) {
-            acc[r] = _mm256_fmadd_ps(qv, Load8(k, k_bf16, (t + r) * k_stride + c), acc[r]);
-          }
-        }
-        _mm256_storeu_ps(scores + j * ld + t, Sums8(acc));
       }
     }
-    if (t == rows) return;
-    // The last rows (fewer than eight) one at a time.
-    k = static_cast<const char*>(k) + t * k_stride * (k_bf16 ? 2 : 4);
-    rows -= t;
-    scores += t;
+    const float scale = RowScale(k, t);
+    for (int j = 0; j < M; ++j) {
+      float s = Sum8(acc[j]);
+      for (int64_t r = c; r < d; ++r) s += q[j * d + r] * Load(row, kType, r);
+      scores[j * ld + t] = s * scale;
+    }
   }
-  int64_t j = 0;
-  for (; j + 4 <= m; j += 4)
-    DotRowsBlock<4>(q + j * d, d, k, k_bf16, k_stride, rows, scores + j * ld, ld);
-  for (; j + 2 <= m; j += 2)
-    DotRowsBlock<2>(q + j * d, d, k, k_bf16, k_stride, rows, scores + j * ld, ld);
-  for (; j < m; ++j) DotRowsBlock<1>(q + j * d, d, k, k_bf16, k_stride, rows, scores + j * ld, ld);
 }
 
-// Accumulates one value row into up to 4 accumulator rows at a time, 8 columns per step.
-template <int M>
-ATTEND_AVX2 void AccumulateBlock(const float* p, int64_t ld, const void* v, bool v_bf16,
-                                 int64_t v_stride, int64_t rows, int64_t dv, float* acc) {
-  for (int64_t t = 0; t < rows; ++t) {
-    __m256 w[M];
-    bool any = false;
-    for (int j = 0; j < M; ++j) {
-      const float pj = p[j * ld + t];
-      any |= pj != 0.0f;
-      w[j] = _mm256_set1_ps(pj);
+template <DType kType>
+ATTEND_AVX2 void DotRowsImpl(const float* q, int64_t m, int64_t d, const Rows& k, int64_t rows,
+                             float* scores, int64_t ld) {
+  int64_t j = 0;
+  for (; j + 4 <= m; j += 4) DotRowsBlock<4, kType>(q + j * d, d, k, rows, scores + j * ld, ld);
+  for (; j + 2 <= m; j += 2) DotRowsBlock<2, kType>(q + j * d, d, k, rows, scores + j * ld, ld);
+  for (; j < m; ++j) DotRowsBlock<1, kType>(q + j * d, d, k, rows, scores + j * ld, ld);
+}
+
+ATTEND_AVX2 void DotRowsAvx2(const float* q, int64_t m, int64_t d, const Rows& k, int64_t rows,
+                             float* scores, int64_t ld) {
+  switch (k.dtype) {
+    case DType::kBFloat16:
+      return DotRowsImpl<DType::kBFloat16>(q, m, d, k, rows, scores, ld);
+    case DType::kInt8:
+      return DotRowsImpl<DType::kInt8>(q, m, d, k, rows, scores, ld);
+    default:
+      return DotRowsImpl<DType::kFloat32>(q, m, d, k, rows, scores, ld);
+  }
+}
+
+// Accumulates into up to 4 accumulator rows (which stay in L1): four value rows per step, so
+// that each accumulator chunk is loaded and stored once per four rows, then the rest one by one.
+template <int M, DType kType>
+ATTEND_AVX2 void AccumulateBlock(const float* p, int64_t ld, const Rows& v, int64_t rows,
+                                 int64_t dv, float* acc) {
+  int64_t t = 0;
+  if (dv % 8 == 0) {
+    for (; t + 4 <= rows; t += 4) {
+      __m256 w[M][4];
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; ++r) {
+        const float scale = RowScale(v, t + r);
+#pragma GCC unroll 4
+        for (int j = 0; j < M; ++j) w[j][r] = _mm256_set1_ps(p[j * ld + t + r] * scale);
+      }
+      const void* r0 = RowStart(v, t);
+      const void* r1 = RowStart(v, t + 1);
+      const void* r2 = RowStart(v, t + 2);
+      const void* r3 = RowStart(v, t + 3);
+      for (int64_t c = 0; c < dv; c += 8) {
+        const __m256 v0 = Load8T<kType>(r0, c);
+        const __m256 v1 = Load8T<kType>(r1, c);
+        const __m256 v2 = Load8T<kType>(r2, c);
+        const __m256 v3 = Load8T<kType>(r3, c);
+#pragma GCC unroll 4
+        for (int j = 0; j < M; ++j) {
+          float* a = acc + j * dv + c;
+          __m256 x = _mm256_fmadd_ps(w[j][0], v0, _mm256_loadu_ps(a));
+          x = _mm256_fmadd_ps(w[j][1], v1, x);
+          x = _mm256_fmadd_ps(w[j][2], v2, x);
+          _mm256_storeu_ps(a, _mm256_fmadd_ps(w[j][3], v3, x));
+        }
+      }
     }
-    if (!any) continue;  // masked (or underflowed) for every row: the value row is not needed
-    const int64_t base = t * v_stride;
+  }
+  for (; t < rows; ++t) {
+    const void* row = RowStart(v, t);
+    const float scale = RowScale(v, t);
     int64_t c = 0;
     for (; c + 8 <= dv; c += 8) {
-      const __m256 vv = Load8(v, v_bf16, base + c);
+      const __m256 vv = Load8T<kType>(row, c);
+#pragma GCC unroll 4
       for (int j = 0; j < M; ++j) {
         float* a = acc + j * dv + c;
-        _mm256_storeu_ps(a, _mm256_fmadd_ps(w[j], vv, _mm256_loadu_ps(a)));
+        const __m256 w = _mm256_set1_ps(p[j * ld + t] * scale);
+        _mm256_storeu_ps(a, _mm256_fmadd_ps(w, vv, _mm256_loadu_ps(a)));
       }
     }
     for (; c < dv; ++c) {
-      const float value = Load(v, v_bf16, base + c);
+      const float value = Load(row, kType, c) * scale;
       for (int j = 0; j < M; ++j) acc[j * dv + c] += p[j * ld + t] * value;
     }
   }
 }
 
-ATTEND_AVX2 void AccumulateRowsAvx2(const float* p, int64_t ld, int64_t m, const void* v,
-                                    bool v_bf16, int64_t v_stride, int64_t rows, int64_t dv,
-                                    float* acc) {
+template <DType kType>
+ATTEND_AVX2 void AccumulateRowsImpl(const float* p, int64_t ld, int64_t m, const Rows& v,
+                                    int64_t rows, int64_t dv, float* acc) {
   int64_t j = 0;
-  for (; j + 4 <= m; j += 4)
-    AccumulateBlock<4>(p + j * ld, ld, v, v_bf16, v_stride, rows, dv, acc + j * dv);
-  for (; j + 2 <= m; j += 2)
-    AccumulateBlock<2>(p + j * ld, ld, v, v_bf16, v_stride, rows, dv, acc + j * dv);
-  for (; j < m; ++j)
-    AccumulateBlock<1>(p + j * ld, ld, v, v_bf16, v_stride, rows, dv, acc + j * dv);
+  for (; j + 4 <= m; j += 4) AccumulateBlock<4, kType>(p + j * ld, ld, v, rows, dv, acc + j * dv);
+  for (; j + 2 <= m; j += 2) AccumulateBlock<2, kType>(p + j * ld, ld, v, rows, dv, acc + j * dv);
+  for (; j < m; ++j) AccumulateBlock<1, kType>(p + j * ld, ld, v, rows, dv, acc + j * dv);
+}
+
+ATTEND_AVX2 void AccumulateRowsAvx2(const float* p, int64_t ld, int64_t m, const Rows& v,
+                                    int64_t rows, int64_t dv, float* acc) {
+  switch (v.dtype) {
+    case DType::kBFloat16:
+      return AccumulateRowsImpl<DType::kBFloat16>(p, ld, m, v, rows, dv, acc);
+    case DType::kInt8:
+      return AccumulateRowsImpl<DType::kInt8>(p, ld, m, v, rows, dv, acc);
+    default:
+      return AccumulateRowsImpl<DType::kFloat32>(p, ld, m, v, rows, dv, acc);
+  }
 }
 
 struct Kernels {
@@ -290,10 +336,8 @@ struct Kernels {
   void (*round_to_bf16)(float*, int64_t);
   float (*max)(const float*, int64_t);
   void (*scale_add)(float*, float, const float*, int64_t);
-  void (*dot_rows)(const float*, int64_t, int64_t, const void*, bool, int64_t, int64_t, float*,
-                   int64_t);
-  void (*accumulate_rows)(const float*, int64_t, int64_t, const void*, bool, int64_t, int64_t,
-                          int64_t, float*);
+  void (*dot_rows)(const float*, int64_t, int64_t, const Rows&, int64_t, float*, int64_t);
+  void (*accumulate_rows)(const float*, int64_t, int64_t, const Rows&, int64_t, int64_t, float*);
 };
 
 const Kernels kScalarKernels{"scalar",       ExpShiftSumScalar, RoundToBf16Scalar,   MaxScalar,
@@ -338,14 +382,14 @@ void ScaleAdd(float* dst, float alpha, const float* src, int64_t n) {
   Chosen().scale_add(dst, alpha, src, n);
 }
 
-void DotRows(const float* q, int64_t m, int64_t d, const void* k, bool k_bf16, int64_t k_stride,
-             int64_t rows, float* scores, int64_t ld) {
-  Chosen().dot_rows(q, m, d, k, k_bf16, k_stride, rows, scores, ld);
+void DotRows(const float* q, int64_t m, int64_t d, const Rows& k, int64_t rows, float* scores,
+             int64_t ld) {
+  Chosen().dot_rows(q, m, d, k, rows, scores, ld);
 }
 
-void AccumulateRows(const float* p, int64_t ld, int64_t m, const void* v, bool v_bf16,
-                    int64_t v_stride, int64_t rows, int64_t dv, float* acc) {
-  Chosen().accumulate_rows(p, ld, m, v, v_bf16, v_stride, rows, dv, acc);
+void AccumulateRows(const float* p, int64_t ld, int64_t m, const Rows& v, int64_t rows, int64_t dv,
+                    float* acc) {
+  Chosen().accumulate_rows(p, ld, m, v, rows, dv, acc);
 }
 
 namespace testing {

@@ -12,6 +12,8 @@
 
 #include <cstdint>
 
+#include "core/tensor.h"
+
 namespace attend::simd {
 
 // "avx2" or "scalar": the kernels this process uses.
@@ -30,15 +32,22 @@ float Max(const float* x, int64_t n);
 // dst[i] = dst[i] * alpha + src[i].
 void ScaleAdd(float* dst, float alpha, const float* src, int64_t n);
 
-// scores[j * ld + t] = dot(q[j * d ...], key row t) for j < m, t < rows. Key row t starts at
-// element t * k_stride of `k`, which holds float32 or (k_bf16) bfloat16 values.
-void DotRows(const float* q, int64_t m, int64_t d, const void* k, bool k_bf16, int64_t k_stride,
-             int64_t rows, float* scores, int64_t ld);
+// Rows of keys or values where they live: float32, bfloat16, or int8 with one float scale per
+// row (the row's values are int8 x scale).
+struct Rows {
+  const void* data = nullptr;
+  DType dtype = DType::kFloat32;  // kFloat32, kBFloat16 or kInt8
+  int64_t stride = 0;             // elements between rows
+  const float* scales = nullptr;  // kInt8 only
+};
+
+// scores[j * ld + t] = dot(q[j * d ...], key row t) for j < m, t < rows.
+void DotRows(const float* q, int64_t m, int64_t d, const Rows& k, int64_t rows, float* scores,
+             int64_t ld);
 
 // acc[j * dv + c] += sum over t < rows of p[j * ld + t] * value row t [c], for j < m, c < dv.
-// Value row t starts at element t * v_stride of `v` (float32 or bfloat16).
-void AccumulateRows(const float* p, int64_t ld, int64_t m, const void* v, bool v_bf16,
-                    int64_t v_stride, int64_t rows, int64_t dv, float* acc);
+void AccumulateRows(const float* p, int64_t ld, int64_t m, const Rows& v, int64_t rows, int64_t dv,
+                    float* acc);
 
 namespace testing {
 // Makes every kernel use the portable scalar code (true) or the CPU's best (false), so that

@@ -17,6 +17,8 @@ int64_t DTypeSize(DType dtype) {
     case DType::kBFloat16:
     case DType::kFloat16:
       return 2;
+    case DType::kInt8:
+      return 1;
   }
   return 4;
 }
@@ -29,6 +31,8 @@ absl::string_view DTypeName(DType dtype) {
       return "bfloat16";
     case DType::kFloat16:
       return "float16";
+    case DType::kInt8:
+      return "int8";
   }
   return "unknown";
 }
@@ -93,6 +97,8 @@ float TensorView::At(int64_t i) const {
       std::memcpy(&h, static_cast<const char*>(data) + 2 * i, 2);
       return HalfToFloat(h);
     }
+    case DType::kInt8:  // storage only: never a view's dtype
+      break;
   }
   return 0.0f;
 }

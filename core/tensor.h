@@ -22,11 +22,14 @@
 
 namespace attend {
 
-enum class DType { kFloat32, kBFloat16, kFloat16 };
+// Element types. kInt8 is a KV-cache storage type only (symmetric int8 with a float scale per
+// token and head, see core/kv_cache/layout.h): tensors in requests are never int8, and the
+// TensorView functions below do not accept it.
+enum class DType { kFloat32, kBFloat16, kFloat16, kInt8 };
 
-// Bytes per element: 4 or 2.
+// Bytes per element: 4, 2 or 1.
 int64_t DTypeSize(DType dtype);
-// "float32", "bfloat16", "float16".
+// "float32", "bfloat16", "float16", "int8".
 absl::string_view DTypeName(DType dtype);
 
 using Shape = absl::InlinedVector<int64_t, 4>;

@@ -28,53 +28,54 @@ T* Buffer(std::vector<T>& buffer, int64_t elements) {
 
 float RoundBf16(float x) { return Bf16ToFloat(FloatToBf16(x)); }
 
+// Value `c` of row `r` of a tile's storage, dequantized.
+float Element(const simd::Rows& src, int64_t r, int64_t c) {
+  const int64_t i = r * src.stride + c;
+  switch (src.dtype) {
+    case DType::kBFloat16:
+      return Bf16ToFloat(static_cast<const uint16_t*>(src.data)[i]);
+    case DType::kInt8:
+      return static_cast<float>(static_cast<const int8_t*>(src.data)[i]) * src.scales[r];
+    default:
+      return static_cast<const float*>(src.data)[i];
+  }
+}
+
 // A tile's keys or values as the matmul (or, with `for_kernels`, the vector kernels) needs them:
 // the memory itself when its dtype fits and it has every row the operand shape covers;
-// otherwise a converted, zero-padded, dense thread-local copy.
-struct Operand {
-  const void* data;
-  int64_t stride;  // elements between rows
-  bool bf16;       // element type of `data`
-};
-
-// `rows` rows are valid; the matmul reads `width` (zero-padded when the memory has fewer).
-Operand PrepareOperand(const void* src, int64_t src_stride, DType stored, bool padded, int64_t rows,
-                       int64_t width, int64_t cols, const Arithmetic& a, bool for_kernels,
-                       std::vector<float>& f32, std::vector<uint16_t>& bf16) {
-  const bool stored_bf16 = stored == DType::kBFloat16;
+// otherwise a converted (dequantized), zero-padded, dense thread-local copy. `rows` rows are
+// valid; the matmul reads `width` (zero-padded when the memory has fewer).
+simd::Rows PrepareOperand(const simd::Rows& src, bool padded, int64_t rows, int64_t width,
+                          int64_t cols, const Arithmetic& a, bool for_kernels,
+                          std::vector<float>& f32, std::vector<uint16_t>& bf16) {
   if (for_kernels) {
-    // The kernels read f32 or bf16 rows in place; only bf16 semantics over f32 rows need a copy.
-    if (!(a.round_bf16 && !stored_bf16)) return {src, src_stride, stored_bf16};
+    // The kernels read every storage type in place; bf16 semantics over f32 or int8 rows need
+    // the rounded values.
+    if (!a.round_bf16 || src.dtype == DType::kBFloat16) return src;
   } else {
-    const bool type_fits = a.matmul == dt::bf16 ? stored_bf16 : (!stored_bf16 && !a.round_bf16);
-    if (type_fits && (padded || rows >= width)) return {src, src_stride, stored_bf16};
+    const bool type_fits = a.matmul == dt::bf16 ? src.dtype == DType::kBFloat16
+                                                : (src.dtype == DType::kFloat32 && !a.round_bf16);
+    if (type_fits && (padded || rows >= width)) return src;
   }
   rows = std::min(rows, for_kernels ? rows : width);
   const int64_t out_rows = for_kernels ? rows : width;
-  const bool out_bf16 = !for_kernels && a.matmul == dt::bf16;
-  if (out_bf16) {
+  if (!for_kernels && a.matmul == dt::bf16) {
     uint16_t* out = Buffer(bf16, out_rows * cols);
     for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t c = 0; c < cols; ++c) {
-        out[r * cols + c] = stored_bf16
-                                ? static_cast<const uint16_t*>(src)[r * src_stride + c]
-                                : FloatToBf16(static_cast<const float*>(src)[r * src_stride + c]);
-      }
+      for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = FloatToBf16(Element(src, r, c));
     }
     std::fill(out + rows * cols, out + out_rows * cols, uint16_t{0});
-    return {out, cols, true};
+    return {out, DType::kBFloat16, cols, nullptr};
   }
   float* out = Buffer(f32, out_rows * cols);
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) {
-      const float x = stored_bf16
-                          ? Bf16ToFloat(static_cast<const uint16_t*>(src)[r * src_stride + c])
-                          : static_cast<const float*>(src)[r * src_stride + c];
+      const float x = Element(src, r, c);
       out[r * cols + c] = a.round_bf16 ? RoundBf16(x) : x;
     }
   }
   std::fill(out + rows * cols, out + out_rows * cols, 0.0f);
-  return {out, cols, false};
+  return {out, DType::kFloat32, cols, nullptr};
 }
 
 // Online-softmax update of row i from its scores `row` (tile-relative columns [lo, hi) visible,
@@ -150,10 +151,11 @@ absl::Status RunTileJob(const Job& job, State* state) {
     // up to 64 so that the shapes come from a small fixed set; the kernels take exact rows.
     const int64_t cols =
         kernels ? valid : std::min(width, (std::min(valid, ke - start) + 63) / 64 * 64);
-    const Operand k = PrepareOperand(keys.Keys(t), keys.key_stride, keys.dtype, keys.padded, valid,
-                                     cols, d, a, kernels, k_f32, k_bf16);
+    const simd::Rows k =
+        PrepareOperand({keys.Keys(t), keys.dtype, keys.key_stride, keys.KeyScales(t)}, keys.padded,
+                       valid, cols, d, a, kernels, k_f32, k_bf16);
     if (kernels) {
-      simd::DotRows(job.q, m, d, k.data, k.bf16, k.stride, valid, s, cols);
+      simd::DotRows(job.q, m, d, k, valid, s, cols);
     } else {
       onednn::MatmulSpec qk;
       qk.src = {rows, d, d, 1, a.matmul};
@@ -177,15 +179,16 @@ absl::Status RunTileJob(const Job& job, State* state) {
       for (int64_t i = m; i < rows; ++i) std::fill_n(s + i * cols, cols, 0.0f);
     }
 
-    const Operand v = PrepareOperand(keys.Values(t), keys.value_stride, keys.dtype, keys.padded,
-                                     valid, cols, dv, a, kernels, v_f32, v_bf16);
+    const simd::Rows v =
+        PrepareOperand({keys.Values(t), keys.dtype, keys.value_stride, keys.ValueScales(t)},
+                       keys.padded, valid, cols, dv, a, kernels, v_f32, v_bf16);
     if (kernels) {
       for (int64_t i = 0; i < m; ++i) {
         if (alpha[i] == 1.0f) continue;
         float* acc = &state->acc[i * dv];
         for (int64_t c = 0; c < dv; ++c) acc[c] *= alpha[i];
       }
-      simd::AccumulateRows(s, cols, m, v.data, v.bf16, v.stride, valid, dv, state->acc.data());
+      simd::AccumulateRows(s, cols, m, v, valid, dv, state->acc.data());
     } else {
       const void* p_operand = s;
       if (a.matmul == dt::bf16) {

@@ -41,11 +41,14 @@ class KeyTiles {
   int64_t keys = 0;   // keys in all
   int64_t head_dim = 0;
   int64_t head_dim_v = 0;
-  DType dtype = DType::kFloat32;  // kFloat32 or kBFloat16
+  DType dtype = DType::kFloat32;  // kFloat32, kBFloat16 or kInt8
   // Start of tile i's keys and values and their row strides (in elements). Tile memory holds
   // `width` readable rows when `padded`, else only the tile's valid rows.
   virtual const void* Keys(int64_t tile) const = 0;
   virtual const void* Values(int64_t tile) const = 0;
+  // kInt8: tile i's per-row scales.
+  virtual const float* KeyScales(int64_t) const { return nullptr; }
+  virtual const float* ValueScales(int64_t) const { return nullptr; }
   int64_t key_stride = 0;
   int64_t value_stride = 0;
   bool padded = false;

@@ -29,6 +29,9 @@ absl::StatusOr<kv::SequenceConfig> FromProto(const v1::SequenceConfig& c) {
     case v1::FLOAT16:
       config.kv_dtype = DType::kFloat16;  // refused by the cache with the reason
       break;
+    case v1::INT8:
+      config.kv_dtype = DType::kInt8;
+      break;
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("config.kv_dtype: unknown value ", static_cast<int>(c.kv_dtype())));
@@ -46,7 +49,16 @@ void ToProto(const kv::SequenceInfo& info, v1::SequenceInfo* out) {
   c->set_n_head_kv(static_cast<int32_t>(info.config.n_head_kv));
   c->set_head_dim(static_cast<int32_t>(info.config.head_dim));
   c->set_head_dim_v(static_cast<int32_t>(info.config.head_dim_v));
-  c->set_kv_dtype(info.config.kv_dtype == DType::kFloat32 ? v1::FLOAT32 : v1::BFLOAT16);
+  switch (info.config.kv_dtype) {
+    case DType::kFloat32:
+      c->set_kv_dtype(v1::FLOAT32);
+      break;
+    case DType::kInt8:
+      c->set_kv_dtype(v1::INT8);
+      break;
+    default:
+      c->set_kv_dtype(v1::BFLOAT16);
+  }
   if (info.config.scale) c->set_scale(*info.config.scale);
   c->set_window_tokens(info.config.window);
   out->mutable_layer_tokens()->Add(info.layer_tokens.begin(), info.layer_tokens.end());

@@ -21,6 +21,11 @@ absl::StatusOr<DecodedTensor> DecodeTensor(const v1::Tensor& tensor, absl::strin
     case v1::FLOAT16:
       dtype = DType::kFloat16;
       break;
+    case v1::INT8:
+      return absl::InvalidArgumentError(
+          absl::StrCat(field,
+                       ".dtype: INT8 is a KV-cache storage type, not a tensor dtype; send FLOAT32, "
+                       "BFLOAT16 or FLOAT16"));
     default:
       return absl::InvalidArgumentError(absl::StrCat(field, ".dtype: unknown value ",
                                                      static_cast<int>(tensor.dtype()),
@@ -123,6 +128,8 @@ void EncodeTensor(absl::Span<const float> values, absl::Span<const int64_t> shap
       break;
     case DType::kFloat16:
       out->set_dtype(v1::FLOAT16);
+      break;
+    case DType::kInt8:  // storage only: never an output dtype
       break;
   }
   AppendEncoded(values, dtype, out->mutable_data());

@@ -49,7 +49,21 @@ std::string Bytes(int64_t bytes) {
   return absl::StrCat(bytes, " bytes");
 }
 
-// Copies `count` elements starting at element `offset` of `src` into `dst` as `dtype`.
+// Stores `count` elements starting at element `offset` of `src` as symmetric int8 with one scale
+// (max |x| / 127; 0 for an all-zero row) in `*scale`.
+void Quantize(const TensorView& src, int64_t offset, int64_t count, int8_t* dst, float* scale) {
+  float max = 0.0f;
+  for (int64_t i = 0; i < count; ++i) max = std::max(max, std::abs(src.At(offset + i)));
+  *scale = max / 127.0f;
+  const float inverse = max > 0.0f ? 127.0f / max : 0.0f;
+  for (int64_t i = 0; i < count; ++i) {
+    const float q = std::nearbyint(src.At(offset + i) * inverse);
+    dst[i] = static_cast<int8_t>(std::clamp(q, -127.0f, 127.0f));
+  }
+}
+
+// Copies `count` elements starting at element `offset` of `src` into `dst` as `dtype`
+// (float32 or bfloat16).
 void CopyConverted(const TensorView& src, int64_t offset, int64_t count, DType dtype, char* dst) {
   if (src.dtype == dtype) {
     std::memcpy(dst, static_cast<const char*>(src.data) + offset * DTypeSize(dtype),
@@ -146,9 +160,10 @@ absl::StatusOr<BlockLayout> KvCache::LayoutFor(const SequenceConfig& config) con
     return absl::InvalidArgumentError(absl::StrCat("config.n_head_kv: ", config.n_head_kv,
                                                    " does not divide n_head ", config.n_head));
   }
-  if (config.kv_dtype != DType::kFloat32 && config.kv_dtype != DType::kBFloat16) {
+  if (config.kv_dtype != DType::kFloat32 && config.kv_dtype != DType::kBFloat16 &&
+      config.kv_dtype != DType::kInt8) {
     return absl::InvalidArgumentError(absl::StrCat("config.kv_dtype: ", DTypeName(config.kv_dtype),
-                                                   "; the cache stores FLOAT32 or BFLOAT16"));
+                                                   "; the cache stores FLOAT32, BFLOAT16 or INT8"));
   }
   if (config.window < 0) {
     return absl::InvalidArgumentError(
@@ -473,6 +488,15 @@ void KvCache::WriteTokens(Sequence& s, int64_t layer_index, const AppendInput& i
     char* block = layer.blocks[static_cast<size_t>(position / tpb)]->data;
     const int64_t slot = position % tpb;
     for (int64_t g = 0; g < layout.n_head_kv; ++g) {
+      if (layout.quantized()) {
+        Quantize(input.k, (t * layout.n_head_kv + g) * d, d,
+                 reinterpret_cast<int8_t*>(block + layout.key_offset(g, slot)),
+                 reinterpret_cast<float*>(block + layout.key_scale_offset(g, slot)));
+        Quantize(input.v, (t * layout.n_head_kv + g) * dv, dv,
+                 reinterpret_cast<int8_t*>(block + layout.value_offset(g, slot)),
+                 reinterpret_cast<float*>(block + layout.value_scale_offset(g, slot)));
+        continue;
+      }
       CopyConverted(input.k, (t * layout.n_head_kv + g) * d, d, layout.dtype,
                     block + layout.key_offset(g, slot));
       CopyConverted(input.v, (t * layout.n_head_kv + g) * dv, dv, layout.dtype,

@@ -67,10 +67,12 @@ struct SequenceConfig {
   int64_t n_head = 0;
   int64_t n_head_kv = 0;  // 0 = n_head
   int64_t head_dim = 0;
-  int64_t head_dim_v = 0;             // 0 = head_dim
-  DType kv_dtype = DType::kBFloat16;  // storage: kFloat32 or kBFloat16
-  std::optional<float> scale;         // default 1 / sqrt(head_dim)
-  int64_t window = 0;                 // sliding window in tokens; 0 = unlimited
+  int64_t head_dim_v = 0;  // 0 = head_dim
+  // Storage: kFloat32, kBFloat16, or kInt8 (symmetric, one float scale per token and head:
+  // a quarter of f32's bytes; attention then runs in f32 on the dequantized values).
+  DType kv_dtype = DType::kBFloat16;
+  std::optional<float> scale;  // default 1 / sqrt(head_dim)
+  int64_t window = 0;          // sliding window in tokens; 0 = unlimited
 };
 
 struct SequenceInfo {

@@ -34,6 +34,16 @@ class BlockTiles : public tile::KeyTiles {
   const void* Values(int64_t t) const override {
     return (*blocks_)[static_cast<size_t>(t)]->data + layout_->value_offset(head_, 0);
   }
+  const float* KeyScales(int64_t t) const override {
+    if (!layout_->quantized()) return nullptr;
+    return reinterpret_cast<const float*>((*blocks_)[static_cast<size_t>(t)]->data +
+                                          layout_->key_scale_offset(head_, 0));
+  }
+  const float* ValueScales(int64_t t) const override {
+    if (!layout_->quantized()) return nullptr;
+    return reinterpret_cast<const float*>((*blocks_)[static_cast<size_t>(t)]->data +
+                                          layout_->value_scale_offset(head_, 0));
+  }
 
  private:
   const std::vector<BlockRef>* blocks_;
@@ -53,7 +63,7 @@ absl::Status RunPagedAttention(absl::Span<const PagedProblem> problems, Precisio
   heads.reserve(total_heads);  // Work keeps pointers into it
   works.reserve(total_heads);
   int64_t pairs = 0, flops = 0;
-  bool any_bf16 = false, any_emulated = false;
+  bool any_bf16 = false, any_emulated = false, any_int8 = false;
   for (const PagedProblem& p : problems) {
     if (p.n == 0) continue;
     const BlockLayout& layout = *p.layout;
@@ -62,6 +72,7 @@ absl::Status RunPagedAttention(absl::Span<const PagedProblem> problems, Precisio
     const bool native = bf16 && onednn::HasBf16Matmul();
     any_bf16 |= bf16;
     any_emulated |= bf16 && !native;
+    any_int8 |= layout.quantized();
     if (p.weights != nullptr) std::fill_n(p.weights, p.n_head * p.n * p.tokens, 0.0f);
     for (int64_t g = 0; g < layout.n_head_kv; ++g) {
       heads.emplace_back(p, g);
@@ -99,8 +110,8 @@ absl::Status RunPagedAttention(absl::Span<const PagedProblem> problems, Precisio
     stats->attention_flops += flops;
     stats->compute_seconds +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    stats->engine =
-        absl::StrCat("onednn-paged/", any_bf16 ? "bf16" : "f32", any_emulated ? "-emulated" : "");
+    stats->engine = absl::StrCat("onednn-paged/", any_bf16 ? "bf16" : "f32",
+                                 any_emulated ? "-emulated" : "", any_int8 ? "+int8kv" : "");
   }
   return absl::OkStatus();
 }

@@ -58,27 +58,43 @@ TEST_P(Kernels, RoundToBf16MatchesTheScalarConversion) {
 
 struct RowsCase {
   int64_t m, d, rows, stride;
-  bool bf16;
+  DType dtype;
 };
 
 TEST_P(Kernels, DotRowsAndAccumulateRowsMatchLoops) {
   std::mt19937_64 rng(2);
-  for (const RowsCase& c : {RowsCase{4, 128, 37, 1024, false}, RowsCase{4, 128, 256, 128, true},
-                            RowsCase{1, 3, 9, 5, false}, RowsCase{7, 20, 17, 24, true},
-                            RowsCase{2, 64, 8, 64, false}, RowsCase{5, 8, 1, 8, true}}) {
+  for (const RowsCase& c :
+       {RowsCase{4, 128, 37, 1024, DType::kFloat32}, RowsCase{4, 128, 256, 128, DType::kBFloat16},
+        RowsCase{4, 128, 131, 128, DType::kInt8}, RowsCase{1, 3, 9, 5, DType::kFloat32},
+        RowsCase{7, 20, 17, 24, DType::kBFloat16}, RowsCase{3, 24, 6, 40, DType::kInt8},
+        RowsCase{2, 64, 8, 64, DType::kFloat32}, RowsCase{5, 8, 1, 8, DType::kBFloat16}}) {
     SCOPED_TRACE(::testing::Message() << "m " << c.m << " d " << c.d << " rows " << c.rows
-                                      << " stride " << c.stride << " bf16 " << c.bf16);
+                                      << " stride " << c.stride << " " << DTypeName(c.dtype));
     const std::vector<float> q = ::attend::testing::RandomFloats(rng, c.m * c.d);
+    // `keys` holds the exact values the storage represents.
     std::vector<float> keys = ::attend::testing::RandomFloats(rng, c.rows * c.stride);
     std::vector<uint16_t> keys_bf16(keys.size());
-    for (size_t i = 0; i < keys.size(); ++i) {
-      keys_bf16[i] = FloatToBf16(keys[i]);
-      if (c.bf16) keys[i] = Bf16ToFloat(keys_bf16[i]);
+    std::vector<int8_t> keys_int8(keys.size());
+    std::vector<float> scales(c.rows);
+    for (int64_t t = 0; t < c.rows; ++t) {
+      scales[t] = 0.01f + 0.002f * t;
+      for (int64_t x = 0; x < c.stride; ++x) {
+        const size_t i = t * c.stride + x;
+        keys_bf16[i] = FloatToBf16(keys[i]);
+        keys_int8[i] = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
+        if (c.dtype == DType::kBFloat16) keys[i] = Bf16ToFloat(keys_bf16[i]);
+        if (c.dtype == DType::kInt8) keys[i] = keys_int8[i] * scales[t];
+      }
     }
-    const void* k = c.bf16 ? static_cast<const void*>(keys_bf16.data()) : keys.data();
+    Rows k{keys.data(), c.dtype, c.stride, nullptr};
+    if (c.dtype == DType::kBFloat16) k.data = keys_bf16.data();
+    if (c.dtype == DType::kInt8) {
+      k.data = keys_int8.data();
+      k.scales = scales.data();
+    }
     const int64_t ld = c.rows + 3;
     std::vector<float> scores(c.m * ld, -1.0f);
-    DotRows(q.data(), c.m, c.d, k, c.bf16, c.stride, c.rows, scores.data(), ld);
+    DotRows(q.data(), c.m, c.d, k, c.rows, scores.data(), ld);
     for (int64_t j = 0; j < c.m; ++j) {
       for (int64_t t = 0; t < c.rows; ++t) {
         double dot = 0.0;
@@ -90,7 +106,7 @@ TEST_P(Kernels, DotRowsAndAccumulateRowsMatchLoops) {
     std::vector<float> p(c.m * ld, 0.0f);
     for (int64_t i = 0; i < c.m * ld; ++i) p[i] = (i % 5 == 0) ? 0.0f : std::abs(scores[i]) * 0.01f;
     std::vector<float> acc(c.m * c.d, 0.5f);
-    AccumulateRows(p.data(), ld, c.m, k, c.bf16, c.stride, c.rows, c.d, acc.data());
+    AccumulateRows(p.data(), ld, c.m, k, c.rows, c.d, acc.data());
     for (int64_t j = 0; j < c.m; ++j) {
       for (int64_t x = 0; x < c.d; ++x) {
         double expected = 0.5;

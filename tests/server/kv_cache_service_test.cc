@@ -117,6 +117,27 @@ TEST_F(KvCacheServiceTest, PrefillThenDecodeEqualsOneShotAttention) {
   EXPECT_EQ(info.tokens(), 0);
 }
 
+TEST_F(KvCacheServiceTest, Int8StorageIsCloseToOneShotAttention) {
+  v1::SequenceInfo info;
+  ASSERT_TRUE(Create("q8", &info, v1::INT8).ok());
+  EXPECT_EQ(info.config().kv_dtype(), v1::INT8);
+  const Tokens t = Make(40, 7);
+  v1::AppendResponse prefill, step;
+  ASSERT_TRUE(Append(AppendOf("q8", 0, t, 0, 39), &prefill).ok());
+  ASSERT_TRUE(Append(AppendOf("q8", 0, t, 39, 1), &step).ok());
+  ExpectNear(Floats(prefill.output()), Reference(t, 39, 0), 6e-2);
+  ExpectNear(Floats(step.output()), Reference(t, 40, 39), 6e-2);
+  EXPECT_NE(step.stats().engine().find("int8kv"), std::string::npos) << step.stats().engine();
+  // INT8 is a storage type, not a tensor dtype.
+  v1::AppendRequest int8_tensor = AppendOf("q8", 0, t, 0, 1);
+  int8_tensor.mutable_k()->set_dtype(v1::INT8);
+  v1::AppendResponse response;
+  const grpc::Status s = Append(int8_tensor, &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("k.dtype: INT8 is a KV-cache storage type"), std::string::npos)
+      << s.error_message();
+}
+
 TEST_F(KvCacheServiceTest, AppendWithValuesAnswersWithValuesAndWeights) {
   v1::SequenceInfo info;
   ASSERT_TRUE(Create("vals", &info, v1::BFLOAT16).ok());
