@@ -50,17 +50,19 @@ Inputs MakeInputs(int64_t n_q, int64_t n_kv, int64_t heads, int64_t kv_heads, in
   return in;
 }
 
-// args: n, heads, kv_heads, head_dim, bf16
+// args: n, heads, kv_heads, head_dim, bf16, threads (0 = all). Ratios are against the limits
+// measured with all threads.
 void BM_CausalPrefill(benchmark::State& state) {
   const int64_t n = state.range(0), heads = state.range(1), kv_heads = state.range(2),
                 d = state.range(3);
   const bool bf16 = state.range(4) != 0;
+  const int threads = static_cast<int>(state.range(5));
   const MachineLimits& limits = MeasureMachineLimits();
   Inputs in = MakeInputs(n, n, heads, kv_heads, d, bf16);
   AttentionOptions options;
   options.mask.causal = true;
   std::vector<float> out(static_cast<size_t>(n * heads * d));
-  AttentionEngine engine;
+  AttentionEngine engine(EngineOptions{threads});
   AttentionStats stats;
   const auto start = std::chrono::steady_clock::now();
   for (auto _ : state) {
@@ -114,11 +116,14 @@ void BM_Decode(benchmark::State& state) {
 }
 
 BENCHMARK(BM_CausalPrefill)
-    ->ArgNames({"n", "heads", "kv_heads", "d", "bf16"})
-    ->Args({2048, 8, 8, 128, 0})
-    ->Args({2048, 8, 8, 128, 1})
-    ->Args({2048, 32, 8, 128, 0})
-    ->Args({2048, 8, 8, 64, 0})
+    ->ArgNames({"n", "heads", "kv_heads", "d", "bf16", "threads"})
+    ->Args({2048, 8, 8, 128, 0, 0})
+    ->Args({2048, 8, 8, 128, 1, 0})
+    ->Args({2048, 32, 8, 128, 0, 0})
+    ->Args({2048, 8, 8, 64, 0, 0})
+    ->Args({2048, 8, 8, 128, 0, 1})
+    ->Args({512, 8, 8, 128, 0, 0})
+    ->Args({8192, 8, 8, 128, 0, 0})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

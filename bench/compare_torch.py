@@ -95,8 +95,8 @@ def main():
         if not os.path.exists(binary):
             sys.exit("%s is missing: run bash scripts/setup.sh first" % binary)
 
-    machine, prefill = run_bench(attention, "CausalPrefill")
-    _, decoded = run_bench(decode, "context:(4096|16384)/batch:1/|context:4096/batch:16/")
+    machine, prefill = run_bench(attention, "CausalPrefill/n:2048/.*/threads:0")
+    _, decoded = run_bench(decode, "(context:(4096|16384)/batch:1/|context:4096/batch:16/)storage:[01]/threads:0")
     print(machine)
     matmul = prefill[0]["matmul_GFLOPs"]
     bandwidth = decoded[0]["read_bw_GBs"]
@@ -144,7 +144,7 @@ def main():
     for b in decoded:
         fields = dict(part.split(":") for part in b["name"].split("/")[1:] if ":" in part)
         context, batch = int(fields["context"]), int(fields["batch"])
-        dtype = "bfloat16" if fields["bf16"] == "1" else "float32"
+        dtype = "bfloat16" if fields["storage"] == "1" else "float32"
         t = torch_figure("decode", dtype, (32, 8, context, batch))
         print("%-34s %10.1f %7.2f %10s %7s" % (
             "32/8, %d, %d, %s" % (context, batch, dtype), b["KV_GBs"], b["ratio"], fmt(t),

@@ -34,14 +34,17 @@ DType StorageOf(int64_t arg) {
   return arg == 0 ? DType::kFloat32 : (arg == 1 ? DType::kBFloat16 : DType::kInt8);
 }
 
-// args: context, batch, storage (0 f32, 1 bf16, 2 int8)
+// args: context, batch, storage (0 f32, 1 bf16, 2 int8), threads (0 = all; ratios are against
+// the bandwidth measured with all threads)
 void BM_DecodeBatch(benchmark::State& state) {
   const int64_t context = state.range(0), batch = state.range(1);
   const DType storage = StorageOf(state.range(2));
+  const int threads = static_cast<int>(state.range(3));
   const MachineLimits& limits = MeasureMachineLimits();
 
   kv::KvCacheOptions options;
   options.capacity_bytes = int64_t{12} << 30;
+  options.compute_threads = threads;
   if (const char* block = std::getenv("ATTEND_KV_BLOCK_BYTES"))
     options.block_bytes = std::atoll(block);
   kv::KvCache cache(options);
@@ -141,8 +144,10 @@ void BM_DecodeBatch(benchmark::State& state) {
 }
 
 BENCHMARK(BM_DecodeBatch)
-    ->ArgNames({"context", "batch", "storage"})
-    ->ArgsProduct({{1024, 4096, 16384}, {1, 16}, {0, 1, 2}})
+    ->ArgNames({"context", "batch", "storage", "threads"})
+    ->ArgsProduct({{1024, 4096, 16384}, {1, 16}, {0, 1, 2}, {0}})
+    ->Args({4096, 1, 0, 1})
+    ->Args({4096, 1, 1, 1})
     ->Unit(benchmark::kMillisecond)
     ->UseManualTime()
     ->Iterations(20);

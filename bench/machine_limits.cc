@@ -24,7 +24,8 @@ const MachineLimits& MeasureMachineLimits() {
     const std::string bf16 = m.matmul_bf16_flops > 0
                                  ? std::to_string(m.matmul_bf16_flops / 1e9) + " GFLOP/s"
                                  : "not supported (emulated on f32 kernels)";
-    std::fprintf(stderr,
+    std::fprintf(
+        stderr,
         "machine: %d threads, isa %s, oneDNN matmul f32 %.1f GFLOP/s, bf16 %s, read bandwidth "
         "%.2f GB/s\n",
         omp_get_max_threads(), m.cpu_isa.c_str(), m.matmul_f32_flops / 1e9, bf16.c_str(),
