@@ -12,6 +12,7 @@ packages=(
   libabsl-dev libdnnl-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-grpcio python3-numpy python3-protobuf
+  openssl
 )
 missing=()
 for p in "${packages[@]}"; do

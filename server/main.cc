@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <iostream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -42,6 +44,14 @@ ABSL_FLAG(std::string, kv_eviction, "none",
 ABSL_FLAG(absl::Duration, kv_idle_ttl, absl::Minutes(10), "Idle time after which ttl evicts");
 ABSL_FLAG(int64_t, max_sequences, 65536, "Most sequences the KV cache holds");
 ABSL_FLAG(int64_t, max_concurrent_streams, 1024, "Most DecodeStreams open at once");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain of the server; with --tls_key, the gRPC port speaks TLS");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA certificate(s): clients must present a certificate it signed (mutual TLS)");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "File of accepted bearer tokens, one per line ('#' comments); calls without one get "
+          "UNAUTHENTICATED, except health checks. Needs TLS");
 
 namespace {
 
@@ -132,10 +142,31 @@ int main(int argc, char** argv) {
     }
   }
 
+  absl::StatusOr<attend::server::TlsServerOptions> tls =
+      attend::server::LoadTlsFiles(absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+                                   absl::GetFlag(FLAGS_tls_client_ca));
+  if (!tls.ok()) {
+    std::cerr << "attend-server: " << tls.status().message() << "\n";
+    return 2;
+  }
+  options.tls = *std::move(tls);
+  if (const std::string path = absl::GetFlag(FLAGS_auth_token_file); !path.empty()) {
+    absl::StatusOr<std::string> text = attend::server::ReadSecretFile(path, "--auth_token_file");
+    absl::StatusOr<std::vector<std::string>> tokens =
+        text.ok() ? attend::server::ParseTokenFile(*text)
+                  : absl::StatusOr<std::vector<std::string>>(text.status());
+    if (!tokens.ok()) {
+      std::cerr << "attend-server: --auth_token_file: " << tokens.status().message() << "\n";
+      return 2;
+    }
+    options.auth_tokens = *std::move(tokens);
+  }
+
   auto server = attend::server::AttendServer::Start(options);
   if (!server.ok()) {
     std::cerr << "attend-server: " << server.status().message() << "\n";
-    return 1;
+    // Options that cannot work together (a token without TLS) are usage errors too.
+    return server.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
   const std::string host = options.address.substr(0, options.address.rfind(':'));
   std::cout << "attend-server listening on " << host << ":" << (*server)->port();
@@ -145,6 +176,10 @@ int main(int argc, char** argv) {
     std::cout << ", metrics on http://" << metrics_host << ":" << (*server)->metrics_port()
               << "/metrics";
   }
+  std::cout << (options.tls.cert_chain_pem.empty()
+                    ? ", plaintext"
+                    : (options.tls.client_ca_pem.empty() ? ", TLS" : ", mutual TLS"))
+            << (options.auth_tokens.empty() ? "" : ", bearer token required (health open)");
   std::cout << " (cpu " << attend::onednn::CpuIsaName() << ", bf16 matmul "
             << (attend::onednn::HasBf16Matmul() ? "native" : "emulated") << ")" << std::endl;
 

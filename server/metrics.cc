@@ -121,6 +121,14 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                      .Help("Requests refused because the worker queue was full")
                      .Register(*registry_)
                      .Add({});
+  auth_rejections_ = &prometheus::BuildCounter()
+                          .Name("attend_auth_rejections_total")
+                          .Help("Calls refused UNAUTHENTICATED by the bearer-token check")
+                          .Register(*registry_);
+  // Present from the start (at 0), so that rate() and alerts work before the first refusal.
+  for (const char* reason : {"missing_token", "malformed_header", "token_not_accepted"}) {
+    auth_rejections_->Add({{"reason", reason}});
+  }
   flops_ = &prometheus::BuildCounter()
                 .Name("attend_attention_flops_total")
                 .Help("Useful attention FLOPs: 2 x (head_dim + head_dim_v) per attended pair")
@@ -181,6 +189,10 @@ void Metrics::RpcHandled(absl::string_view full_method, absl::string_view type, 
 }
 
 void Metrics::WorkerRejected() { rejections_->Increment(); }
+
+void Metrics::AuthRejected(absl::string_view reason) {
+  auth_rejections_->Add({{"reason", std::string(reason)}}).Increment();
+}
 
 void Metrics::AttentionComputed(absl::string_view method, const AttentionStats& stats) {
   const std::map<std::string, std::string> labels = {{"grpc_method", std::string(method)}};

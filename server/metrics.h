@@ -8,6 +8,9 @@
 //   grpc_server_handling_seconds{grpc_service,grpc_method,grpc_type}   histogram
 //   attend_requests_in_flight                                           gauge
 //   attend_worker_rejections_total                                      counter (queue full)
+//   attend_auth_rejections_total{reason}                                calls refused by the
+//                                                                       token check (they never
+//                                                                       reach grpc_server_*)
 //   attend_attention_flops_total{grpc_method}                           useful FLOPs computed
 //   attend_attention_pairs_total{grpc_method}                           attended (query, key) pairs
 //   attend_attention_compute_seconds{grpc_method}                       histogram
@@ -44,6 +47,8 @@ class Metrics {
   void RpcStarted(absl::string_view full_method, absl::string_view type);
   void RpcHandled(absl::string_view full_method, absl::string_view type, int code, double seconds);
   void WorkerRejected();
+  // `reason`: "missing_token", "malformed_header" or "token_not_accepted".
+  void AuthRejected(absl::string_view reason);
   void AttentionComputed(absl::string_view method, const AttentionStats& stats);
 
   // A factory for the interceptor that feeds RpcStarted/RpcHandled; the server owns it.
@@ -64,6 +69,7 @@ class Metrics {
   prometheus::Family<prometheus::Histogram>* handling_seconds_;
   prometheus::Gauge* in_flight_;
   prometheus::Counter* rejections_;
+  prometheus::Family<prometheus::Counter>* auth_rejections_;
   prometheus::Family<prometheus::Counter>* flops_;
   prometheus::Family<prometheus::Counter>* pairs_;
   prometheus::Family<prometheus::Histogram>* compute_seconds_;

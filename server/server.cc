@@ -96,8 +96,15 @@ absl::StatusOr<std::unique_ptr<AttendServer>> AttendServer::Start(const ServerOp
   std::unique_ptr<AttendServer> self(new AttendServer());
   Parts& p = *self->parts_;
   const int cpus = std::max(1u, std::thread::hardware_concurrency());
-
   p.metrics = std::make_unique<Metrics>();
+  // Security next: a misconfiguration is refused before anything listens or starts a thread.
+  // The metrics outlive the gRPC server (see Parts), so the hook's pointer stays valid.
+  Metrics* metrics = p.metrics.get();
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      ServerCredentialsFor(options.tls, options.auth_tokens,
+                           [metrics](absl::string_view reason) { metrics->AuthRejected(reason); });
+  if (!credentials.ok()) return credentials.status();
+
   kv::KvCacheOptions cache_options = options.kv_cache;
   cache_options.compute_threads = options.compute_threads;
   cache_options.limits = options.limits.attention;
@@ -143,7 +150,12 @@ absl::StatusOr<std::unique_ptr<AttendServer>> AttendServer::Start(const ServerOp
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.address, grpc::InsecureServerCredentials(), &self->port_);
+  builder.AddListeningPort(options.address, *credentials, &self->port_);
+  // Keepalive pings from clients: accepted every 10 s, idle connections included, so that a
+  // client watching a long DecodeStream (or a quiet channel) is not sent GOAWAY for pinging
+  // (gRPC's default allows one every 5 minutes).
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   const int max_message = static_cast<int>(
       std::min<int64_t>(options.limits.max_message_bytes, std::numeric_limits<int>::max()));
   builder.SetMaxReceiveMessageSize(max_message);
@@ -157,7 +169,10 @@ absl::StatusOr<std::unique_ptr<AttendServer>> AttendServer::Start(const ServerOp
   p.server = builder.BuildAndStart();
   if (!p.server || self->port_ == 0) {
     return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", options.address, " (in use, or not a valid host:port)"));
+        absl::StrCat("cannot listen on ", options.address, " (in use, or not a valid host:port",
+                     options.tls.cert_chain_pem.empty()
+                         ? ")"
+                         : "; or the TLS certificate and key are not valid PEM or do not match)"));
   }
   grpc::HealthCheckServiceInterface* health = p.server->GetHealthCheckService();
   health->SetServingStatus(true);

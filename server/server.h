@@ -1,6 +1,10 @@
 // The attend server: gRPC services (Attention, KvCache, Planner), the standard health service,
 // server reflection and the Prometheus exposer, wired from ServerOptions.
 //
+// Security: plaintext by default; TLS, mutual TLS and bearer tokens from ServerOptions (see
+// server/auth.h). Clients may send HTTP/2 keepalive pings every 10 s (client::kMinKeepalive)
+// or less often, also between calls; faster pingers are disconnected, as gRPC servers do.
+//
 // Lifecycle: Start() binds and serves; Shutdown() marks every service NOT_SERVING, stops
 // accepting calls, lets in-flight calls finish until the grace period ends (then cancels them)
 // and stops the workers. Thread-safety: Shutdown() and Wait() may be called from any thread.
@@ -10,11 +14,13 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "core/kv_cache/kv_cache.h"
 #include "grpcpp/grpcpp.h"
+#include "server/auth.h"
 #include "server/service_support.h"
 
 namespace attend::server {
@@ -30,6 +36,10 @@ struct ServerOptions {
   // limit. Its attention limits and compute threads come from `limits` and compute_threads.
   kv::KvCacheOptions kv_cache;
   int64_t max_concurrent_streams = 1024;  // open DecodeStreams
+  // TLS of the gRPC port (mutual TLS with a client CA); default plaintext. See server/auth.h.
+  TlsServerOptions tls;
+  // Accepted bearer tokens; empty: no token is asked for. Needs TLS. Health stays open.
+  std::vector<std::string> auth_tokens;
 };
 
 // Half of the machine's physical memory: the KV cache's default capacity. Memory is taken
@@ -44,7 +54,8 @@ class AttendServer {
   // The bound gRPC port and metrics port (0 when metrics are disabled).
   int port() const { return port_; }
   int metrics_port() const { return metrics_port_; }
-  // A channel to this server without the network, for tests.
+  // A channel to this server without the network, for tests. It bypasses the port's TLS and
+  // token check.
   std::shared_ptr<grpc::Channel> InProcessChannel();
 
   void Shutdown(absl::Duration grace);
