@@ -19,6 +19,17 @@ absl::StatusOr<std::optional<FloatTensor>> DecodeOptional(bool present, const v1
 
 }  // namespace
 
+bool KeyVisible(const MaskSettings& mask, int64_t n_q, int64_t n_kv, int64_t query, int64_t key) {
+  const int64_t position = n_kv - n_q + query;
+  if (mask.causal && key > position) return false;
+  if (mask.window_tokens > 0) {
+    const int64_t distance = position - key;
+    if (mask.causal) return distance < mask.window_tokens;
+    return (distance < 0 ? -distance : distance) < mask.window_tokens;
+  }
+  return true;
+}
+
 AttentionClient::AttentionClient(std::shared_ptr<grpc::Channel> channel, ConnectionOptions options)
     : stub_(v1::Attention::NewStub(std::move(channel))), options_(std::move(options)) {}
 

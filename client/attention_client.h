@@ -21,6 +21,13 @@ struct MaskSettings {
   int64_t window_tokens = 0;
 };
 
+// Whether query `query` (of n_q, aligned to the end of n_kv keys: it sits at position
+// n_kv - n_q + query) sees key `key` under `mask`, by the rule of attend.v1.MaskOptions: causal
+// hides later keys; a window keeps keys in (position - window, position] when causal and keys
+// within window - 1 positions otherwise. The server's masked weights are exactly 0, but so can
+// be a visible weight that underflowed; this tells them apart (e.g. to draw masked cells).
+bool KeyVisible(const MaskSettings& mask, int64_t n_q, int64_t n_kv, int64_t query, int64_t key);
+
 struct AttendInput {
   FloatTensor q;  // [n_q, n_head, head_dim]
   FloatTensor k;  // [n_kv, n_head_kv, head_dim]

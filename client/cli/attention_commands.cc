@@ -1,38 +1,30 @@
+// The Attention service's commands (attend, mha, softmax, scaling) and health. `attend` and
+// `mha` take random inputs, .npy files, a JSON request (--input) or, for `attend`, one of the
+// lessons' worked examples (--example), and draw the attention weights as an SVG heatmap.
 #include <cmath>
+#include <fstream>
 #include <random>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "client/attention_client.h"
 #include "client/cli/command.h"
 #include "client/cli/format.h"
+#include "client/cli/svg.h"
+#include "client/json_input.h"
 #include "client/npy.h"
-#include "google/protobuf/util/json_util.h"
 
 namespace attend::cli {
 namespace {
 
 using client::FloatTensor;
-
-std::string ToJson(const google::protobuf::Message& message) {
-  std::string json;
-  google::protobuf::util::JsonPrintOptions options;
-  options.add_whitespace = true;
-  options.always_print_primitive_fields = true;
-  options.preserve_proto_field_names = true;
-  (void)google::protobuf::util::MessageToJsonString(message, &json, options);
-  return json;
-}
-
-FloatTensor RandomTensor(std::mt19937_64& rng, std::vector<int64_t> shape, float stddev = 1.0f) {
-  FloatTensor t;
-  t.shape = std::move(shape);
-  std::normal_distribution<float> normal(0.0f, stddev);
-  t.values.resize(static_cast<size_t>(t.size()));
-  for (float& x : t.values) x = normal(rng);
-  return t;
-}
 
 std::vector<FlagSpec> CommonAttentionFlags() {
   return {
@@ -42,99 +34,204 @@ std::vector<FlagSpec> CommonAttentionFlags() {
       {"precision", "f32 or bf16 products", false, "f32 (bf16 when inputs are bf16)"},
       {"wire", "how tensors travel: f32, bf16, f16 or values", false, "f32"},
       {"seed", "seed of the random inputs", false, "1"},
+      {"input", "read the request from this JSON file (see --help)"},
       {"weights", "print the attention weights per head", true},
       {"out", "write the output to this .npy file", false},
       {"weights_out", "write the weights to this .npy file", false},
+      {"heatmap", "write the weights as an SVG heatmap, one panel per head, to this file"},
+      {"labels", "comma-separated names of the tokens (keys), for the heatmap"},
   };
 }
 
+// Mask, scale, precision and wire from the command line. The mask and scale change only when
+// their flags are given, so that they can override a JSON request's or an example's.
 absl::Status ApplyCommon(const Args& args, client::MaskSettings* mask, std::optional<float>* scale,
                          v1::Precision* precision, client::Wire* wire) {
-  mask->causal = args.GetBool("causal");
-  absl::StatusOr<int64_t> window = args.GetInt("window", 0);
-  if (!window.ok()) return window.status();
-  mask->window_tokens = *window;
+  if (args.Has("causal")) mask->causal = args.GetBool("causal");
+  if (args.Has("window")) {
+    absl::StatusOr<int64_t> window = args.GetInt("window", 0);
+    if (!window.ok()) return window.status();
+    mask->window_tokens = *window;
+  }
   if (args.Has("scale")) {
     absl::StatusOr<double> s = args.GetDouble("scale", 0.0);
     if (!s.ok()) return s.status();
     *scale = static_cast<float>(*s);
   }
-  const std::string p = args.GetString("precision", "");
-  if (p.empty()) {
-    *precision = v1::PRECISION_UNSPECIFIED;
-  } else if (p == "f32" || p == "float32") {
-    *precision = v1::PRECISION_FLOAT32;
-  } else if (p == "bf16" || p == "bfloat16") {
-    *precision = v1::PRECISION_BFLOAT16;
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat("--precision: '", p, "'; use f32 or bf16"));
-  }
+  absl::StatusOr<v1::Precision> p = ParsePrecision(args);
+  if (!p.ok()) return p.status();
+  *precision = *p;
   absl::StatusOr<client::Wire> w = client::ParseWire(args.GetString("wire", "f32"));
   if (!w.ok()) return w.status();
   *wire = *w;
   return absl::OkStatus();
 }
 
-// Prints rows [token, head] of a [n, heads, dim] tensor, at most `max_rows` of them.
-void PrintTokensByHead(std::ostream& out, const FloatTensor& t, int64_t max_rows = 16,
-                       int64_t max_cols = 8) {
-  const int64_t n = t.shape[0], heads = t.shape.size() > 2 ? t.shape[1] : 1;
-  const int64_t dim = t.shape.back();
-  std::vector<std::string> header = {"token", "head"};
-  for (int64_t c = 0; c < std::min(dim, max_cols); ++c) header.push_back(absl::StrCat("[", c, "]"));
-  if (dim > max_cols) header.push_back("...");
-  Table table(header);
-  int64_t rows = 0;
-  for (int64_t i = 0; i < n && rows < max_rows; ++i) {
-    for (int64_t h = 0; h < heads && rows < max_rows; ++h, ++rows) {
-      std::vector<std::string> row = {absl::StrCat(i), absl::StrCat(h)};
-      for (int64_t c = 0; c < std::min(dim, max_cols); ++c) {
-        row.push_back(Fixed(t.values[(i * heads + h) * dim + c], 4));
-      }
-      if (dim > max_cols) row.push_back("...");
-      table.AddRow(row);
-    }
-  }
-  out << table.Render();
-  if (n * heads > max_rows) out << "(" << n * heads - max_rows << " more rows)\n";
-}
-
-// Prints each head's weight matrix [queries x keys] (at most 16 x 16).
-void PrintWeights(std::ostream& out, const FloatTensor& w) {
-  const int64_t heads = w.shape[0], n_q = w.shape[1], n_kv = w.shape[2];
-  const int64_t max = 16;
-  for (int64_t h = 0; h < heads; ++h) {
-    out << "weights, head " << h << " (row = query, column = key):\n";
-    std::vector<std::string> header = {"q\\k"};
-    for (int64_t j = 0; j < std::min(n_kv, max); ++j) header.push_back(absl::StrCat(j));
-    if (n_kv > max) header.push_back("...");
-    Table table(header);
-    for (int64_t i = 0; i < std::min(n_q, max); ++i) {
-      std::vector<std::string> row = {absl::StrCat(i)};
-      for (int64_t j = 0; j < std::min(n_kv, max); ++j) {
-        row.push_back(Fixed(w.values[(h * n_q + i) * n_kv + j], 3));
-      }
-      if (n_kv > max) row.push_back("...");
-      table.AddRow(row);
-    }
-    out << table.Render();
-    if (n_q > max) out << "(" << n_q - max << " more queries)\n";
-  }
-}
-
-void PrintStats(std::ostream& out, const v1::ComputeStats& stats) {
-  out << "engine " << stats.engine() << ": " << stats.attended_pairs() << " attended pairs, "
-      << Si(static_cast<double>(stats.attention_flops()), "FLOP") << " in "
-      << Duration(stats.compute_seconds());
-  if (stats.compute_seconds() > 0) {
-    out << " (" << Si(stats.attention_flops() / stats.compute_seconds(), "FLOP/s") << ")";
-  }
-  out << "\n";
-}
-
+// Writes the tensor of --<flag> when the flag is given.
 absl::Status SaveIfAsked(const Args& args, const std::string& flag, const FloatTensor& t) {
   if (!args.Has(flag)) return absl::OkStatus();
   return client::WriteNpyFile(args.GetString(flag), t);
+}
+
+// The request in the JSON file --input, read by `parse` (AttendInputFromJson or
+// MultiHeadInputFromJson); errors name the file.
+template <typename Input>
+absl::StatusOr<Input> ReadJsonRequest(const Args& args,
+                                      absl::StatusOr<Input> (*parse)(absl::string_view)) {
+  const std::string path = args.GetString("input");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return absl::DataLossError(absl::StrCat("cannot read '", path, "'"));
+  absl::StatusOr<Input> parsed = parse(text.str());
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", parsed.status().message()));
+  }
+  return parsed;
+}
+
+// "--input x.json goes alone": the flags that choose other inputs cannot come with it.
+absl::Status OnlyOneSource(const Args& args, const std::string& source,
+                           const std::vector<std::string>& others) {
+  for (const std::string& flag : others) {
+    if (args.Has(flag)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, " and --", flag, " both choose the inputs; give one of them"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// --- the lessons' examples -------------------------------------------------------------------
+
+// A worked example of the lessons: the inputs, the token names, and what it shows.
+struct Example {
+  client::AttendInput input;
+  std::vector<std::string> key_labels;
+  std::vector<std::string> query_labels;
+  std::string description;
+};
+
+// "it": which earlier word does "it" attend to? One query [1, 1, 1, 1] over the keys of
+// "animal" [1, 1, 1, 1], "tired" [1, 1, 0, 0] and "street" [1, 0, 0, 0]; values [1, 0], [0, 1],
+// [1, 1]; default scale 1/sqrt(4). Scores 2, 1, 0.5 give the shares 0.63, 0.23, 0.14.
+Example ItExample() {
+  Example e;
+  e.input.q = {{1, 1, 4}, {1, 1, 1, 1}};
+  e.input.k = {{3, 1, 4}, {1, 1, 1, 1, 1, 1, 0, 0, 1, 0, 0, 0}};
+  e.input.v = {{3, 1, 2}, {1, 0, 0, 1, 1, 1}};
+  e.key_labels = {"animal", "tired", "street"};
+  e.query_labels = {"it"};
+  e.description =
+      "the lesson's \"it\" example: query \"it\" [1, 1, 1, 1] over animal [1, 1, 1, 1], tired "
+      "[1, 1, 0, 0], street [1, 0, 0, 0]; scale 1/sqrt(4)";
+  return e;
+}
+
+// "causal": four tokens "The cat sat down" under the causal mask, with the lesson's score table
+// S[i][j] = 1 + 0.5 * ((3i + 5j) mod 4). One-hot queries q_i = e_i and keys k_j = column j of S
+// give q_i . k_j = S[i][j] at scale 1; one-hot values make each output row its weight row.
+Example CausalExample() {
+  constexpr int64_t n = 4;
+  Example e;
+  e.input.q = {{n, 1, n}, std::vector<float>(n * n, 0.0f)};
+  e.input.k = {{n, 1, n}, std::vector<float>(n * n, 0.0f)};
+  e.input.v = {{n, 1, n}, std::vector<float>(n * n, 0.0f)};
+  for (int64_t i = 0; i < n; ++i) {
+    e.input.q.values[static_cast<size_t>(i * n + i)] = 1.0f;
+    e.input.v.values[static_cast<size_t>(i * n + i)] = 1.0f;
+    for (int64_t j = 0; j < n; ++j) {
+      // Key j's component i is the score of query i for key j.
+      e.input.k.values[static_cast<size_t>(j * n + i)] =
+          1.0f + 0.5f * static_cast<float>((3 * i + 5 * j) % 4);
+    }
+  }
+  e.input.mask.causal = true;
+  e.input.scale = 1.0f;
+  e.key_labels = {"The", "cat", "sat", "down"};
+  e.query_labels = e.key_labels;
+  e.description =
+      "the lesson's causal example: \"The cat sat down\", scores 1 + 0.5 * ((3i + 5j) mod 4) "
+      "from one-hot queries, scale 1, causal";
+  return e;
+}
+
+absl::StatusOr<Example> FindExample(const std::string& name) {
+  if (name == "it") return ItExample();
+  if (name == "causal") return CausalExample();
+  return absl::InvalidArgumentError(
+      absl::StrCat("--example: '", name, "' is not an example; use it or causal"));
+}
+
+// --- heatmaps ----------------------------------------------------------------------------------
+
+// Comma-separated names; exactly `n` of them.
+absl::StatusOr<std::vector<std::string>> ParseLabels(const Args& args, const std::string& flag,
+                                                     int64_t n, const std::string& what) {
+  std::vector<std::string> labels = absl::StrSplit(args.GetString(flag), ',');
+  if (static_cast<int64_t>(labels.size()) != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, " names ", labels.size(), " tokens but there are ", n, " ", what));
+  }
+  return labels;
+}
+
+// Writes `weights` [heads, n_q, n_kv] to --heatmap, cells hidden by `mask` hatched. Key labels
+// come from --labels (or `key_labels`); the queries take the labels of their positions (the
+// last n_q keys') unless `query_labels` names them. Prints what it wrote unless --json.
+int WriteHeatmap(Context& c, const FloatTensor& weights, const client::MaskSettings& mask,
+                 std::vector<std::string> key_labels, std::vector<std::string> query_labels,
+                 const std::string& title) {
+  const int64_t heads = weights.shape[0], n_q = weights.shape[1], n_kv = weights.shape[2];
+  if (c.args.Has("labels")) {
+    absl::StatusOr<std::vector<std::string>> labels = ParseLabels(c.args, "labels", n_kv, "keys");
+    if (!labels.ok()) return UsageError(c, labels.status());
+    key_labels = *std::move(labels);
+    query_labels.clear();
+  }
+  if (query_labels.empty() && !key_labels.empty() && n_q <= n_kv) {
+    query_labels.assign(key_labels.end() - n_q, key_labels.end());
+  }
+  Heatmap h;
+  h.title = title;
+  std::vector<std::string> mask_words;
+  if (mask.causal) mask_words.push_back("causal");
+  if (mask.window_tokens > 0) mask_words.push_back(absl::StrCat("window ", mask.window_tokens));
+  h.subtitle = absl::StrCat(Plural(heads, "head", "heads"), ", ", Plural(n_q, "query", "queries"),
+                            " x ", Plural(n_kv, "key", "keys"), "; ",
+                            mask_words.empty() ? "no mask" : absl::StrJoin(mask_words, ", "),
+                            "; hover a cell for its weight");
+  h.heads = heads;
+  h.rows = n_q;
+  h.cols = n_kv;
+  h.values = weights.values;
+  h.masked.resize(weights.values.size());
+  for (int64_t head = 0; head < heads; ++head) {
+    for (int64_t i = 0; i < n_q; ++i) {
+      for (int64_t j = 0; j < n_kv; ++j) {
+        h.masked[static_cast<size_t>((head * n_q + i) * n_kv + j)] =
+            !client::KeyVisible(mask, n_q, n_kv, i, j);
+      }
+    }
+  }
+  h.row_labels = std::move(query_labels);
+  h.column_labels = std::move(key_labels);
+  absl::StatusOr<std::string> svg = RenderHeatmapSvg(h);
+  if (!svg.ok()) return LocalError(c, svg.status());
+  const std::string path = c.args.GetString("heatmap");
+  if (absl::Status s = WriteTextFile(path, *svg); !s.ok()) return LocalError(c, s);
+  if (!c.json) {
+    *c.out << "wrote " << path << ": " << Plural(heads, "head", "heads") << " of " << n_q << " x "
+           << n_kv << " weights";
+    if (HeatmapTruncated(h)) {
+      *c.out << " (drawn: the first " << std::min(heads, h.max_panels) << " heads, "
+             << std::min(n_q, h.max_rows) << " queries and " << std::min(n_kv, h.max_cols)
+             << " keys)";
+    }
+    *c.out << "\n";
+  }
+  return kExitOk;
 }
 
 int RunHealth(Context& c) {
@@ -218,23 +315,45 @@ int RunSoftmax(Context& c) {
 
 int RunAttend(Context& c) {
   client::AttendInput input;
-  if (absl::Status s =
-          ApplyCommon(c.args, &input.mask, &input.scale, &input.precision, &input.wire);
-      !s.ok()) {
-    return UsageError(c, s);
-  }
-  input.return_weights = c.args.GetBool("weights") || c.args.Has("weights_out");
+  std::vector<std::string> key_labels, query_labels;
+  std::string title = "attention weights";
   const bool from_files = c.args.Has("q") || c.args.Has("k") || c.args.Has("v");
-  if (from_files) {
+  const std::vector<std::string> random_flags = {"n_q",      "n_kv",       "n_head", "n_head_kv",
+                                                 "head_dim", "head_dim_v", "seed"};
+  std::vector<std::string> not_with_source = random_flags;
+  for (const char* f : {"q", "k", "v"}) not_with_source.emplace_back(f);
+  if (c.args.Has("example")) {
+    std::vector<std::string> others = not_with_source;
+    others.emplace_back("input");
+    if (absl::Status s = OnlyOneSource(c.args, "--example", others); !s.ok()) {
+      return UsageError(c, s);
+    }
+    absl::StatusOr<Example> example = FindExample(c.args.GetString("example"));
+    if (!example.ok()) return UsageError(c, example.status());
+    input = std::move(example->input);
+    key_labels = std::move(example->key_labels);
+    query_labels = std::move(example->query_labels);
+    title = absl::StrCat("attention weights: example '", c.args.GetString("example"), "'");
+    if (!c.json) *c.out << "example: " << example->description << "\n";
+  } else if (c.args.Has("input")) {
+    if (absl::Status s = OnlyOneSource(c.args, "--input", not_with_source); !s.ok()) {
+      return UsageError(c, s);
+    }
+    absl::StatusOr<client::AttendInput> parsed =
+        ReadJsonRequest(c.args, &client::AttendInputFromJson);
+    if (!parsed.ok()) return LocalError(c, parsed.status());
+    input = *std::move(parsed);
+    title = absl::StrCat("attention weights: ", c.args.GetString("input"));
+  } else if (from_files) {
     if (!c.args.Has("q") || !c.args.Has("k") || !c.args.Has("v")) {
       return UsageError(c, absl::InvalidArgumentError("--q, --k and --v go together"));
     }
+    if (absl::Status s = OnlyOneSource(c.args, "--q/--k/--v", random_flags); !s.ok()) {
+      return UsageError(c, s);
+    }
     for (auto [flag, target] : {std::pair{"q", &input.q}, {"k", &input.k}, {"v", &input.v}}) {
       absl::StatusOr<FloatTensor> t = client::ReadNpyFile(c.args.GetString(flag));
-      if (!t.ok()) {
-        *c.err << "error: " << t.status().message() << "\n";
-        return kExitLocalError;
-      }
+      if (!t.ok()) return LocalError(c, t.status());
       *target = *std::move(t);
     }
   } else {
@@ -259,76 +378,97 @@ int RunAttend(Context& c) {
     input.k = RandomTensor(rng, {*n_kv, *n_head_kv, *head_dim});
     input.v = RandomTensor(rng, {*n_kv, *n_head_kv, *head_dim_v});
   }
+  if (absl::Status s =
+          ApplyCommon(c.args, &input.mask, &input.scale, &input.precision, &input.wire);
+      !s.ok()) {
+    return UsageError(c, s);
+  }
+  input.return_weights = c.args.GetBool("weights") || c.args.Has("weights_out") ||
+                         c.args.Has("heatmap") || c.args.Has("example");
   client::AttentionClient client(c.Channel(), c.connection);
   absl::StatusOr<client::AttendOutput> r = client.Attend(input);
   if (!r.ok()) return ReportError(c, r.status());
   for (auto [flag, tensor] : {std::pair<const char*, const FloatTensor*>{"out", &r->output},
                               {"weights_out", r->weights ? &*r->weights : nullptr}}) {
     if (tensor == nullptr) continue;
-    if (absl::Status s = SaveIfAsked(c.args, flag, *tensor); !s.ok()) {
-      *c.err << "error: " << s.message() << "\n";
-      return kExitLocalError;
-    }
+    if (absl::Status s = SaveIfAsked(c.args, flag, *tensor); !s.ok()) return LocalError(c, s);
   }
   if (c.json) {
     *c.out << "{\"output\": " << JsonTensor(r->output);
     if (r->weights) *c.out << ", \"weights\": " << JsonTensor(*r->weights);
     *c.out << ", \"stats\": " << ToJson(r->stats) << "}\n";
-    return kExitOk;
+  } else {
+    *c.out << "output " << ShapeString(r->output.shape) << " = [n_q, n_head, head_dim_v]:\n";
+    PrintHeadRows(*c.out, r->output, "token");
+    if (r->weights && (c.args.GetBool("weights") || c.args.Has("example"))) {
+      PrintWeights(*c.out, *r->weights, "query", "key");
+    }
+    PrintStats(*c.out, r->stats);
   }
-  *c.out << "output " << ShapeString(r->output.shape) << " = [n_q, n_head, head_dim_v]:\n";
-  PrintTokensByHead(*c.out, r->output);
-  if (r->weights && c.args.GetBool("weights")) PrintWeights(*c.out, *r->weights);
-  PrintStats(*c.out, r->stats);
+  if (c.args.Has("heatmap") && r->weights) {
+    return WriteHeatmap(c, *r->weights, input.mask, std::move(key_labels), std::move(query_labels),
+                        title);
+  }
   return kExitOk;
 }
 
 int RunMultiHead(Context& c) {
   client::MultiHeadInput input;
+  std::string title = "attention weights of the layer";
+  const std::vector<std::string> random_flags = {"n",        "d_model", "n_head", "n_head_kv",
+                                                 "head_dim", "d_out",   "seed"};
+  if (c.args.Has("input")) {
+    if (absl::Status s = OnlyOneSource(c.args, "--input", random_flags); !s.ok()) {
+      return UsageError(c, s);
+    }
+    absl::StatusOr<client::MultiHeadInput> parsed =
+        ReadJsonRequest(c.args, &client::MultiHeadInputFromJson);
+    if (!parsed.ok()) return LocalError(c, parsed.status());
+    input = *std::move(parsed);
+    title = absl::StrCat("attention weights: ", c.args.GetString("input"));
+  } else {
+    absl::StatusOr<int64_t> n = c.args.GetInt("n", 4);
+    absl::StatusOr<int64_t> d_model = c.args.GetInt("d_model", 8);
+    absl::StatusOr<int64_t> n_head = c.args.GetInt("n_head", 2);
+    absl::StatusOr<int64_t> n_head_kv = c.args.GetInt("n_head_kv", n_head.ok() ? *n_head : 2);
+    absl::StatusOr<int64_t> seed = c.args.GetInt("seed", 1);
+    for (const auto* s : {&n, &d_model, &n_head, &n_head_kv, &seed}) {
+      if (!s->ok()) return UsageError(c, s->status());
+    }
+    absl::StatusOr<int64_t> head_dim =
+        c.args.GetInt("head_dim", *n_head > 0 ? *d_model / *n_head : 1);
+    absl::StatusOr<int64_t> d_out = c.args.GetInt("d_out", *d_model);
+    if (!head_dim.ok()) return UsageError(c, head_dim.status());
+    if (!d_out.ok()) return UsageError(c, d_out.status());
+    for (int64_t d : {*n, *d_model, *n_head, *n_head_kv, *head_dim}) {
+      if (d < 1 || d > (int64_t{1} << 20)) {
+        return UsageError(c, absl::InvalidArgumentError("sizes must be between 1 and 2^20"));
+      }
+    }
+    std::mt19937_64 rng(static_cast<uint64_t>(*seed));
+    const float init = 1.0f / std::sqrt(static_cast<float>(*d_model));
+    input.x = RandomTensor(rng, {*n, *d_model});
+    input.wq = RandomTensor(rng, {*d_model, *n_head * *head_dim}, init);
+    input.wk = RandomTensor(rng, {*d_model, *n_head_kv * *head_dim}, init);
+    input.wv = RandomTensor(rng, {*d_model, *n_head_kv * *head_dim}, init);
+    if (*d_out > 0) input.wo = RandomTensor(rng, {*n_head * *head_dim, *d_out}, init);
+    input.n_head = static_cast<int32_t>(*n_head);
+    input.n_head_kv = static_cast<int32_t>(*n_head_kv);
+  }
   if (absl::Status s =
           ApplyCommon(c.args, &input.mask, &input.scale, &input.precision, &input.wire);
       !s.ok()) {
     return UsageError(c, s);
   }
-  absl::StatusOr<int64_t> n = c.args.GetInt("n", 4);
-  absl::StatusOr<int64_t> d_model = c.args.GetInt("d_model", 8);
-  absl::StatusOr<int64_t> n_head = c.args.GetInt("n_head", 2);
-  absl::StatusOr<int64_t> n_head_kv = c.args.GetInt("n_head_kv", n_head.ok() ? *n_head : 2);
-  absl::StatusOr<int64_t> seed = c.args.GetInt("seed", 1);
-  for (const auto* s : {&n, &d_model, &n_head, &n_head_kv, &seed}) {
-    if (!s->ok()) return UsageError(c, s->status());
-  }
-  absl::StatusOr<int64_t> head_dim =
-      c.args.GetInt("head_dim", *n_head > 0 ? *d_model / *n_head : 1);
-  absl::StatusOr<int64_t> d_out = c.args.GetInt("d_out", *d_model);
-  if (!head_dim.ok()) return UsageError(c, head_dim.status());
-  if (!d_out.ok()) return UsageError(c, d_out.status());
-  for (int64_t d : {*n, *d_model, *n_head, *n_head_kv, *head_dim}) {
-    if (d < 1 || d > (int64_t{1} << 20)) {
-      return UsageError(c, absl::InvalidArgumentError("sizes must be between 1 and 2^20"));
-    }
-  }
-  std::mt19937_64 rng(static_cast<uint64_t>(*seed));
-  const float init = 1.0f / std::sqrt(static_cast<float>(*d_model));
-  input.x = RandomTensor(rng, {*n, *d_model});
-  input.wq = RandomTensor(rng, {*d_model, *n_head * *head_dim}, init);
-  input.wk = RandomTensor(rng, {*d_model, *n_head_kv * *head_dim}, init);
-  input.wv = RandomTensor(rng, {*d_model, *n_head_kv * *head_dim}, init);
-  if (*d_out > 0) input.wo = RandomTensor(rng, {*n_head * *head_dim, *d_out}, init);
-  input.n_head = static_cast<int32_t>(*n_head);
-  input.n_head_kv = static_cast<int32_t>(*n_head_kv);
-  input.return_weights = c.args.GetBool("weights") || c.args.Has("weights_out");
+  input.return_weights =
+      c.args.GetBool("weights") || c.args.Has("weights_out") || c.args.Has("heatmap");
   client::AttentionClient client(c.Channel(), c.connection);
   absl::StatusOr<client::MultiHeadOutput> r = client.MultiHeadAttend(input);
   if (!r.ok()) return ReportError(c, r.status());
-  if (absl::Status s = SaveIfAsked(c.args, "out", r->output); !s.ok()) {
-    *c.err << "error: " << s.message() << "\n";
-    return kExitLocalError;
-  }
+  if (absl::Status s = SaveIfAsked(c.args, "out", r->output); !s.ok()) return LocalError(c, s);
   if (r->weights) {
     if (absl::Status s = SaveIfAsked(c.args, "weights_out", *r->weights); !s.ok()) {
-      *c.err << "error: " << s.message() << "\n";
-      return kExitLocalError;
+      return LocalError(c, s);
     }
   }
   if (c.json) {
@@ -336,18 +476,19 @@ int RunMultiHead(Context& c) {
     if (r->weights) *c.out << ", \"weights\": " << JsonTensor(*r->weights);
     *c.out << ", \"parameters\": " << ToJson(r->parameters) << ", \"stats\": " << ToJson(r->stats)
            << "}\n";
-    return kExitOk;
+  } else {
+    *c.out << "output " << ShapeString(r->output.shape) << ":\n";
+    PrintHeadRows(*c.out, r->output, "token");
+    if (r->weights && c.args.GetBool("weights")) PrintWeights(*c.out, *r->weights, "query", "key");
+    const v1::ParameterCounts& p = r->parameters;
+    *c.out << "parameters: Wq " << p.wq() << ", Wk " << p.wk() << ", Wv " << p.wv() << ", Wo "
+           << p.wo() << ", total " << p.total() << " (key/value " << p.kv() << "); head_dim "
+           << r->head_dim << "\n";
+    PrintStats(*c.out, r->stats);
   }
-  *c.out << "output " << ShapeString(r->output.shape) << ":\n";
-  FloatTensor as_rows = r->output;
-  as_rows.shape = {r->output.shape[0], 1, r->output.shape[1]};
-  PrintTokensByHead(*c.out, as_rows);
-  if (r->weights && c.args.GetBool("weights")) PrintWeights(*c.out, *r->weights);
-  const v1::ParameterCounts& p = r->parameters;
-  *c.out << "parameters: Wq " << p.wq() << ", Wk " << p.wk() << ", Wv " << p.wv() << ", Wo "
-         << p.wo() << ", total " << p.total() << " (key/value " << p.kv() << "); head_dim "
-         << r->head_dim << "\n";
-  PrintStats(*c.out, r->stats);
+  if (c.args.Has("heatmap") && r->weights) {
+    return WriteHeatmap(c, *r->weights, input.mask, {}, {}, title);
+  }
   return kExitOk;
 }
 
@@ -425,15 +566,29 @@ std::vector<Command> AttentionCommands() {
       {"head_dim", "query/key head size", false, "8"},
       {"head_dim_v", "value head size", false, "head_dim"},
   };
+  attend_flags.push_back(
+      {"example",
+       "a worked example of the lessons: it (\"it\" over animal/tired/street) or "
+       "causal (\"The cat sat down\")"});
   for (FlagSpec& f : CommonAttentionFlags()) attend_flags.push_back(f);
   commands.push_back(
-      {"attend", "scaled dot-product attention of q over k/v (random or .npy inputs)",
-       "attend attend [--q=q.npy --k=k.npy --v=v.npy | --n_q=N --n_kv=N --n_head=H ...] "
-       "[--causal] [--weights]",
+      {"attend", "scaled dot-product attention of q over k/v (random, .npy, JSON or an example)",
+       "attend attend [--q=q.npy --k=k.npy --v=v.npy | --input=request.json | --example=it|causal "
+       "| --n_q=N --n_kv=N --n_head=H ...] [--causal] [--weights] [--heatmap=w.svg]",
        "Without files, q/k/v are standard normal from --seed.\n"
+       "--input reads {\"q\": T, \"k\": T, \"v\": T, \"mask\": {\"causal\": true, "
+       "\"window_tokens\": 0}, \"scale\": 0.5}\n"
+       "where each T is {\"shape\": [..], \"values\": [..]} as --json prints tensors; "
+       "mask and scale\nare optional, and --causal, --window and --scale override them.\n"
+       "--heatmap draws the weights, one panel per head (rows are queries, columns keys; masked\n"
+       "cells hatched grey; hover a cell for its value). At most 8 heads of 48 x 48 cells are\n"
+       "drawn (the first ones), and the picture says so when that leaves some out.\n"
        "Examples:\n  attend attend --n_q 4 --causal --weights\n"
+       "  attend attend --example it --heatmap it.svg\n"
+       "  attend attend --example causal --heatmap causal.svg --labels The,cat,sat,down\n"
        "  attend attend --n_q 1 --n_kv 4096 --n_head 32 --n_head_kv 8 --head_dim 128\n"
-       "  attend attend --q q.npy --k k.npy --v v.npy --out o.npy\n",
+       "  attend attend --q q.npy --k k.npy --v v.npy --out o.npy\n"
+       "  attend attend --input request.json --heatmap w.svg\n",
        attend_flags, RunAttend});
   std::vector<FlagSpec> mha_flags = {
       {"n", "tokens", false, "4"},
@@ -445,9 +600,14 @@ std::vector<Command> AttentionCommands() {
   };
   for (FlagSpec& f : CommonAttentionFlags()) mha_flags.push_back(f);
   commands.push_back(
-      {"mha", "a whole attention layer (Wq, Wk, Wv, Wo) on random inputs",
+      {"mha", "a whole attention layer (Wq, Wk, Wv, Wo) on random or JSON inputs",
        "attend mha [--n=N --d_model=D --n_head=H --n_head_kv=G] [--causal] [--weights]",
+       "Random inputs from --seed, or --input request.json: {\"x\": T, \"wq\": T, \"wk\": T, "
+       "\"wv\": T,\n\"wo\": T, \"n_head\": 2, \"n_head_kv\": 1, \"mask\": {...}, "
+       "\"scale\": 0.5} (wo, n_head_kv, mask and\nscale optional; T as in 'attend attend "
+       "--help').\n"
        "Examples:\n  attend mha --n 4 --d_model 8 --n_head 2 --causal --weights\n"
+       "  attend mha --n 6 --n_head 4 --causal --heatmap mha.svg --labels a,b,c,d,e,f\n"
        "  attend mha --d_model 4096 --n_head 32 --n_head_kv 8 --n 16\n",
        mha_flags, RunMultiHead});
   commands.push_back(

@@ -3,9 +3,11 @@
 #include <cstdlib>
 #include <iostream>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
@@ -19,9 +21,124 @@ std::vector<FlagSpec> GlobalFlags() {
       {"target", "server address (env ATTEND_TARGET)", false, "localhost:50051"},
       {"deadline", "seconds each call may take (env ATTEND_DEADLINE)", false, "30"},
       {"max_message_bytes", "largest message (env ATTEND_MAX_MESSAGE_BYTES)", false, "67108864"},
+      {"tls", "connect with TLS (env ATTEND_TLS=1)", true},
+      {"ca_cert", "PEM of the CA that signed the server's certificate (env ATTEND_CA_CERT)", false,
+       "the system's roots"},
+      {"client_cert", "mutual TLS: this client's PEM certificate (env ATTEND_CLIENT_CERT)"},
+      {"client_key", "mutual TLS: its PEM private key (env ATTEND_CLIENT_KEY)"},
+      {"tls_server_name",
+       "name to check the server's certificate against (env "
+       "ATTEND_TLS_SERVER_NAME)",
+       false, "the target's host"},
+      {"token_file",
+       "file holding a bearer token, sent as 'authorization: Bearer <token>' "
+       "(env ATTEND_TOKEN_FILE)"},
+      {"token",
+       "the bearer token itself; prefer --token_file or ATTEND_TOKEN, which other "
+       "users cannot see in the process list"},
+      {"keepalive_seconds",
+       "HTTP/2 keepalive ping interval, 0 = off, else >= 10 (env "
+       "ATTEND_KEEPALIVE_SECONDS)",
+       false, "0"},
       {"json", "print JSON instead of tables", true},
       {"help", "show help", true},
   };
+}
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+// A string option: the flag, else the environment variable, else "".
+std::string FlagOrEnv(const Args& args, const char* flag, const char* env) {
+  return args.Has(flag) ? args.GetString(flag) : Env(env);
+}
+
+// The connection options from the global flags and their ATTEND_* variables (a flag wins).
+// Returns kExitOk, or reports the problem and returns its exit code: usage for flags that do
+// not fit together, local error for files that cannot be read.
+int ConnectionFromFlags(Context& c) {
+  const Args& args = c.args;
+  client::ConnectionOptions& o = c.connection;
+  o.target = args.Has("target") ? args.GetString("target")
+                                : (Env("ATTEND_TARGET").empty() ? o.target : Env("ATTEND_TARGET"));
+  double deadline_seconds = 30;
+  if (!Env("ATTEND_DEADLINE").empty() &&
+      !absl::SimpleAtod(Env("ATTEND_DEADLINE"), &deadline_seconds)) {
+    return UsageError(c, absl::InvalidArgumentError("ATTEND_DEADLINE must be a number of seconds"));
+  }
+  absl::StatusOr<double> deadline = args.GetDouble("deadline", deadline_seconds);
+  if (!deadline.ok()) return UsageError(c, deadline.status());
+  if (!(*deadline > 0) || *deadline > 1e9) {
+    return UsageError(c, absl::InvalidArgumentError("--deadline must be positive"));
+  }
+  o.deadline = absl::Seconds(*deadline);
+  int64_t max_message = o.max_message_bytes;
+  if (!Env("ATTEND_MAX_MESSAGE_BYTES").empty() &&
+      !absl::SimpleAtoi(Env("ATTEND_MAX_MESSAGE_BYTES"), &max_message)) {
+    return UsageError(c, absl::InvalidArgumentError("ATTEND_MAX_MESSAGE_BYTES must be an integer"));
+  }
+  absl::StatusOr<int64_t> max = args.GetInt("max_message_bytes", max_message);
+  if (!max.ok()) return UsageError(c, max.status());
+  if (*max < 1)
+    return UsageError(c, absl::InvalidArgumentError("--max_message_bytes must be >= 1"));
+  o.max_message_bytes = *max;
+
+  if (args.Has("tls")) {
+    o.tls.enabled = args.GetBool("tls");
+  } else if (!Env("ATTEND_TLS").empty()) {
+    const std::string tls = absl::AsciiStrToLower(Env("ATTEND_TLS"));
+    if (tls != "1" && tls != "0" && tls != "true" && tls != "false") {
+      return UsageError(c, absl::InvalidArgumentError("ATTEND_TLS must be 1, 0, true or false"));
+    }
+    o.tls.enabled = tls == "1" || tls == "true";
+  }
+  for (const auto& [flag, env, target] :
+       {std::tuple{"ca_cert", "ATTEND_CA_CERT", &o.tls.ca_cert_pem},
+        std::tuple{"client_cert", "ATTEND_CLIENT_CERT", &o.tls.client_cert_pem},
+        std::tuple{"client_key", "ATTEND_CLIENT_KEY", &o.tls.client_key_pem}}) {
+    const std::string path = FlagOrEnv(args, flag, env);
+    if (path.empty()) continue;
+    if (!o.tls.enabled) {
+      return UsageError(
+          c, absl::InvalidArgumentError(absl::StrCat("--", flag, " (or ", env, ") needs --tls")));
+    }
+    absl::StatusOr<std::string> pem = client::ReadPemFile(path, absl::StrCat("--", flag));
+    if (!pem.ok()) return LocalError(c, pem.status());
+    *target = *std::move(pem);
+  }
+  o.tls.server_name = FlagOrEnv(args, "tls_server_name", "ATTEND_TLS_SERVER_NAME");
+
+  const std::string token_file = FlagOrEnv(args, "token_file", "ATTEND_TOKEN_FILE");
+  const std::string token = args.Has("token") ? args.GetString("token") : Env("ATTEND_TOKEN");
+  if (!token_file.empty() && !token.empty()) {
+    return UsageError(c, absl::InvalidArgumentError(
+                             "give the token once: --token_file (ATTEND_TOKEN_FILE) or --token "
+                             "(ATTEND_TOKEN)"));
+  }
+  if (!token_file.empty()) {
+    absl::StatusOr<std::string> read = client::ReadTokenFile(token_file);
+    if (!read.ok()) return LocalError(c, read.status());
+    o.bearer_token = *std::move(read);
+  } else {
+    o.bearer_token = token;
+  }
+
+  double keepalive = 0;
+  if (!Env("ATTEND_KEEPALIVE_SECONDS").empty() &&
+      !absl::SimpleAtod(Env("ATTEND_KEEPALIVE_SECONDS"), &keepalive)) {
+    return UsageError(
+        c, absl::InvalidArgumentError("ATTEND_KEEPALIVE_SECONDS must be a number of seconds"));
+  }
+  absl::StatusOr<double> keepalive_flag = args.GetDouble("keepalive_seconds", keepalive);
+  if (!keepalive_flag.ok()) return UsageError(c, keepalive_flag.status());
+  if (!(*keepalive_flag >= 0) || *keepalive_flag > 1e9) {
+    return UsageError(c, absl::InvalidArgumentError("--keepalive_seconds must be >= 0"));
+  }
+  o.keepalive = absl::Seconds(*keepalive_flag);
+  if (absl::Status s = client::ValidateConnectionOptions(o); !s.ok()) return UsageError(c, s);
+  return kExitOk;
 }
 
 std::string Overview(const std::vector<Command>& commands) {
@@ -51,6 +168,7 @@ int RunCli(const std::vector<std::string>& tokens, std::ostream& out, std::ostre
   std::vector<Command> commands = AttentionCommands();
   for (Command& c : PlannerCommands()) commands.push_back(std::move(c));
   for (Command& c : SeqCommands()) commands.push_back(std::move(c));
+  for (Command& c : BenchCommands()) commands.push_back(std::move(c));
   const std::vector<FlagSpec> globals = GlobalFlags();
 
   // The command is the first token that is neither a flag nor a global flag's value.
@@ -113,33 +231,7 @@ int RunCli(const std::vector<std::string>& tokens, std::ostream& out, std::ostre
   context.err = &err;
   context.args = *std::move(args);
   context.json = context.args.GetBool("json");
-  auto env = [](const char* name) -> std::string {
-    const char* v = std::getenv(name);
-    return v ? v : "";
-  };
-  context.connection.target = context.args.GetString(
-      "target", env("ATTEND_TARGET").empty() ? "localhost:50051" : env("ATTEND_TARGET"));
-  double deadline_seconds = 30;
-  if (!env("ATTEND_DEADLINE").empty() &&
-      !absl::SimpleAtod(env("ATTEND_DEADLINE"), &deadline_seconds)) {
-    return UsageError(context,
-                      absl::InvalidArgumentError("ATTEND_DEADLINE must be a number of seconds"));
-  }
-  absl::StatusOr<double> deadline = context.args.GetDouble("deadline", deadline_seconds);
-  if (!deadline.ok()) return UsageError(context, deadline.status());
-  if (!(*deadline > 0)) {
-    return UsageError(context, absl::InvalidArgumentError("--deadline must be positive"));
-  }
-  context.connection.deadline = absl::Seconds(*deadline);
-  int64_t max_message = context.connection.max_message_bytes;
-  if (!env("ATTEND_MAX_MESSAGE_BYTES").empty() &&
-      !absl::SimpleAtoi(env("ATTEND_MAX_MESSAGE_BYTES"), &max_message)) {
-    return UsageError(context,
-                      absl::InvalidArgumentError("ATTEND_MAX_MESSAGE_BYTES must be an integer"));
-  }
-  absl::StatusOr<int64_t> max = context.args.GetInt("max_message_bytes", max_message);
-  if (!max.ok()) return UsageError(context, max.status());
-  context.connection.max_message_bytes = *max;
+  if (int code = ConnectionFromFlags(context); code != kExitOk) return code;
   return command->run(context);
 }
 

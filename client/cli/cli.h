@@ -1,9 +1,12 @@
 // The attend command line as a function, so that tests can run commands without a process.
 //
-//   attend [--target=host:port] [--deadline=seconds] [--json] <command> [args]
+//   attend [--target=host:port] [--deadline=seconds] [--tls --ca_cert=ca.pem ...] [--json]
+//          <command> [args]
 //
-// Global flags may come before or after the command and also read ATTEND_TARGET,
-// ATTEND_DEADLINE and ATTEND_MAX_MESSAGE_BYTES from the environment.
+// Global flags may come before or after the command. The connection's (target, deadline,
+// max_message_bytes, tls, ca_cert, client_cert, client_key, tls_server_name, token,
+// token_file, keepalive_seconds) also read ATTEND_<FLAG> from the environment; a flag given on
+// the command line wins.
 #ifndef ATTEND_CLIENT_CLI_CLI_H_
 #define ATTEND_CLIENT_CLI_CLI_H_
 

@@ -7,14 +7,17 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "attend/v1/tensor.pb.h"
 #include "client/cli/args.h"
 #include "client/connection.h"
+#include "client/tensor.h"
 
 namespace attend::cli {
 
@@ -57,6 +60,8 @@ struct Command {
 int ReportError(Context& context, const absl::Status& status);
 // For errors in the command line itself.
 int UsageError(Context& context, const absl::Status& status);
+// For local files that cannot be read, parsed or written: "error: <message>", kExitLocalError.
+int LocalError(Context& context, const absl::Status& status);
 
 // Commands of the Attention service and health.
 std::vector<Command> AttentionCommands();
@@ -65,9 +70,25 @@ std::vector<Command> PlannerCommands();
 // The `seq` command group of the KvCache service (one command that dispatches on its first
 // positional argument: create, append, decode, fork, truncate, release, get, list, stats).
 std::vector<Command> SeqCommands();
+// `bench`: latency and throughput of the server as a client sees them.
+std::vector<Command> BenchCommands();
 // The subcommands of `seq`, named "seq <subcommand>" and holding only their own flags: what
 // `attend seq <subcommand> --help` prints.
 std::vector<Command> SeqSubcommands();
+
+// --- helpers shared by commands ---
+
+// The integer flag --<flag> in [min, max]; `fallback` when absent. INVALID_ARGUMENT naming the
+// flag and the range otherwise.
+absl::StatusOr<int64_t> IntFlag(const Args& args, const std::string& flag, int64_t fallback,
+                                int64_t min, int64_t max);
+
+// --precision: "" (unspecified), f32/float32 or bf16/bfloat16.
+absl::StatusOr<v1::Precision> ParsePrecision(const Args& args);
+
+// A tensor of `shape` with standard normal values (times `stddev`) drawn from `rng`.
+client::FloatTensor RandomTensor(std::mt19937_64& rng, std::vector<int64_t> shape,
+                                 float stddev = 1.0f);
 
 // A byte count for flags such as --budget: a non-negative number ("1e9", "1.5") with an optional
 // unit, binary ("KiB", "MiB", "GiB", "TiB", "PiB": powers of 2^10) or decimal ("B", "kB"/"KB",

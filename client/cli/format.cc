@@ -1,11 +1,14 @@
 #include "client/cli/format.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "google/protobuf/util/json_util.h"
 
 namespace attend::cli {
 namespace {
@@ -61,6 +64,16 @@ std::string Table::Render() const {
   return out;
 }
 
+std::string Fields::Render(const std::string& indent) const {
+  size_t width = 0;
+  for (const auto& [label, value] : rows_) width = std::max(width, label.size());
+  std::string out;
+  for (const auto& [label, value] : rows_) {
+    absl::StrAppend(&out, indent, label, std::string(width - label.size() + 2, ' '), value, "\n");
+  }
+  return out;
+}
+
 std::string Fixed(double value, int decimals) { return absl::StrFormat("%.*f", decimals, value); }
 
 std::string Si(double value, const std::string& unit) {
@@ -82,6 +95,35 @@ std::string Duration(double seconds) {
 
 std::string ShapeString(absl::Span<const int64_t> shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+std::string Count(int64_t value) {
+  // Through uint64 so that INT64_MIN has a magnitude.
+  const uint64_t magnitude =
+      value < 0 ? uint64_t{0} - static_cast<uint64_t>(value) : static_cast<uint64_t>(value);
+  const std::string digits = absl::StrCat(magnitude);
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return value < 0 ? "-" + out : out;
+}
+
+std::string Plural(int64_t n, const std::string& one, const std::string& many) {
+  return absl::StrCat(Count(n), " ", n == 1 ? one : many);
+}
+
+std::string BinaryBytes(int64_t bytes) {
+  const char* units[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  if (std::abs(static_cast<double>(bytes)) < 1024.0) return absl::StrCat(bytes, " bytes");
+  double v = static_cast<double>(bytes) / 1024.0;
+  int i = 0;
+  while (std::abs(v) >= 1024.0 && i < 5) {
+    v /= 1024.0;
+    ++i;
+  }
+  return absl::StrFormat("%.2f %s", v, units[i]);
 }
 
 std::string JsonNumbers(absl::Span<const float> values) { return Numbers(values); }
@@ -114,6 +156,83 @@ std::string JsonString(const std::string& s) {
 std::string JsonTensor(const client::FloatTensor& tensor) {
   return absl::StrCat("{\"shape\": [", absl::StrJoin(tensor.shape, ", "),
                       "], \"values\": ", JsonNumbers(absl::MakeConstSpan(tensor.values)), "}");
+}
+
+std::string ToJson(const google::protobuf::Message& message) {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.always_print_primitive_fields = true;
+  options.preserve_proto_field_names = true;
+  // Printing a message the client holds cannot fail: it has no Any fields.
+  (void)google::protobuf::util::MessageToJsonString(message, &json, options);
+  return json;
+}
+
+void PrintHeadRows(std::ostream& out, const client::FloatTensor& t, const std::string& row_name,
+                   int64_t first_row, int64_t max_rows, int64_t max_cols) {
+  if (t.shape.empty()) return;
+  const int64_t n = t.shape[0], heads = t.shape.size() > 2 ? t.shape[1] : 1;
+  const int64_t dim = t.shape.size() > 1 ? t.shape.back() : 1;
+  std::vector<std::string> header = {row_name, "head"};
+  for (int64_t c = 0; c < std::min(dim, max_cols); ++c) header.push_back(absl::StrCat("[", c, "]"));
+  if (dim > max_cols) header.push_back("...");
+  Table table(header);
+  int64_t rows = 0;
+  for (int64_t i = 0; i < n && rows < max_rows; ++i) {
+    for (int64_t h = 0; h < heads && rows < max_rows; ++h, ++rows) {
+      std::vector<std::string> row = {absl::StrCat(first_row + i), absl::StrCat(h)};
+      for (int64_t c = 0; c < std::min(dim, max_cols); ++c) {
+        row.push_back(Fixed(t.values[static_cast<size_t>((i * heads + h) * dim + c)], 4));
+      }
+      if (dim > max_cols) row.push_back("...");
+      table.AddRow(row);
+    }
+  }
+  out << table.Render();
+  if (n * heads > max_rows) out << "(" << n * heads - max_rows << " more rows)\n";
+}
+
+void PrintWeights(std::ostream& out, const client::FloatTensor& weights, const std::string& rows,
+                  const std::string& columns, int64_t first_row) {
+  if (weights.shape.size() != 3) return;
+  const int64_t heads = weights.shape[0], n_q = weights.shape[1], n_kv = weights.shape[2];
+  const int64_t max = 16;
+  for (int64_t h = 0; h < heads; ++h) {
+    out << "weights, head " << h << " (row = " << rows << ", column = " << columns << "):\n";
+    std::vector<std::string> header = {"q\\k"};
+    for (int64_t j = 0; j < std::min(n_kv, max); ++j) header.push_back(absl::StrCat(j));
+    if (n_kv > max) header.push_back("...");
+    Table table(header);
+    for (int64_t i = 0; i < std::min(n_q, max); ++i) {
+      std::vector<std::string> row = {absl::StrCat(first_row + i)};
+      for (int64_t j = 0; j < std::min(n_kv, max); ++j) {
+        row.push_back(Fixed(weights.values[static_cast<size_t>((h * n_q + i) * n_kv + j)], 3));
+      }
+      if (n_kv > max) row.push_back("...");
+      table.AddRow(row);
+    }
+    out << table.Render();
+    if (n_q > max) out << "(" << n_q - max << " more queries)\n";
+  }
+}
+
+void PrintStats(std::ostream& out, const v1::ComputeStats& stats) {
+  out << "engine " << stats.engine() << ": " << stats.attended_pairs() << " attended pairs, "
+      << Si(static_cast<double>(stats.attention_flops()), "FLOP") << " in "
+      << Duration(stats.compute_seconds());
+  if (stats.compute_seconds() > 0) {
+    out << " (" << Si(stats.attention_flops() / stats.compute_seconds(), "FLOP/s") << ")";
+  }
+  out << "; queued " << Duration(stats.queue_seconds()) << "\n";
+}
+
+absl::Status WriteTextFile(const std::string& path, absl::string_view text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) return absl::DataLossError(absl::StrCat("cannot write '", path, "'"));
+  return absl::OkStatus();
 }
 
 }  // namespace attend::cli

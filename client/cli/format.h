@@ -1,14 +1,23 @@
-// Human-readable output of the CLI: aligned tables, compact numbers, tensor previews and a
-// minimal JSON writer for --json.
+// Human-readable output of the CLI, shared by every command: aligned tables and label/value
+// fields, compact and grouped numbers, binary byte sizes, tensor previews (rows by head, weight
+// matrices, compute stats), and the JSON pieces that --json prints.
+//
+// Thread-safety: pure functions and value types.
 #ifndef ATTEND_CLIENT_CLI_FORMAT_H_
 #define ATTEND_CLIENT_CLI_FORMAT_H_
 
 #include <cstdint>
+#include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "attend/v1/tensor.pb.h"
 #include "client/tensor.h"
+#include "google/protobuf/message.h"
 
 namespace attend::cli {
 
@@ -23,6 +32,18 @@ class Table {
   std::vector<std::vector<std::string>> rows_;
 };
 
+// "label     value" lines with the values aligned, each line starting with `indent`.
+class Fields {
+ public:
+  void Add(std::string label, std::string value) {
+    rows_.emplace_back(std::move(label), std::move(value));
+  }
+  std::string Render(const std::string& indent = "") const;
+
+ private:
+  std::vector<std::pair<std::string, std::string>> rows_;
+};
+
 // Fixed-point with `decimals` digits ("0.6285").
 std::string Fixed(double value, int decimals);
 // SI-scaled with a unit: 1.3e9 FLOP -> "1.30 GFLOP".
@@ -31,13 +52,39 @@ std::string Si(double value, const std::string& unit);
 std::string Duration(double seconds);
 // "[2, 8, 64]".
 std::string ShapeString(absl::Span<const int64_t> shape);
+// Thousands separators: "4,194,304", "-1,500".
+std::string Count(int64_t value);
+// "1 token", "4,096 tokens".
+std::string Plural(int64_t n, const std::string& one, const std::string& many);
+// Binary units with two decimals, as the planner prints them: "1.00 GiB", "512.00 KiB"; below
+// 1 KiB, "100 bytes".
+std::string BinaryBytes(int64_t bytes);
 
 // A JSON array of numbers, shortest round-trip form; NaN/inf as null.
 std::string JsonNumbers(absl::Span<const float> values);
 std::string JsonNumbers(absl::Span<const double> values);
 std::string JsonString(const std::string& s);
-// {"shape": [...], "values": [...]}
+// {"shape": [...], "values": [...]}: what `attend attend --input` reads back.
 std::string JsonTensor(const client::FloatTensor& tensor);
+// A response message as indented JSON with the proto field names, defaults included.
+std::string ToJson(const google::protobuf::Message& message);
+
+// Rows [row, head] of a [rows, heads, dim] tensor (a [rows, dim] one has one head), at most
+// `max_rows` rows and `max_cols` columns. The first column is named `row_name` and counts from
+// `first_row` (e.g. the position of the first appended token).
+void PrintHeadRows(std::ostream& out, const client::FloatTensor& t, const std::string& row_name,
+                   int64_t first_row = 0, int64_t max_rows = 16, int64_t max_cols = 8);
+
+// Each head's weight matrix of a [heads, n_q, n_kv] tensor, at most 16 x 16, under a heading
+// "weights, head h (row = <rows>, column = <columns>):"; rows count from `first_row`.
+void PrintWeights(std::ostream& out, const client::FloatTensor& weights, const std::string& rows,
+                  const std::string& columns, int64_t first_row = 0);
+
+// "engine onednn/f32: 6 attended pairs, 192 FLOP in 12.3 us (15.6 MFLOP/s); queued 2.0 us".
+void PrintStats(std::ostream& out, const v1::ComputeStats& stats);
+
+// Writes `text` to `path` (replacing it); DATA_LOSS naming the path when that fails.
+absl::Status WriteTextFile(const std::string& path, absl::string_view text);
 
 }  // namespace attend::cli
 

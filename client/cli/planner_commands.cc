@@ -22,48 +22,11 @@
 #include "client/cli/format.h"
 #include "client/cli/svg.h"
 #include "client/planner_client.h"
-#include "google/protobuf/util/json_util.h"
 
 namespace attend::cli {
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-
-std::string ToJson(const google::protobuf::Message& message) {
-  std::string json;
-  google::protobuf::util::JsonPrintOptions options;
-  options.add_whitespace = true;
-  options.always_print_primitive_fields = true;
-  options.preserve_proto_field_names = true;
-  (void)google::protobuf::util::MessageToJsonString(message, &json, options);
-  return json;
-}
-
-// "4,194,304".
-std::string Count(int64_t value) {
-  const std::string digits =
-      absl::StrCat(value < 0 ? -static_cast<uint64_t>(value) : static_cast<uint64_t>(value));
-  std::string out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return value < 0 ? "-" + out : out;
-}
-
-// "1.00 GiB", "512.00 KiB", "100 bytes": binary units, as the planner writes them.
-std::string BinaryBytes(int64_t bytes) {
-  const char* units[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  const double magnitude = std::abs(static_cast<double>(bytes));
-  if (magnitude < 1024.0) return absl::StrCat(bytes, " bytes");
-  double v = static_cast<double>(bytes) / 1024.0;
-  int i = 0;
-  while (std::abs(v) >= 1024.0 && i < 5) {
-    v /= 1024.0;
-    ++i;
-  }
-  return absl::StrFormat("%.2f %s", v, units[i]);
-}
 
 // "1.00 GiB (1,073,741,824 bytes)".
 std::string BytesWithCount(int64_t bytes) {
@@ -114,10 +77,6 @@ std::string Wrap(const std::string& text, size_t width, const std::string& inden
   }
   if (!line.empty()) absl::StrAppend(&out, indent, line, "\n");
   return out;
-}
-
-std::string Plural(int64_t n, const std::string& one, const std::string& many) {
-  return absl::StrCat(Count(n), " ", n == 1 ? one : many);
 }
 
 // A kv-dtype flag value: the short names of the issue (f16, bf16, f32, fp8, int8, q8_0, q4_0)
@@ -226,10 +185,7 @@ int ResolveModel(Context& c, const client::PlannerClient& planner, v1::ModelRef*
   const std::string path = c.args.GetString(config ? "config" : "gguf");
   bool truncated = false;
   absl::StatusOr<std::string> data = ReadFilePrefix(path, max_bytes, &truncated);
-  if (!data.ok()) {
-    *c.err << "error: " << data.status().message() << "\n";
-    return kExitLocalError;
-  }
+  if (!data.ok()) return LocalError(c, data.status());
   absl::StatusOr<v1::ModelSpec> spec =
       config ? planner.ImportHfConfig(*data, name) : planner.ImportGguf(*data, name);
   if (!spec.ok()) {
@@ -297,26 +253,6 @@ std::vector<std::string> LayerGroups(const v1::ModelSpec& m) {
   }
   return lines;
 }
-
-// "label     value" lines with the values aligned.
-class Fields {
- public:
-  void Add(std::string label, std::string value) {
-    rows_.emplace_back(std::move(label), std::move(value));
-  }
-  std::string Render(const std::string& indent = "") const {
-    size_t width = 0;
-    for (const auto& [label, value] : rows_) width = std::max(width, label.size());
-    std::string out;
-    for (const auto& [label, value] : rows_) {
-      absl::StrAppend(&out, indent, label, std::string(width - label.size() + 2, ' '), value, "\n");
-    }
-    return out;
-  }
-
- private:
-  std::vector<std::pair<std::string, std::string>> rows_;
-};
 
 std::string AttentionKind(int64_t n_head, int64_t n_head_kv) {
   if (n_head_kv == n_head) return "multi-head";
@@ -547,14 +483,6 @@ std::vector<int64_t> KvSamples(const v1::ModelSpec& m, int64_t max_context) {
   return std::vector<int64_t>(xs.begin(), xs.end());
 }
 
-absl::Status WriteFile(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) return absl::DataLossError(absl::StrCat("cannot write '", path, "'"));
-  return absl::OkStatus();
-}
-
 // Asks the server for the KV size of each variant (or each KV type) at a series of contexts.
 absl::StatusOr<LineChart> KvChart(const client::PlannerClient& planner,
                                   const v1::PlanKvCacheRequest& base,
@@ -685,10 +613,7 @@ int RunPlan(Context& c) {
     absl::StatusOr<LineChart> chart = KvChart(planner, request, *r, plot_by == "dtype");
     if (!chart.ok()) return ReportError(c, chart.status());
     const std::string path = c.args.GetString("plot");
-    if (absl::Status s = WriteFile(path, RenderSvg(*chart)); !s.ok()) {
-      *c.err << "error: " << s.message() << "\n";
-      return kExitLocalError;
-    }
+    if (absl::Status s = WriteTextFile(path, RenderSvg(*chart)); !s.ok()) return LocalError(c, s);
     if (!c.json) *c.out << "\nwrote " << path << " (" << chart->series.size() << " lines)\n";
   }
   return kExitOk;
@@ -885,10 +810,7 @@ int RunCost(Context& c) {
     absl::StatusOr<LineChart> chart = CostChart(planner, request, *r);
     if (!chart.ok()) return ReportError(c, chart.status());
     const std::string path = c.args.GetString("plot");
-    if (absl::Status s = WriteFile(path, RenderSvg(*chart)); !s.ok()) {
-      *c.err << "error: " << s.message() << "\n";
-      return kExitLocalError;
-    }
+    if (absl::Status s = WriteTextFile(path, RenderSvg(*chart)); !s.ok()) return LocalError(c, s);
     if (!c.json) *c.out << "\nwrote " << path << "\n";
   }
   return kExitOk;

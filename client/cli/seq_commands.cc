@@ -24,51 +24,11 @@
 #include "client/cli/format.h"
 #include "client/kv_cache_client.h"
 #include "client/npy.h"
-#include "google/protobuf/util/json_util.h"
 
 namespace attend::cli {
 namespace {
 
 using client::FloatTensor;
-
-std::string ToJson(const google::protobuf::Message& message) {
-  std::string json;
-  google::protobuf::util::JsonPrintOptions options;
-  options.add_whitespace = true;
-  options.always_print_primitive_fields = true;
-  options.preserve_proto_field_names = true;
-  (void)google::protobuf::util::MessageToJsonString(message, &json, options);
-  return json;
-}
-
-// "4,194,304".
-std::string Count(int64_t value) {
-  const std::string digits =
-      absl::StrCat(value < 0 ? -static_cast<uint64_t>(value) : static_cast<uint64_t>(value));
-  std::string out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return value < 0 ? "-" + out : out;
-}
-
-// "1.00 GiB", "512.00 KiB", "100 bytes": binary units, as the planner commands print them.
-std::string BinaryBytes(int64_t bytes) {
-  const char* units[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  if (std::abs(static_cast<double>(bytes)) < 1024.0) return absl::StrCat(bytes, " bytes");
-  double v = static_cast<double>(bytes) / 1024.0;
-  int i = 0;
-  while (std::abs(v) >= 1024.0 && i < 5) {
-    v /= 1024.0;
-    ++i;
-  }
-  return absl::StrFormat("%.2f %s", v, units[i]);
-}
-
-std::string Plural(int64_t n, const std::string& one, const std::string& many) {
-  return absl::StrCat(Count(n), " ", n == 1 ? one : many);
-}
 
 std::string Quoted(const std::string& id) { return absl::StrCat("'", id, "'"); }
 
@@ -87,50 +47,31 @@ std::string UtcTime(int64_t unix_ms) {
                           absl::UTCTimeZone());
 }
 
+std::string ShortDTypeName(v1::DType dtype) {
+  switch (dtype) {
+    case v1::FLOAT32:
+      return "f32";
+    case v1::INT8:
+      return "int8";
+    default:
+      return "bf16";
+  }
+}
+
 std::string DTypeName(v1::DType dtype) {
   switch (dtype) {
     case v1::FLOAT32:
       return "float32";
     case v1::FLOAT16:
       return "float16";
+    case v1::INT8:
+      return "int8 (per-token, per-head scales)";
     default:
       return "bfloat16";
   }
 }
 
-// "label     value" lines with the values aligned.
-class Fields {
- public:
-  void Add(std::string label, std::string value) {
-    rows_.emplace_back(std::move(label), std::move(value));
-  }
-  std::string Render(const std::string& indent = "  ") const {
-    size_t width = 0;
-    for (const auto& [label, value] : rows_) width = std::max(width, label.size());
-    std::string out;
-    for (const auto& [label, value] : rows_) {
-      absl::StrAppend(&out, indent, label, std::string(width - label.size() + 2, ' '), value, "\n");
-    }
-    return out;
-  }
-
- private:
-  std::vector<std::pair<std::string, std::string>> rows_;
-};
-
 // --- flags ---------------------------------------------------------------------------------------
-
-// An integer flag in [min, max]; `fallback` when absent.
-absl::StatusOr<int64_t> IntFlag(const Args& args, const std::string& flag, int64_t fallback,
-                                int64_t min, int64_t max) {
-  absl::StatusOr<int64_t> value = args.GetInt(flag, fallback);
-  if (!value.ok()) return value.status();
-  if (*value < min || *value > max) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--", flag, " must be between ", min, " and ", max, ", got ", *value));
-  }
-  return *value;
-}
 
 // The required --id.
 absl::StatusOr<std::string> RequiredId(const Args& args, const std::string& sub) {
@@ -141,30 +82,7 @@ absl::StatusOr<std::string> RequiredId(const Args& args, const std::string& sub)
   return args.GetString("id");
 }
 
-absl::StatusOr<v1::Precision> PrecisionFlag(const Args& args) {
-  const std::string p = args.GetString("precision", "");
-  if (p.empty()) return v1::PRECISION_UNSPECIFIED;
-  if (p == "f32" || p == "float32") return v1::PRECISION_FLOAT32;
-  if (p == "bf16" || p == "bfloat16") return v1::PRECISION_BFLOAT16;
-  return absl::InvalidArgumentError(absl::StrCat("--precision: '", p, "'; use f32 or bf16"));
-}
-
-FloatTensor RandomTensor(std::mt19937_64& rng, std::vector<int64_t> shape) {
-  FloatTensor t;
-  t.shape = std::move(shape);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  t.values.resize(static_cast<size_t>(t.size()));
-  for (float& x : t.values) x = normal(rng);
-  return t;
-}
-
-int LocalError(Context& c, const absl::Status& status) {
-  *c.err << "error: " << status.message() << "\n";
-  return kExitLocalError;
-}
-
-// --- printing
-// -------------------------------------------------------------------------------------
+// --- printing ------------------------------------------------------------------------------------
 
 // Layers grouped into runs of equal token counts: "0-31  128".
 Table LayerTokensTable(const v1::SequenceInfo& info) {
@@ -225,66 +143,11 @@ void PrintSequence(Context& c, const v1::SequenceInfo& info, const std::string& 
     f.Add("last used", absl::StrCat(Ago(info.last_used_unix_ms()), " ago"));
   }
   *c.out << headline << "\n"
-         << f.Render() << "tokens per layer:\n"
+         << f.Render("  ") << "tokens per layer:\n"
          << LayerTokensTable(info).Render();
 }
 
-// Rows [position, head] of a [n, heads, dim] tensor, at most `max_rows` rows and `max_cols`
-// columns.
-void PrintOutput(std::ostream& out, const FloatTensor& t, int64_t first_position,
-                 int64_t max_rows = 16, int64_t max_cols = 8) {
-  const int64_t n = t.shape[0], heads = t.shape[1], dim = t.shape[2];
-  std::vector<std::string> header = {"position", "head"};
-  for (int64_t j = 0; j < std::min(dim, max_cols); ++j) header.push_back(absl::StrCat("[", j, "]"));
-  if (dim > max_cols) header.push_back("...");
-  Table table(header);
-  int64_t rows = 0;
-  for (int64_t i = 0; i < n && rows < max_rows; ++i) {
-    for (int64_t h = 0; h < heads && rows < max_rows; ++h, ++rows) {
-      std::vector<std::string> row = {absl::StrCat(first_position + i), absl::StrCat(h)};
-      for (int64_t j = 0; j < std::min(dim, max_cols); ++j) {
-        row.push_back(Fixed(t.values[static_cast<size_t>((i * heads + h) * dim + j)], 4));
-      }
-      if (dim > max_cols) row.push_back("...");
-      table.AddRow(row);
-    }
-  }
-  out << table.Render();
-  if (n * heads > max_rows) out << "(" << n * heads - max_rows << " more rows)\n";
-}
-
-// Each head's weights [new query x cached key], at most 16 x 16.
-void PrintWeights(std::ostream& out, const FloatTensor& w, int64_t first_position) {
-  const int64_t heads = w.shape[0], n_q = w.shape[1], n_kv = w.shape[2];
-  const int64_t max = 16;
-  for (int64_t h = 0; h < heads; ++h) {
-    out << "weights, head " << h << " (row = new query position, column = cached key):\n";
-    std::vector<std::string> header = {"q\\k"};
-    for (int64_t j = 0; j < std::min(n_kv, max); ++j) header.push_back(absl::StrCat(j));
-    if (n_kv > max) header.push_back("...");
-    Table table(header);
-    for (int64_t i = 0; i < std::min(n_q, max); ++i) {
-      std::vector<std::string> row = {absl::StrCat(first_position + i)};
-      for (int64_t j = 0; j < std::min(n_kv, max); ++j) {
-        row.push_back(Fixed(w.values[static_cast<size_t>((h * n_q + i) * n_kv + j)], 3));
-      }
-      if (n_kv > max) row.push_back("...");
-      table.AddRow(row);
-    }
-    out << table.Render();
-    if (n_q > max) out << "(" << n_q - max << " more queries)\n";
-  }
-}
-
-void PrintStats(std::ostream& out, const v1::ComputeStats& stats) {
-  out << "engine " << stats.engine() << ": " << stats.attended_pairs() << " attended pairs, "
-      << Si(static_cast<double>(stats.attention_flops()), "FLOP") << " in "
-      << Duration(stats.compute_seconds()) << " (queued " << Duration(stats.queue_seconds())
-      << ")\n";
-}
-
-// --- subcommands
-// ----------------------------------------------------------------------------------
+// --- subcommands ---------------------------------------------------------------------------------
 
 int RunCreate(Context& c) {
   v1::SequenceConfig config;
@@ -307,9 +170,11 @@ int RunCreate(Context& c) {
     config.set_kv_dtype(v1::BFLOAT16);
   } else if (dtype == "f32" || dtype == "float32") {
     config.set_kv_dtype(v1::FLOAT32);
+  } else if (dtype == "int8") {
+    config.set_kv_dtype(v1::INT8);
   } else {
     return UsageError(c, absl::InvalidArgumentError(absl::StrCat(
-                             "--kv_dtype: '", dtype, "'; the cache stores f32 or bf16")));
+                             "--kv_dtype: '", dtype, "'; the cache stores f32, bf16 or int8")));
   }
   config.set_layers(static_cast<int32_t>(*layers));
   config.set_n_head(static_cast<int32_t>(*n_head));
@@ -334,7 +199,7 @@ int RunAppend(Context& c) {
   if (!id.ok()) return UsageError(c, id.status());
   absl::StatusOr<int64_t> layer = IntFlag(c.args, "layer", 0, 0, 1 << 16);
   if (!layer.ok()) return UsageError(c, layer.status());
-  absl::StatusOr<v1::Precision> precision = PrecisionFlag(c.args);
+  absl::StatusOr<v1::Precision> precision = ParsePrecision(c.args);
   if (!precision.ok()) return UsageError(c, precision.status());
   absl::StatusOr<client::Wire> wire = client::ParseWire(c.args.GetString("wire", "f32"));
   if (!wire.ok()) return UsageError(c, wire.status());
@@ -419,8 +284,10 @@ int RunAppend(Context& c) {
          << "; the layer holds " << Plural(r->layer_tokens, "token", "tokens") << "\n";
   if (!input.q) return kExitOk;
   *c.out << "output " << ShapeString(r->output.shape) << " = [n_new, n_head, head_dim_v]:\n";
-  PrintOutput(*c.out, r->output, r->first_position);
-  if (r->weights) PrintWeights(*c.out, *r->weights, r->first_position);
+  PrintHeadRows(*c.out, r->output, "position", r->first_position);
+  if (r->weights) {
+    PrintWeights(*c.out, *r->weights, "new query position", "cached key", r->first_position);
+  }
   PrintStats(*c.out, r->stats);
   return kExitOk;
 }
@@ -466,7 +333,7 @@ int RunDecode(Context& c) {
     if (!layer.ok()) return UsageError(c, layer.status());
     only_layer = static_cast<int32_t>(*layer);
   }
-  absl::StatusOr<v1::Precision> precision = PrecisionFlag(c.args);
+  absl::StatusOr<v1::Precision> precision = ParsePrecision(c.args);
   if (!precision.ok()) return UsageError(c, precision.status());
   absl::StatusOr<client::Wire> wire = client::ParseWire(c.args.GetString("wire", "f32"));
   if (!wire.ok()) return UsageError(c, wire.status());
@@ -717,8 +584,8 @@ int RunList(Context& c) {
                     config.head_dim_v() == config.head_dim()
                         ? absl::StrCat(config.head_dim())
                         : absl::StrCat(config.head_dim(), "/", config.head_dim_v()),
-                    config.kv_dtype() == v1::FLOAT32 ? "f32" : "bf16", Count(s.tokens()),
-                    Count(s.blocks()), Count(s.shared_blocks()), BinaryBytes(s.bytes()),
+                    ShortDTypeName(config.kv_dtype()), Count(s.tokens()), Count(s.blocks()),
+                    Count(s.shared_blocks()), BinaryBytes(s.bytes()),
                     s.forked_from().empty() ? "-" : s.forked_from(), Ago(s.last_used_unix_ms())});
     }
     *c.out << table.Render() << Plural(listed.sequences_size(), "sequence", "sequences");
@@ -754,7 +621,7 @@ int RunStats(Context& c) {
       "eviction",
       absl::StrCat(s->eviction_policy(), "; ", Plural(s->evictions(), "eviction", "evictions"),
                    ", ", Plural(s->rejections(), "rejection", "rejections"), " for lack of room"));
-  *c.out << "KV cache of " << c.connection.target << "\n" << f.Render();
+  *c.out << "KV cache of " << c.connection.target << "\n" << f.Render("  ");
   return kExitOk;
 }
 
@@ -769,7 +636,7 @@ std::vector<Command> Subcommands() {
       {"create",
        "create a sequence of a given shape",
        "attend seq create [--id ID] [--layers L --n_head H --n_head_kv G --head_dim D] "
-       "[--kv_dtype f32|bf16] [--window W] [--reserve N]",
+       "[--kv_dtype f32|bf16|int8] [--window W] [--reserve N]",
        "The shape is fixed for the sequence's life. --reserve takes the blocks of N tokens in\n"
        "every layer now, so that appends up to that length cannot fail for lack of room.\n"
        "Examples:\n  attend seq create --id chat-1\n"
@@ -781,7 +648,7 @@ std::vector<Command> Subcommands() {
         {"n_head_kv", "key/value heads (divides n_head)", false, "n_head"},
         {"head_dim", "query/key head size", false, "16"},
         {"head_dim_v", "value head size", false, "head_dim"},
-        {"kv_dtype", "storage of keys and values: f32 or bf16", false, "bf16"},
+        {"kv_dtype", "storage of keys and values: f32, bf16 or int8", false, "bf16"},
         {"window", "sliding window in tokens (0 = unlimited)", false, "0"},
         {"reserve", "tokens to reserve in every layer", false, "0"}},
        RunCreate});

@@ -1,19 +1,25 @@
-// A small, dependency-free SVG line-chart writer for the CLI's --plot output: one polyline per
-// series, axes with "nice" ticks (1, 2 or 5 x 10^k apart) and labels, a legend, a title, and
-// labelled vertical markers (e.g. a crossover point).
+// Small, dependency-free SVG writers for the CLI's pictures:
 //
-// The document is self-contained (no scripts, fonts or external references) and well-formed
-// XML: every piece of text is escaped, and bytes that are not valid UTF-8 or not allowed in XML
-// 1.0 are replaced. Each series' polyline carries data-series="<name>" and each marker's line
-// data-marker="<label>", so that tools and tests can find them.
+// - line charts (--plot): one polyline per series, axes with "nice" ticks (1, 2 or 5 x 10^k
+//   apart) and labels, a legend, a title, and labelled vertical markers (e.g. a crossover);
+// - heatmaps (--heatmap): one panel of cells per attention head, a colour scale with its legend,
+//   masked cells hatched grey, and each cell's value in a <title> tooltip.
+//
+// Documents are self-contained (no scripts, fonts or external references) and well-formed XML:
+// every piece of text is escaped, and bytes that are not valid UTF-8 or not allowed in XML 1.0
+// are replaced. Each series' polyline carries data-series="<name>", each marker's line
+// data-marker="<label>", and each heatmap cell data-head/-row/-col/-value (and
+// data-masked="true"), so that tools and tests can find them.
 //
 // Thread-safety: pure functions.
 #ifndef ATTEND_CLIENT_CLI_SVG_H_
 #define ATTEND_CLIENT_CLI_SVG_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
 namespace attend::cli {
@@ -45,6 +51,40 @@ struct LineChart {
   int width = 860;
   int height = 500;
 };
+
+// Heads of attention weights (or any [heads, rows, cols] values >= 0) as a grid of panels.
+struct Heatmap {
+  std::string title;
+  std::string subtitle;  // empty: none
+  std::string row_axis = "query";
+  std::string column_axis = "key";
+  int64_t heads = 0;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  std::vector<float> values;  // [heads, rows, cols], row-major
+  // [heads, rows, cols]: cells the mask hid, drawn hatched grey rather than in the colour of 0
+  // (a visible weight can be 0 too). Empty: none is masked.
+  std::vector<bool> masked;
+  // Names of the rows, columns and panels (e.g. tokens, "head 3"); empty: their indices and
+  // "head <h>". Labels longer than 16 characters are shortened in the picture, not in tooltips.
+  std::vector<std::string> row_labels;
+  std::vector<std::string> column_labels;
+  std::vector<std::string> panel_titles;
+  // The top of the colour scale; 0 = the first "nice" tick at or above the largest value drawn.
+  double value_max = 0.0;
+  // The most panels, rows and columns drawn: the first ones are; the picture says what was left
+  // out. Each at least 1.
+  int64_t max_panels = 8;
+  int64_t max_rows = 48;
+  int64_t max_cols = 48;
+};
+
+// The heatmap as an SVG document with one <rect class="cell"> per drawn cell. INVALID_ARGUMENT
+// when the sizes are not positive or disagree with `values`, `masked` or the label lists.
+absl::StatusOr<std::string> RenderHeatmapSvg(const Heatmap& heatmap);
+
+// True when the heatmap drawn would leave out heads, rows or columns.
+bool HeatmapTruncated(const Heatmap& heatmap);
 
 // The chart as an SVG document. Both axes start at 0 or below the smallest value (charts of
 // sizes and counts start at 0) and end at the first tick at or above the largest value or

@@ -1,6 +1,7 @@
 // The client library's building blocks: tensors on the wire, .npy files, argument parsing.
 #include <cmath>
 #include <cstring>
+#include <sstream>
 
 #include "client/cli/args.h"
 #include "client/cli/format.h"
@@ -14,6 +15,38 @@ namespace {
 using ::attend::testing::StatusIs;
 using client::FloatTensor;
 using client::Wire;
+
+TEST(CliFormat, CountsBytesAndFieldsAsTheCommandsPrintThem) {
+  EXPECT_EQ(cli::Count(0), "0");
+  EXPECT_EQ(cli::Count(4194304), "4,194,304");
+  EXPECT_EQ(cli::Count(-1500), "-1,500");
+  EXPECT_EQ(cli::Count(INT64_MIN), "-9,223,372,036,854,775,808");
+  EXPECT_EQ(cli::Plural(1, "token", "tokens"), "1 token");
+  EXPECT_EQ(cli::Plural(4096, "token", "tokens"), "4,096 tokens");
+  EXPECT_EQ(cli::BinaryBytes(100), "100 bytes");
+  EXPECT_EQ(cli::BinaryBytes(1023), "1023 bytes");
+  EXPECT_EQ(cli::BinaryBytes(1024), "1.00 KiB");
+  EXPECT_EQ(cli::BinaryBytes(int64_t{80} << 30), "80.00 GiB");
+  EXPECT_EQ(cli::BinaryBytes(-(int64_t{3} << 19)), "-1.50 MiB");
+  cli::Fields f;
+  f.Add("a", "1");
+  f.Add("longer", "2");
+  EXPECT_EQ(f.Render("  "), "  a       1\n  longer  2\n");
+}
+
+TEST(CliFormat, StatsShowComputeRateAndQueue) {
+  v1::ComputeStats stats;
+  stats.set_engine("onednn/f32");
+  stats.set_attended_pairs(6);
+  stats.set_attention_flops(192);
+  stats.set_compute_seconds(2e-6);
+  stats.set_queue_seconds(5e-6);
+  std::ostringstream out;
+  cli::PrintStats(out, stats);
+  EXPECT_EQ(
+      out.str(),
+      "engine onednn/f32: 6 attended pairs, 192 FLOP in 2.0 us (96 MFLOP/s); queued 5.0 us\n");
+}
 
 TEST(ClientTensor, RoundTripsEveryWire) {
   const FloatTensor t{{2, 3}, {1.0f, -2.5f, 0.125f, 3.0f, 1e-3f, -7.0f}};

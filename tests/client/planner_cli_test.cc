@@ -16,6 +16,7 @@
 #include "client/cli/command.h"
 #include "core/planner/catalog.h"
 #include "google/protobuf/util/json_util.h"
+#include "tests/client/xml_check.h"
 #include "tests/server/server_fixture.h"
 #include "tests/test_util.h"
 
@@ -85,31 +86,10 @@ std::string WriteTemp(const std::string& name, const std::string& content) {
   return path;
 }
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 // The data-series of every polyline in the SVG at `path` as python3's xml.etree parses it, one
 // per line, or the parser's error.
 std::string PythonSeries(const std::string& path) {
-  const std::string script = WriteTemp("planner_cli_parse.py",
-                                       "import sys, xml.etree.ElementTree as ET\n"
-                                       "root = ET.parse(sys.argv[1]).getroot()\n"
-                                       "ns = '{http://www.w3.org/2000/svg}'\n"
-                                       "assert root.tag == ns + 'svg', root.tag\n"
-                                       "for p in root.iter(ns + 'polyline'):\n"
-                                       "    print(p.get('data-series'))\n");
-  FILE* pipe = popen(absl::StrCat("/usr/bin/python3 ", script, " ", path, " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return "popen failed";
-  std::string out;
-  char buffer[4096];
-  size_t got;
-  while ((got = fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.append(buffer, got);
-  const int status = pclose(pipe);
-  return status == 0 ? out : absl::StrCat("python3 failed (", status, "): ", out);
+  return ::attend::testing::PythonSeries(::attend::testing::ReadFile(path));
 }
 
 // The points of the polyline whose data-series is `series`, in pixels.
@@ -367,7 +347,7 @@ TEST_F(PlannerCliTest, PlanPlotsOneLinePerVariant) {
   std::remove(path.c_str());
   ASSERT_EQ(Run({"plan", "mistral-7b", "--plot", path}), cli::kExitOk) << err_.str();
   ExpectOut({"wrote " + path + " (3 lines)"});
-  const std::string svg = ReadFile(path);
+  const std::string svg = ::attend::testing::ReadFile(path);
   EXPECT_EQ(PythonSeries(path), "MHA: 32 KV heads\nGQA: 8 KV heads (the model)\nMQA: 1 KV head\n");
   for (const char* label :
        {"Mistral 7B v0.1: KV cache against context", "context (tokens per sequence)",
@@ -384,7 +364,7 @@ TEST_F(PlannerCliTest, PlanPlotsOneLinePerVariant) {
 
   // Without windows the line keeps rising to the end.
   ASSERT_EQ(Run({"plan", "llama-3-8b", "--plot", path, "--budget", "2GiB"}), cli::kExitOk);
-  const std::string llama = ReadFile(path);
+  const std::string llama = ::attend::testing::ReadFile(path);
   EXPECT_EQ(PythonSeries(path),
             "MHA: 32 KV heads\nGQA: 8 KV heads (the model)\nMQA: 1 KV head\n"
             "budget: 2.00 GiB for the cache\n");
@@ -402,7 +382,7 @@ TEST_F(PlannerCliTest, PlanPlotsOneLinePerKvType) {
       << err_.str();
   ParseJson<v1::PlanKvCacheResponse>();  // --json output stays pure JSON
   EXPECT_EQ(PythonSeries(path), "float32\nfloat16 / bfloat16\nfp8 / int8\nq8_0\nq4_0\n");
-  const std::string svg = ReadFile(path);
+  const std::string svg = ::attend::testing::ReadFile(path);
   EXPECT_NE(svg.find("one line per KV cache type"), std::string::npos);
   // Half of Gemma 2's layers slide: past the window the lines rise at half the slope.
   const std::vector<std::pair<double, double>> f16 = SeriesPoints(svg, "float16 / bfloat16");
@@ -516,7 +496,7 @@ TEST_F(PlannerCliTest, CostPlotsFlopsWithTheCrossover) {
             cli::kExitOk)
       << err_.str();
   EXPECT_EQ(PythonSeries(path), "prefill attention\nprefill weights (2P per token)\n");
-  const std::string svg = ReadFile(path);
+  const std::string svg = ::attend::testing::ReadFile(path);
   for (const char* label :
        {"Llama 3 8B: prefill FLOPs against prompt length", "prompt (tokens)", "FLOPs (PFLOP)",
         "data-marker=\"crossover 61,035\"", "data-marker=\"prompt 8,192\"",

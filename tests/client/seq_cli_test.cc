@@ -111,6 +111,14 @@ TEST_F(SeqCliTest, CreatePrintsTheShapeAndJsonReadsBack) {
   EXPECT_EQ(info.reserved_tokens(), 40);
   EXPECT_GT(info.blocks(), 0);
 
+  // int8 storage: shown in the table, sent as INT8.
+  ASSERT_EQ(Run({"seq", "create", "--id", "c-int8", "--head_dim", "16", "--kv_dtype", "int8"}),
+            cli::kExitOk)
+      << err_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("int8 (per-token, per-head scales) keys and values"));
+  ASSERT_EQ(Run({"--json", "seq", "get", "--id", "c-int8"}), cli::kExitOk) << err_.str();
+  EXPECT_EQ(ParseJson<v1::SequenceInfo>(out_.str()).config().kv_dtype(), v1::INT8);
+
   // A generated id, then errors: an id in use, a bad shape.
   ASSERT_EQ(Run({"--json", "seq", "create"}), cli::kExitOk) << err_.str();
   EXPECT_FALSE(ParseJson<v1::SequenceInfo>(out_.str()).sequence_id().empty());
@@ -436,7 +444,7 @@ TEST_F(SeqCliTest, UsageErrorsExitTwo) {
   EXPECT_THAT(err_.str(), HasSubstr("--layers is not a flag of 'attend seq append'"));
   EXPECT_EQ(Run({"seq", "stats", "--id", "x"}), cli::kExitUsage);
   EXPECT_EQ(Run({"seq", "create", "--kv_dtype", "f16"}), cli::kExitUsage);
-  EXPECT_THAT(err_.str(), HasSubstr("the cache stores f32 or bf16"));
+  EXPECT_THAT(err_.str(), HasSubstr("the cache stores f32, bf16 or int8"));
   EXPECT_EQ(Run({"seq", "create", "--layers", "0"}), cli::kExitUsage);
   EXPECT_EQ(Run({"seq", "create", "--n_head", "four"}), cli::kExitUsage);
   EXPECT_EQ(Run({"seq", "append", "--id", "x", "--no_q", "--q", "q.npy", "--k", "k", "--v", "v"}),

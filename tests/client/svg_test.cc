@@ -1,5 +1,6 @@
-// The CLI's SVG line-chart writer: ticks, labels, escaping, and documents that are well-formed
-// XML (checked by a small checker here and by python3's xml.etree) holding the expected series.
+// The CLI's SVG writers: line charts (ticks, labels, escaping, the expected series) and
+// heatmaps (one cell per weight, masked cells apart, tooltips, truncation), in documents that
+// are well-formed XML (checked by a small checker and by python3's xml.etree).
 #include "client/cli/svg.h"
 
 #include <cctype>
@@ -14,167 +15,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/client/xml_check.h"
 
 namespace attend::cli {
 namespace {
 
-// "" when `doc` is well-formed XML of the kind an SVG writer produces (an XML declaration,
-// comments, elements with quoted, unique attributes, text, the five predefined entities and
-// character references, one root element), otherwise what is wrong and where.
-std::string XmlProblem(const std::string& doc) {
-  const size_t n = doc.size();
-  size_t i = 0;
-  std::vector<std::string> open;
-  bool root_seen = false;
-  const auto at = [&](const std::string& what) { return absl::StrCat(what, " at offset ", i); };
-  const auto name_start = [](char c) {
-    return std::isalpha(static_cast<unsigned char>(c)) || c == '_' || c == ':';
-  };
-  const auto name_char = [&](char c) {
-    return name_start(c) || std::isdigit(static_cast<unsigned char>(c)) || c == '-' || c == '.';
-  };
-  const auto read_name = [&] {
-    const size_t start = i;
-    if (i < n && name_start(doc[i])) {
-      while (i < n && name_char(doc[i])) ++i;
-    }
-    return doc.substr(start, i - start);
-  };
-  const auto skip_space = [&] {
-    const size_t start = i;
-    while (i < n && std::isspace(static_cast<unsigned char>(doc[i]))) ++i;
-    return i > start;
-  };
-  // At '&': a predefined entity or a character reference.
-  const auto reference = [&]() -> bool {
-    const size_t semi = doc.find(';', i);
-    if (semi == std::string::npos) return false;
-    const std::string ref = doc.substr(i + 1, semi - i - 1);
-    static const std::set<std::string> kNamed = {"amp", "lt", "gt", "quot", "apos"};
-    bool ok = kNamed.count(ref) > 0;
-    if (!ok && ref.size() > 1 && ref[0] == '#') {
-      const bool hex = ref[1] == 'x';
-      const std::string digits = ref.substr(hex ? 2 : 1);
-      ok = !digits.empty();
-      for (char c : digits) {
-        ok = ok && (hex ? std::isxdigit(static_cast<unsigned char>(c))
-                        : std::isdigit(static_cast<unsigned char>(c)));
-      }
-    }
-    i = semi + 1;
-    return ok;
-  };
-
-  if (doc.compare(0, 5, "<?xml") == 0) {
-    const size_t end = doc.find("?>");
-    if (end == std::string::npos) return at("unterminated XML declaration");
-    i = end + 2;
-  }
-  while (i < n) {
-    const char c = doc[i];
-    if (c == '<') {
-      if (doc.compare(i, 4, "<!--") == 0) {
-        const size_t end = doc.find("-->", i + 4);
-        if (end == std::string::npos) return at("unterminated comment");
-        i = end + 3;
-        continue;
-      }
-      if (doc.compare(i, 2, "<!") == 0 || doc.compare(i, 2, "<?") == 0) {
-        return at("unexpected markup declaration");
-      }
-      if (doc.compare(i, 2, "</") == 0) {
-        i += 2;
-        const std::string name = read_name();
-        skip_space();
-        if (i >= n || doc[i] != '>') return at("malformed end tag");
-        ++i;
-        if (open.empty() || open.back() != name) {
-          return at(
-              absl::StrCat("</", name, "> does not close <", open.empty() ? "" : open.back(), ">"));
-        }
-        open.pop_back();
-        continue;
-      }
-      ++i;
-      if (root_seen && open.empty()) return at("a second root element");
-      const std::string name = read_name();
-      if (name.empty()) return at("an element without a name");
-      std::set<std::string> attributes;
-      bool self_closing = false;
-      while (true) {
-        const bool space = skip_space();
-        if (i >= n) return at("unterminated start tag");
-        if (doc[i] == '>') {
-          ++i;
-          break;
-        }
-        if (doc.compare(i, 2, "/>") == 0) {
-          i += 2;
-          self_closing = true;
-          break;
-        }
-        if (!space) return at("attributes must be separated by white space");
-        const std::string attribute = read_name();
-        if (attribute.empty()) return at("malformed attribute");
-        if (!attributes.insert(attribute).second) return at("duplicate attribute " + attribute);
-        skip_space();
-        if (i >= n || doc[i] != '=') return at("attribute without '='");
-        ++i;
-        skip_space();
-        if (i >= n || (doc[i] != '"' && doc[i] != '\'')) return at("unquoted attribute value");
-        const char quote = doc[i++];
-        while (i < n && doc[i] != quote) {
-          if (doc[i] == '<') return at("'<' in an attribute value");
-          if (doc[i] == '&') {
-            if (!reference()) return at("bad reference in an attribute value");
-          } else {
-            ++i;
-          }
-        }
-        if (i >= n) return at("unterminated attribute value");
-        ++i;
-      }
-      root_seen = true;
-      if (!self_closing) open.push_back(name);
-    } else if (c == '&') {
-      if (open.empty()) return at("a reference outside the root element");
-      if (!reference()) return at("bad reference");
-    } else {
-      if (open.empty() && !std::isspace(static_cast<unsigned char>(c))) {
-        return at("text outside the root element");
-      }
-      if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n' && c != '\r') {
-        return at("a control character");
-      }
-      ++i;
-    }
-  }
-  if (!open.empty()) return absl::StrCat("<", open.back(), "> is never closed");
-  if (!root_seen) return "no root element";
-  return "";
-}
-
-// Runs python3's xml.etree over `svg` and returns the data-series of its polylines, one per line
-// (or the parser's error).
-std::string PythonSeries(const std::string& svg) {
-  const std::string dir = ::testing::TempDir();
-  const std::string path = dir + "/svg_test_chart.svg", script = dir + "/svg_test_parse.py";
-  std::ofstream(path, std::ios::binary) << svg;
-  std::ofstream(script) << "import sys, xml.etree.ElementTree as ET\n"
-                           "root = ET.parse(sys.argv[1]).getroot()\n"
-                           "assert root.tag == '{http://www.w3.org/2000/svg}svg', root.tag\n"
-                           "for p in root.iter('{http://www.w3.org/2000/svg}polyline'):\n"
-                           "    print(p.get('data-series'))\n";
-  FILE* pipe = popen(absl::StrCat("/usr/bin/python3 ", script, " ", path, " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return "popen failed";
-  std::string out;
-  char buffer[4096];
-  size_t got;
-  while ((got = fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.append(buffer, got);
-  const int status = pclose(pipe);
-  return status == 0 ? out : absl::StrCat("python3 failed (", status, "): ", out);
-}
+using ::attend::testing::PythonHeatmapCells;
+using ::attend::testing::PythonSeries;
+using ::attend::testing::XmlProblem;
 
 // The attribute `name` of every `tag` element, in order.
 std::vector<std::string> Attributes(const std::string& svg, const std::string& tag,
@@ -340,6 +190,132 @@ TEST(RenderSvg, ParsesWithPythonXmlEtree) {
   hostile.title = "bad \xC3 utf-8 <&>";
   hostile.series = {{"x&y \xFF", {0, 1}, {0, 1}}};
   EXPECT_EQ(PythonSeries(RenderSvg(hostile)), "x&y ?\n");
+}
+
+// Two heads of 2 queries x 3 keys; the second query of each head sees every key, the first
+// only the first two (as a causal mask with queries aligned to the end would have it).
+Heatmap SmallHeatmap() {
+  Heatmap h;
+  h.title = "weights <&>";
+  h.heads = 2;
+  h.rows = 2;
+  h.cols = 3;
+  h.values = {0.7f, 0.3f, 0.0f, 0.2f, 0.3f, 0.5f, 1.0f, 0.0f, 0.0f, 0.0f, 0.25f, 0.75f};
+  h.masked = {false, false, true, false, false, false, false, false, true, false, false, false};
+  h.row_labels = {"cat", "sat"};
+  h.column_labels = {"The", "cat", "sat"};
+  return h;
+}
+
+TEST(RenderHeatmapSvg, OneCellPerWeightWithTooltipsAndMaskedCellsApart) {
+  absl::StatusOr<std::string> svg = RenderHeatmapSvg(SmallHeatmap());
+  ASSERT_TRUE(svg.ok()) << svg.status();
+  EXPECT_EQ(XmlProblem(*svg), "") << *svg;
+  EXPECT_EQ(Attributes(*svg, "rect", "data-value").size(), 12u);
+  // A masked cell and a visible weight of exactly 0 look different: hatched grey against the
+  // colour of 0.
+  std::vector<std::string> fills;
+  const std::regex cell_fill("<rect class=\"cell\"[^>]*\\bfill=\"([^\"]*)\"");
+  for (std::sregex_iterator it(svg->begin(), svg->end(), cell_fill), end; it != end; ++it) {
+    fills.push_back((*it)[1]);
+  }
+  ASSERT_EQ(fills.size(), 12u);
+  EXPECT_EQ(fills[2], "url(#masked)");
+  EXPECT_EQ(fills[8], "url(#masked)");
+  EXPECT_NE(fills[7], "url(#masked)");  // head 1, query 0, key 1: visible, weight 0
+  EXPECT_EQ(fills[7], fills[9]);        // both 0, both the bottom of the scale
+  EXPECT_NE(fills[6], fills[7]);        // 1 and 0 differ
+  EXPECT_EQ(Attributes(*svg, "rect", "data-masked").size(), 2u);
+  for (const char* text :
+       {"<title>weights &lt;&amp;&gt;</title>",
+        "head 0, query 1 (sat), key 2 "
+        "(sat): 0.5000</title>",
+        "head 0, query 0 (cat), key 2 (sat): masked "
+        "(not attended)</title>",
+        ">head 1</text>", ">The</text>", "id=\"masked\"", "id=\"scale\"", ">masked</text>"}) {
+    EXPECT_NE(svg->find(text), std::string::npos) << text;
+  }
+  EXPECT_EQ(svg->find("truncated"), std::string::npos);
+  EXPECT_EQ(svg->find("<script"), std::string::npos);
+  EXPECT_EQ(svg->find("href"), std::string::npos);  // self-contained
+}
+
+TEST(RenderHeatmapSvg, ParsesWithPythonXmlEtree) {
+  absl::StatusOr<std::string> svg = RenderHeatmapSvg(SmallHeatmap());
+  ASSERT_TRUE(svg.ok()) << svg.status();
+  const std::string cells = PythonHeatmapCells(*svg);
+  const std::vector<std::string> lines = absl::StrSplit(cells, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 12u) << cells;
+  EXPECT_EQ(lines[0], "0 0 0 0.699999988 visible|head 0, query 0 (cat), key 0 (The): 0.7000");
+  EXPECT_EQ(lines[2], "0 0 2 0 masked|head 0, query 0 (cat), key 2 (sat): masked (not attended)");
+  EXPECT_EQ(lines[11], "1 1 2 0.75 visible|head 1, query 1 (sat), key 2 (sat): 0.7500");
+}
+
+TEST(RenderHeatmapSvg, ColourScaleEndsAtANiceTickOrTheGivenMaximum) {
+  Heatmap h = SmallHeatmap();
+  h.values[6] = 0.6f;  // the largest visible value is now 0.75
+  absl::StatusOr<std::string> svg = RenderHeatmapSvg(h);
+  ASSERT_TRUE(svg.ok());
+  EXPECT_NE(svg->find(">0.8</text>"), std::string::npos);
+  EXPECT_EQ(svg->find(">1.0</text>"), std::string::npos);
+  h.value_max = 1.0;
+  svg = RenderHeatmapSvg(h);
+  ASSERT_TRUE(svg.ok());
+  EXPECT_NE(svg->find(">1.0</text>"), std::string::npos);
+}
+
+TEST(RenderHeatmapSvg, CapsTheDrawnSizeAndSaysSo) {
+  Heatmap h;
+  h.title = "big";
+  h.heads = 3;
+  h.rows = 5;
+  h.cols = 70;
+  h.values.assign(3 * 5 * 70, 0.01f);
+  h.max_panels = 2;
+  h.max_rows = 4;
+  h.max_cols = 60;
+  EXPECT_TRUE(HeatmapTruncated(h));
+  absl::StatusOr<std::string> svg = RenderHeatmapSvg(h);
+  ASSERT_TRUE(svg.ok()) << svg.status();
+  EXPECT_EQ(XmlProblem(*svg), "");
+  EXPECT_EQ(Attributes(*svg, "rect", "data-value").size(), 2u * 4u * 60u);
+  EXPECT_NE(svg->find("truncated: showing heads 0-1 of 3, queries 0-3 of 5, keys 0-59 of 70"),
+            std::string::npos)
+      << svg->substr(0, 2000);
+  h.max_panels = 3;
+  h.max_rows = 5;
+  h.max_cols = 70;
+  EXPECT_FALSE(HeatmapTruncated(h));
+}
+
+TEST(RenderHeatmapSvg, RefusesSizesThatDisagree) {
+  Heatmap h = SmallHeatmap();
+  h.values.pop_back();
+  EXPECT_EQ(RenderHeatmapSvg(h).status().code(), absl::StatusCode::kInvalidArgument);
+  h = SmallHeatmap();
+  h.masked.pop_back();
+  EXPECT_EQ(RenderHeatmapSvg(h).status().code(), absl::StatusCode::kInvalidArgument);
+  h = SmallHeatmap();
+  h.column_labels.pop_back();
+  EXPECT_THAT(std::string(RenderHeatmapSvg(h).status().message()),
+              ::testing::HasSubstr("2 column labels for 3 columns"));
+  h = SmallHeatmap();
+  h.rows = 0;
+  EXPECT_EQ(RenderHeatmapSvg(h).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(RenderHeatmapSvg, EscapesHostileLabels) {
+  Heatmap h = SmallHeatmap();
+  h.row_labels = {"</text><script>", "\xFF&"};
+  h.panel_titles = {"a\"b", "c'd"};
+  absl::StatusOr<std::string> svg = RenderHeatmapSvg(h);
+  ASSERT_TRUE(svg.ok());
+  EXPECT_EQ(XmlProblem(*svg), "") << *svg;
+  EXPECT_EQ(svg->find("<script>"), std::string::npos);
+  const std::string cells = PythonHeatmapCells(*svg);
+  EXPECT_NE(cells.find("a\"b, query 0 (</text><script>), key 0 (The): 0.7000"), std::string::npos)
+      << cells;
+  EXPECT_NE(cells.find("(?&)"), std::string::npos) << cells;
 }
 
 }  // namespace

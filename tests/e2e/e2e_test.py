@@ -376,6 +376,87 @@ class Configuration(unittest.TestCase):
         self.assertIn("ATTEND_WORKER_THREADS", result.stderr)
 
 
+class Security(unittest.TestCase):
+    """TLS and a bearer token configured through ATTEND_* variables, reached from Python (TLS
+    credentials and the authorization header by hand) and from the CLI (its environment)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="attend_e2e_tls_")
+        script = (
+            "set -e\n"
+            "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key "
+            "-out ca.pem -days 2 -subj /CN=e2e-ca\n"
+            "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout server.key "
+            "-out server.csr -subj /CN=localhost\n"
+            "printf 'subjectAltName=DNS:localhost\\n' > san.ext\n"
+            "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 "
+            "-extfile san.ext -out server.pem\n"
+            "printf 'e2e-token-123\\n' > token\n")
+        subprocess.run(["bash", "-c", script], cwd=cls.dir, check=True, capture_output=True)
+        cls.proc, cls.port, _ = start_server([], {
+            "ATTEND_ADDRESS": "127.0.0.1:0", "ATTEND_METRICS_ADDRESS": "",
+            "ATTEND_TLS_CERT": cls.path("server.pem"), "ATTEND_TLS_KEY": cls.path("server.key"),
+            "ATTEND_AUTH_TOKEN_FILE": cls.path("token")})
+        cls.target = "localhost:%d" % cls.port
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.proc.send_signal(signal.SIGTERM)
+        cls.proc.communicate(timeout=30)
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    @classmethod
+    def path(cls, name):
+        return os.path.join(cls.dir, name)
+
+    def channel(self):
+        import grpc
+        with open(self.path("ca.pem"), "rb") as f:
+            credentials = grpc.ssl_channel_credentials(root_certificates=f.read())
+        return grpc.secure_channel(self.target, credentials)
+
+    def test_python_needs_the_token_except_for_health(self):
+        import grpc
+        a = PB["attention"]
+        with self.channel() as channel:
+            health = PB["health_grpc"].HealthStub(channel).Check(PB["health"].HealthCheckRequest())
+            self.assertEqual(health.status, PB["health"].HealthCheckResponse.SERVING)
+            stub = PB["attention_grpc"].AttentionStub(channel)
+            for metadata in ([], [("authorization", "Bearer wrong")]):
+                with self.assertRaises(grpc.RpcError) as caught:
+                    stub.Softmax(a.SoftmaxRequest(logits=[2, 1, 0.5]), metadata=metadata)
+                self.assertEqual(caught.exception.code(), grpc.StatusCode.UNAUTHENTICATED)
+            r = stub.Softmax(a.SoftmaxRequest(logits=[2, 1, 0.5]),
+                             metadata=[("authorization", "Bearer e2e-token-123")])
+            self.assertEqual([round(p, 2) for p in r.probabilities], [0.63, 0.23, 0.14])
+
+    def test_cli_connects_with_its_environment(self):
+        env = dict(os.environ, ATTEND_TARGET=self.target, ATTEND_TLS="1",
+                   ATTEND_CA_CERT=self.path("ca.pem"), ATTEND_TOKEN_FILE=self.path("token"))
+        result = subprocess.run([ARGS.cli, "--json", "softmax", "2", "1", "0.5"], env=env,
+                                capture_output=True, text=True, timeout=60)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        del env["ATTEND_TOKEN_FILE"]
+        result = subprocess.run([ARGS.cli, "softmax", "1"], env=env, capture_output=True,
+                                text=True, timeout=60)
+        self.assertEqual(result.returncode, 4, result.stderr)
+        self.assertIn("UNAUTHENTICATED", result.stderr)
+        del env["ATTEND_CA_CERT"]
+        result = subprocess.run([ARGS.cli, "--deadline", "5", "health"], env=env,
+                                capture_output=True, text=True, timeout=60)
+        self.assertEqual(result.returncode, 3, result.stderr)
+        self.assertIn("--ca_cert", result.stderr)
+
+    def test_server_refuses_a_token_without_tls(self):
+        result = subprocess.run([ARGS.server, "--address=127.0.0.1:0", "--metrics_address=",
+                                 "--auth_token_file=" + self.path("token")],
+                                capture_output=True, text=True, timeout=30)
+        self.assertEqual(result.returncode, 2, result.stderr)
+        self.assertIn("need TLS", result.stderr)
+        self.assertNotIn("e2e-token-123", result.stderr + result.stdout)
+
+
 def main():
     global ARGS
     parser = argparse.ArgumentParser()
