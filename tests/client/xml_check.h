@@ -3,6 +3,8 @@
 #ifndef ATTEND_TESTS_CLIENT_XML_CHECK_H_
 #define ATTEND_TESTS_CLIENT_XML_CHECK_H_
 
+#include <unistd.h>
+
 #include <cctype>
 #include <cstdio>
 #include <fstream>
@@ -160,12 +162,13 @@ inline std::string ReadFile(const std::string& path) {
   return text.str();
 }
 
-// Runs the python3 `script` on the document `svg` (saved under `name` in the test's temporary
-// directory and passed as sys.argv[1]); what it prints, or why it failed.
+// Runs the python3 `script` on the document `svg` (saved in the test's temporary directory and
+// passed as sys.argv[1]); what it prints, or why it failed. The files carry the process id:
+// ctest runs tests as parallel processes that share one temporary directory.
 inline std::string RunPythonOn(const std::string& svg, const std::string& script,
                                const std::string& name) {
-  const std::string dir = ::testing::TempDir();
-  const std::string path = dir + "/" + name + ".svg", script_path = dir + "/" + name + ".py";
+  const std::string stem = absl::StrCat(::testing::TempDir(), "/", name, "_", getpid());
+  const std::string path = stem + ".svg", script_path = stem + ".py";
   std::ofstream(path, std::ios::binary) << svg;
   std::ofstream(script_path) << script;
   FILE* pipe =
@@ -176,6 +179,8 @@ inline std::string RunPythonOn(const std::string& svg, const std::string& script
   size_t got;
   while ((got = fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.append(buffer, got);
   const int status = pclose(pipe);
+  std::remove(path.c_str());
+  std::remove(script_path.c_str());
   return status == 0 ? out : absl::StrCat("python3 failed (", status, "): ", out);
 }
 
