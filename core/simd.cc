@@ -207,28 +207,92 @@ ATTEND_AVX2 void ScaleAddAvx2(float* dst, float alpha, const float* src, int64_t
 // rows are read once for all query rows and streamed in order: that keeps the memory busy, which
 // matters more than arithmetic here.
 
-// Up to 4 query rows against one key row at a time.
-template <int M, DType kType>
+// Asks for the cache lines of row `t` of `rows` (when it exists) ahead of their use. The
+// kernels do little work per byte, so the out-of-order window covers only a few rows: without
+// this, the hardware prefetchers alone leave a single core well below its share of the memory
+// bandwidth.
+template <DType kType>
+ATTEND_AVX2 inline void PrefetchRow(const Rows& rows, int64_t t, int64_t count, int64_t cols) {
+  if (t >= count) return;
+  const char* p = static_cast<const char*>(RowStart(rows, t));
+  const int64_t bytes = cols * static_cast<int64_t>(DTypeSize(kType));
+  for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+}
+
+// How far ahead of the row being read the kernels prefetch: a distance in bytes, so that
+// narrow (bf16, int8) rows are prefetched as far ahead in time as f32 ones.
+constexpr int64_t kPrefetchBytes = 4096;
+
+template <DType kType>
+inline int64_t PrefetchRows(int64_t cols) {
+  return std::max<int64_t>(4, kPrefetchBytes / std::max<int64_t>(1, cols * DTypeSize(kType)));
+}
+
+// Eight sums at once: lane i of the result is the sum of the lanes of v[i].
+ATTEND_AVX2 inline __m256 Sum8x8(const __m256* v) {
+  const __m256 h01 = _mm256_hadd_ps(v[0], v[1]);
+  const __m256 h23 = _mm256_hadd_ps(v[2], v[3]);
+  const __m256 h45 = _mm256_hadd_ps(v[4], v[5]);
+  const __m256 h67 = _mm256_hadd_ps(v[6], v[7]);
+  const __m256 h0123 = _mm256_hadd_ps(h01, h23);
+  const __m256 h4567 = _mm256_hadd_ps(h45, h67);
+  return _mm256_add_ps(_mm256_permute2f128_ps(h0123, h4567, 0x20),
+                       _mm256_permute2f128_ps(h0123, h4567, 0x31));
+}
+
+// M query rows against R key rows at a time (M * R <= 8 accumulators): the R rows' loads are
+// shared by the M query rows, and the M * R independent FMA chains hide the FMA latency (with
+// one key row, M = 4 chains leave the FMA units half idle).
+template <int M, int R, DType kType>
 ATTEND_AVX2 void DotRowsBlock(const float* q, int64_t d, const Rows& k, int64_t rows, float* scores,
                               int64_t ld) {
-  for (int64_t t = 0; t < rows; ++t) {
-    __m256 acc[M];
-#pragma GCC unroll 4
-    for (int j = 0; j < M; ++j) acc[j] = _mm256_setzero_ps();
-    const void* row = RowStart(k, t);
+  static_assert(M * R <= 8);
+  const int64_t ahead = PrefetchRows<kType>(d);
+  int64_t t = 0;
+  for (; t + R <= rows; t += R) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) PrefetchRow<kType>(k, t + ahead + r, rows, d);
+    __m256 acc[M * R];
+#pragma GCC unroll 8
+    for (int i = 0; i < M * R; ++i) acc[i] = _mm256_setzero_ps();
+    const void* row[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) row[r] = RowStart(k, t + r);
     int64_t c = 0;
     for (; c + 8 <= d; c += 8) {
-      const __m256 kv = Load8T<kType>(row, c);
+      __m256 kv[R];
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) kv[r] = Load8T<kType>(row[r], c);
 #pragma GCC unroll 4
       for (int j = 0; j < M; ++j) {
-        acc[j] = _mm256_fmadd_ps(_mm256_loadu_ps(q + j * d + c), kv, acc[j]);
+        const __m256 qv = _mm256_loadu_ps(q + j * d + c);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) acc[j * R + r] = _mm256_fmadd_ps(qv, kv[r], acc[j * R + r]);
       }
     }
-    const float scale = RowScale(k, t);
+    alignas(32) float sums[8];
+    if constexpr (M * R == 8) {
+      _mm256_store_ps(sums, Sum8x8(acc));
+    } else {
+#pragma GCC unroll 8
+      for (int i = 0; i < M * R; ++i) sums[i] = Sum8(acc[i]);
+    }
+#pragma GCC unroll 4
     for (int j = 0; j < M; ++j) {
-      float s = Sum8(acc[j]);
-      for (int64_t r = c; r < d; ++r) s += q[j * d + r] * Load(row, kType, r);
-      scores[j * ld + t] = s * scale;
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        float x = sums[j * R + r];
+        for (int64_t e = c; e < d; ++e) x += q[j * d + e] * Load(row[r], kType, e);
+        scores[j * ld + t + r] = x * RowScale(k, t + r);
+      }
+    }
+  }
+  if constexpr (R > 1) {
+    if (t < rows) {
+      Rows rest = k;
+      rest.data = RowStart(k, t);
+      if (k.scales != nullptr) rest.scales = k.scales + t;
+      DotRowsBlock<M, 1, kType>(q, d, rest, rows - t, scores + t, ld);
     }
   }
 }
@@ -237,9 +301,13 @@ template <DType kType>
 ATTEND_AVX2 void DotRowsImpl(const float* q, int64_t m, int64_t d, const Rows& k, int64_t rows,
                              float* scores, int64_t ld) {
   int64_t j = 0;
-  for (; j + 4 <= m; j += 4) DotRowsBlock<4, kType>(q + j * d, d, k, rows, scores + j * ld, ld);
-  for (; j + 2 <= m; j += 2) DotRowsBlock<2, kType>(q + j * d, d, k, rows, scores + j * ld, ld);
-  for (; j < m; ++j) DotRowsBlock<1, kType>(q + j * d, d, k, rows, scores + j * ld, ld);
+  for (; j + 4 <= m; j += 4) {
+    DotRowsBlock<4, 2, kType>(q + j * d, d, k, rows, scores + j * ld, ld);
+  }
+  for (; j + 2 <= m; j += 2) {
+    DotRowsBlock<2, 4, kType>(q + j * d, d, k, rows, scores + j * ld, ld);
+  }
+  for (; j < m; ++j) DotRowsBlock<1, 8, kType>(q + j * d, d, k, rows, scores + j * ld, ld);
 }
 
 ATTEND_AVX2 void DotRowsAvx2(const float* q, int64_t m, int64_t d, const Rows& k, int64_t rows,
@@ -259,9 +327,12 @@ ATTEND_AVX2 void DotRowsAvx2(const float* q, int64_t m, int64_t d, const Rows& k
 template <int M, DType kType>
 ATTEND_AVX2 void AccumulateBlock(const float* p, int64_t ld, const Rows& v, int64_t rows,
                                  int64_t dv, float* acc) {
+  const int64_t ahead = PrefetchRows<kType>(dv);
   int64_t t = 0;
   if (dv % 8 == 0) {
     for (; t + 4 <= rows; t += 4) {
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; ++r) PrefetchRow<kType>(v, t + ahead + r, rows, dv);
       __m256 w[M][4];
 #pragma GCC unroll 4
       for (int r = 0; r < 4; ++r) {
