@@ -212,6 +212,23 @@ absl::StatusOr<SequenceInfo> KvCache::Create(const SequenceConfig& requested, ab
     ATTEND_RETURN_IF_ERROR(check_registry());
   }
 
+  {
+    const std::string shape =
+        absl::StrCat(config.n_head, "/", layout.n_head_kv, "/", layout.head_dim, "/",
+                     layout.head_dim_v, "/", DTypeName(layout.dtype), "/", layout.tokens_per_block);
+    bool warm;
+    {
+      MutexLock lock(&warm_mu_);
+      warm = warmed_.contains(shape);
+    }
+    // A failed warm-up only means the first Append creates what is missing (and reports a real
+    // failure itself): it does not fail the creation.
+    if (!warm && WarmUpPagedAttention(layout, config.n_head, options_.compute_threads).ok()) {
+      MutexLock lock(&warm_mu_);
+      warmed_.insert(shape);
+    }
+  }
+
   auto sequence = std::make_shared<Sequence>();
   sequence->config = config;
   sequence->layout = layout;

@@ -33,6 +33,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -134,7 +135,9 @@ class KvCache {
 
   // Creates a sequence. `id` empty: a generated id. INVALID_ARGUMENT for a bad shape or id,
   // ALREADY_EXISTS for an id in use, RESOURCE_EXHAUSTED for the sequence limit or when the
-  // reservation does not fit.
+  // reservation does not fit. The first sequence of each shape also creates the oneDNN
+  // primitives its prefills need (WarmUpPagedAttention: tens of ms, once), so that appends
+  // do not.
   absl::StatusOr<SequenceInfo> Create(const SequenceConfig& config, absl::string_view id,
                                       int64_t reserve_tokens);
 
@@ -243,6 +246,11 @@ class KvCache {
   absl::flat_hash_map<std::string, std::string> evicted_ ABSL_GUARDED_BY(registry_mu_);
   std::vector<std::string> evicted_order_ ABSL_GUARDED_BY(registry_mu_);
   uint64_t id_counter_ ABSL_GUARDED_BY(registry_mu_) = 0;
+
+  // Shapes (layout and query heads) whose prefill primitives exist. Not held while warming:
+  // two first creations of one shape may both warm up, which is harmless.
+  Mutex warm_mu_;
+  absl::flat_hash_set<std::string> warmed_ ABSL_GUARDED_BY(warm_mu_);
 };
 
 }  // namespace attend::kv

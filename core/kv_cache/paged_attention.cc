@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
+#include <memory>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/onednn.h"
@@ -114,6 +117,38 @@ absl::Status RunPagedAttention(absl::Span<const PagedProblem> problems, Precisio
                                  any_emulated ? "-emulated" : "", any_int8 ? "+int8kv" : "");
   }
   return absl::OkStatus();
+}
+
+absl::Status WarmUpPagedAttention(const BlockLayout& layout, int64_t n_head, int threads) {
+  const int64_t width = layout.tokens_per_block;
+  const int64_t group = n_head / layout.n_head_kv;
+  // Enough tokens for the matmul path (tile::kMatmulRows folded rows), in whole blocks. Causal
+  // over one block's worth of queries, each query tile ends at a later key, so the tiles take
+  // every column count the matmul path uses (multiples of 64 up to the block width).
+  const int64_t needed = std::max(width, (tile::kMatmulRows + group - 1) / group);
+  const int64_t blocks = (needed + width - 1) / width;
+  const int64_t tokens = blocks * width;
+  const int64_t block_bytes = layout.token_bytes() * width + 64;  // scales' alignment included
+  std::vector<char> memory(static_cast<size_t>(blocks * block_bytes + 64), 0);
+  char* base = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(memory.data()) + 63) / 64 *
+                                       64);  // blocks are 64-aligned
+  std::vector<BlockRef> refs;
+  for (int64_t b = 0; b < blocks; ++b) {
+    // Non-owning: the scratch memory outlives the call.
+    refs.push_back(std::make_shared<Block>(Block{base + b * block_bytes}));
+  }
+  std::vector<float> q(static_cast<size_t>(tokens * n_head * layout.head_dim), 0.0f);
+  std::vector<float> out(static_cast<size_t>(tokens * n_head * layout.head_dim_v));
+  PagedProblem p;
+  p.layout = &layout;
+  p.blocks = &refs;
+  p.tokens = tokens;
+  p.mask.causal = true;
+  p.q = q.data();
+  p.n = tokens;
+  p.n_head = n_head;
+  p.output = out.data();
+  return RunPagedAttention({p}, Precision::kAuto, threads, nullptr);
 }
 
 }  // namespace attend::kv

@@ -45,6 +45,12 @@ struct PagedProblem {
 absl::Status RunPagedAttention(absl::Span<const PagedProblem> problems, Precision precision,
                                int threads, AttentionStats* stats);
 
+// Creates the oneDNN primitives that prefills over blocks of `layout` with `n_head` query heads
+// use (precision kAuto), by computing one causal prefill over scratch blocks (at most
+// 16 x the block size, freed before returning) so that the first real Append does not pay for
+// them (~0.3 ms per primitive, tens of ms in all). Cheap when they already exist.
+absl::Status WarmUpPagedAttention(const BlockLayout& layout, int64_t n_head, int threads);
+
 }  // namespace attend::kv
 
 #endif  // ATTEND_CORE_KV_CACHE_PAGED_ATTENTION_H_
