@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -33,6 +34,25 @@ const MachineLimits& MeasureMachineLimits() {
     return m;
   }();
   return limits;
+}
+
+MachineLimits MeasureLimitsNow() {
+  MachineLimits m;
+  m.cpu_isa = onednn::CpuIsaName();
+  m.matmul_f32_flops = planner::MeasureMatmulFlops(1024, 3, /*bf16=*/false).value_or(0.0);
+  if (onednn::HasBf16Matmul()) {
+    m.matmul_bf16_flops = planner::MeasureMatmulFlops(1024, 3, /*bf16=*/true).value_or(0.0);
+  }
+  m.read_bytes_per_second = planner::MeasureReadBandwidth(int64_t{256} << 20, 2).value_or(0.0);
+  return m;
+}
+
+MachineLimits BetterOf(const MachineLimits& a, const MachineLimits& b) {
+  MachineLimits m = a;
+  m.matmul_f32_flops = std::max(a.matmul_f32_flops, b.matmul_f32_flops);
+  m.matmul_bf16_flops = std::max(a.matmul_bf16_flops, b.matmul_bf16_flops);
+  m.read_bytes_per_second = std::max(a.read_bytes_per_second, b.read_bytes_per_second);
+  return m;
 }
 
 }  // namespace attend::bench

@@ -19,6 +19,15 @@ struct MachineLimits {
 // the benchmark's own output, JSON included) and caches the result.
 const MachineLimits& MeasureMachineLimits();
 
+// The limits again, quickly (about 0.2 s: fewer runs, a 256 MiB read). The machine's speed
+// drifts by 10-30% over a run (other tenants), so each benchmark case probes right before and
+// right after itself and reports its ratio against the better of the two (AroundCase): the limit
+// of its own moment, and the less flattering one of the two.
+MachineLimits MeasureLimitsNow();
+
+// Field by field, the larger of a and b.
+MachineLimits BetterOf(const MachineLimits& a, const MachineLimits& b);
+
 }  // namespace attend::bench
 
 #endif  // ATTEND_BENCH_MACHINE_LIMITS_H_

@@ -67,7 +67,9 @@ TEST_P(Kernels, DotRowsAndAccumulateRowsMatchLoops) {
        {RowsCase{4, 128, 37, 1024, DType::kFloat32}, RowsCase{4, 128, 256, 128, DType::kBFloat16},
         RowsCase{4, 128, 131, 128, DType::kInt8}, RowsCase{1, 3, 9, 5, DType::kFloat32},
         RowsCase{7, 20, 17, 24, DType::kBFloat16}, RowsCase{3, 24, 6, 40, DType::kInt8},
-        RowsCase{2, 64, 8, 64, DType::kFloat32}, RowsCase{5, 8, 1, 8, DType::kBFloat16}}) {
+        RowsCase{2, 64, 8, 64, DType::kFloat32}, RowsCase{5, 8, 1, 8, DType::kBFloat16},
+        RowsCase{3, 32, 19, 40, DType::kBFloat16}, RowsCase{1, 16, 21, 16, DType::kBFloat16},
+        RowsCase{6, 48, 5, 48, DType::kBFloat16}}) {
     SCOPED_TRACE(::testing::Message() << "m " << c.m << " d " << c.d << " rows " << c.rows
                                       << " stride " << c.stride << " " << DTypeName(c.dtype));
     const std::vector<float> q = ::attend::testing::RandomFloats(rng, c.m * c.d);
