@@ -21,7 +21,7 @@ absl::Status Invalid(const std::string& field, absl::string_view what) {
 }
 
 absl::Status Expected(const std::string& field, absl::string_view expected, const Value& got) {
-  return Invalid(field, absl::StrCat("expected ", expected, ", got ", Value::KindName(got.kind())));
+  return Invalid(field, absl::StrCat("expected ", expected, ", got ", got.type_name()));
 }
 
 // Refuses members outside `known`, naming the first one and listing what is accepted.
@@ -45,8 +45,8 @@ std::string Member(const std::string& parent, const std::string& name) {
 
 // A non-negative integer number (exact in a double: at most 2^53).
 absl::StatusOr<int64_t> Integer(const Value& value, const std::string& field) {
-  if (value.kind() != Value::Kind::kNumber) return Expected(field, "an integer", value);
-  const double d = value.number();
+  if (!value.is_number()) return Expected(field, "an integer", value);
+  const double d = value.number_value();
   if (d != std::floor(d) || d < 0 || d > 0x1p53) {
     return Invalid(field, absl::StrCat("expected a non-negative integer, got ", d));
   }
@@ -60,12 +60,12 @@ absl::StatusOr<std::vector<float>> Floats(const Value& values, const std::string
   if (!values.all_numbers()) {
     for (size_t i = 0; i < values.items().size(); ++i) {
       const Value& item = values.items()[i];
-      if (item.kind() == Value::Kind::kNumber) continue;
+      if (item.is_number()) continue;
       const std::string element = absl::StrCat(field, "[", i, "]");
       if (item.is_array()) {
         return Invalid(element, "expected a number, got an array (values are flat, row-major)");
       }
-      if (item.kind() == Value::Kind::kNull) {
+      if (item.is_null()) {
         return Invalid(element,
                        "expected a number, got null (--json prints NaN and infinities as null; "
                        "they are not valid inputs)");
@@ -90,9 +90,8 @@ absl::Status ReadMask(const Value& mask, MaskSettings* out) {
   if (!mask.is_object()) return Expected("mask", "an object", mask);
   if (absl::Status s = OnlyMembers(mask, "mask", {"causal", "window_tokens"}); !s.ok()) return s;
   if (const Value* causal = mask.Find("causal")) {
-    if (causal->kind() != Value::Kind::kBool)
-      return Expected("mask.causal", "true or false", *causal);
-    out->causal = causal->boolean();
+    if (!causal->is_bool()) return Expected("mask.causal", "true or false", *causal);
+    out->causal = causal->bool_value();
   }
   if (const Value* window = mask.Find("window_tokens")) {
     absl::StatusOr<int64_t> w = Integer(*window, "mask.window_tokens");
@@ -103,20 +102,22 @@ absl::Status ReadMask(const Value& mask, MaskSettings* out) {
 }
 
 absl::Status ReadScale(const Value& scale, std::optional<float>* out) {
-  if (scale.kind() != Value::Kind::kNumber) return Expected("scale", "a number", scale);
-  if (std::abs(scale.number()) > std::numeric_limits<float>::max()) {
+  if (!scale.is_number()) return Expected("scale", "a number", scale);
+  if (std::abs(scale.number_value()) > std::numeric_limits<float>::max()) {
     return Invalid("scale", "outside the range of float32");
   }
-  *out = static_cast<float>(scale.number());
+  *out = static_cast<float>(scale.number_value());
   return absl::OkStatus();
 }
 
 absl::StatusOr<Value> Document(absl::string_view text) {
-  absl::StatusOr<Value> root = json::Parse(text);
+  // Requests are mostly long arrays of numbers, which the parser stores densely; its default
+  // limits (1 GiB of text, 2^28 values) are made for them.
+  absl::StatusOr<Value> root = json::Parse(text, json::Limits());
   if (!root.ok()) return root.status();
   if (!root->is_object()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("the request must be a JSON object, got ", Value::KindName(root->kind())));
+        absl::StrCat("the request must be a JSON object, got ", root->type_name()));
   }
   return root;
 }

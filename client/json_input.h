@@ -20,8 +20,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "client/attention_client.h"
-#include "client/json.h"
 #include "client/tensor.h"
+#include "common/json.h"
 
 namespace attend::client {
 

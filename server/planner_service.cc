@@ -39,8 +39,8 @@ absl::Status Prefixed(const absl::Status& status, absl::string_view path) {
                                                        : absl::StrCat(path, ": ", message));
 }
 
-// Import errors name keys inside the input ("num_hidden_layers is missing", "json: line 3 ...");
-// the request field they came through is their subject.
+// Import errors name keys inside the input ("num_hidden_layers is missing", "config.json: line 3,
+// column 5: ..."); the request field they came through is their subject.
 absl::Status InField(const absl::Status& status, absl::string_view field) {
   if (status.ok()) return status;
   return absl::Status(status.code(), absl::StrCat(field, ": ", status.message()));

@@ -11,7 +11,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "core/planner/json.h"
+#include "common/json.h"
 #include "core/status_macros.h"
 
 namespace attend::planner {
@@ -89,7 +89,7 @@ class ConfigReader {
     if (v == nullptr) return std::optional<bool>();
     if (!v->is_bool()) {
       return absl::InvalidArgumentError(
-          absl::StrCat(Field(key), ": expected a boolean, got ", json::Value::TypeName(v->type())));
+          absl::StrCat(Field(key), ": expected a boolean, got ", v->type_name()));
     }
     return std::optional<bool>(v->bool_value());
   }
@@ -99,7 +99,7 @@ class ConfigReader {
     if (v == nullptr) return std::optional<std::string>();
     if (!v->is_string()) {
       return absl::InvalidArgumentError(
-          absl::StrCat(Field(key), ": expected a string, got ", json::Value::TypeName(v->type())));
+          absl::StrCat(Field(key), ": expected a string, got ", v->type_name()));
     }
     return std::optional<std::string>(v->string_value());
   }
@@ -120,20 +120,25 @@ absl::StatusOr<std::vector<int64_t>> HfWindows(const ConfigReader& r, int64_t la
 
   if (const json::Value* types = r.Get("layer_types")) {
     if (!types->is_array()) {
-      return absl::InvalidArgumentError(absl::StrCat(r.Field("layer_types"),
-                                                     ": expected an array, got ",
-                                                     json::Value::TypeName(types->type())));
+      return absl::InvalidArgumentError(
+          absl::StrCat(r.Field("layer_types"), ": expected an array, got ", types->type_name()));
     }
-    if (static_cast<int64_t>(types->array().size()) != layers) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          r.Field("layer_types"), ": ", types->array().size(), " entries for ", layers, " layers"));
+    if (static_cast<int64_t>(types->size()) != layers) {
+      return absl::InvalidArgumentError(absl::StrCat(r.Field("layer_types"), ": ", types->size(),
+                                                     " entries for ", layers, " layers"));
     }
-    for (size_t i = 0; i < types->array().size(); ++i) {
-      const json::Value& t = types->array()[i];
+    // The parser keeps an array of numbers only as doubles (no Values): every element, the
+    // first included, is then a number where a string belongs.
+    if (types->all_numbers() && types->size() > 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(r.Field("layer_types"), "[0]: expected a string, got a number"));
+    }
+    for (size_t i = 0; i < types->size(); ++i) {
+      const json::Value& t = types->items()[i];
       const std::string field = absl::StrCat(r.Field("layer_types"), "[", i, "]");
       if (!t.is_string()) {
         return absl::InvalidArgumentError(
-            absl::StrCat(field, ": expected a string, got ", json::Value::TypeName(t.type())));
+            absl::StrCat(field, ": expected a string, got ", t.type_name()));
       }
       if (t.string_value() == "full_attention") continue;
       if (t.string_value() != "sliding_attention") {
@@ -643,12 +648,29 @@ std::string ModelKey(absl::string_view text) {
   return key;
 }
 
+json::Limits HfConfigJsonLimits() {
+  json::Limits limits;
+  limits.max_input_bytes = size_t{1} << 20;  // config.json files are a few KiB
+  limits.max_depth = 64;
+  limits.max_string_bytes = size_t{1} << 16;
+  limits.max_number_chars = 256;  // longer numbers are not plausible and would only cost time
+  limits.max_array_elements = size_t{1} << 16;
+  limits.max_object_members = size_t{1} << 14;
+  limits.max_values = size_t{1} << 16;
+  return limits;
+}
+
 absl::StatusOr<ModelSpec> ImportHfConfig(absl::string_view text, absl::string_view name) {
-  ATTEND_ASSIGN_OR_RETURN(const json::Value root, json::Parse(text));
+  absl::StatusOr<json::Value> parsed = json::Parse(text, HfConfigJsonLimits());
+  if (!parsed.ok()) {
+    // The parser's message says where; this says what was being read.
+    return absl::Status(parsed.status().code(),
+                        absl::StrCat("config.json: ", parsed.status().message()));
+  }
+  const json::Value root = *std::move(parsed);
   if (!root.is_object()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("config.json: the top level is not an object (got ",
-                     json::Value::TypeName(root.type()), ")"));
+        absl::StrCat("config.json: the top level is not an object (got ", root.type_name(), ")"));
   }
   const json::Value* config = &root;
   std::string prefix;

@@ -1,11 +1,11 @@
 // Reads a model's shape from the two formats people already have: a Hugging Face config.json
 // text and the header of a GGUF file.
 //
-// Both inputs are untrusted. The JSON parser is strict and bounded (core/planner/json.h); the
-// GGUF reader checks every length and count against the bytes that remain (and against sane
-// limits) before using it, never allocates from a count it has not bounded, and stops after the
-// metadata key/values (tensor infos and data are not needed). Errors are INVALID_ARGUMENT naming
-// the field or key and what is wrong, e.g.
+// Both inputs are untrusted. The JSON parser is strict and bounded (common/json.h, with
+// HfConfigJsonLimits()); the GGUF reader checks every length and count against the bytes that
+// remain (and against sane limits) before using it, never allocates from a count it has not
+// bounded, and stops after the metadata key/values (tensor infos and data are not needed).
+// Errors are INVALID_ARGUMENT naming the field or key and what is wrong, e.g.
 //   "gguf: key 7 'llama.block_count': string length 1099511627776 at offset 300 runs past the
 //    end of the 512-byte input".
 // The result is checked with CanonicalModel, and its parameter count is computed from the shape
@@ -20,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/json.h"
 #include "core/planner/model.h"
 
 namespace attend::planner {
@@ -40,7 +41,14 @@ namespace attend::planner {
 //   - model_type gemma2: even layers slide, odd layers are global;
 //   - otherwise a non-null sliding_window applies to every layer (Mistral v0.1).
 // `name` names the result; empty: from _name_or_path (last path part), else model_type.
+// JSON syntax errors and exceeded limits read "config.json: line 3, column 17: ...".
 absl::StatusOr<ModelSpec> ImportHfConfig(absl::string_view json, absl::string_view name);
+
+// The bounds ImportHfConfig parses with. config.json files are a few KiB of hand-written keys, so
+// these are far tighter than json::Limits' defaults (which suit requests of tensors): 1 MiB of
+// text, nesting 64 deep, strings up to 64 KiB, numbers up to 256 characters, arrays of 2^16
+// elements, objects of 2^14 members, 2^16 values in all.
+json::Limits HfConfigJsonLimits();
 
 // GGUF v2/v3 header: magic "GGUF", u32 version, u64 tensor_count, u64 kv_count, then kv_count
 // key/values (u64-length key, u32 type, value; all 13 value types, arrays of any of them, nested

@@ -11,10 +11,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "client/cli/command.h"
-#include "client/json.h"
 #include "client/json_input.h"
 #include "client/kv_cache_client.h"
 #include "client/npy.h"
+#include "common/json.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "tests/client/xml_check.h"
@@ -295,7 +295,7 @@ TEST_F(CliTest, AttendReadsAJsonRequest) {
   // The tensors --json prints read back as inputs.
   ASSERT_EQ(Run({"attend", "--n_q", "2", "--n_head", "1", "--head_dim", "2", "--json"}),
             cli::kExitOk);
-  absl::StatusOr<client::json::Value> printed = client::json::Parse(out_.str());
+  absl::StatusOr<json::Value> printed = json::Parse(out_.str());
   ASSERT_OK(printed);
   absl::StatusOr<client::FloatTensor> output =
       client::TensorFromJson(*printed->Find("output"), "output");

@@ -326,7 +326,7 @@ TEST(ImportHfConfig, RejectsHostileAndWrongInput) {
   };
   EXPECT_OK(ImportHfConfig(config("32", "32", "8"), "ok"));
   EXPECT_THAT(ImportHfConfig(config("1e400", "32", "8"), "x"),
-              StatusIs(kInvalid, {"json:", "too large for a double"}));
+              StatusIs(kInvalid, {"config.json: line 1, column 23: number '1e400' is too large"}));
   EXPECT_THAT(ImportHfConfig(config("1180591620717411303424", "32", "8"), "x"),
               StatusIs(kInvalid, {"num_hidden_layers", "does not fit in 64 bits"}));
   EXPECT_THAT(ImportHfConfig(config("1000000000", "32", "8"), "x"),
@@ -341,7 +341,7 @@ TEST(ImportHfConfig, RejectsHostileAndWrongInput) {
   EXPECT_THAT(ImportHfConfig(config("32", "32", "64"), "x"),
               StatusIs(kInvalid, {"num_key_value_heads: 64 does not divide"}));
   EXPECT_THAT(ImportHfConfig(config("\"32\"", "32", "8"), "x"),
-              StatusIs(kInvalid, {"num_hidden_layers: expected an integer, got string"}));
+              StatusIs(kInvalid, {"num_hidden_layers: expected an integer, got a string"}));
   EXPECT_THAT(ImportHfConfig(config("32.5", "32", "8"), "x"),
               StatusIs(kInvalid, {"num_hidden_layers: '32.5' is not an integer"}));
   EXPECT_THAT(ImportHfConfig(config("32", "30", "6"), "x"),
@@ -349,10 +349,11 @@ TEST(ImportHfConfig, RejectsHostileAndWrongInput) {
   EXPECT_THAT(ImportHfConfig(R"({"num_attention_heads": 4, "hidden_size": 64})", "x"),
               StatusIs(kInvalid, {"num_hidden_layers is missing"}));
   EXPECT_THAT(ImportHfConfig("[1, 2]", "x"),
-              StatusIs(kInvalid, {"the top level is not an object (got array)"}));
+              StatusIs(kInvalid, {"config.json: the top level is not an object (got an array)"}));
   std::string deep;
   for (int i = 0; i < 100; ++i) deep += "{\"a\": ";
-  EXPECT_THAT(ImportHfConfig(deep, "x"), StatusIs(kInvalid, {"nesting deeper than 64"}));
+  EXPECT_THAT(ImportHfConfig(deep, "x"),
+              StatusIs(kInvalid, {"config.json: line 1, column ", "nesting deeper than 64"}));
   EXPECT_THAT(
       ImportHfConfig(R"({"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 64,
                          "torch_dtype": "float64"})",
@@ -388,11 +389,57 @@ TEST(ImportHfConfig, RejectsHostileAndWrongInput) {
       ImportHfConfig(R"({"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 64,
                          "tie_word_embeddings": "yes"})",
                      "x"),
-      StatusIs(kInvalid, {"tie_word_embeddings: expected a boolean, got string"}));
+      StatusIs(kInvalid, {"tie_word_embeddings: expected a boolean, got a string"}));
   EXPECT_THAT(ImportHfConfig(R"({"text_config": {"num_hidden_layers": 0,
                                  "num_attention_heads": 4, "hidden_size": 64}})",
                              "x"),
               StatusIs(kInvalid, {"text_config.num_hidden_layers: 0"}));
+}
+
+// config.json is parsed with HfConfigJsonLimits (small, for a few KiB of keys), not with the JSON
+// parser's defaults (large, for requests of tensors).
+TEST(ImportHfConfig, ParsesWithConfigJsonLimits) {
+  const json::Limits limits = HfConfigJsonLimits();
+  EXPECT_EQ(limits.max_input_bytes, size_t{1} << 20);
+  EXPECT_EQ(limits.max_depth, 64);
+  EXPECT_EQ(limits.max_string_bytes, size_t{1} << 16);
+  EXPECT_EQ(limits.max_number_chars, 256u);
+  EXPECT_EQ(limits.max_array_elements, size_t{1} << 16);
+  EXPECT_EQ(limits.max_object_members, size_t{1} << 14);
+  EXPECT_EQ(limits.max_values, size_t{1} << 16);
+
+  EXPECT_THAT(
+      ImportHfConfig(std::string((1 << 20) + 1, ' '), "x"),
+      StatusIs(kInvalid, {"config.json: the input is 1048577 bytes; the limit is 1048576"}));
+  EXPECT_THAT(
+      ImportHfConfig(absl::StrCat("{\"num_hidden_layers\": ", std::string(300, '1'), "}"), "x"),
+      StatusIs(kInvalid, {"config.json: line 1, column 23: number longer than 256"}));
+  std::string many = "{\"eos_token_id\": [";
+  for (int i = 0; i < 70000; ++i) absl::StrAppend(&many, i == 0 ? "" : ",", "1");
+  EXPECT_THAT(ImportHfConfig(many + "]}", "x"),
+              StatusIs(kInvalid, {"config.json: line 1, column ", "more than 65536 values"}));
+}
+
+// layer_types must hold strings: an array of numbers (which the parser stores densely) and a
+// number among strings are both refused, naming the element.
+TEST(ImportHfConfig, LayerTypesMustBeStrings) {
+  const std::string base =
+      R"({"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 64,
+          "sliding_window": 16, "layer_types": TYPES})";
+  const auto config = [&](const std::string& types) {
+    return absl::StrReplaceAll(base, {{"TYPES", types}});
+  };
+  EXPECT_OK(ImportHfConfig(config(R"(["sliding_attention", "full_attention"])"), "ok"));
+  EXPECT_THAT(ImportHfConfig(config("[0, 1]"), "x"),
+              StatusIs(kInvalid, {"layer_types[0]: expected a string, got a number"}));
+  EXPECT_THAT(ImportHfConfig(config(R"(["full_attention", 1])"), "x"),
+              StatusIs(kInvalid, {"layer_types[1]: expected a string, got a number"}));
+  EXPECT_THAT(ImportHfConfig(config("[]"), "x"),
+              StatusIs(kInvalid, {"layer_types: 0 entries for 2 layers"}));
+  EXPECT_THAT(ImportHfConfig(config("[1, 2, 3]"), "x"),
+              StatusIs(kInvalid, {"layer_types: 3 entries for 2 layers"}));
+  EXPECT_THAT(ImportHfConfig(config(R"("full_attention")"), "x"),
+              StatusIs(kInvalid, {"layer_types: expected an array, got a string"}));
 }
 
 }  // namespace

@@ -767,7 +767,7 @@ TEST_F(PlannerServiceTest, ImportRejectsBadInputNamingTheField) {
 
   request.set_hf_config_json(R"({"num_hidden_layers": 32, "num_attention_heads": )");
   ExpectError(Import(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
-              {"hf_config_json: json: line 1"});
+              {"hf_config_json: config.json: line 1, column 50: unexpected end of input"});
   request.set_hf_config_json("[1, 2]");
   ExpectError(Import(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
               {"hf_config_json: config.json: the top level is not an object"});
@@ -776,7 +776,7 @@ TEST_F(PlannerServiceTest, ImportRejectsBadInputNamingTheField) {
               {"hf_config_json", "num_hidden_layers"});
   request.set_hf_config_json(std::string(100000, '[') + std::string(100000, ']'));
   ExpectError(Import(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
-              {"hf_config_json: json", "nesting"});
+              {"hf_config_json: config.json: line 1, column 65: nesting deeper than 64 levels"});
 
   const std::string gguf = TinyGguf().Build();
   request.set_gguf(gguf.substr(0, gguf.size() - 3));  // the last value cut short
