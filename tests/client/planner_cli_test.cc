@@ -17,68 +17,16 @@
 #include "core/planner/catalog.h"
 #include "google/protobuf/util/json_util.h"
 #include "tests/client/xml_check.h"
+#include "tests/planner/model_files.h"
 #include "tests/server/server_fixture.h"
 #include "tests/test_util.h"
 
 namespace attend {
 namespace {
 
+using ::attend::planner::testing::kLlama3_8BConfig;
+using ::attend::planner::testing::TinyGguf;
 using ::attend::testing::StatusIs;
-
-constexpr char kLlama3_8BConfig[] = R"({
-  "architectures": ["LlamaForCausalLM"],
-  "hidden_size": 4096,
-  "intermediate_size": 14336,
-  "max_position_embeddings": 8192,
-  "model_type": "llama",
-  "num_attention_heads": 32,
-  "num_hidden_layers": 32,
-  "num_key_value_heads": 8,
-  "rms_norm_eps": 1e-05,
-  "rope_theta": 500000.0,
-  "tie_word_embeddings": false,
-  "torch_dtype": "bfloat16",
-  "vocab_size": 128256
-})";
-
-// A GGUF v3 header of the lessons' tiny model: "GGUF", version, tensor count, key/value count,
-// then (u64 key length, key, u32 type, value) entries; type 4 = uint32, 8 = string.
-std::string TinyGguf() {
-  std::string body;
-  uint64_t count = 0;
-  const auto put = [](std::string* out, auto value) {
-    out->append(reinterpret_cast<const char*>(&value), sizeof(value));
-  };
-  const auto key = [&](const std::string& k, uint32_t type) {
-    put(&body, static_cast<uint64_t>(k.size()));
-    body += k;
-    put(&body, type);
-    ++count;
-  };
-  const auto str = [&](const std::string& k, const std::string& v) {
-    key(k, 8);
-    put(&body, static_cast<uint64_t>(v.size()));
-    body += v;
-  };
-  const auto u32 = [&](const std::string& k, uint32_t v) {
-    key(k, 4);
-    put(&body, v);
-  };
-  str("general.architecture", "llama");
-  str("general.name", "Tiny GGUF");
-  u32("llama.block_count", 4);
-  u32("llama.context_length", 4096);
-  u32("llama.embedding_length", 256);
-  u32("llama.feed_forward_length", 768);
-  u32("llama.attention.head_count", 8);
-  u32("llama.attention.head_count_kv", 2);
-  u32("llama.vocab_size", 32000);
-  std::string out = "GGUF";
-  put(&out, uint32_t{3});
-  put(&out, uint64_t{0});
-  put(&out, count);
-  return out + body;
-}
 
 std::string WriteTemp(const std::string& name, const std::string& content) {
   const std::string path = ::testing::TempDir() + "/" + name;
@@ -318,22 +266,25 @@ TEST_F(PlannerCliTest, PlanImportsConfigAndGgufFiles) {
   EXPECT_EQ(spec.name(), "my-llama");
   EXPECT_EQ(spec.parameters(), 8030261248);
 
-  const std::string gguf = WriteTemp("planner_cli_tiny.gguf", TinyGguf() + std::string(1000, 'T'));
+  const std::string gguf =
+      WriteTemp("planner_cli_tiny.gguf", TinyGguf().Build() + std::string(1000, 'T'));
   ASSERT_EQ(Run({"plan", "--gguf", gguf}), cli::kExitOk) << err_.str();
-  ExpectAligned({"Tiny GGUF (tiny-gguf): 4 layers, 8 query heads, 2 key/value heads, head size 32",
-                 "per sequence (4,096 tokens)   4.00 MiB (4,194,304 bytes)"});
+  ExpectAligned(
+      {"Tiny Lesson Model (tiny-lesson-model): 4 layers, 8 query heads, 2 key/value heads, head "
+       "size 32",
+       "per sequence (4,096 tokens)   4.00 MiB (4,194,304 bytes)"});
 
   // Only the start of a large file travels: max_message_bytes - 4 KiB of it.
   const std::string big =
-      WriteTemp("planner_cli_big.gguf", TinyGguf() + std::string(1 << 20, '\x7f'));
+      WriteTemp("planner_cli_big.gguf", TinyGguf().Build() + std::string(1 << 20, '\x7f'));
   ASSERT_EQ(Run({"--max_message_bytes", "8192", "plan", "--gguf", big}), cli::kExitOk)
       << err_.str();
-  ExpectOut({"Tiny GGUF (tiny-gguf)"});
+  ExpectOut({"Tiny Lesson Model (tiny-lesson-model)"});
   EXPECT_EQ(Run({"--max_message_bytes", "4200", "plan", "--gguf", big}), cli::kExitServerError);
   EXPECT_NE(err_.str().find("note: sent the first 104 bytes of"), std::string::npos) << err_.str();
 
   // A GGUF cut inside its metadata is the server's INVALID_ARGUMENT, naming the field.
-  const std::string cut = WriteTemp("planner_cli_cut.gguf", TinyGguf().substr(0, 100));
+  const std::string cut = WriteTemp("planner_cli_cut.gguf", TinyGguf().Build().substr(0, 100));
   EXPECT_EQ(Run({"plan", "--gguf", cut}), cli::kExitServerError);
   EXPECT_NE(err_.str().find("INVALID_ARGUMENT: gguf: "), std::string::npos) << err_.str();
   const std::string broken = WriteTemp("planner_cli_broken.json", "{\"num_hidden_layers\": 3,");

@@ -1,10 +1,10 @@
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "core/planner/import.h"
 #include "core/planner/kv_plan.h"
+#include "tests/planner/model_files.h"
 #include "tests/planner/planner_test_util.h"
 #include "tests/test_util.h"
 
@@ -12,100 +12,12 @@ namespace attend::planner {
 namespace {
 
 using ::attend::planner::testing::ExpectSameShape;
+using ::attend::planner::testing::GgufWriter;
+namespace gguf = ::attend::planner::testing::gguf;
 using ::attend::planner::testing::Preset;
 using ::attend::testing::StatusIs;
 
 constexpr auto kInvalid = absl::StatusCode::kInvalidArgument;
-
-// GGUF value types, from the format's specification.
-enum : uint32_t {
-  kU8 = 0,
-  kI8 = 1,
-  kU16 = 2,
-  kI16 = 3,
-  kU32 = 4,
-  kI32 = 5,
-  kF32 = 6,
-  kBool = 7,
-  kString = 8,
-  kArray = 9,
-  kU64 = 10,
-  kI64 = 11,
-  kF64 = 12,
-};
-
-// Writes little GGUF headers: "GGUF", version, tensor_count, kv_count, then the key/values.
-class GgufWriter {
- public:
-  template <typename T>
-  static void Put(std::string* out, T value) {
-    char bytes[sizeof(T)];
-    std::memcpy(bytes, &value, sizeof(T));
-    out->append(bytes, sizeof(T));
-  }
-  static void PutString(std::string* out, const std::string& s) {
-    Put<uint64_t>(out, s.size());
-    out->append(s);
-  }
-
-  template <typename T>
-  GgufWriter& Scalar(const std::string& key, uint32_t type, T value) {
-    Key(key, type);
-    Put(&body_, value);
-    return *this;
-  }
-  GgufWriter& U32(const std::string& key, uint32_t v) { return Scalar(key, kU32, v); }
-  GgufWriter& U64(const std::string& key, uint64_t v) { return Scalar(key, kU64, v); }
-  GgufWriter& F32(const std::string& key, float v) { return Scalar(key, kF32, v); }
-  GgufWriter& Str(const std::string& key, const std::string& v) {
-    Key(key, kString);
-    PutString(&body_, v);
-    return *this;
-  }
-  template <typename T>
-  GgufWriter& Array(const std::string& key, uint32_t element_type, const std::vector<T>& v) {
-    Key(key, kArray);
-    Put<uint32_t>(&body_, element_type);
-    Put<uint64_t>(&body_, v.size());
-    for (const T& x : v) Put(&body_, x);
-    return *this;
-  }
-  GgufWriter& StrArray(const std::string& key, const std::vector<std::string>& v) {
-    Key(key, kArray);
-    Put<uint32_t>(&body_, kString);
-    Put<uint64_t>(&body_, v.size());
-    for (const std::string& s : v) PutString(&body_, s);
-    return *this;
-  }
-  // A key followed by raw value bytes (type included), for hostile values.
-  GgufWriter& Raw(const std::string& key, const std::string& type_and_value) {
-    PutString(&body_, key);
-    body_ += type_and_value;
-    ++count_;
-    return *this;
-  }
-
-  std::string Build(uint32_t version = 3, uint64_t tensor_count = 291) const {
-    return Header(version, tensor_count, count_) + body_;
-  }
-  static std::string Header(uint32_t version, uint64_t tensor_count, uint64_t kv_count) {
-    std::string out = "GGUF";
-    Put(&out, version);
-    Put(&out, tensor_count);
-    Put(&out, kv_count);
-    return out;
-  }
-
- private:
-  void Key(const std::string& key, uint32_t type) {
-    PutString(&body_, key);
-    Put(&body_, type);
-    ++count_;
-  }
-
-  std::string body_;
-  uint64_t count_ = 0;
-};
 
 // The metadata llama.cpp's converter writes for Meta-Llama-3-8B (bf16), without the tokenizer's
 // large arrays.
@@ -164,7 +76,7 @@ TEST(ImportGguf, PerLayerHeadCountKv) {
       .U32("llama.embedding_length", 256)
       .U32("llama.context_length", 4096)
       .U32("llama.attention.head_count", 8)
-      .Array<int32_t>("llama.attention.head_count_kv", kI32, {2, 2, 4, 1});
+      .Array<int32_t>("llama.attention.head_count_kv", gguf::kI32, {2, 2, 4, 1});
   absl::StatusOr<ModelSpec> m = ImportGguf(w.Build(), "per-layer");
   ASSERT_OK(m);
   EXPECT_EQ(m->n_head_kv, 4);
@@ -183,7 +95,7 @@ TEST(ImportGguf, UniformPerLayerArrayNeedsNoLayerSpecs) {
       .U32("llama.block_count", 3)
       .U32("llama.embedding_length", 256)
       .U32("llama.attention.head_count", 8)
-      .Array<uint32_t>("llama.attention.head_count_kv", kU32, {2, 2, 2});
+      .Array<uint32_t>("llama.attention.head_count_kv", gguf::kU32, {2, 2, 2});
   absl::StatusOr<ModelSpec> m = ImportGguf(w.Build(), "u");
   ASSERT_OK(m);
   EXPECT_EQ(m->n_head_kv, 2);
@@ -233,7 +145,7 @@ TEST(ImportGguf, SlidingWindowPatternAsPeriodOrBooleans) {
   for (int64_t i = 0; i < 12; ++i) EXPECT_EQ(LayerWindow(*m, i), i % 6 == 5 ? 0 : 1024) << i;
 
   GgufWriter b = w;
-  b.Array<uint8_t>("gemma3.attention.sliding_window_pattern", kBool,
+  b.Array<uint8_t>("gemma3.attention.sliding_window_pattern", gguf::kBool,
                    {1, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 0});
   m = ImportGguf(b.Build(), "g3");
   ASSERT_OK(m);
@@ -253,27 +165,27 @@ TEST(ImportGguf, SlidingWindowPatternAsPeriodOrBooleans) {
 TEST(ImportGguf, ReadsEveryValueType) {
   GgufWriter w = Llama3Header();
   std::string nested;  // array of 2 arrays of u8
-  GgufWriter::Put<uint32_t>(&nested, kArray);
-  GgufWriter::Put<uint32_t>(&nested, kArray);
+  GgufWriter::Put<uint32_t>(&nested, gguf::kArray);
+  GgufWriter::Put<uint32_t>(&nested, gguf::kArray);
   GgufWriter::Put<uint64_t>(&nested, 2);
   for (int i = 0; i < 2; ++i) {
-    GgufWriter::Put<uint32_t>(&nested, kU8);
+    GgufWriter::Put<uint32_t>(&nested, gguf::kU8);
     GgufWriter::Put<uint64_t>(&nested, 3);
     nested += "abc";
   }
-  w.Scalar<uint8_t>("x.u8", kU8, 7)
-      .Scalar<int8_t>("x.i8", kI8, -7)
-      .Scalar<uint16_t>("x.u16", kU16, 700)
-      .Scalar<int16_t>("x.i16", kI16, -700)
-      .Scalar<int32_t>("x.i32", kI32, -70000)
-      .Scalar<uint8_t>("x.bool", kBool, 1)
-      .Scalar<int64_t>("x.i64", kI64, -7000000000)
-      .Scalar<double>("x.f64", kF64, 0.5)
+  w.Scalar<uint8_t>("x.u8", gguf::kU8, 7)
+      .Scalar<int8_t>("x.i8", gguf::kI8, -7)
+      .Scalar<uint16_t>("x.u16", gguf::kU16, 700)
+      .Scalar<int16_t>("x.i16", gguf::kI16, -700)
+      .Scalar<int32_t>("x.i32", gguf::kI32, -70000)
+      .Scalar<uint8_t>("x.bool", gguf::kBool, 1)
+      .Scalar<int64_t>("x.i64", gguf::kI64, -7000000000)
+      .Scalar<double>("x.f64", gguf::kF64, 0.5)
       .U64("x.u64", 7000000000)
-      .Array<float>("x.f32s", kF32, {1.0f, 2.0f})
-      .Array<double>("x.f64s", kF64, {1.0})
-      .Array<int16_t>("x.i16s", kI16, {1, -1})
-      .Array<uint64_t>("x.u64s", kU64, std::vector<uint64_t>(5000, 1))  // over the kept size
+      .Array<float>("x.f32s", gguf::kF32, {1.0f, 2.0f})
+      .Array<double>("x.f64s", gguf::kF64, {1.0})
+      .Array<int16_t>("x.i16s", gguf::kI16, {1, -1})
+      .Array<uint64_t>("x.u64s", gguf::kU64, std::vector<uint64_t>(5000, 1))  // over the kept size
       .Raw("x.nested", nested)
       .Str("x." + std::string(300, 'k'), "a key too long to keep, still read");
   EXPECT_OK(ImportGguf(w.Build(), "all"));
@@ -336,7 +248,7 @@ std::string U64Bytes(uint64_t v) {
 TEST(ImportGguf, RefusesLengthsPastTheEnd) {
   // The string value of key 1 claims 2^40 bytes.
   const std::string input =
-      WithSecondKey("llama.block_count", TypeAndValue(kString, U64Bytes(uint64_t{1} << 40)));
+      WithSecondKey("llama.block_count", TypeAndValue(gguf::kString, U64Bytes(uint64_t{1} << 40)));
   EXPECT_THAT(ImportGguf(input, ""),
               StatusIs(kInvalid, {"gguf: key 1 'llama.block_count': string length 1099511627776",
                                   "runs past the end of the " + std::to_string(input.size()) +
@@ -348,16 +260,16 @@ TEST(ImportGguf, RefusesLengthsPastTheEnd) {
               StatusIs(kInvalid, {"key 0: key length 1099511627776 at offset 24 runs past"}));
   // An array whose element count cannot fit in what remains.
   std::string array;
-  GgufWriter::Put<uint32_t>(&array, kU32);
+  GgufWriter::Put<uint32_t>(&array, gguf::kU32);
   GgufWriter::Put<uint64_t>(&array, 1000000);
-  EXPECT_THAT(ImportGguf(WithSecondKey("x.array", TypeAndValue(kArray, array)), ""),
+  EXPECT_THAT(ImportGguf(WithSecondKey("x.array", TypeAndValue(gguf::kArray, array)), ""),
               StatusIs(kInvalid,
                        {"key 1 'x.array': array of 1000000 uint32 elements", "runs past the end"}));
   // The same for an array of strings, each of which needs at least 8 bytes.
   array.clear();
-  GgufWriter::Put<uint32_t>(&array, kString);
+  GgufWriter::Put<uint32_t>(&array, gguf::kString);
   GgufWriter::Put<uint64_t>(&array, uint64_t{1} << 62);
-  EXPECT_THAT(ImportGguf(WithSecondKey("x.array", TypeAndValue(kArray, array)), ""),
+  EXPECT_THAT(ImportGguf(WithSecondKey("x.array", TypeAndValue(gguf::kArray, array)), ""),
               StatusIs(kInvalid, {"array of 4611686018427387904 string elements"}));
 }
 
@@ -367,23 +279,24 @@ TEST(ImportGguf, RefusesMalformedValues) {
   std::string bad_element;
   GgufWriter::Put<uint32_t>(&bad_element, 20);
   GgufWriter::Put<uint64_t>(&bad_element, 1);
-  EXPECT_THAT(ImportGguf(WithSecondKey("x.y", TypeAndValue(kArray, bad_element)), ""),
+  EXPECT_THAT(ImportGguf(WithSecondKey("x.y", TypeAndValue(gguf::kArray, bad_element)), ""),
               StatusIs(kInvalid, {"array element type 20 is not a GGUF type"}));
-  EXPECT_THAT(ImportGguf(WithSecondKey("x.y", TypeAndValue(kBool, "\x02")), ""),
+  EXPECT_THAT(ImportGguf(WithSecondKey("x.y", TypeAndValue(gguf::kBool, "\x02")), ""),
               StatusIs(kInvalid, {"bool value 2 is neither 0 nor 1"}));
-  EXPECT_THAT(ImportGguf(WithSecondKey("", TypeAndValue(kU8, "\x01")), ""),
+  EXPECT_THAT(ImportGguf(WithSecondKey("", TypeAndValue(gguf::kU8, "\x01")), ""),
               StatusIs(kInvalid, {"key 1: empty key"}));
-  EXPECT_THAT(ImportGguf(WithSecondKey("general.architecture", TypeAndValue(kU8, "\x01")), ""),
-              StatusIs(kInvalid, {"key 1 'general.architecture': duplicate key"}));
+  EXPECT_THAT(
+      ImportGguf(WithSecondKey("general.architecture", TypeAndValue(gguf::kU8, "\x01")), ""),
+      StatusIs(kInvalid, {"key 1 'general.architecture': duplicate key"}));
   // Arrays of arrays five levels deep.
   std::string nested;
   for (int i = 0; i < 5; ++i) {
-    GgufWriter::Put<uint32_t>(&nested, kArray);
+    GgufWriter::Put<uint32_t>(&nested, gguf::kArray);
     GgufWriter::Put<uint64_t>(&nested, 1);
   }
-  GgufWriter::Put<uint32_t>(&nested, kU8);
+  GgufWriter::Put<uint32_t>(&nested, gguf::kU8);
   GgufWriter::Put<uint64_t>(&nested, 0);
-  EXPECT_THAT(ImportGguf(WithSecondKey("x.y", TypeAndValue(kArray, nested)), ""),
+  EXPECT_THAT(ImportGguf(WithSecondKey("x.y", TypeAndValue(gguf::kArray, nested)), ""),
               StatusIs(kInvalid, {"arrays nested deeper than 4 levels"}));
 }
 
@@ -401,7 +314,7 @@ TEST(ImportGguf, RefusesBadModelKeys) {
               StatusIs(kInvalid, {"'llama.block_count': 0; must be in [1, 4096]"}));
   EXPECT_THAT(with(GgufWriter(base).U64("llama.block_count", ~uint64_t{0})),
               StatusIs(kInvalid, {"'llama.block_count': does not fit in 64 bits"}));
-  EXPECT_THAT(with(GgufWriter(base).Scalar<int32_t>("llama.block_count", kI32, -4)),
+  EXPECT_THAT(with(GgufWriter(base).Scalar<int32_t>("llama.block_count", gguf::kI32, -4)),
               StatusIs(kInvalid, {"'llama.block_count': -4"}));
 
   GgufWriter four = GgufWriter(base).U32("llama.block_count", 4);
@@ -411,14 +324,14 @@ TEST(ImportGguf, RefusesBadModelKeys) {
       StatusIs(kInvalid, {"'llama.attention.head_count_kv': 3 does not divide head_count 32"}));
   EXPECT_THAT(with(GgufWriter(four).U32("llama.attention.head_count_kv", 64)),
               StatusIs(kInvalid, {"'llama.attention.head_count_kv': 64; must be in [1, 32]"}));
+  EXPECT_THAT(with(GgufWriter(four).Array<int32_t>("llama.attention.head_count_kv", gguf::kI32,
+                                                   {8, 8, 6, 8})),
+              StatusIs(kInvalid, {"'llama.attention.head_count_kv[2]': 6 does not divide"}));
+  EXPECT_THAT(with(GgufWriter(four).Array<int32_t>("llama.attention.head_count_kv", gguf::kI32,
+                                                   {8, 0, 8, 8})),
+              StatusIs(kInvalid, {"'llama.attention.head_count_kv[1]': 0; must be in [1, 32]"}));
   EXPECT_THAT(
-      with(GgufWriter(four).Array<int32_t>("llama.attention.head_count_kv", kI32, {8, 8, 6, 8})),
-      StatusIs(kInvalid, {"'llama.attention.head_count_kv[2]': 6 does not divide"}));
-  EXPECT_THAT(
-      with(GgufWriter(four).Array<int32_t>("llama.attention.head_count_kv", kI32, {8, 0, 8, 8})),
-      StatusIs(kInvalid, {"'llama.attention.head_count_kv[1]': 0; must be in [1, 32]"}));
-  EXPECT_THAT(
-      with(GgufWriter(four).Array<int32_t>("llama.attention.head_count_kv", kI32, {8, 8, 8})),
+      with(GgufWriter(four).Array<int32_t>("llama.attention.head_count_kv", gguf::kI32, {8, 8, 8})),
       StatusIs(kInvalid, {"has 3 values for 4 layers"}));
   EXPECT_THAT(with(GgufWriter(four).StrArray("llama.attention.head_count_kv", {"8"})),
               StatusIs(kInvalid, {"is an array of string; expected integers"}));
@@ -434,7 +347,7 @@ TEST(ImportGguf, RefusesBadModelKeys) {
   heads.Str("general.architecture", "llama")
       .U32("llama.block_count", 2)
       .U32("llama.embedding_length", 256)
-      .Array<int32_t>("llama.attention.head_count", kI32, {8, 4});
+      .Array<int32_t>("llama.attention.head_count", gguf::kI32, {8, 4});
   EXPECT_THAT(with(heads), StatusIs(kInvalid, {"per-layer query head counts that differ"}));
 
   GgufWriter arch;

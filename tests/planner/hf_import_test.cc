@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "core/planner/import.h"
+#include "tests/planner/model_files.h"
 #include "tests/planner/planner_test_util.h"
 #include "tests/test_util.h"
 
@@ -11,41 +12,14 @@ namespace attend::planner {
 namespace {
 
 using ::attend::planner::testing::ExpectSameShape;
+using ::attend::planner::testing::kLlama3_8BConfig;
 using ::attend::planner::testing::Preset;
 using ::attend::testing::StatusIs;
 
 constexpr auto kInvalid = absl::StatusCode::kInvalidArgument;
 
-// The published config.json files, as on the Hugging Face model pages.
-constexpr char kLlama3_8B[] = R"({
-  "architectures": [
-    "LlamaForCausalLM"
-  ],
-  "attention_bias": false,
-  "attention_dropout": 0.0,
-  "bos_token_id": 128000,
-  "eos_token_id": 128001,
-  "hidden_act": "silu",
-  "hidden_size": 4096,
-  "initializer_range": 0.02,
-  "intermediate_size": 14336,
-  "max_position_embeddings": 8192,
-  "model_type": "llama",
-  "num_attention_heads": 32,
-  "num_hidden_layers": 32,
-  "num_key_value_heads": 8,
-  "pretraining_tp": 1,
-  "rms_norm_eps": 1e-05,
-  "rope_scaling": null,
-  "rope_theta": 500000.0,
-  "tie_word_embeddings": false,
-  "torch_dtype": "bfloat16",
-  "transformers_version": "4.40.0.dev0",
-  "use_cache": true,
-  "vocab_size": 128256
-}
-)";
-
+// The published config.json files, as on the Hugging Face model pages (Llama 3 8B is shared:
+// tests/planner/model_files.h).
 constexpr char kLlama31_405B[] = R"({
   "architectures": [
     "LlamaForCausalLM"
@@ -238,8 +212,9 @@ constexpr char kLlama2_7B[] = R"({
 // from the imported shape equals the preset's published count.
 TEST(ImportHfConfig, PublishedConfigsMatchTheCatalog) {
   const std::pair<const char*, const char*> cases[] = {
-      {kLlama3_8B, "llama-3-8b"}, {kLlama31_405B, "llama-3.1-405b"}, {kQwen2_0_5B, "qwen2-0.5b"},
-      {kGemma2_9B, "gemma-2-9b"}, {kMistral7B_v01, "mistral-7b"},    {kMixtral8x7B, "mixtral-8x7b"},
+      {kLlama3_8BConfig, "llama-3-8b"}, {kLlama31_405B, "llama-3.1-405b"},
+      {kQwen2_0_5B, "qwen2-0.5b"},      {kGemma2_9B, "gemma-2-9b"},
+      {kMistral7B_v01, "mistral-7b"},   {kMixtral8x7B, "mixtral-8x7b"},
       {kLlama2_7B, "llama-2-7b"},
   };
   for (const auto& [json, preset] : cases) {
@@ -258,7 +233,7 @@ TEST(ImportHfConfig, NamesFromTheInput) {
   ASSERT_OK(m);
   EXPECT_EQ(m->name, "llama-2-7b-hf");
   EXPECT_EQ(m->display_name, "Llama-2-7b-hf");
-  m = ImportHfConfig(kLlama3_8B, "");
+  m = ImportHfConfig(kLlama3_8BConfig, "");
   ASSERT_OK(m);
   EXPECT_EQ(m->name, "llama");  // no _name_or_path: the model_type
 }

@@ -7,7 +7,6 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -20,112 +19,20 @@
 #include "core/planner/catalog.h"
 #include "core/planner/hardware.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "tests/planner/model_files.h"
 #include "tests/server/server_fixture.h"
 #include "tests/test_util.h"
 
 namespace attend {
 namespace {
 
+using ::attend::planner::testing::GgufWriter;
+using ::attend::planner::testing::kLlama3_8BConfig;
+using ::attend::planner::testing::TinyGguf;
 using ::google::protobuf::util::MessageDifferencer;
 
 constexpr int64_t kKiB = 1024;
 constexpr int64_t kGiB = int64_t{1} << 30;
-
-// The published config.json of meta-llama/Meta-Llama-3-8B, as on its Hugging Face page.
-constexpr char kLlama3_8BConfig[] = R"({
-  "architectures": [
-    "LlamaForCausalLM"
-  ],
-  "attention_bias": false,
-  "attention_dropout": 0.0,
-  "bos_token_id": 128000,
-  "eos_token_id": 128001,
-  "hidden_act": "silu",
-  "hidden_size": 4096,
-  "initializer_range": 0.02,
-  "intermediate_size": 14336,
-  "max_position_embeddings": 8192,
-  "model_type": "llama",
-  "num_attention_heads": 32,
-  "num_hidden_layers": 32,
-  "num_key_value_heads": 8,
-  "pretraining_tp": 1,
-  "rms_norm_eps": 1e-05,
-  "rope_scaling": null,
-  "rope_theta": 500000.0,
-  "tie_word_embeddings": false,
-  "torch_dtype": "bfloat16",
-  "transformers_version": "4.40.0.dev0",
-  "use_cache": true,
-  "vocab_size": 128256
-}
-)";
-
-// A GGUF v3 header (format: "GGUF", u32 version, u64 tensor_count, u64 kv_count, then key/values
-// of u64-length key, u32 type, value) with the lessons' tiny model as llama.cpp would write it.
-class Gguf {
- public:
-  Gguf& U32(const std::string& key, uint32_t v) {
-    Key(key, 4);  // GGUF_TYPE_UINT32
-    Put(&body_, v);
-    return *this;
-  }
-  Gguf& Str(const std::string& key, const std::string& v) {
-    Key(key, 8);  // GGUF_TYPE_STRING
-    PutString(&body_, v);
-    return *this;
-  }
-  // A key whose value is `raw` bytes (type included), for hostile input.
-  Gguf& Raw(const std::string& key, const std::string& raw) {
-    PutString(&body_, key);
-    body_ += raw;
-    ++count_;
-    return *this;
-  }
-  std::string Build() const {
-    std::string out = "GGUF";
-    Put(&out, uint32_t{3});
-    Put(&out, uint64_t{35});  // tensor infos follow the metadata; they are not read
-    Put(&out, count_);
-    return out + body_;
-  }
-
-  template <typename T>
-  static void Put(std::string* out, T value) {
-    char bytes[sizeof(T)];
-    std::memcpy(bytes, &value, sizeof(T));
-    out->append(bytes, sizeof(T));
-  }
-  static void PutString(std::string* out, const std::string& s) {
-    Put(out, static_cast<uint64_t>(s.size()));
-    out->append(s);
-  }
-
- private:
-  void Key(const std::string& key, uint32_t type) {
-    PutString(&body_, key);
-    Put(&body_, type);
-    ++count_;
-  }
-
-  std::string body_;
-  uint64_t count_ = 0;
-};
-
-Gguf TinyGguf() {
-  Gguf g;
-  g.Str("general.architecture", "llama")
-      .Str("general.name", "Tiny Lesson Model")
-      .U32("llama.block_count", 4)
-      .U32("llama.context_length", 4096)
-      .U32("llama.embedding_length", 256)
-      .U32("llama.feed_forward_length", 768)
-      .U32("llama.attention.head_count", 8)
-      .U32("llama.attention.head_count_kv", 2)
-      .U32("llama.vocab_size", 32000)
-      .U32("general.file_type", 1);  // LLAMA_FTYPE_MOSTLY_F16
-  return g;
-}
 
 // Expects the shape-bearing fields of two specs to agree (names and sources may differ).
 void ExpectSameShape(const v1::ModelSpec& actual, const v1::ModelSpec& expected) {
@@ -788,8 +695,8 @@ TEST_F(PlannerServiceTest, ImportRejectsBadInputNamingTheField) {
   ExpectError(Import(request, &response), grpc::StatusCode::INVALID_ARGUMENT, {"gguf: "});
   // A string length of 2^40 in a 200-byte input.
   std::string huge_length;
-  Gguf::Put(&huge_length, uint32_t{8});
-  Gguf::Put(&huge_length, uint64_t{1} << 40);
+  GgufWriter::Put(&huge_length, uint32_t{8});
+  GgufWriter::Put(&huge_length, uint64_t{1} << 40);
   request.set_gguf(TinyGguf().Raw("general.name", huge_length).Build());
   ExpectError(Import(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
               {"gguf: ", "1099511627776"});
