@@ -11,17 +11,27 @@
 
 namespace attend::bench {
 
+namespace {
+
+// The planner's probes (the same ones behind the "local" hardware profile). The machine is
+// shared: the best of several runs is the closest to its limit.
+MachineLimits Probe(int matmul_runs, int64_t read_bytes, int read_runs) {
+  MachineLimits m;
+  m.cpu_isa = onednn::CpuIsaName();
+  m.matmul_f32_flops = planner::MeasureMatmulFlops(1024, matmul_runs, /*bf16=*/false).value_or(0.0);
+  if (onednn::HasBf16Matmul()) {
+    m.matmul_bf16_flops =
+        planner::MeasureMatmulFlops(1024, matmul_runs, /*bf16=*/true).value_or(0.0);
+  }
+  m.read_bytes_per_second = planner::MeasureReadBandwidth(read_bytes, read_runs).value_or(0.0);
+  return m;
+}
+
+}  // namespace
+
 const MachineLimits& MeasureMachineLimits() {
   static const MachineLimits limits = [] {
-    // The planner's probes (the same ones behind the "local" hardware profile), with more runs:
-    // the machine is shared, and the best run is the closest to its limit.
-    MachineLimits m;
-    m.cpu_isa = onednn::CpuIsaName();
-    m.matmul_f32_flops = planner::MeasureMatmulFlops(1024, 8, /*bf16=*/false).value_or(0.0);
-    if (onednn::HasBf16Matmul()) {
-      m.matmul_bf16_flops = planner::MeasureMatmulFlops(1024, 8, /*bf16=*/true).value_or(0.0);
-    }
-    m.read_bytes_per_second = planner::MeasureReadBandwidth(int64_t{512} << 20, 5).value_or(0.0);
+    const MachineLimits m = Probe(8, int64_t{512} << 20, 5);
     const std::string bf16 = m.matmul_bf16_flops > 0
                                  ? std::to_string(m.matmul_bf16_flops / 1e9) + " GFLOP/s"
                                  : "not supported (emulated on f32 kernels)";
@@ -36,16 +46,7 @@ const MachineLimits& MeasureMachineLimits() {
   return limits;
 }
 
-MachineLimits MeasureLimitsNow() {
-  MachineLimits m;
-  m.cpu_isa = onednn::CpuIsaName();
-  m.matmul_f32_flops = planner::MeasureMatmulFlops(1024, 3, /*bf16=*/false).value_or(0.0);
-  if (onednn::HasBf16Matmul()) {
-    m.matmul_bf16_flops = planner::MeasureMatmulFlops(1024, 3, /*bf16=*/true).value_or(0.0);
-  }
-  m.read_bytes_per_second = planner::MeasureReadBandwidth(int64_t{256} << 20, 2).value_or(0.0);
-  return m;
-}
+MachineLimits MeasureLimitsNow() { return Probe(3, int64_t{256} << 20, 2); }
 
 MachineLimits BetterOf(const MachineLimits& a, const MachineLimits& b) {
   MachineLimits m = a;
