@@ -4,6 +4,10 @@
 // storage it also reports the step's error against f32 storage of the same data (max_abs_err,
 // and rel_rms_err: the RMS of the difference over the RMS of the f32 output).
 //
+// BM_DecodeKernel measures the kernels alone on one core, with K and V already in the L2 cache:
+// their arithmetic ceiling, against the core's FMA throughput. Two cores at that rate are what
+// decode could reach if memory were free; below the read bandwidth, decode is compute-bound.
+//
 //   build/bench/decode_bench [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
 
@@ -15,7 +19,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "bench/machine_limits.h"
+#include "core/half.h"
 #include "core/kv_cache/kv_cache.h"
+#include "core/simd.h"
 
 namespace attend::bench {
 namespace {
@@ -28,6 +34,16 @@ std::vector<float> Random(int64_t n, uint64_t seed) {
   std::vector<float> x(static_cast<size_t>(n));
   for (float& e : x) e = normal(rng);
   return x;
+}
+
+// Reads 64 MiB (twice this machine's L3) between timed steps, so that each step reads its K/V
+// from memory as serving does (many sequences and layers between two steps of one), not from a
+// last-level cache that still holds the previous step's. Returns a sum so it is not elided.
+float EvictCaches() {
+  static std::vector<float> buffer(size_t{16} << 20, 1.0f);
+  float sum = 0;
+  for (size_t i = 0; i < buffer.size(); i += 16) sum += buffer[i];
+  return sum;
 }
 
 DType StorageOf(int64_t arg) {
@@ -121,6 +137,7 @@ void BM_DecodeBatch(benchmark::State& state) {
   double seconds = 0;
   const MachineLimits before = MeasureLimitsNow();
   for (auto _ : state) {
+    benchmark::DoNotOptimize(EvictCaches());
     const auto start = std::chrono::steady_clock::now();
     auto results = cache.DecodeBatch(0, steps, Precision::kAuto, &stats);
     const double elapsed =
@@ -144,6 +161,62 @@ void BM_DecodeBatch(benchmark::State& state) {
   state.counters["us_per_step"] = seconds / state.iterations() * 1e6;
   state.SetLabel(stats.engine);
 }
+
+// The decode kernels (q.k for a GQA group of 4 query heads, then p.v) over `rows` cached tokens
+// of one KV head, on the calling thread; arg: storage. K and V (256 KiB for f32) stay in L2.
+void BM_DecodeKernel(benchmark::State& state) {
+  const DType storage = StorageOf(state.range(0));
+  constexpr int64_t kGroup = kHeads / kKvHeads, kRows = 256;
+  MeasureMachineLimits();
+  const std::vector<float> q = Random(kGroup * kDim, 4), values = Random(2 * kRows * kDim, 5);
+  // K and V in the storage dtype; int8 with one scale per row (the values' absmax / 127).
+  std::vector<char> kv(static_cast<size_t>(2 * kRows * kDim * DTypeSize(storage)));
+  std::vector<float> scales(2 * kRows, 1.0f);
+  for (int64_t row = 0; row < 2 * kRows; ++row) {
+    float absmax = 0;
+    for (int64_t c = 0; c < kDim; ++c) absmax = std::max(absmax, std::abs(values[row * kDim + c]));
+    if (storage == DType::kInt8) scales[row] = absmax / 127.0f;
+    for (int64_t c = 0; c < kDim; ++c) {
+      const int64_t i = row * kDim + c;
+      if (storage == DType::kFloat32) {
+        reinterpret_cast<float*>(kv.data())[i] = values[i];
+      } else if (storage == DType::kBFloat16) {
+        reinterpret_cast<uint16_t*>(kv.data())[i] = FloatToBf16(values[i]);
+      } else {
+        kv[i] = static_cast<char>(std::lround(values[i] / scales[row]));
+      }
+    }
+  }
+  simd::Rows k{kv.data(), storage, kDim, scales.data()};
+  simd::Rows v{kv.data() + kRows * kDim * DTypeSize(storage), storage, kDim, scales.data() + kRows};
+  std::vector<float> scores(kGroup * kRows), out(kGroup * kDim);
+  // Weights like a softmax's (positive, summing to 1 per row); the kernels' speed does not
+  // depend on them, only the output's scale does.
+  const float weight = 1.0f / kRows;
+  double seconds = 0;
+  const MachineLimits before = MeasureLimitsNow();
+  for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int rep = 0; rep < 64; ++rep) {
+      simd::DotRows(q.data(), kGroup, kDim, k, kRows, scores.data(), kRows);
+      for (float& s : scores) s = weight;
+      simd::AccumulateRows(scores.data(), kRows, kGroup, v, kRows, kDim, out.data());
+    }
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    benchmark::DoNotOptimize(out.data());
+  }
+  const double steps = 64.0 * state.iterations();
+  const double bytes = steps * 2 * kRows * kDim * DTypeSize(storage);
+  const double fma8 = steps * 2 * kGroup * kRows * kDim / 8.0;  // 8-lane FMAs of q.k and p.v
+  const MachineLimits limits = BetterOf(before, MeasureLimitsNow());
+  state.counters["KV_GBs_one_core"] = bytes / seconds / 1e9;
+  state.counters["fma_use"] =
+      limits.fma8_per_second_per_core > 0 ? fma8 / seconds / limits.fma8_per_second_per_core : 0.0;
+  state.counters["two_cores_vs_read_bw"] = 2 * bytes / seconds / limits.read_bytes_per_second;
+  state.SetLabel(simd::KernelName());
+}
+
+BENCHMARK(BM_DecodeKernel)->ArgName("storage")->DenseRange(0, 2)->Unit(benchmark::kMicrosecond);
 
 BENCHMARK(BM_DecodeBatch)
     ->ArgNames({"context", "batch", "storage", "threads"})

@@ -1,6 +1,6 @@
 // This machine's own limits, measured in the same process as a benchmark so that results can be
-// reported as ratios: oneDNN f32 (and bf16 where supported) matmul throughput and streaming read
-// bandwidth. The machine is shared and noisy; each figure is the best of several runs.
+// reported as ratios: oneDNN f32 (and bf16 where supported) matmul throughput, streaming read
+// bandwidth, and one core's vector FMA throughput. The machine is shared and noisy; each figure is the best of several runs.
 #ifndef ATTEND_BENCH_MACHINE_LIMITS_H_
 #define ATTEND_BENCH_MACHINE_LIMITS_H_
 
@@ -12,6 +12,9 @@ struct MachineLimits {
   double matmul_f32_flops = 0;   // FLOP/s, 1024^3 oneDNN matmul, all threads
   double matmul_bf16_flops = 0;  // 0 when oneDNN has no bf16 matmul on this CPU
   double read_bytes_per_second = 0;
+  // 8-lane FMA instructions per second on one core (register operands only, enough independent
+  // chains to hide the latency); 0 without AVX2+FMA. The arithmetic ceiling of the decode kernels.
+  double fma8_per_second_per_core = 0;
   std::string cpu_isa;
 };
 
