@@ -120,7 +120,8 @@ struct Work {
   float* weights = nullptr;  // [n_head, n_q, keys] (zeroed by the caller) or nullptr
 };
 
-// Runs every work item with up to `threads` OpenMP threads (0 = all).
+// Runs every work item with up to `threads` OpenMP threads (0 = all), oneDNN's own threads
+// included; the calling thread's OpenMP setting is the same afterwards.
 absl::Status Run(const std::vector<Work>& works, int threads);
 
 // Whether the jobs of a call with n_q queries and `group` query heads per key/value head take

@@ -1,4 +1,7 @@
 // The oneDNN engine against the reference on random shapes, masks, head groupings and dtypes.
+#include <omp.h>
+#include <time.h>
+
 #include <cmath>
 #include <limits>
 #include <random>
@@ -272,6 +275,37 @@ TEST(Engine, SingleThreadMatchesParallel) {
       AttentionEngine({2}).Compute(qv, kv, kv, options, {}, absl::MakeSpan(many), {}, nullptr));
   // Summation order may differ between oneDNN's threaded and single-threaded kernels.
   for (size_t i = 0; i < one.size(); ++i) ASSERT_NEAR(one[i], many[i], 1e-6) << i;
+}
+
+double ThreadCpuSeconds(clockid_t clock) {
+  timespec t{};
+  clock_gettime(clock, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+// A one-thread engine keeps oneDNN's matmuls on the calling thread too (they follow the calling
+// thread's OpenMP setting, which is every CPU by default), and hands that setting back as it
+// was. Told apart by CPU time: a causal prefill of about 2 GFLOP takes tens of milliseconds of
+// CPU, and without the cap other threads do about as much of it as the calling thread.
+TEST(Engine, OneThreadKeepsOneDnnOnTheCallingThread) {
+  const int before = omp_get_max_threads();
+  omp_set_num_threads(2);
+  std::mt19937_64 rng(12);
+  const auto x = RandomFloats(rng, 1024 * 8 * 128);
+  const TensorView view{DType::kFloat32, {1024, 8, 128}, x.data()};
+  std::vector<float> out(x.size());
+  AttentionOptions options;
+  options.mask.causal = true;
+  AttentionEngine engine({1});
+  ASSERT_OK(engine.Compute(view, view, view, options, {}, absl::MakeSpan(out), {}, nullptr));
+  const double process_start = ThreadCpuSeconds(CLOCK_PROCESS_CPUTIME_ID);
+  const double thread_start = ThreadCpuSeconds(CLOCK_THREAD_CPUTIME_ID);
+  ASSERT_OK(engine.Compute(view, view, view, options, {}, absl::MakeSpan(out), {}, nullptr));
+  const double own = ThreadCpuSeconds(CLOCK_THREAD_CPUTIME_ID) - thread_start;
+  const double others = ThreadCpuSeconds(CLOCK_PROCESS_CPUTIME_ID) - process_start - own;
+  EXPECT_LT(others, 0.25 * own) << "calling thread " << own << " s, other threads " << others;
+  EXPECT_EQ(omp_get_max_threads(), 2);
+  omp_set_num_threads(before);
 }
 
 class EngineErrors : public ::testing::Test {
