@@ -4,7 +4,6 @@
 //
 //   build/bench/attention_bench [--benchmark_filter=Prefill]
 #include <benchmark/benchmark.h>
-#include <omp.h>
 
 #include <chrono>
 #include <random>
@@ -13,6 +12,7 @@
 #include "bench/machine_limits.h"
 #include "core/attention_engine.h"
 #include "core/half.h"
+#include "core/onednn.h"
 
 namespace attend::bench {
 namespace {
@@ -51,20 +51,6 @@ Inputs MakeInputs(int64_t n_q, int64_t n_kv, int64_t heads, int64_t kv_heads, in
   return in;
 }
 
-// Sets this thread's OpenMP thread count for a scope (0: leaves it), then restores it.
-class ScopedOmpThreads {
- public:
-  explicit ScopedOmpThreads(int threads) : saved_(omp_get_max_threads()) {
-    if (threads > 0) omp_set_num_threads(threads);
-  }
-  ~ScopedOmpThreads() { omp_set_num_threads(saved_); }
-  ScopedOmpThreads(const ScopedOmpThreads&) = delete;
-  ScopedOmpThreads& operator=(const ScopedOmpThreads&) = delete;
-
- private:
-  int saved_;
-};
-
 // args: n, heads, kv_heads, head_dim, bf16, threads (0 = all). Ratios are against the limits
 // measured with the same number of threads.
 void BM_CausalPrefill(benchmark::State& state) {
@@ -75,7 +61,7 @@ void BM_CausalPrefill(benchmark::State& state) {
   MeasureMachineLimits();
   // A case limited to `threads` measures its limits with as many (oneDNN follows this thread's
   // OpenMP setting, in the probes as in the engine), so its ratio compares like with like.
-  const ScopedOmpThreads scoped_threads(threads);
+  const onednn::ScopedThreadLimit thread_limit(threads);
   Inputs in = MakeInputs(n, n, heads, kv_heads, d, bf16);
   AttentionOptions options;
   options.mask.causal = true;

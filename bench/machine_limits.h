@@ -1,6 +1,7 @@
 // This machine's own limits, measured in the same process as a benchmark so that results can be
 // reported as ratios: oneDNN f32 (and bf16 where supported) matmul throughput, streaming read
-// bandwidth, and one core's vector FMA throughput. The machine is shared and noisy; each figure is the best of several runs.
+// bandwidth, and one core's vector FMA throughput. The machine is shared and noisy; each figure is
+// the best of several runs.
 #ifndef ATTEND_BENCH_MACHINE_LIMITS_H_
 #define ATTEND_BENCH_MACHINE_LIMITS_H_
 

@@ -1,5 +1,7 @@
 #include "core/onednn.h"
 
+#include <omp.h>
+
 #include <atomic>
 #include <cstring>
 #include <vector>
@@ -224,6 +226,18 @@ std::string CpuIsaName() {
     default:
       return "other";
   }
+}
+
+ScopedThreadLimit::ScopedThreadLimit(int threads) : saved_(0) {
+  const int current = omp_get_max_threads();
+  if (threads > 0 && threads < current) {
+    saved_ = current;
+    omp_set_num_threads(threads);
+  }
+}
+
+ScopedThreadLimit::~ScopedThreadLimit() {
+  if (saved_ > 0) omp_set_num_threads(saved_);
 }
 
 }  // namespace attend::onednn

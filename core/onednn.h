@@ -92,6 +92,21 @@ bool HasBf16Matmul();
 // oneDNN's name for the CPU's instruction set, e.g. "avx512_core_amx".
 std::string CpuIsaName();
 
+// Caps the calling thread's OpenMP thread count at `threads` for the object's lifetime (no cap
+// when threads <= 0 or the count is already lower), then restores it. oneDNN sizes its parallel
+// regions from that setting, which is every CPU by default, so this is how a caller keeps
+// oneDNN's matmuls to `threads` threads. Thread-safety: affects only the calling thread.
+class ScopedThreadLimit {
+ public:
+  explicit ScopedThreadLimit(int threads);
+  ~ScopedThreadLimit();
+  ScopedThreadLimit(const ScopedThreadLimit&) = delete;
+  ScopedThreadLimit& operator=(const ScopedThreadLimit&) = delete;
+
+ private:
+  int saved_;  // 0: nothing to restore
+};
+
 }  // namespace attend::onednn
 
 #endif  // ATTEND_CORE_ONEDNN_H_

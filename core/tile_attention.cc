@@ -353,13 +353,9 @@ absl::Status Run(const std::vector<Work>& works, int threads) {
 
   absl::Status status;
   if (tasks.size() == 1 || threads == 1) {
-    // oneDNN runs each matmul on as many threads as this thread's OpenMP setting allows, which
-    // is every CPU by default: cap it at `threads`, or a call limited to one thread would use
-    // them all.
-    const int saved = omp_get_max_threads();
-    if (saved > threads) omp_set_num_threads(threads);
+    // Without the cap, a call limited to one thread would run oneDNN's matmuls on every CPU.
+    const onednn::ScopedThreadLimit limit(threads);
     for (size_t i = 0; i < tasks.size() && status.ok(); ++i) status = run(i);
-    if (saved > threads) omp_set_num_threads(saved);
   } else {
     Mutex mu;
     std::atomic<bool> failed{false};
