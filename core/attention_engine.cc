@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -29,20 +30,22 @@ using dt = dnnl::memory::data_type;
 //     operand (strided operands take oneDNN's slower paths).
 class Operand {
  public:
+  // `threads` (0 = all) copy the rows: a serial copy of a long prefill's K and V left the other
+  // threads idle for several percent of the call.
   Operand(const TensorView& view, int64_t heads, int64_t dim, bool head_major, int64_t padded_rows,
-          DType dtype, bool round_bf16)
+          DType dtype, bool round_bf16, int threads)
       : dtype_(dtype), dim_(dim), heads_(heads), head_major_(head_major) {
     const int64_t n = view.dim(0);
     if (!head_major) {
       if (view.dtype == dtype && !round_bf16) {
         data_ = static_cast<const char*>(view.data);
       } else {  // float16 input (or bf16 semantics over f32): one converted copy
-        Fill(view, n, n, round_bf16, /*head_major=*/false);
+        Fill(view, n, n, round_bf16, /*head_major=*/false, threads);
       }
       rows_ = n;
       return;
     }
-    Fill(view, n, padded_rows, round_bf16, /*head_major=*/true);
+    Fill(view, n, padded_rows, round_bf16, /*head_major=*/true, threads);
     rows_ = padded_rows;
   }
   // Head `head`'s row `row`, and the stride between its rows, in elements.
@@ -54,30 +57,49 @@ class Operand {
   DType dtype() const { return dtype_; }
 
  private:
-  void Fill(const TensorView& view, int64_t n, int64_t rows, bool round_bf16, bool head_major) {
+  // Copies (converting) the n rows of every head and zeroes the padding rows [n, rows). The
+  // buffers are not value-initialised first: that would write every byte twice.
+  void Fill(const TensorView& view, int64_t n, int64_t rows, bool round_bf16, bool head_major,
+            int threads) {
     const size_t elements = static_cast<size_t>(heads_ * rows * dim_);
     const auto target = [&](int64_t h, int64_t r) {
       return head_major ? (h * rows + r) * dim_ : (r * heads_ + h) * dim_;
     };
+    if (threads <= 0) threads = omp_get_max_threads();
+    // Small copies stay on the calling thread: a parallel region costs microseconds.
+    const bool parallel = elements >= (size_t{1} << 16);
     if (dtype_ == DType::kBFloat16) {
-      bf16_.assign(elements, 0);
-      for (int64_t r = 0; r < n; ++r) {
+      bf16_.reset(new uint16_t[elements]);
+      uint16_t* out = bf16_.get();
+#pragma omp parallel for num_threads(threads) schedule(static) if (parallel)
+      for (int64_t r = 0; r < rows; ++r) {
         for (int64_t h = 0; h < heads_; ++h) {
+          uint16_t* dst = out + target(h, r);
+          if (r >= n) {
+            std::fill_n(dst, dim_, uint16_t{0});
+            continue;
+          }
+          const int64_t src = (r * heads_ + h) * dim_;
           for (int64_t c = 0; c < dim_; ++c) {
-            bf16_[target(h, r) + c] =
-                view.dtype == DType::kBFloat16
-                    ? static_cast<const uint16_t*>(view.data)[(r * heads_ + h) * dim_ + c]
-                    : FloatToBf16(view.At((r * heads_ + h) * dim_ + c));
+            dst[c] = view.dtype == DType::kBFloat16
+                         ? static_cast<const uint16_t*>(view.data)[src + c]
+                         : FloatToBf16(view.At(src + c));
           }
         }
       }
-      data_ = reinterpret_cast<const char*>(bf16_.data());
+      data_ = reinterpret_cast<const char*>(out);
       return;
     }
-    f32_.assign(elements, 0.0f);
-    for (int64_t r = 0; r < n; ++r) {
+    f32_.reset(new float[elements]);
+    float* out = f32_.get();
+#pragma omp parallel for num_threads(threads) schedule(static) if (parallel)
+    for (int64_t r = 0; r < rows; ++r) {
       for (int64_t h = 0; h < heads_; ++h) {
-        float* dst = &f32_[target(h, r)];
+        float* dst = out + target(h, r);
+        if (r >= n) {
+          std::fill_n(dst, dim_, 0.0f);
+          continue;
+        }
         const int64_t src = (r * heads_ + h) * dim_;
         if (view.dtype == DType::kFloat32) {
           std::memcpy(dst, static_cast<const float*>(view.data) + src, dim_ * sizeof(float));
@@ -89,15 +111,15 @@ class Operand {
         }
       }
     }
-    data_ = reinterpret_cast<const char*>(f32_.data());
+    data_ = reinterpret_cast<const char*>(out);
   }
 
   const char* data_ = nullptr;
   DType dtype_;
   int64_t dim_, heads_, rows_ = 0;
   bool head_major_;
-  std::vector<float> f32_;
-  std::vector<uint16_t> bf16_;
+  std::unique_ptr<float[]> f32_;
+  std::unique_ptr<uint16_t[]> bf16_;
 };
 
 // One key/value head's keys and values, in tiles.
@@ -160,10 +182,18 @@ absl::Status AttentionEngine::Compute(const TensorView& q, const TensorView& k, 
     return native_bf16 ? DType::kBFloat16 : DType::kFloat32;
   };
   const bool round_kv = !kernels && bf16 && !native_bf16;
-  const Operand pk(k, s.n_head_kv, s.head_dim, !kernels, padded_rows, storage(k), round_kv);
-  const Operand pv(v, s.n_head_kv, s.head_dim_v, !kernels, padded_rows, storage(v), round_kv);
-  std::vector<float> qf(static_cast<size_t>(s.n_q * s.n_head * s.head_dim));
-  ConvertToFloat(q, qf.data());
+  const Operand pk(k, s.n_head_kv, s.head_dim, !kernels, padded_rows, storage(k), round_kv,
+                   options_.threads);
+  const Operand pv(v, s.n_head_kv, s.head_dim_v, !kernels, padded_rows, storage(v), round_kv,
+                   options_.threads);
+  // The tiles pack their own query rows, so f32 queries are read in place.
+  std::vector<float> qf;
+  const float* q_f32 = static_cast<const float*>(q.data);
+  if (q.dtype != DType::kFloat32) {
+    qf.resize(static_cast<size_t>(s.n_q * s.n_head * s.head_dim));
+    ConvertToFloat(q, qf.data());
+    q_f32 = qf.data();
+  }
   const float scale = EffectiveScale(options, s);
 
   std::vector<HeadTiles> heads;
@@ -175,7 +205,7 @@ absl::Status AttentionEngine::Compute(const TensorView& q, const TensorView& k, 
   for (int64_t g = 0; g < s.n_head_kv; ++g) {
     tile::Work& w = works[static_cast<size_t>(g)];
     w.keys = &heads[static_cast<size_t>(g)];
-    w.q = qf.data();
+    w.q = q_f32;
     w.n_q = s.n_q;
     w.n_head = s.n_head;
     w.head_kv = g;
@@ -188,14 +218,26 @@ absl::Status AttentionEngine::Compute(const TensorView& q, const TensorView& k, 
   }
   ATTEND_RETURN_IF_ERROR(tile::Run(works, options_.threads));
 
-  for (size_t i = 0; i < output.size(); ++i) {
-    if (!std::isfinite(output[i])) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("attention output element ", i,
-                       " is not finite: q.k * scale overflowed float32; the inputs' magnitudes are "
-                       "too large (q ",
-                       ShapeToString(q.shape), ", scale ", scale, ")"));
+  // The first non-finite output element, if any. Scanned in parallel when large: a long
+  // prefill's output is megabytes, and one thread scanning it left the others idle.
+  int64_t first_bad = static_cast<int64_t>(output.size());
+  {
+    const float* out = output.data();
+    const int64_t count = static_cast<int64_t>(output.size());
+    const int threads = options_.threads > 0 ? options_.threads : omp_get_max_threads();
+#pragma omp parallel for num_threads(threads) schedule(static) \
+    reduction(min                                              \
+              : first_bad) if (count >= (int64_t{1} << 16))
+    for (int64_t i = 0; i < count; ++i) {
+      if (!std::isfinite(out[i])) first_bad = std::min(first_bad, i);
     }
+  }
+  if (first_bad < static_cast<int64_t>(output.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("attention output element ", first_bad,
+                     " is not finite: q.k * scale overflowed float32; the inputs' magnitudes are "
+                     "too large (q ",
+                     ShapeToString(q.shape), ", scale ", scale, ")"));
   }
   if (stats) {
     *stats = CountAttentionWork(s, options.mask);

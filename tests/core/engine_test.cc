@@ -204,6 +204,20 @@ TEST(Engine, KeyTileEdges) {
   }
 }
 
+// Prefill copies K and V head-major and zero-pads them to whole key tiles with several threads
+// once the copy is large (here 600 keys padded to 1024, x 2 heads x 32 = 64 Ki elements): every
+// input dtype, converted, with the padding never seen as keys.
+TEST(Engine, LargeConvertedOperandsMatchReference) {
+  int seed = 300;
+  for (DType in : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+    for (Precision p : {Precision::kFloat32, Precision::kBFloat16}) {
+      CheckAgainstReference({600, 600, 4, 2, 32, 32, {true, 0}, p, in, false}, ++seed);
+    }
+  }
+  CheckAgainstReference(
+      {130, 600, 2, 2, 32, 32, {false, 0}, Precision::kFloat32, DType::kFloat16, true}, ++seed);
+}
+
 // Decode-sized work (few folded rows) runs the vector kernels; over few heads the keys are split
 // across threads and merged.
 TEST(Engine, DecodeKernelsAndKeySplits) {
