@@ -169,7 +169,9 @@ absl::Status RunTileJob(const Job& job, State* state) {
       const int64_t lo = std::clamp(range.begin - start, int64_t{0}, valid);
       const int64_t hi = std::clamp(range.end - start, lo, valid);
       float* row = s + i * cols;
-      for (int64_t j = lo; j < hi; ++j) row[j] *= job.scale;
+      if (!job.q_scaled) {
+        for (int64_t j = lo; j < hi; ++j) row[j] *= job.scale;
+      }
       if (job.weight_rows != nullptr && hi > lo) {
         std::copy(row + lo, row + hi, job.weight_rows[i] + start + lo);
       }
@@ -276,11 +278,18 @@ Job MakeJob(const Task& task, std::vector<float>* packed) {
   job.scale = w.scale;
   if (packed == nullptr) return job;
   packed->resize(static_cast<size_t>(job.m * d));
+  // Under bf16 semantics the operands must stay the caller's values (rounded), so the scores are
+  // scaled afterwards; in f32 the scale goes into the packed rows.
+  job.q_scaled = !w.arithmetic.round_bf16;
   for (int64_t r = 0; r < task.tokens; ++r) {
     for (int64_t j = 0; j < w.group; ++j) {
       const float* src = w.q + ((task.first_token + r) * w.n_head + w.head_kv * w.group + j) * d;
       float* dst = &(*packed)[static_cast<size_t>((r * w.group + j) * d)];
-      for (int64_t c = 0; c < d; ++c) dst[c] = w.arithmetic.round_bf16 ? RoundBf16(src[c]) : src[c];
+      if (job.q_scaled) {
+        for (int64_t c = 0; c < d; ++c) dst[c] = src[c] * w.scale;
+      } else {
+        for (int64_t c = 0; c < d; ++c) dst[c] = RoundBf16(src[c]);
+      }
     }
   }
   job.q = packed->data();

@@ -74,6 +74,9 @@ struct Job {
   // Multiplies q.k before the softmax; applied to the f32 scores, so bf16 operands stay exactly
   // the caller's values.
   float scale = 1.0f;
+  // q holds the caller's rows already multiplied by `scale` (f32 arithmetic only): the scores
+  // come out scaled, which saves a pass over every score tile.
+  bool q_scaled = false;
   int64_t m = 0;
   int64_t group = 1;
   int64_t first_token = 0;  // index among the call's n_q queries of row 0's token
