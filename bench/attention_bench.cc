@@ -1,6 +1,7 @@
 // Attention engine benchmarks, reported against this machine's limits measured in the same run:
 //   prefill: useful FLOP/s (4 x head_dim per attended pair) / oneDNN matmul FLOP/s
 //   decode:  K/V bytes read per second / streaming read bandwidth
+// `ratio` uses the median iteration, `ratio_best` the fastest (bench/step_times.h says why).
 //
 //   build/bench/attention_bench [--benchmark_filter=Prefill]
 #include <benchmark/benchmark.h>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "bench/machine_limits.h"
+#include "bench/step_times.h"
 #include "core/attention_engine.h"
 #include "core/half.h"
 #include "core/onednn.h"
@@ -68,24 +70,27 @@ void BM_CausalPrefill(benchmark::State& state) {
   std::vector<float> out(static_cast<size_t>(n * heads * d));
   AttentionEngine engine(EngineOptions{threads});
   AttentionStats stats;
+  StepTimes times;
   const MachineLimits before = MeasureLimitsNow();
-  const auto start = std::chrono::steady_clock::now();
   for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
     if (!engine.Compute(in.qv, in.kv, in.vv, options, {}, absl::MakeSpan(out), {}, &stats).ok()) {
       state.SkipWithError("compute failed");
       return;
     }
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    state.SetIterationTime(seconds);
+    times.Add(seconds);
   }
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const double flops_per_s =
-      static_cast<double>(stats.attention_flops) * state.iterations() / seconds;
+  const double flops = static_cast<double>(stats.attention_flops);
   const MachineLimits limits = BetterOf(before, MeasureLimitsNow());
   const double peak =
       bf16 && limits.matmul_bf16_flops > 0 ? limits.matmul_bf16_flops : limits.matmul_f32_flops;
-  state.counters["useful_GFLOPs"] = flops_per_s / 1e9;
+  state.counters["useful_GFLOPs"] = flops / times.Median() / 1e9;
   state.counters["matmul_GFLOPs"] = peak / 1e9;
-  state.counters["ratio"] = flops_per_s / peak;
+  state.counters["ratio"] = flops / times.Median() / peak;
+  state.counters["ratio_best"] = flops / times.Best() / peak;
   state.SetLabel(stats.engine);
 }
 
@@ -101,24 +106,27 @@ void BM_Decode(benchmark::State& state) {
   std::vector<float> out(static_cast<size_t>(heads * d));
   AttentionEngine engine;
   AttentionStats stats;
+  StepTimes times;
   const MachineLimits before = MeasureLimitsNow();
-  const auto start = std::chrono::steady_clock::now();
   for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
     for (Inputs& in : seqs) {
       if (!engine.Compute(in.qv, in.kv, in.vv, {}, {}, absl::MakeSpan(out), {}, &stats).ok()) {
         state.SkipWithError("compute failed");
         return;
       }
     }
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    state.SetIterationTime(seconds);
+    times.Add(seconds);
   }
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double kv_bytes = 2.0 * context * kv_heads * d * (bf16 ? 2 : 4) * batch;
-  const double bytes_per_s = kv_bytes * state.iterations() / seconds;
   const double bandwidth = BetterOf(before, MeasureLimitsNow()).read_bytes_per_second;
-  state.counters["KV_GBs"] = bytes_per_s / 1e9;
+  state.counters["KV_GBs"] = kv_bytes / times.Median() / 1e9;
   state.counters["read_bw_GBs"] = bandwidth / 1e9;
-  state.counters["ratio"] = bytes_per_s / bandwidth;
+  state.counters["ratio"] = kv_bytes / times.Median() / bandwidth;
+  state.counters["ratio_best"] = kv_bytes / times.Best() / bandwidth;
   state.SetLabel(stats.engine);
 }
 
@@ -130,9 +138,17 @@ BENCHMARK(BM_CausalPrefill)
     ->Args({2048, 8, 8, 64, 0, 0})
     ->Args({2048, 8, 8, 128, 0, 1})
     ->Args({512, 8, 8, 128, 0, 0})
+    ->Unit(benchmark::kMillisecond)
+    ->UseManualTime()
+    ->MinTime(1.0);
+
+// About 1.5 s per iteration here: a fixed count, so that best and median have several to pick.
+BENCHMARK(BM_CausalPrefill)
+    ->ArgNames({"n", "heads", "kv_heads", "d", "bf16", "threads"})
     ->Args({8192, 8, 8, 128, 0, 0})
     ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+    ->UseManualTime()
+    ->Iterations(3);
 
 BENCHMARK(BM_Decode)
     ->ArgNames({"context", "batch", "bf16"})
@@ -141,7 +157,8 @@ BENCHMARK(BM_Decode)
     ->Args({16384, 1, 0})
     ->Args({4096, 8, 0})
     ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+    ->UseManualTime()
+    ->MinTime(1.0);
 
 }  // namespace
 }  // namespace attend::bench

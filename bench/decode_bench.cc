@@ -1,6 +1,7 @@
 // Decode over the paged KV cache: one new token for each of `batch` sequences (32 query heads,
 // 8 key/value heads, head_dim 128), computed as one DecodeBatch, reported as K/V bytes read per
-// second against this machine's read bandwidth measured in the same run. For bf16 and int8
+// second against this machine's read bandwidth measured in the same run (`ratio` for the median
+// step, `ratio_best` for the fastest; bench/step_times.h says why). For bf16 and int8
 // storage it also reports the step's error against f32 storage of the same data (max_abs_err,
 // and rel_rms_err: the RMS of the difference over the RMS of the f32 output).
 //
@@ -19,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "bench/machine_limits.h"
+#include "bench/step_times.h"
 #include "core/half.h"
 #include "core/kv_cache/kv_cache.h"
 #include "core/simd.h"
@@ -134,7 +136,7 @@ void BM_DecodeBatch(benchmark::State& state) {
   }
 
   AttentionStats stats;
-  double seconds = 0;
+  StepTimes times;
   const MachineLimits before = MeasureLimitsNow();
   for (auto _ : state) {
     benchmark::DoNotOptimize(EvictCaches());
@@ -143,7 +145,7 @@ void BM_DecodeBatch(benchmark::State& state) {
     const double elapsed =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     state.SetIterationTime(elapsed);
-    seconds += elapsed;
+    times.Add(elapsed);
     if (!results.ok()) {
       state.SkipWithError(std::string(results.status().message()).c_str());
       return;
@@ -153,12 +155,12 @@ void BM_DecodeBatch(benchmark::State& state) {
   // Bytes a step reads: keys and values, and for int8 one float scale per token, head and K/V.
   const double per_token_head = 2.0 * kDim * DTypeSize(storage) + (storage == DType::kInt8 ? 8 : 0);
   const double bytes = static_cast<double>(batch) * (context + 1) * kKvHeads * per_token_head;
-  const double rate = bytes * state.iterations() / seconds;
   const MachineLimits limits = BetterOf(before, MeasureLimitsNow());
-  state.counters["KV_GBs"] = rate / 1e9;
+  state.counters["KV_GBs"] = bytes / times.Median() / 1e9;
   state.counters["read_bw_GBs"] = limits.read_bytes_per_second / 1e9;
-  state.counters["ratio"] = rate / limits.read_bytes_per_second;
-  state.counters["us_per_step"] = seconds / state.iterations() * 1e6;
+  state.counters["ratio"] = bytes / times.Median() / limits.read_bytes_per_second;
+  state.counters["ratio_best"] = bytes / times.Best() / limits.read_bytes_per_second;
+  state.counters["us_per_step"] = times.Median() * 1e6;
   state.SetLabel(stats.engine);
 }
 
