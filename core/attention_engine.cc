@@ -126,7 +126,7 @@ class Operand {
 class HeadTiles : public tile::KeyTiles {
  public:
   HeadTiles(const Operand& k, const Operand& v, const AttentionShape& s, int64_t head,
-            int64_t tile_width, bool padded_memory)
+            int64_t tile_width, bool padded_memory, bool rounded_to_bf16)
       : k_(k), v_(v), head_(head) {
     width = tile_width;
     keys = s.n_kv;
@@ -136,6 +136,7 @@ class HeadTiles : public tile::KeyTiles {
     key_stride = k.stride();
     value_stride = v.stride();
     padded = padded_memory;
+    bf16_exact = rounded_to_bf16;
   }
   const void* Keys(int64_t t) const override { return k_.Row(head_, t * width); }
   const void* Values(int64_t t) const override { return v_.Row(head_, t * width); }
@@ -198,7 +199,8 @@ absl::Status AttentionEngine::Compute(const TensorView& q, const TensorView& k, 
 
   std::vector<HeadTiles> heads;
   heads.reserve(static_cast<size_t>(s.n_head_kv));
-  for (int64_t g = 0; g < s.n_head_kv; ++g) heads.emplace_back(pk, pv, s, g, width, !kernels);
+  for (int64_t g = 0; g < s.n_head_kv; ++g)
+    heads.emplace_back(pk, pv, s, g, width, !kernels, round_kv);
   // Weights rows are written only at visible keys: clear them first.
   if (!weights.empty()) std::fill(weights.begin(), weights.end(), 0.0f);
   std::vector<tile::Work> works(static_cast<size_t>(s.n_head_kv));

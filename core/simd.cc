@@ -75,6 +75,12 @@ void ScaleAddScalar(float* dst, float alpha, const float* src, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = dst[i] * alpha + src[i];
 }
 
+void RowToFloatScalar(const Rows& rows, int64_t t, int64_t n, float* out) {
+  const void* row = RowStart(rows, t);
+  const float scale = RowScale(rows, t);
+  for (int64_t i = 0; i < n; ++i) out[i] = Load(row, rows.dtype, i) * scale;
+}
+
 void DotRowsScalar(const float* q, int64_t m, int64_t d, const Rows& k, int64_t rows, float* scores,
                    int64_t ld) {
   for (int64_t t = 0; t < rows; ++t) {
@@ -250,6 +256,31 @@ constexpr int64_t kPrefetchBytes = 4096;
 template <DType kType>
 inline int64_t PrefetchRows(int64_t cols) {
   return std::max<int64_t>(4, kPrefetchBytes / std::max<int64_t>(1, cols * kElementBytes<kType>));
+}
+
+template <DType kType>
+ATTEND_AVX2 void RowToFloatImpl(const Rows& rows, int64_t t, int64_t n, float* out) {
+  const void* row = RowAt<kType>(rows, t);
+  const float scale = ScaleAt<kType>(rows, t);
+  int64_t i = 0;
+  if constexpr (kType == DType::kInt8) {
+    const __m256 s = _mm256_set1_ps(scale);
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_mul_ps(Load8T<kType>(row, i), s));
+  } else {
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, Load8T<kType>(row, i));
+  }
+  for (; i < n; ++i) out[i] = Load(row, kType, i) * scale;
+}
+
+ATTEND_AVX2 void RowToFloatAvx2(const Rows& rows, int64_t t, int64_t n, float* out) {
+  switch (rows.dtype) {
+    case DType::kBFloat16:
+      return RowToFloatImpl<DType::kBFloat16>(rows, t, n, out);
+    case DType::kInt8:
+      return RowToFloatImpl<DType::kInt8>(rows, t, n, out);
+    default:
+      return RowToFloatImpl<DType::kFloat32>(rows, t, n, out);
+  }
 }
 
 // Eight sums at once: lane i of the result is the sum of the lanes of v[i].
@@ -444,19 +475,21 @@ struct Kernels {
   void (*round_to_bf16)(float*, int64_t);
   float (*max)(const float*, int64_t);
   void (*scale_add)(float*, float, const float*, int64_t);
+  void (*row_to_float)(const Rows&, int64_t, int64_t, float*);
   void (*dot_rows)(const float*, int64_t, int64_t, const Rows&, int64_t, float*, int64_t);
   void (*accumulate_rows)(const float*, int64_t, int64_t, const Rows&, int64_t, int64_t, float*);
 };
 
-const Kernels kScalarKernels{"scalar",       ExpShiftSumScalar, RoundToBf16Scalar,   MaxScalar,
-                             ScaleAddScalar, DotRowsScalar,     AccumulateRowsScalar};
+const Kernels kScalarKernels{"scalar",      ExpShiftSumScalar,   RoundToBf16Scalar,
+                             MaxScalar,     ScaleAddScalar,      RowToFloatScalar,
+                             DotRowsScalar, AccumulateRowsScalar};
 
 const Kernels& Best() {
   static const Kernels kernels = [] {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-      return Kernels{"avx2",       ExpShiftSumAvx2, RoundToBf16Avx2,   MaxAvx2,
-                     ScaleAddAvx2, DotRowsAvx2,     AccumulateRowsAvx2};
+      return Kernels{"avx2",       ExpShiftSumAvx2, RoundToBf16Avx2, MaxAvx2,
+                     ScaleAddAvx2, RowToFloatAvx2,  DotRowsAvx2,     AccumulateRowsAvx2};
     }
     return kScalarKernels;
   }();
@@ -488,6 +521,10 @@ float Max(const float* x, int64_t n) { return Chosen().max(x, n); }
 
 void ScaleAdd(float* dst, float alpha, const float* src, int64_t n) {
   Chosen().scale_add(dst, alpha, src, n);
+}
+
+void RowToFloat(const Rows& rows, int64_t t, int64_t n, float* out) {
+  Chosen().row_to_float(rows, t, n, out);
 }
 
 void DotRows(const float* q, int64_t m, int64_t d, const Rows& k, int64_t rows, float* scores,

@@ -41,6 +41,9 @@ struct Rows {
   const float* scales = nullptr;  // kInt8 only
 };
 
+// out[i] = element i of row `t` of `rows` as float (int8 times the row's scale), for i < n.
+void RowToFloat(const Rows& rows, int64_t t, int64_t n, float* out);
+
 // scores[j * ld + t] = dot(q[j * d ...], key row t) for j < m, t < rows.
 void DotRows(const float* q, int64_t m, int64_t d, const Rows& k, int64_t rows, float* scores,
              int64_t ld);

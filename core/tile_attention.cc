@@ -45,16 +45,19 @@ float Element(const simd::Rows& src, int64_t r, int64_t c) {
 // the memory itself when its dtype fits and it has every row the operand shape covers;
 // otherwise a converted (dequantized), zero-padded, dense thread-local copy. `rows` rows are
 // valid; the matmul reads `width` (zero-padded when the memory has fewer).
-simd::Rows PrepareOperand(const simd::Rows& src, bool padded, int64_t rows, int64_t width,
-                          int64_t cols, const Arithmetic& a, bool for_kernels,
+simd::Rows PrepareOperand(const simd::Rows& src, bool padded, bool bf16_exact, int64_t rows,
+                          int64_t width, int64_t cols, const Arithmetic& a, bool for_kernels,
                           std::vector<float>& f32, std::vector<uint16_t>& bf16) {
+  // f32 rows hold their bf16 semantics already when the caller rounded them.
+  const bool exact = src.dtype == DType::kBFloat16 || (bf16_exact && src.dtype == DType::kFloat32);
   if (for_kernels) {
     // The kernels read every storage type in place; bf16 semantics over f32 or int8 rows need
     // the rounded values.
-    if (!a.round_bf16 || src.dtype == DType::kBFloat16) return src;
+    if (!a.round_bf16 || exact) return src;
   } else {
-    const bool type_fits = a.matmul == dt::bf16 ? src.dtype == DType::kBFloat16
-                                                : (src.dtype == DType::kFloat32 && !a.round_bf16);
+    const bool type_fits = a.matmul == dt::bf16
+                               ? src.dtype == DType::kBFloat16
+                               : (src.dtype == DType::kFloat32 && (!a.round_bf16 || exact));
     if (type_fits && (padded || rows >= width)) return src;
   }
   rows = std::min(rows, for_kernels ? rows : width);
@@ -67,12 +70,13 @@ simd::Rows PrepareOperand(const simd::Rows& src, bool padded, int64_t rows, int6
     std::fill(out + rows * cols, out + out_rows * cols, uint16_t{0});
     return {out, DType::kBFloat16, cols, nullptr};
   }
+  // Vectorised, row by row: this runs for every tile a prefill visits (bf16 semantics over f32
+  // rows, or bf16 and int8 storage without a native bf16 matmul), so a scalar loop here took as
+  // long as the tile's matmuls.
   float* out = Buffer(f32, out_rows * cols);
   for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) {
-      const float x = Element(src, r, c);
-      out[r * cols + c] = a.round_bf16 ? RoundBf16(x) : x;
-    }
+    simd::RowToFloat(src, r, cols, out + r * cols);
+    if (a.round_bf16 && !exact) simd::RoundToBf16(out + r * cols, cols);
   }
   std::fill(out + rows * cols, out + out_rows * cols, 0.0f);
   return {out, DType::kFloat32, cols, nullptr};
@@ -153,7 +157,7 @@ absl::Status RunTileJob(const Job& job, State* state) {
         kernels ? valid : std::min(width, (std::min(valid, ke - start) + 63) / 64 * 64);
     const simd::Rows k =
         PrepareOperand({keys.Keys(t), keys.dtype, keys.key_stride, keys.KeyScales(t)}, keys.padded,
-                       valid, cols, d, a, kernels, k_f32, k_bf16);
+                       keys.bf16_exact, valid, cols, d, a, kernels, k_f32, k_bf16);
     if (kernels) {
       simd::DotRows(job.q, m, d, k, valid, s, cols);
     } else {
@@ -183,7 +187,7 @@ absl::Status RunTileJob(const Job& job, State* state) {
 
     const simd::Rows v =
         PrepareOperand({keys.Values(t), keys.dtype, keys.value_stride, keys.ValueScales(t)},
-                       keys.padded, valid, cols, dv, a, kernels, v_f32, v_bf16);
+                       keys.padded, keys.bf16_exact, valid, cols, dv, a, kernels, v_f32, v_bf16);
     if (kernels) {
       for (int64_t i = 0; i < m; ++i) {
         if (alpha[i] == 1.0f) continue;

@@ -52,6 +52,9 @@ class KeyTiles {
   int64_t key_stride = 0;
   int64_t value_stride = 0;
   bool padded = false;
+  // kFloat32 keys and values that already hold bfloat16 values (rounded once by the caller):
+  // bf16 semantics then read them as they are instead of rounding a copy of every tile.
+  bool bf16_exact = false;
 };
 
 // How the products are computed.

@@ -61,7 +61,7 @@ struct RowsCase {
   DType dtype;
 };
 
-TEST_P(Kernels, DotRowsAndAccumulateRowsMatchLoops) {
+TEST_P(Kernels, RowToFloatDotRowsAndAccumulateRowsMatchLoops) {
   std::mt19937_64 rng(2);
   for (const RowsCase& c :
        {RowsCase{4, 128, 37, 1024, DType::kFloat32}, RowsCase{4, 128, 256, 128, DType::kBFloat16},
@@ -98,6 +98,12 @@ TEST_P(Kernels, DotRowsAndAccumulateRowsMatchLoops) {
     if (c.dtype == DType::kInt8) {
       k.data = keys_int8.data();
       k.scales = scales.data();
+    }
+    // Each row widened (and dequantized) to float: exactly the values it stores.
+    std::vector<float> row(c.d);
+    for (int64_t t = 0; t < c.rows; ++t) {
+      RowToFloat(k, t, c.d, row.data());
+      for (int64_t x = 0; x < c.d; ++x) ASSERT_EQ(row[x], keys[t * c.stride + x]) << t << "," << x;
     }
     const int64_t ld = c.rows + 3;
     std::vector<float> scores(c.m * ld, -1.0f);
