@@ -78,7 +78,9 @@ smoke() {
   local name="attend-smoke-$$"
   # Remove the container however the smoke test ends (expanded now: the locals are gone at exit).
   # shellcheck disable=SC2064
-  trap "$engine rm -f $name >/dev/null 2>&1 || true" EXIT
+  trap "$engine rm -f $name >/dev/null 2>&1; $engine rm -f $name-probe >/dev/null 2>&1; true" EXIT
+  # Ctrl-C or a TERM (a timeout) must also pass through the EXIT trap.
+  trap 'exit 130' INT TERM
 
   # Without systemd podman cannot put the health check on a timer and logs an error at every
   # run, stop and rm; DISABLE_HC_SYSTEMD is podman's own switch to skip the timer (podman 4.3
@@ -104,8 +106,8 @@ smoke() {
   "$engine" exec "$name" attend health
 
   # The published gRPC port, from the host's network, with the image's own CLI.
-  "$engine" run --rm --network host --no-healthcheck --entrypoint attend "$image" \
-    --target "127.0.0.1:$grpc_port" --deadline 5 health >/dev/null ||
+  "$engine" run --rm --name "$name-probe" --network host --no-healthcheck \
+    --entrypoint attend "$image" --target "127.0.0.1:$grpc_port" --deadline 5 health >/dev/null ||
     die "no healthy gRPC server on the published port 127.0.0.1:$grpc_port"
   echo "container: gRPC on 127.0.0.1:$grpc_port answers from the host: SERVING"
 
@@ -154,7 +156,7 @@ smoke() {
   grep -q 'SIGTERM, draining for up to 5s' <<<"$logs" || die "no SIGTERM drain in the log"
   echo "container: stopped with SIGTERM, exit code 0"
   "$engine" rm "$name" >/dev/null
-  trap - EXIT
+  trap - EXIT INT TERM
   echo "container: smoke test of $image passed"
 }
 
