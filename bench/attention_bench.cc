@@ -1,6 +1,7 @@
 // Attention engine benchmarks, reported against this machine's limits measured in the same run:
 //   prefill: useful FLOP/s (4 x head_dim per attended pair) / oneDNN matmul FLOP/s
 //   decode:  K/V bytes read per second / streaming read bandwidth
+//   cache prefill: the same FLOP/s for a prefill appended to a KV-cache sequence
 // `ratio` uses the median iteration, `ratio_best` the fastest (bench/step_times.h says why).
 //
 //   build/bench/attention_bench [--benchmark_filter=Prefill]
@@ -14,6 +15,7 @@
 #include "bench/step_times.h"
 #include "core/attention_engine.h"
 #include "core/half.h"
+#include "core/kv_cache/kv_cache.h"
 #include "core/onednn.h"
 
 namespace attend::bench {
@@ -94,6 +96,60 @@ void BM_CausalPrefill(benchmark::State& state) {
   state.SetLabel(stats.engine);
 }
 
+// Prefill through the KV cache, as serving does it: one Append of n tokens (q, k, v) to a new
+// sequence, which stores k/v in the cache's dtype and attends causally over its blocks.
+// args: n, storage (0 f32, 1 bf16, 2 int8); 8 query and 8 KV heads, head_dim 128, all threads.
+// Against the f32 matmul probe: on machines without a bf16 matmul, every storage computes in f32.
+void BM_CachePrefill(benchmark::State& state) {
+  const int64_t n = state.range(0), heads = 8, d = 128;
+  const DType storage = state.range(1) == 0   ? DType::kFloat32
+                        : state.range(1) == 1 ? DType::kBFloat16
+                                              : DType::kInt8;
+  MeasureMachineLimits();
+  Inputs in = MakeInputs(n, n, heads, heads, d, /*bf16=*/false);
+  kv::KvCacheOptions options;
+  options.capacity_bytes = int64_t{4} << 30;
+  kv::KvCache cache(options);
+  kv::SequenceConfig config;
+  config.layers = 1;
+  config.n_head = heads;
+  config.n_head_kv = heads;
+  config.head_dim = d;
+  config.kv_dtype = storage;
+  kv::AppendInput input;
+  input.id = "prefill";
+  input.q = in.qv;
+  input.k = in.kv;
+  input.v = in.vv;
+  AttentionStats stats;
+  StepTimes times;
+  const MachineLimits before = MeasureLimitsNow();
+  for (auto _ : state) {
+    if (!cache.Create(config, input.id, n).ok()) {
+      state.SkipWithError("create failed");
+      return;
+    }
+    stats = {};  // Append adds to it
+    const auto start = std::chrono::steady_clock::now();
+    const bool ok = cache.Append(0, input, Precision::kAuto, false, &stats).ok();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!ok || !cache.Release(input.id).ok()) {
+      state.SkipWithError("append failed");
+      return;
+    }
+    state.SetIterationTime(seconds);
+    times.Add(seconds);
+  }
+  const double flops = static_cast<double>(stats.attention_flops);
+  const MachineLimits limits = BetterOf(before, MeasureLimitsNow());
+  state.counters["useful_GFLOPs"] = flops / times.Median() / 1e9;
+  state.counters["matmul_GFLOPs"] = limits.matmul_f32_flops / 1e9;
+  state.counters["ratio"] = flops / times.Median() / limits.matmul_f32_flops;
+  state.counters["ratio_best"] = flops / times.Best() / limits.matmul_f32_flops;
+  state.SetLabel(stats.engine);
+}
+
 // args: context, batch (sequences), bf16. 32 query heads, 8 KV heads, head_dim 128.
 void BM_Decode(benchmark::State& state) {
   const int64_t context = state.range(0), batch = state.range(1);
@@ -149,6 +205,13 @@ BENCHMARK(BM_CausalPrefill)
     ->Unit(benchmark::kMillisecond)
     ->UseManualTime()
     ->Iterations(3);
+
+BENCHMARK(BM_CachePrefill)
+    ->ArgNames({"n", "storage"})
+    ->ArgsProduct({{2048}, {0, 1, 2}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseManualTime()
+    ->MinTime(1.0);
 
 BENCHMARK(BM_Decode)
     ->ArgNames({"context", "batch", "bf16"})
