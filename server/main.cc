@@ -16,6 +16,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "core/onednn.h"
 #include "server/server.h"
@@ -23,8 +24,11 @@
 ABSL_FLAG(std::string, address, "0.0.0.0:50051", "gRPC listen address (host:port; port 0 = any)");
 ABSL_FLAG(std::string, metrics_address, "0.0.0.0:9464",
           "Prometheus /metrics listen address; empty disables metrics");
-ABSL_FLAG(int, worker_threads, 0, "Threads that run requests; 0 = number of CPUs");
-ABSL_FLAG(int, compute_threads, 0, "OpenMP threads per attention call; 0 = number of CPUs");
+ABSL_FLAG(int, worker_threads, 0,
+          "Threads that run requests; 0 = number of CPUs (the cgroup's CPU quota when lower)");
+ABSL_FLAG(int, compute_threads, 0,
+          "OpenMP threads per attention call; 0 = number of CPUs (the cgroup's CPU quota when "
+          "lower)");
 ABSL_FLAG(int64_t, max_queued_requests, 256,
           "Requests that may wait for a worker; more are refused with RESOURCE_EXHAUSTED");
 ABSL_FLAG(int64_t, max_message_bytes, int64_t{64} << 20,
@@ -35,7 +39,8 @@ ABSL_FLAG(int64_t, max_score_elements, int64_t{1} << 32,
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(10),
           "Time in-flight calls get to finish after SIGTERM");
 ABSL_FLAG(int64_t, kv_cache_bytes, 0,
-          "KV-cache capacity in bytes; 0 = half of physical memory (taken as sequences grow)");
+          "KV-cache capacity in bytes; 0 = half of physical memory, or of the cgroup's memory "
+          "limit when lower (taken as sequences grow)");
 ABSL_FLAG(int64_t, kv_block_bytes, int64_t{1} << 20,
           "Bytes per KV-cache block (a multiple of 64; one layer's tokens of one sequence)");
 ABSL_FLAG(std::string, kv_eviction, "none",
@@ -181,7 +186,13 @@ int main(int argc, char** argv) {
                     : (options.tls.client_ca_pem.empty() ? ", TLS" : ", mutual TLS"))
             << (options.auth_tokens.empty() ? "" : ", bearer token required (health open)");
   std::cout << " (cpu " << attend::onednn::CpuIsaName() << ", bf16 matmul "
-            << (attend::onednn::HasBf16Matmul() ? "native" : "emulated") << ")" << std::endl;
+            << (attend::onednn::HasBf16Matmul() ? "native" : "emulated") << ", KV cache "
+            << absl::StrFormat("%.1f", static_cast<double>(options.kv_cache.capacity_bytes) /
+                                           static_cast<double>(int64_t{1} << 30))
+            << " GiB, "
+            << (options.compute_threads > 0 ? options.compute_threads
+                                            : attend::server::DefaultThreads())
+            << " compute threads)" << std::endl;
 
   int received = 0;
   sigwait(&signals, &received);

@@ -1,5 +1,6 @@
 #include "server/server.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "prometheus/exposer.h"
 #include "server/attention_service.h"
+#include "server/cgroup_limits.h"
 #include "server/kv_cache_metrics.h"
 #include "server/kv_cache_service.h"
 #include "server/metrics.h"
@@ -62,10 +64,15 @@ class TtlSweeper {
 }  // namespace
 
 int64_t DefaultKvCacheBytes() {
-  const long pages = sysconf(_SC_PHYS_PAGES);
-  const long page_size = sysconf(_SC_PAGE_SIZE);
-  if (pages <= 0 || page_size <= 0) return int64_t{4} << 30;
-  return static_cast<int64_t>(pages) * page_size / 2;
+  const int64_t available = AvailableMemoryBytes(ReadCgroupLimits());
+  return available > 0 ? available / 2 : int64_t{4} << 30;
+}
+
+int DefaultThreads() {
+  int cpus = static_cast<int>(std::thread::hardware_concurrency());
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) cpus = CPU_COUNT(&set);
+  return AvailableCpus(ReadCgroupLimits(), cpus);
 }
 
 // Destruction runs in reverse declaration order: the gRPC server first (every call finished),
@@ -95,7 +102,7 @@ AttendServer::~AttendServer() { Shutdown(absl::ZeroDuration()); }
 absl::StatusOr<std::unique_ptr<AttendServer>> AttendServer::Start(const ServerOptions& options) {
   std::unique_ptr<AttendServer> self(new AttendServer());
   Parts& p = *self->parts_;
-  const int cpus = std::max(1u, std::thread::hardware_concurrency());
+  const int cpus = DefaultThreads();
   p.metrics = std::make_unique<Metrics>();
   // Security next: a misconfiguration is refused before anything listens or starts a thread.
   // The metrics outlive the gRPC server (see Parts), so the hook's pointer stays valid.
@@ -105,8 +112,11 @@ absl::StatusOr<std::unique_ptr<AttendServer>> AttendServer::Start(const ServerOp
                            [metrics](absl::string_view reason) { metrics->AuthRejected(reason); });
   if (!credentials.ok()) return credentials.status();
 
+  // 0 compute threads lets OpenMP start one per CPU it sees, which a CPU quota does not lower:
+  // resolve 0 here, so that a container limited to 2 CPUs computes on 2 threads.
+  const int compute_threads = options.compute_threads > 0 ? options.compute_threads : cpus;
   kv::KvCacheOptions cache_options = options.kv_cache;
-  cache_options.compute_threads = options.compute_threads;
+  cache_options.compute_threads = compute_threads;
   cache_options.limits = options.limits.attention;
   if (cache_options.capacity_bytes <= 0) cache_options.capacity_bytes = DefaultKvCacheBytes();
   p.cache = std::make_unique<kv::KvCache>(cache_options);
@@ -125,7 +135,7 @@ absl::StatusOr<std::unique_ptr<AttendServer>> AttendServer::Start(const ServerOp
   }
   p.pool = std::make_unique<WorkerPool>(options.worker_threads > 0 ? options.worker_threads : cpus,
                                         options.max_queued_requests);
-  p.engine = std::make_unique<AttentionEngine>(EngineOptions{options.compute_threads});
+  p.engine = std::make_unique<AttentionEngine>(EngineOptions{compute_threads});
   // Warm up oneDNN (library and JIT initialisation, the bf16 probe) before the first request
   // rather than during it.
   {

@@ -28,8 +28,8 @@ namespace attend::server {
 struct ServerOptions {
   std::string address = "0.0.0.0:50051";         // port 0 picks a free port
   std::string metrics_address = "0.0.0.0:9464";  // empty disables the exposer
-  int worker_threads = 0;                        // request workers; 0 = number of CPUs
-  int compute_threads = 0;  // OpenMP threads per attention call; 0 = number of CPUs
+  int worker_threads = 0;                        // request workers; 0 = DefaultThreads()
+  int compute_threads = 0;  // OpenMP threads per attention call; 0 = DefaultThreads()
   int64_t max_queued_requests = 256;
   ServiceLimits limits;
   // The KV cache: capacity (0 = half of the machine's memory), block size, eviction, sequence
@@ -42,9 +42,14 @@ struct ServerOptions {
   std::vector<std::string> auth_tokens;
 };
 
-// Half of the machine's physical memory: the KV cache's default capacity. Memory is taken
-// block by block as sequences grow, not up front.
+// Half of the memory this process may use (physical memory, or its cgroup's limit when lower,
+// as in a container): the KV cache's default capacity. Memory is taken block by block as
+// sequences grow, not up front.
 int64_t DefaultKvCacheBytes();
+
+// The CPUs this process may use (its affinity, or its cgroup's CPU quota rounded up when lower):
+// the default request workers and compute threads.
+int DefaultThreads();
 
 class AttendServer {
  public:
