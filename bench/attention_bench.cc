@@ -150,6 +150,26 @@ void BM_CachePrefill(benchmark::State& state) {
   state.SetLabel(stats.engine);
 }
 
+// The fixed cost of one engine matmul call (onednn::RunMatmul) on the calling thread, on a
+// 16 x 16 x 16 product whose arithmetic takes well under a microsecond: what every tile pays
+// on top of its FLOPs, twice per tile.
+void BM_MatmulCallOverhead(benchmark::State& state) {
+  using dt = dnnl::memory::data_type;
+  const onednn::ScopedThreadLimit one_thread(1);
+  onednn::MatmulSpec spec;
+  spec.src = {16, 16, 16, 1, dt::f32};
+  spec.weights = {16, 16, 16, 1, dt::f32};
+  spec.dst = {16, 16, 16, 1, dt::f32};
+  std::vector<float> a(256, 1.0f), b(256, 0.5f), c(256);
+  for (auto _ : state) {
+    if (!onednn::RunMatmul(spec, a.data(), b.data(), c.data()).ok()) {
+      state.SkipWithError("matmul failed");
+      return;
+    }
+    benchmark::DoNotOptimize(c.data());
+  }
+}
+
 // args: context, batch (sequences), bf16. 32 query heads, 8 KV heads, head_dim 128.
 void BM_Decode(benchmark::State& state) {
   const int64_t context = state.range(0), batch = state.range(1);
@@ -212,6 +232,8 @@ BENCHMARK(BM_CachePrefill)
     ->Unit(benchmark::kMillisecond)
     ->UseManualTime()
     ->MinTime(1.0);
+
+BENCHMARK(BM_MatmulCallOverhead)->Unit(benchmark::kMicrosecond);
 
 BENCHMARK(BM_Decode)
     ->ArgNames({"context", "batch", "bf16"})

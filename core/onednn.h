@@ -57,6 +57,8 @@ struct MatmulSpec {
   std::string Key() const;
 };
 
+class ThreadMatmuls;
+
 // A created matmul primitive with its memory descriptors and scratchpad size.
 class Matmul {
  public:
@@ -67,6 +69,7 @@ class Matmul {
 
  private:
   friend absl::StatusOr<std::shared_ptr<const Matmul>> GetMatmul(const MatmulSpec& spec);
+  friend class ThreadMatmuls;
   dnnl::matmul primitive_;
   dnnl::memory::desc src_md_, weights_md_, dst_md_;
   size_t scratchpad_bytes_ = 0;
@@ -79,7 +82,9 @@ absl::StatusOr<std::shared_ptr<const Matmul>> GetMatmul(const MatmulSpec& spec);
 
 // Executes dst = src x weights for `spec`. When oneDNN has no implementation for the strided
 // layout (some ISAs accept only dense operands), packs the operands into dense per-thread
-// buffers, runs the dense primitive and scatters the result: slower, never wrong.
+// buffers, runs the dense primitive and scatters the result: slower, never wrong. Each thread
+// keeps its most recently used specs with their oneDNN arguments ready, so a repeated shape
+// costs no key, lock or allocation.
 absl::Status RunMatmul(const MatmulSpec& spec, const void* src, const void* weights, void* dst);
 
 // Number of primitives created so far (cache misses), for tests and metrics.
