@@ -129,6 +129,7 @@ def main():
         return ("%." + str(digits) + "f") % x if isinstance(x, float) else str(x)
 
     print()
+    print("attend: median iteration; PyTorch: best of its runs")
     print("prefill, causal: useful GFLOP/s (4 x d per attended pair); best f32 matmul probe %.1f GFLOP/s" % matmul)
     print("%-34s %10s %7s %10s %7s" % ("shape (heads/kv, n, d, dtype)", "attend", "ratio", "PyTorch", "ratio"))
     for b in prefill:
