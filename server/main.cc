@@ -185,14 +185,14 @@ int main(int argc, char** argv) {
                     ? ", plaintext"
                     : (options.tls.client_ca_pem.empty() ? ", TLS" : ", mutual TLS"))
             << (options.auth_tokens.empty() ? "" : ", bearer token required (health open)");
+  const int compute_threads =
+      options.compute_threads > 0 ? options.compute_threads : attend::server::DefaultThreads();
   std::cout << " (cpu " << attend::onednn::CpuIsaName() << ", bf16 matmul "
             << (attend::onednn::HasBf16Matmul() ? "native" : "emulated") << ", KV cache "
             << absl::StrFormat("%.1f", static_cast<double>(options.kv_cache.capacity_bytes) /
                                            static_cast<double>(int64_t{1} << 30))
-            << " GiB, "
-            << (options.compute_threads > 0 ? options.compute_threads
-                                            : attend::server::DefaultThreads())
-            << " compute threads)" << std::endl;
+            << " GiB, " << compute_threads
+            << (compute_threads == 1 ? " compute thread)" : " compute threads)") << std::endl;
 
   int received = 0;
   sigwait(&signals, &received);
