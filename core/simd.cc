@@ -297,13 +297,11 @@ ATTEND_AVX2 inline __m256 Sum8x8(const __m256* v) {
 
 // M query rows against R key rows at a time (M * R <= 8 accumulators): the R rows' loads are
 // shared by the M query rows, and the M * R independent FMA chains hide the FMA latency (with
-// one key row, M = 4 chains leave the FMA units half idle). kD > 0 fixes the head size at
-// compile time, so that the column loop unrolls completely.
-template <int M, int R, DType kType, int kD>
-ATTEND_AVX2 void DotRowsBlock(const float* q, int64_t runtime_d, const Rows& k, int64_t rows,
-                              float* scores, int64_t ld) {
+// one key row, M = 4 chains leave the FMA units half idle).
+template <int M, int R, DType kType>
+ATTEND_AVX2 void DotRowsBlock(const float* q, int64_t d, const Rows& k, int64_t rows, float* scores,
+                              int64_t ld) {
   static_assert(M * R <= 8);
-  const int64_t d = kD > 0 ? kD : runtime_d;
   const int64_t ahead = PrefetchRows<kType>(d);
   int64_t t = 0;
   for (; t + R <= rows; t += R) {
@@ -316,7 +314,6 @@ ATTEND_AVX2 void DotRowsBlock(const float* q, int64_t runtime_d, const Rows& k, 
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) row[r] = RowAt<kType>(k, t + r);
     int64_t c = 0;
-#pragma GCC unroll 16
     for (; c + 8 <= d; c += 8) {
       __m256 kv[R];
 #pragma GCC unroll 8
@@ -353,29 +350,22 @@ ATTEND_AVX2 void DotRowsBlock(const float* q, int64_t runtime_d, const Rows& k, 
       Rows rest = k;
       rest.data = RowAt<kType>(k, t);
       if (k.scales != nullptr) rest.scales = k.scales + t;
-      DotRowsBlock<M, 1, kType, kD>(q, d, rest, rows - t, scores + t, ld);
+      DotRowsBlock<M, 1, kType>(q, d, rest, rows - t, scores + t, ld);
     }
   }
-}
-
-// The common head sizes get a completely unrolled column loop: with no loop branch between the
-// row pair's FMAs, the q.k kernel ran 7-24% faster on Zen 3 (one core, K in L2, interleaved A/B
-// runs), while the same unrolling in AccumulateBlock gained nothing and is not done.
-template <int M, int R, DType kType>
-ATTEND_AVX2 void DotRowsFor(const float* q, int64_t d, const Rows& k, int64_t rows, float* scores,
-                            int64_t ld) {
-  if (d == 128) return DotRowsBlock<M, R, kType, 128>(q, d, k, rows, scores, ld);
-  if (d == 64) return DotRowsBlock<M, R, kType, 64>(q, d, k, rows, scores, ld);
-  DotRowsBlock<M, R, kType, 0>(q, d, k, rows, scores, ld);
 }
 
 template <DType kType>
 ATTEND_AVX2 void DotRowsImpl(const float* q, int64_t m, int64_t d, const Rows& k, int64_t rows,
                              float* scores, int64_t ld) {
   int64_t j = 0;
-  for (; j + 4 <= m; j += 4) DotRowsFor<4, 2, kType>(q + j * d, d, k, rows, scores + j * ld, ld);
-  for (; j + 2 <= m; j += 2) DotRowsFor<2, 4, kType>(q + j * d, d, k, rows, scores + j * ld, ld);
-  for (; j < m; ++j) DotRowsFor<1, 8, kType>(q + j * d, d, k, rows, scores + j * ld, ld);
+  for (; j + 4 <= m; j += 4) {
+    DotRowsBlock<4, 2, kType>(q + j * d, d, k, rows, scores + j * ld, ld);
+  }
+  for (; j + 2 <= m; j += 2) {
+    DotRowsBlock<2, 4, kType>(q + j * d, d, k, rows, scores + j * ld, ld);
+  }
+  for (; j < m; ++j) DotRowsBlock<1, 8, kType>(q + j * d, d, k, rows, scores + j * ld, ld);
 }
 
 ATTEND_AVX2 void DotRowsAvx2(const float* q, int64_t m, int64_t d, const Rows& k, int64_t rows,

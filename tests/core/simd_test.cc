@@ -70,8 +70,8 @@ TEST_P(Kernels, RowToFloatDotRowsAndAccumulateRowsMatchLoops) {
         RowsCase{2, 64, 8, 64, DType::kFloat32}, RowsCase{5, 8, 1, 8, DType::kBFloat16},
         RowsCase{3, 32, 19, 40, DType::kBFloat16}, RowsCase{1, 16, 21, 16, DType::kBFloat16},
         RowsCase{6, 48, 5, 48, DType::kBFloat16},
-        // Head sizes 64 and 128 have their own unrolled q.k kernels: every query-row block
-        // (4, 2, 1) and a key-row tail in each.
+        // The serving head sizes 64 and 128 through every query-row block (4, 2, 1), with a
+        // key-row tail in each.
         RowsCase{3, 128, 13, 128, DType::kInt8}, RowsCase{7, 128, 11, 136, DType::kFloat32},
         RowsCase{6, 64, 11, 64, DType::kBFloat16}, RowsCase{1, 64, 10, 72, DType::kInt8},
         RowsCase{5, 64, 9, 64, DType::kFloat32}}) {
