@@ -120,22 +120,41 @@ std::string MatmulSpec::Key() const {
                       TypeCode(dst.type));
 }
 
+// One matmul's oneDNN arguments: memory objects made once, pointed at each call's operands.
+struct MatmulArguments {
+  dnnl::memory src, weights, dst, scratchpad;
+  std::unordered_map<int, dnnl::memory> args;
+};
+
+void Matmul::Bind(MatmulArguments* a) const {
+  const dnnl::engine& engine = CpuEngine();
+  a->src = dnnl::memory(src_md_, engine, nullptr);
+  a->weights = dnnl::memory(weights_md_, engine, nullptr);
+  a->dst = dnnl::memory(dst_md_, engine, nullptr);
+  a->args = {{DNNL_ARG_SRC, a->src}, {DNNL_ARG_WEIGHTS, a->weights}, {DNNL_ARG_DST, a->dst}};
+  if (scratchpad_bytes_ > 0) {
+    dnnl::memory::desc pad_md({static_cast<int64_t>(scratchpad_bytes_)}, dt::u8, {1});
+    a->scratchpad = dnnl::memory(pad_md, engine, nullptr);
+    a->args.emplace(DNNL_ARG_SCRATCHPAD, a->scratchpad);
+  }
+}
+
+void Matmul::Run(MatmulArguments& a, const void* src, const void* weights, void* dst) const {
+  a.src.set_data_handle(const_cast<void*>(src));
+  a.weights.set_data_handle(const_cast<void*>(weights));
+  a.dst.set_data_handle(dst);
+  // The thread's scratchpad may have moved since the last call (grown for a larger primitive).
+  if (scratchpad_bytes_ > 0) a.scratchpad.set_data_handle(ThreadScratchpad(scratchpad_bytes_));
+  thread_local dnnl::stream stream(CpuEngine());
+  primitive_.execute(stream, a.args);
+  stream.wait();
+}
+
 absl::Status Matmul::Execute(const void* src, const void* weights, void* dst) const {
   return Call("matmul execute", [&] {
-    thread_local dnnl::stream stream(CpuEngine());
-    const dnnl::engine& engine = CpuEngine();
-    dnnl::memory src_mem(src_md_, engine, const_cast<void*>(src));
-    dnnl::memory weights_mem(weights_md_, engine, const_cast<void*>(weights));
-    dnnl::memory dst_mem(dst_md_, engine, dst);
-    std::unordered_map<int, dnnl::memory> args = {
-        {DNNL_ARG_SRC, src_mem}, {DNNL_ARG_WEIGHTS, weights_mem}, {DNNL_ARG_DST, dst_mem}};
-    if (scratchpad_bytes_ > 0) {
-      dnnl::memory::desc pad_md({static_cast<int64_t>(scratchpad_bytes_)}, dt::u8, {1});
-      args.emplace(DNNL_ARG_SCRATCHPAD,
-                   dnnl::memory(pad_md, engine, ThreadScratchpad(scratchpad_bytes_)));
-    }
-    primitive_.execute(stream, args);
-    stream.wait();
+    MatmulArguments arguments;
+    Bind(&arguments);
+    Run(arguments, src, weights, dst);
   });
 }
 
@@ -188,18 +207,7 @@ class ThreadMatmuls {
     for (auto it = entries_.rbegin(); it != entries_.rend(); ++it) {
       Entry& e = **it;
       if (!SameSpec(e.spec, spec)) continue;
-      *status = Call("matmul execute", [&] {
-        e.src.set_data_handle(const_cast<void*>(src));
-        e.weights.set_data_handle(const_cast<void*>(weights));
-        e.dst.set_data_handle(dst);
-        // The thread's scratchpad may have moved since (grown for a larger primitive).
-        if (e.matmul->scratchpad_bytes_ > 0) {
-          e.scratchpad.set_data_handle(ThreadScratchpad(e.matmul->scratchpad_bytes_));
-        }
-        thread_local dnnl::stream stream(CpuEngine());
-        e.matmul->primitive_.execute(stream, e.args);
-        stream.wait();
-      });
+      *status = Call("matmul execute", [&] { e.matmul->Run(e.arguments, src, weights, dst); });
       return true;
     }
     return false;
@@ -209,16 +217,7 @@ class ThreadMatmuls {
     const absl::Status status = Call("matmul arguments", [&] {
       auto e = std::make_unique<Entry>();
       e->spec = spec;
-      const dnnl::engine& engine = CpuEngine();
-      e->src = dnnl::memory(matmul->src_md_, engine, nullptr);
-      e->weights = dnnl::memory(matmul->weights_md_, engine, nullptr);
-      e->dst = dnnl::memory(matmul->dst_md_, engine, nullptr);
-      e->args = {{DNNL_ARG_SRC, e->src}, {DNNL_ARG_WEIGHTS, e->weights}, {DNNL_ARG_DST, e->dst}};
-      if (matmul->scratchpad_bytes_ > 0) {
-        dnnl::memory::desc pad_md({static_cast<int64_t>(matmul->scratchpad_bytes_)}, dt::u8, {1});
-        e->scratchpad = dnnl::memory(pad_md, engine, nullptr);
-        e->args.emplace(DNNL_ARG_SCRATCHPAD, e->scratchpad);
-      }
+      matmul->Bind(&e->arguments);
       e->matmul = std::move(matmul);
       if (entries_.size() >= kCapacity) entries_.erase(entries_.begin());
       entries_.push_back(std::move(e));
@@ -230,8 +229,7 @@ class ThreadMatmuls {
   struct Entry {
     MatmulSpec spec;
     std::shared_ptr<const Matmul> matmul;
-    dnnl::memory src, weights, dst, scratchpad;
-    std::unordered_map<int, dnnl::memory> args;
+    MatmulArguments arguments;
   };
 
   static bool SameOperand(const Operand& a, const Operand& b) {

@@ -58,6 +58,7 @@ struct MatmulSpec {
 };
 
 class ThreadMatmuls;
+struct MatmulArguments;
 
 // A created matmul primitive with its memory descriptors and scratchpad size.
 class Matmul {
@@ -70,6 +71,10 @@ class Matmul {
  private:
   friend absl::StatusOr<std::shared_ptr<const Matmul>> GetMatmul(const MatmulSpec& spec);
   friend class ThreadMatmuls;
+  // Makes the oneDNN memory objects and argument map for this primitive, with no data yet.
+  void Bind(MatmulArguments* arguments) const;
+  // Points `arguments` (made by Bind) at the operands and this thread's scratchpad, and runs.
+  void Run(MatmulArguments& arguments, const void* src, const void* weights, void* dst) const;
   dnnl::matmul primitive_;
   dnnl::memory::desc src_md_, weights_md_, dst_md_;
   size_t scratchpad_bytes_ = 0;
