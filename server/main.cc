@@ -185,8 +185,7 @@ int main(int argc, char** argv) {
                     ? ", plaintext"
                     : (options.tls.client_ca_pem.empty() ? ", TLS" : ", mutual TLS"))
             << (options.auth_tokens.empty() ? "" : ", bearer token required (health open)");
-  const int compute_threads =
-      options.compute_threads > 0 ? options.compute_threads : attend::server::DefaultThreads();
+  const int compute_threads = (*server)->compute_threads();
   std::cout << " (cpu " << attend::onednn::CpuIsaName() << ", bf16 matmul "
             << (attend::onednn::HasBf16Matmul() ? "native" : "emulated") << ", KV cache "
             << absl::StrFormat("%.1f", static_cast<double>(options.kv_cache.capacity_bytes) /

@@ -115,6 +115,7 @@ absl::StatusOr<std::unique_ptr<AttendServer>> AttendServer::Start(const ServerOp
   // 0 compute threads lets OpenMP start one per CPU it sees, which a CPU quota does not lower:
   // resolve 0 here, so that a container limited to 2 CPUs computes on 2 threads.
   const int compute_threads = options.compute_threads > 0 ? options.compute_threads : cpus;
+  self->compute_threads_ = compute_threads;
   kv::KvCacheOptions cache_options = options.kv_cache;
   cache_options.compute_threads = compute_threads;
   cache_options.limits = options.limits.attention;

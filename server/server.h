@@ -59,6 +59,8 @@ class AttendServer {
   // The bound gRPC port and metrics port (0 when metrics are disabled).
   int port() const { return port_; }
   int metrics_port() const { return metrics_port_; }
+  // OpenMP threads per attention call, as resolved from the options (0 = DefaultThreads()).
+  int compute_threads() const { return compute_threads_; }
   // A channel to this server without the network, for tests. It bypasses the port's TLS and
   // token check.
   std::shared_ptr<grpc::Channel> InProcessChannel();
@@ -72,6 +74,7 @@ class AttendServer {
   std::unique_ptr<Parts> parts_;
   int port_ = 0;
   int metrics_port_ = 0;
+  int compute_threads_ = 0;
 };
 
 // Services whose health is reported (besides the overall "" entry).
