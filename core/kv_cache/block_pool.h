@@ -3,8 +3,10 @@
 //
 // Why equal blocks: sequences of different shapes then share one budget without fragmentation,
 // the pool's accounting is exact (used, free, total are block counts), and a request's need is
-// known before anything changes. Memory is allocated on first use and kept for reuse, so the
-// process holds at most the budget (plus allocator overhead); every block handed out is zeroed.
+// known before anything changes. Memory is mapped on first use, in slabs of several blocks, and
+// kept for reuse, so the process holds at most the budget (rounded up to whole 2 MiB pages);
+// every block handed out is zeroed. Slabs are LargeMemory (huge-page candidates), because decode
+// streams every block of a sequence for every token and reads faster from 2 MiB pages.
 //
 // Thread-safety: all methods are thread-safe. BlockRef copies may be made and dropped on any
 // thread. REQUIRES: the pool outlives every BlockRef it handed out.
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "core/large_memory.h"
 #include "core/mutex.h"
 
 namespace attend::kv {
@@ -47,13 +50,20 @@ class BlockPool {
 
  private:
   void Return(Block* block) ABSL_LOCKS_EXCLUDED(mu_);
+  // Maps one more slab (`count` blocks) and adds its blocks to fresh_; false when mapping fails.
+  bool MapSlab(int64_t count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int64_t block_bytes_;
   const int64_t total_blocks_;
+  const int64_t slab_blocks_;  // blocks per slab (the last one may have fewer)
   mutable Mutex mu_;
   int64_t used_ ABSL_GUARDED_BY(mu_) = 0;
-  // Blocks whose memory is allocated and not in use.
+  int64_t mapped_blocks_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<LargeMemory> slabs_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Block>> blocks_ ABSL_GUARDED_BY(mu_);  // every mapped block
+  // Blocks not in use: returned ones (to be zeroed before reuse) and never-used ones (zero).
   std::vector<Block*> free_ ABSL_GUARDED_BY(mu_);
+  std::vector<Block*> fresh_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace attend::kv

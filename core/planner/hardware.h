@@ -49,8 +49,11 @@ absl::Status ValidateHardware(const HardwareProfile& hardware);
 // Best-of-`runs` rate, in FLOP/s, of an n x n x n oneDNN matmul (f32, or bf16 inputs with f32
 // output when `bf16`) after one warm-up run. 16 <= n <= 4096, 1 <= runs <= 100.
 absl::StatusOr<double> MeasureMatmulFlops(int64_t n, int runs, bool bf16);
-// Best-of-`runs` rate of summing a `bytes`-byte buffer with all OpenMP threads, in bytes/s. The
-// buffer is written once first so that page faults are not timed. 1 MiB <= bytes <= 4 GiB.
+// Best-of-`runs` rate of summing a `bytes`-byte buffer with all OpenMP threads, in bytes/s: the
+// buffer is LargeMemory (huge-page candidates, as KV-cache blocks are) and each thread sums its
+// share with eight vector accumulators, so that the figure is what the memory delivers rather
+// than what one add chain can take. The buffer is written once first so that page faults are
+// not timed. 1 MiB <= bytes <= 4 GiB.
 absl::StatusOr<double> MeasureReadBandwidth(int64_t bytes, int runs);
 
 }  // namespace attend::planner
