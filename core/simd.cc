@@ -239,11 +239,15 @@ inline void PrefetchLine(const char* p) { __asm__ volatile("prefetcht0 %0" : : "
 
 // Asks for the cache lines of row `t` of `rows` (when it exists) ahead of their use. The
 // kernels do little work per byte, so the out-of-order window covers only a few rows: without
-// this, the hardware prefetchers alone leave a single core well below its share of the memory
-// bandwidth.
+// help, a single core stays well below its share of the memory bandwidth. Dense rows (stride ==
+// row length, the KV cache's blocks) get that help from the hardware prefetchers, which follow
+// the kernels' sequential streams, and software prefetches only get in their way (decode from
+// memory, f32: 21 against 19-20 GB/s with them). Strided rows (a caller's [n, heads, d] tensor)
+// move a whole head stride per row, often a page, which the hardware does not follow: those are
+// prefetched here.
 template <DType kType>
 ATTEND_AVX2 inline void PrefetchRow(const Rows& rows, int64_t t, int64_t count, int64_t cols) {
-  if (t >= count) return;
+  if (t >= count || rows.stride == cols) return;
   const char* p = static_cast<const char*>(RowAt<kType>(rows, t));
   const int64_t bytes = cols * kElementBytes<kType>;
   for (int64_t off = 0; off < bytes; off += 64) PrefetchLine(p + off);
@@ -297,22 +301,25 @@ ATTEND_AVX2 inline __m256 Sum8x8(const __m256* v) {
 
 // M query rows against R key rows at a time (M * R <= 8 accumulators): the R rows' loads are
 // shared by the M query rows, and the M * R independent FMA chains hide the FMA latency (with
-// one key row, M = 4 chains leave the FMA units half idle).
+// one key row, M = 4 chains leave the FMA units half idle). The R rows come from R separate
+// runs of the rows (row t of each of R equal spans), not R neighbours, so that memory sees R
+// sequential streams: the hardware prefetchers follow those, while neighbouring rows read side by
+// side look like a back-and-forth pattern to them (decode from memory: see BENCHMARKS.md).
 template <int M, int R, DType kType>
 ATTEND_AVX2 void DotRowsBlock(const float* q, int64_t d, const Rows& k, int64_t rows, float* scores,
                               int64_t ld) {
   static_assert(M * R <= 8);
   const int64_t ahead = PrefetchRows<kType>(d);
-  int64_t t = 0;
-  for (; t + R <= rows; t += R) {
+  const int64_t span = rows / R;
+  for (int64_t t = 0; t < span; ++t) {
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) PrefetchRow<kType>(k, t + ahead + r, rows, d);
+    for (int r = 0; r < R; ++r) PrefetchRow<kType>(k, r * span + t + ahead, (r + 1) * span, d);
     __m256 acc[M * R];
 #pragma GCC unroll 8
     for (int i = 0; i < M * R; ++i) acc[i] = _mm256_setzero_ps();
     const void* row[R];
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) row[r] = RowAt<kType>(k, t + r);
+    for (int r = 0; r < R; ++r) row[r] = RowAt<kType>(k, r * span + t);
     int64_t c = 0;
     for (; c + 8 <= d; c += 8) {
       __m256 kv[R];
@@ -341,16 +348,17 @@ ATTEND_AVX2 void DotRowsBlock(const float* q, int64_t d, const Rows& k, int64_t 
       for (int r = 0; r < R; ++r) {
         float x = sums[j * R + r];
         for (int64_t e = c; e < d; ++e) x += q[j * d + e] * Load(row[r], kType, e);
-        scores[j * ld + t + r] = x * ScaleAt<kType>(k, t + r);
+        scores[j * ld + r * span + t] = x * ScaleAt<kType>(k, r * span + t);
       }
     }
   }
   if constexpr (R > 1) {
-    if (t < rows) {
+    const int64_t done = span * R;
+    if (done < rows) {
       Rows rest = k;
-      rest.data = RowAt<kType>(k, t);
-      if (k.scales != nullptr) rest.scales = k.scales + t;
-      DotRowsBlock<M, 1, kType>(q, d, rest, rows - t, scores + t, ld);
+      rest.data = RowAt<kType>(k, done);
+      if (k.scales != nullptr) rest.scales = k.scales + done;
+      DotRowsBlock<M, 1, kType>(q, d, rest, rows - done, scores + done, ld);
     }
   }
 }
@@ -382,43 +390,46 @@ ATTEND_AVX2 void DotRowsAvx2(const float* q, int64_t m, int64_t d, const Rows& k
 
 // Accumulates into up to 4 accumulator rows (which stay in L1): four value rows per step, so
 // that each accumulator chunk is loaded and stored once per four rows, then the rest one by one.
+// As in DotRowsBlock, the four rows are row t of four equal spans: four sequential streams.
 template <int M, DType kType>
 ATTEND_AVX2 void AccumulateBlock(const float* p, int64_t ld, const Rows& v, int64_t rows,
                                  int64_t dv, float* acc) {
   const int64_t ahead = PrefetchRows<kType>(dv);
-  int64_t t = 0;
-  if (dv % 8 == 0) {
-    for (; t + 4 <= rows; t += 4) {
+  const int64_t span = dv % 8 == 0 ? rows / 4 : 0;
+  for (int64_t t = 0; t < span; ++t) {
+    int64_t at[4];
 #pragma GCC unroll 4
-      for (int r = 0; r < 4; ++r) PrefetchRow<kType>(v, t + ahead + r, rows, dv);
-      __m256 w[M][4];
+    for (int r = 0; r < 4; ++r) {
+      at[r] = r * span + t;
+      PrefetchRow<kType>(v, at[r] + ahead, (r + 1) * span, dv);
+    }
+    __m256 w[M][4];
 #pragma GCC unroll 4
-      for (int r = 0; r < 4; ++r) {
-        const float scale = ScaleAt<kType>(v, t + r);
+    for (int r = 0; r < 4; ++r) {
+      const float scale = ScaleAt<kType>(v, at[r]);
 #pragma GCC unroll 4
-        for (int j = 0; j < M; ++j) w[j][r] = _mm256_set1_ps(p[j * ld + t + r] * scale);
-      }
-      const void* r0 = RowAt<kType>(v, t);
-      const void* r1 = RowAt<kType>(v, t + 1);
-      const void* r2 = RowAt<kType>(v, t + 2);
-      const void* r3 = RowAt<kType>(v, t + 3);
-      for (int64_t c = 0; c < dv; c += 8) {
-        const __m256 v0 = Load8T<kType>(r0, c);
-        const __m256 v1 = Load8T<kType>(r1, c);
-        const __m256 v2 = Load8T<kType>(r2, c);
-        const __m256 v3 = Load8T<kType>(r3, c);
+      for (int j = 0; j < M; ++j) w[j][r] = _mm256_set1_ps(p[j * ld + at[r]] * scale);
+    }
+    const void* r0 = RowAt<kType>(v, at[0]);
+    const void* r1 = RowAt<kType>(v, at[1]);
+    const void* r2 = RowAt<kType>(v, at[2]);
+    const void* r3 = RowAt<kType>(v, at[3]);
+    for (int64_t c = 0; c < dv; c += 8) {
+      const __m256 v0 = Load8T<kType>(r0, c);
+      const __m256 v1 = Load8T<kType>(r1, c);
+      const __m256 v2 = Load8T<kType>(r2, c);
+      const __m256 v3 = Load8T<kType>(r3, c);
 #pragma GCC unroll 4
-        for (int j = 0; j < M; ++j) {
-          float* a = acc + j * dv + c;
-          __m256 x = _mm256_fmadd_ps(w[j][0], v0, _mm256_loadu_ps(a));
-          x = _mm256_fmadd_ps(w[j][1], v1, x);
-          x = _mm256_fmadd_ps(w[j][2], v2, x);
-          _mm256_storeu_ps(a, _mm256_fmadd_ps(w[j][3], v3, x));
-        }
+      for (int j = 0; j < M; ++j) {
+        float* a = acc + j * dv + c;
+        __m256 x = _mm256_fmadd_ps(w[j][0], v0, _mm256_loadu_ps(a));
+        x = _mm256_fmadd_ps(w[j][1], v1, x);
+        x = _mm256_fmadd_ps(w[j][2], v2, x);
+        _mm256_storeu_ps(a, _mm256_fmadd_ps(w[j][3], v3, x));
       }
     }
   }
-  for (; t < rows; ++t) {
+  for (int64_t t = 4 * span; t < rows; ++t) {
     const void* row = RowAt<kType>(v, t);
     const float scale = ScaleAt<kType>(v, t);
     int64_t c = 0;
