@@ -7,7 +7,7 @@
 
 namespace attend {
 
-LargeMemory LargeMemory::Map(int64_t bytes) {
+LargeMemory LargeMemory::Map(int64_t bytes, bool huge_pages) {
   if (bytes <= 0 || bytes > INT64_MAX - 2 * kHugePageBytes) return LargeMemory();
   const int64_t size = (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
   // mmap aligns to pages only: map one huge page more and trim both ends to the alignment.
@@ -21,7 +21,8 @@ LargeMemory LargeMemory::Map(int64_t bytes) {
   if (head > 0) munmap(raw, head);
   if (tail > 0) munmap(reinterpret_cast<void*>(aligned + size), tail);
   // Advice only: EINVAL on kernels without THP leaves ordinary pages, which still work.
-  madvise(reinterpret_cast<void*>(aligned), static_cast<size_t>(size), MADV_HUGEPAGE);
+  if (huge_pages)
+    madvise(reinterpret_cast<void*>(aligned), static_cast<size_t>(size), MADV_HUGEPAGE);
   return LargeMemory(reinterpret_cast<char*>(aligned), size);
 }
 

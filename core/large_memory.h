@@ -7,7 +7,10 @@
 // the development machine, two threads summing 256 MiB read 15-19% more bytes per second from
 // 2 MiB pages. So this memory is mapped 2 MiB-aligned, in whole 2 MiB units, and advised as a
 // huge-page candidate. Where the kernel has huge pages off (or no THP at all) the advice is
-// ignored and the memory is ordinary, still zeroed and aligned.
+// ignored and the memory is ordinary, still zeroed and aligned. The cost: with the kernel's
+// default defrag setting ("madvise"), the first write to a 2 MiB page of advised memory may
+// compact memory to find one, a stall some latency-bound deployments prefer to avoid; hence the
+// `huge_pages` switch.
 //
 // Thread-safety: LargeMemory objects are not shared between threads while being moved or
 // destroyed; the memory itself is plain memory.
@@ -25,8 +28,9 @@ class LargeMemory {
  public:
   LargeMemory() = default;
   // Maps at least `bytes` (rounded up to kHugePageBytes) of zeroed, kHugePageBytes-aligned
-  // memory. The result is empty (data() == nullptr) when bytes <= 0 or the mapping fails.
-  static LargeMemory Map(int64_t bytes);
+  // memory, advised as a huge-page candidate when `huge_pages`. The result is empty
+  // (data() == nullptr) when bytes <= 0 or the mapping fails.
+  static LargeMemory Map(int64_t bytes, bool huge_pages = true);
 
   LargeMemory(LargeMemory&& other) noexcept;
   LargeMemory& operator=(LargeMemory&& other) noexcept;

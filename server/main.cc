@@ -43,6 +43,9 @@ ABSL_FLAG(int64_t, kv_cache_bytes, 0,
           "limit when lower (taken as sequences grow)");
 ABSL_FLAG(int64_t, kv_block_bytes, int64_t{1} << 20,
           "Bytes per KV-cache block (a multiple of 64; one layer's tokens of one sequence)");
+ABSL_FLAG(bool, kv_huge_pages, true,
+          "Ask for 2 MiB pages (transparent huge pages, madvise) for the KV cache: decode reads "
+          "them faster; false avoids the kernel's memory compaction at a page's first write");
 ABSL_FLAG(std::string, kv_eviction, "none",
           "What to do when the KV cache is full: none (refuse), lru (evict the least recently "
           "used idle sequence) or ttl (evict sequences idle longer than --kv_idle_ttl)");
@@ -108,6 +111,7 @@ int main(int argc, char** argv) {
                                         ? absl::GetFlag(FLAGS_kv_cache_bytes)
                                         : attend::server::DefaultKvCacheBytes();
   options.kv_cache.block_bytes = absl::GetFlag(FLAGS_kv_block_bytes);
+  options.kv_cache.huge_pages = absl::GetFlag(FLAGS_kv_huge_pages);
   options.kv_cache.max_sequences = absl::GetFlag(FLAGS_max_sequences);
   options.kv_cache.idle_ttl_ms = absl::ToInt64Milliseconds(absl::GetFlag(FLAGS_kv_idle_ttl));
   options.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);

@@ -14,10 +14,11 @@ constexpr int64_t kSlabBytes = 8 * kHugePageBytes;
 
 }  // namespace
 
-BlockPool::BlockPool(int64_t capacity_bytes, int64_t block_bytes)
+BlockPool::BlockPool(int64_t capacity_bytes, int64_t block_bytes, bool huge_pages)
     : block_bytes_(block_bytes),
       total_blocks_(block_bytes > 0 ? std::max<int64_t>(capacity_bytes, 0) / block_bytes : 0),
-      slab_blocks_(block_bytes > 0 ? std::max<int64_t>(1, kSlabBytes / block_bytes) : 1) {}
+      slab_blocks_(block_bytes > 0 ? std::max<int64_t>(1, kSlabBytes / block_bytes) : 1),
+      huge_pages_(huge_pages) {}
 
 // Slabs unmap themselves; REQUIRES (header) that every block has been returned.
 BlockPool::~BlockPool() = default;
@@ -34,7 +35,7 @@ int64_t BlockPool::free_blocks() const {
 
 bool BlockPool::MapSlab(int64_t count) {
   if (count <= 0) return false;  // cannot happen while used_ + count <= total_blocks_
-  LargeMemory slab = LargeMemory::Map(count * block_bytes_);
+  LargeMemory slab = LargeMemory::Map(count * block_bytes_, huge_pages_);
   if (!slab) return false;
   blocks_.reserve(blocks_.size() + static_cast<size_t>(count));
   // Pushed in reverse so that fresh_.back() hands the slab out in address order.

@@ -32,8 +32,9 @@ using BlockRef = std::shared_ptr<Block>;
 
 class BlockPool {
  public:
-  // REQUIRES: block_bytes >= 64, a multiple of 64; capacity_bytes >= 0.
-  BlockPool(int64_t capacity_bytes, int64_t block_bytes);
+  // REQUIRES: block_bytes >= 64, a multiple of 64; capacity_bytes >= 0. `huge_pages`: slabs are
+  // advised as huge-page candidates (LargeMemory).
+  BlockPool(int64_t capacity_bytes, int64_t block_bytes, bool huge_pages = true);
   ~BlockPool();
 
   BlockPool(const BlockPool&) = delete;
@@ -56,6 +57,7 @@ class BlockPool {
   const int64_t block_bytes_;
   const int64_t total_blocks_;
   const int64_t slab_blocks_;  // blocks per slab (the last one may have fewer)
+  const bool huge_pages_;
   mutable Mutex mu_;
   int64_t used_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t mapped_blocks_ ABSL_GUARDED_BY(mu_) = 0;

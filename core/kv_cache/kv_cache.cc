@@ -136,7 +136,7 @@ KvCache::KvCache(KvCacheOptions options)
         if (!options.clock) options.clock = SystemClock();
         return options;
       }()),
-      pool_(options_.capacity_bytes, options_.block_bytes) {}
+      pool_(options_.capacity_bytes, options_.block_bytes, options_.huge_pages) {}
 
 KvCache::~KvCache() {
   // Sequences hold blocks; they must go before the pool.

@@ -91,6 +91,31 @@ TEST(LargeMemory, IsAHugePageCandidateWhereTheKernelAllowsIt) {
   EXPECT_EQ(eligible, "1") << "THP mode " << mode;
 }
 
+TEST(LargeMemory, WithoutHugePagesIsNotACandidate) {
+  LargeMemory memory = LargeMemory::Map(4 * kHugePageBytes, /*huge_pages=*/false);
+  ASSERT_TRUE(memory);
+  const std::string eligible = ThpEligible(memory.data());
+  if (eligible.empty()) GTEST_SKIP() << "this kernel's smaps has no THPeligible field";
+  // Under THP "always" every anonymous mapping is a candidate, advised or not.
+  if (ThpMode().find("[always]") != std::string::npos) GTEST_SKIP() << "THP mode is always";
+  EXPECT_EQ(eligible, "0");
+}
+
+TEST(BlockPool, BlocksFollowTheHugePagesOption) {
+  const std::string mode = ThpMode();
+  if (mode.empty() || mode.find("[madvise]") == std::string::npos) {
+    GTEST_SKIP() << "needs THP mode madvise to tell the two apart: " << mode;
+  }
+  for (const bool huge : {true, false}) {
+    kv::BlockPool pool(/*capacity_bytes=*/int64_t{64} << 20, /*block_bytes=*/1 << 20, huge);
+    std::vector<kv::BlockRef> blocks;
+    ASSERT_TRUE(pool.TryAllocate(3, &blocks));
+    const std::string eligible = ThpEligible(blocks[0]->data);
+    if (eligible.empty()) GTEST_SKIP() << "this kernel's smaps has no THPeligible field";
+    EXPECT_EQ(eligible, huge ? "1" : "0") << "huge_pages " << huge;
+  }
+}
+
 TEST(BlockPool, HandsOutDistinctAlignedZeroedBlocksWithinTheBudget) {
   const int64_t block = 192 * 1024;  // does not divide a huge page: blocks straddle them
   kv::BlockPool pool(/*capacity_bytes=*/100 * block + 5, block);
