@@ -3,9 +3,20 @@
 #include <sys/mman.h>
 
 #include <cstdint>
+#include <fstream>
+#include <string>
 #include <utility>
 
 namespace attend {
+
+std::string TransparentHugePageMode(const std::string& enabled_path) {
+  std::ifstream file(enabled_path);
+  std::string line;
+  if (!std::getline(file, line)) return "";
+  const size_t open = line.find('['), close = line.find(']', open);
+  if (open == std::string::npos || close == std::string::npos) return "";
+  return line.substr(open + 1, close - open - 1);
+}
 
 LargeMemory LargeMemory::Map(int64_t bytes, bool huge_pages) {
   if (bytes <= 0 || bytes > INT64_MAX - 2 * kHugePageBytes) return LargeMemory();

@@ -18,11 +18,17 @@
 #define ATTEND_CORE_LARGE_MEMORY_H_
 
 #include <cstdint>
+#include <string>
 
 namespace attend {
 
 // The unit and alignment of LargeMemory: the x86-64 transparent huge page.
 inline constexpr int64_t kHugePageBytes = int64_t{2} << 20;
+
+// The kernel's transparent-huge-page mode, the bracketed word of `enabled_path` ("always",
+// "madvise" or "never"); empty when the file is missing or unreadable (no THP support).
+std::string TransparentHugePageMode(
+    const std::string& enabled_path = "/sys/kernel/mm/transparent_hugepage/enabled");
 
 class LargeMemory {
  public:

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "core/large_memory.h"
 #include "core/onednn.h"
 #include "server/server.h"
 
@@ -79,6 +80,15 @@ bool ApplyEnvironment() {
     }
   }
   return ok;
+}
+
+// For the start-up line: whether the KV cache's huge-page advice can take effect here.
+std::string HugePagesNote(bool requested) {
+  if (!requested) return "off (--kv_huge_pages=false)";
+  const std::string mode = attend::TransparentHugePageMode();
+  if (mode.empty()) return "unavailable (no transparent huge pages)";
+  if (mode == "never") return "unavailable (host THP mode never)";
+  return absl::StrCat("on (host THP mode ", mode, ")");
 }
 
 }  // namespace
@@ -194,8 +204,9 @@ int main(int argc, char** argv) {
             << (attend::onednn::HasBf16Matmul() ? "native" : "emulated") << ", KV cache "
             << absl::StrFormat("%.1f", static_cast<double>(options.kv_cache.capacity_bytes) /
                                            static_cast<double>(int64_t{1} << 30))
-            << " GiB, " << compute_threads
-            << (compute_threads == 1 ? " compute thread)" : " compute threads)") << std::endl;
+            << " GiB, huge pages " << HugePagesNote(options.kv_cache.huge_pages) << ", "
+            << compute_threads << (compute_threads == 1 ? " compute thread)" : " compute threads)")
+            << std::endl;
 
   int received = 0;
   sigwait(&signals, &received);

@@ -50,6 +50,18 @@ std::string ThpMode() {
   return mode;
 }
 
+TEST(LargeMemory, ReadsTheBracketedThpMode) {
+  const std::string dir = ::testing::TempDir();
+  const std::string path = dir + "/thp_enabled";
+  std::ofstream(path) << "always defer defer+madvise [madvise] never\n";
+  EXPECT_EQ(TransparentHugePageMode(path), "madvise");
+  std::ofstream(path) << "always madvise [never]\n";
+  EXPECT_EQ(TransparentHugePageMode(path), "never");
+  std::ofstream(path) << "garbage\n";
+  EXPECT_EQ(TransparentHugePageMode(path), "");
+  EXPECT_EQ(TransparentHugePageMode(dir + "/does_not_exist"), "");
+}
+
 TEST(LargeMemory, RoundsUpToZeroedAlignedHugePages) {
   LargeMemory memory = LargeMemory::Map(3 * 1000 * 1000);
   ASSERT_TRUE(memory);
