@@ -152,6 +152,13 @@ TEST_P(CachedEqualsOneShot, RandomChunks) {
   CheckChunks(shape, dtype, chunks);
 }
 
+// Long appends: a first prefill of several key tiles, one over an existing context, then short
+// appends (the matmul path over many blocks, including partial ones).
+TEST_P(CachedEqualsOneShot, LongPrefills) {
+  const auto [shape, dtype] = GetParam();
+  CheckChunks(shape, dtype, {300, 700, 20, 1});
+}
+
 INSTANTIATE_TEST_SUITE_P(KvCache, CachedEqualsOneShot,
                          ::testing::Combine(::testing::Values(Shape{4, 4, 16},  // MHA
                                                               Shape{8, 2, 32},  // GQA
@@ -185,6 +192,9 @@ TEST(KvCache, CreateWarmsUpThePrefillPrimitives) {
 
 TEST(KvCache, SlidingWindowMatchesTheReference) {
   CheckChunks({4, 2, 16}, DType::kFloat32, {30, 1, 1, 50, 7}, /*window=*/24);
+  // Long appends after the window has released the blocks behind it.
+  CheckChunks({4, 2, 16}, DType::kFloat32, {300, 40, 600, 3}, /*window=*/100);
+  CheckChunks({4, 2, 16}, DType::kInt8, {500, 300}, /*window=*/700);
 }
 
 // A sliding window releases the blocks no later query can see, so memory stays bounded, and the
@@ -229,6 +239,28 @@ TEST(KvCache, WeightsMatchTheReference) {
   ASSERT_EQ(result->weights.size(), reference->weights.size());
   for (size_t i = 0; i < result->weights.size(); ++i) {
     EXPECT_NEAR(result->weights[i], reference->weights[i], 1e-5) << i;
+  }
+}
+
+// Weights and outputs of a long append over an existing context.
+TEST(KvCache, WeightsOfALongAppendMatchTheReference) {
+  const Shape shape{4, 2, 8};
+  const Tokens t = MakeTokens(900, shape, 5);
+  KvCache cache(SmallCache());
+  ASSERT_OK(cache.Create(Config(shape, DType::kFloat32), "s", 0));
+  ASSERT_OK(cache.Append(0, t.Input("s", 0, 300), Precision::kAuto, false, nullptr));
+  auto result = cache.Append(0, t.Input("s", 300, 600), Precision::kAuto, true, nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  AttentionOptions options;
+  options.mask.causal = true;
+  auto reference = ReferenceAttention(t.Q(300, 600), t.K(0, 900), t.V(0, 900), options);
+  ASSERT_TRUE(reference.ok());
+  ASSERT_EQ(result->weights.size(), reference->weights.size());
+  for (size_t i = 0; i < result->weights.size(); ++i) {
+    ASSERT_NEAR(result->weights[i], reference->weights[i], 1e-5) << i;
+  }
+  for (size_t i = 0; i < result->output.size(); ++i) {
+    ASSERT_NEAR(result->output[i], reference->output[i], 2e-5) << i;
   }
 }
 
