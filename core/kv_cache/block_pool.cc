@@ -54,15 +54,18 @@ bool BlockPool::TryAllocate(int64_t count, std::vector<BlockRef>* out) {
   {
     MutexLock lock(&mu_);
     if (total_blocks_ - used_ < count) return false;
-    // Never-used blocks first: they are already zero. Mapping a slab is a system call on
-    // untouched memory (the page faults come later, at first write), so it stays under the lock.
+    // Returned blocks first, then never-used ones, then a new slab: memory already touched is
+    // reused before any is added, so the process holds about the cache's peak use, not its
+    // budget, and a warm block's memset costs less than faulting in a fresh page. Mapping a slab
+    // is a system call on untouched memory (the page faults come later, at first write), so it
+    // stays under the lock.
     while (static_cast<int64_t>(fresh.size() + reused.size()) < count) {
-      if (!fresh_.empty()) {
-        fresh.push_back(fresh_.back());
-        fresh_.pop_back();
-      } else if (!free_.empty()) {
+      if (!free_.empty()) {
         reused.push_back(free_.back());
         free_.pop_back();
+      } else if (!fresh_.empty()) {
+        fresh.push_back(fresh_.back());
+        fresh_.pop_back();
       } else if (!MapSlab(std::min(slab_blocks_, total_blocks_ - mapped_blocks_))) {
         // Nothing handed out: the blocks go back where they came from (a slab mapped by this
         // call stays, fresh, for later requests).
