@@ -1,6 +1,8 @@
 #include "core/tensor.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 
@@ -131,27 +133,38 @@ void AppendEncoded(absl::Span<const float> values, DType dtype, std::string* out
   }
 }
 
+namespace {
+
+// The index of the first of n values whose exponent bits (`mask`) are all set (NaN or an
+// infinity), or -1. Chunks are scanned without branches, so that the compiler vectorises the scan
+// (an early-exit loop does not vectorise: 0.8 ns per value, about 5 ms for one 2048-token prefill's
+// q, k and v); only a chunk that holds such a value is searched again.
+template <typename Bits>
+int64_t FirstNonFinite(const Bits* p, int64_t n, Bits mask) {
+  constexpr int64_t kChunk = 2048;
+  for (int64_t begin = 0; begin < n; begin += kChunk) {
+    const int64_t end = std::min(n, begin + kChunk);
+    Bits found = 0;
+    for (int64_t i = begin; i < end; ++i) found |= static_cast<Bits>((p[i] & mask) == mask);
+    if (found == 0) continue;
+    for (int64_t i = begin; i < end; ++i) {
+      if ((p[i] & mask) == mask) return i;
+    }
+  }
+  return -1;
+}
+
+}  // namespace
+
 absl::Status CheckFinite(const TensorView& view, absl::string_view field) {
   const int64_t n = view.num_elements();
   int64_t bad = -1;
   if (view.dtype == DType::kFloat32) {
-    const auto* p = static_cast<const float*>(view.data);
-    for (int64_t i = 0; i < n; ++i) {
-      if (!std::isfinite(p[i])) {
-        bad = i;
-        break;
-      }
-    }
+    bad = FirstNonFinite(static_cast<const uint32_t*>(view.data), n, uint32_t{0x7f800000});
   } else {
     // Both 16-bit formats are non-finite exactly when every exponent bit is set.
     const uint16_t exponent_mask = view.dtype == DType::kBFloat16 ? 0x7f80 : 0x7c00;
-    const auto* p = static_cast<const uint16_t*>(view.data);
-    for (int64_t i = 0; i < n; ++i) {
-      if ((p[i] & exponent_mask) == exponent_mask) {
-        bad = i;
-        break;
-      }
-    }
+    bad = FirstNonFinite(static_cast<const uint16_t*>(view.data), n, exponent_mask);
   }
   if (bad < 0) return absl::OkStatus();
   const float value = view.At(bad);

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "core/half.h"
 #include "tests/test_util.h"
@@ -106,6 +107,28 @@ TEST(CheckFinite, NamesFieldElementAndKind) {
               StatusIs(absl::StatusCode::kInvalidArgument, {"v", "-inf", "element 1"}));
   const uint16_t ok[] = {FloatToBf16(3.0f)};
   EXPECT_TRUE(CheckFinite(TensorView{DType::kBFloat16, {1}, ok}, "q").ok());
+}
+
+// The scan goes chunk by chunk: the first bad element is found wherever it sits, including after
+// an earlier chunk of finite values and next to a later bad one.
+TEST(CheckFinite, FindsTheFirstBadElementOfALargeTensor) {
+  std::vector<float> values(10000, 0.5f);
+  EXPECT_TRUE(CheckFinite(TensorView{DType::kFloat32, {10000}, values.data()}, "q").ok());
+  values[9999] = -std::numeric_limits<float>::infinity();
+  EXPECT_THAT(CheckFinite(TensorView{DType::kFloat32, {100, 100}, values.data()}, "q"),
+              StatusIs(absl::StatusCode::kInvalidArgument, {"-inf", "element 9999"}));
+  values[5000] = std::nanf("");
+  EXPECT_THAT(CheckFinite(TensorView{DType::kFloat32, {100, 100}, values.data()}, "q"),
+              StatusIs(absl::StatusCode::kInvalidArgument, {"NaN", "element 5000"}));
+  values[2047] = std::numeric_limits<float>::infinity();  // the last element of a chunk
+  EXPECT_THAT(CheckFinite(TensorView{DType::kFloat32, {100, 100}, values.data()}, "q"),
+              StatusIs(absl::StatusCode::kInvalidArgument, {"+inf", "element 2047"}));
+  std::vector<uint16_t> bf16(4097, FloatToBf16(1.0f));
+  bf16[4096] = 0x7fc0;  // NaN, alone in the third chunk
+  EXPECT_THAT(CheckFinite(TensorView{DType::kBFloat16, {4097}, bf16.data()}, "k"),
+              StatusIs(absl::StatusCode::kInvalidArgument, {"NaN", "element 4096"}));
+  const float big = std::numeric_limits<float>::max();  // finite: exponent bits not all set
+  EXPECT_TRUE(CheckFinite(TensorView{DType::kFloat32, {1}, &big}, "q").ok());
 }
 
 }  // namespace
