@@ -573,8 +573,14 @@ absl::StatusOr<AppendResult> KvCache::Append(int64_t layer, const AppendInput& i
   result.first_position = before;
   result.layer_tokens = after;
   if (input.q) {
-    std::vector<float> q(static_cast<size_t>(input.q->num_elements()));
-    ConvertToFloat(*input.q, q.data());
+    // f32 queries are read where they are (the tiles pack their own rows); others are widened.
+    std::vector<float> widened;
+    const float* q = static_cast<const float*>(input.q->data);
+    if (input.q->dtype != DType::kFloat32) {
+      widened.resize(static_cast<size_t>(input.q->num_elements()));
+      ConvertToFloat(*input.q, widened.data());
+      q = widened.data();
+    }
     result.output.resize(static_cast<size_t>(n * c.n_head * c.head_dim_v));
     if (want_weights) result.weights.resize(static_cast<size_t>(c.n_head * n * after));
     PagedProblem problem;
@@ -584,7 +590,7 @@ absl::StatusOr<AppendResult> KvCache::Append(int64_t layer, const AppendInput& i
     problem.mask = {/*causal=*/true, c.window};
     problem.scale =
         c.scale ? *c.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
-    problem.q = q.data();
+    problem.q = q;
     problem.n = n;
     problem.n_head = c.n_head;
     problem.output = result.output.data();
