@@ -1,5 +1,7 @@
 #include "core/kv_cache/kv_cache.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -49,15 +51,33 @@ std::string Bytes(int64_t bytes) {
   return absl::StrCat(bytes, " bytes");
 }
 
+// `count` elements from element `offset` of `src` as floats: in place when `src` is float32
+// (the common case, read without TensorView::At's per-element dispatch), else widened into
+// `buffer`.
+const float* FloatRow(const TensorView& src, int64_t offset, int64_t count,
+                      std::vector<float>* buffer) {
+  if (src.dtype == DType::kFloat32) return static_cast<const float*>(src.data) + offset;
+  buffer->resize(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) (*buffer)[static_cast<size_t>(i)] = src.At(offset + i);
+  return buffer->data();
+}
+
 // Stores `count` elements starting at element `offset` of `src` as symmetric int8 with one scale
 // (max |x| / 127; 0 for an all-zero row) in `*scale`.
 void Quantize(const TensorView& src, int64_t offset, int64_t count, int8_t* dst, float* scale) {
+  thread_local std::vector<float> buffer;
+  const float* x = FloatRow(src, offset, count, &buffer);
   float max = 0.0f;
-  for (int64_t i = 0; i < count; ++i) max = std::max(max, std::abs(src.At(offset + i)));
+  for (int64_t i = 0; i < count; ++i) max = std::max(max, std::abs(x[i]));
   *scale = max / 127.0f;
   const float inverse = max > 0.0f ? 127.0f / max : 0.0f;
+  // Rounds half to even like std::nearbyint in the default rounding mode, without its library
+  // call per value: adding 1.5 x 2^23 leaves no fraction bits, so the sum is rounded to an
+  // integer; exact for |v| <= 2^22, and |v| <= 127 here. (This loop with nearbyint was 12.6% of
+  // a 2048-token int8 prefill's time.)
+  constexpr float kRound = 12582912.0f;
   for (int64_t i = 0; i < count; ++i) {
-    const float q = std::nearbyint(src.At(offset + i) * inverse);
+    const float q = (x[i] * inverse + kRound) - kRound;
     dst[i] = static_cast<int8_t>(std::clamp(q, -127.0f, 127.0f));
   }
 }
@@ -73,12 +93,12 @@ void CopyConverted(const TensorView& src, int64_t offset, int64_t count, DType d
   if (dtype == DType::kFloat32) {
     auto* out = reinterpret_cast<float*>(dst);
     for (int64_t i = 0; i < count; ++i) out[i] = src.At(offset + i);
-  } else {
-    for (int64_t i = 0; i < count; ++i) {
-      const uint16_t h = FloatToBf16(src.At(offset + i));
-      std::memcpy(dst + 2 * i, &h, 2);
-    }
+    return;
   }
+  thread_local std::vector<float> buffer;
+  const float* x = FloatRow(src, offset, count, &buffer);
+  auto* out = reinterpret_cast<uint16_t*>(dst);  // bf16 slots are 2-byte aligned in a block
+  for (int64_t i = 0; i < count; ++i) out[i] = FloatToBf16(x[i]);
 }
 
 absl::Status CheckShape(const TensorView& t, absl::string_view field, int64_t n, int64_t heads,
@@ -500,6 +520,12 @@ void KvCache::WriteTokens(Sequence& s, int64_t layer_index, const AppendInput& i
     }
   }
   const int64_t d = layout.head_dim, dv = layout.head_dim_v;
+  // Tokens write disjoint slots: a long append converts them on every compute thread (serially,
+  // a 2048-token prefill's conversion to bf16 took 8% of its time while the other threads
+  // waited).
+  const int threads =
+      options_.compute_threads > 0 ? options_.compute_threads : omp_get_max_threads();
+#pragma omp parallel for schedule(static) num_threads(threads) if (n * layout.n_head_kv >= 256)
   for (int64_t t = 0; t < n; ++t) {
     const int64_t position = layer.tokens + t;
     char* block = layer.blocks[static_cast<size_t>(position / tpb)]->data;

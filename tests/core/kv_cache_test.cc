@@ -242,6 +242,26 @@ TEST(KvCache, WeightsMatchTheReference) {
   }
 }
 
+// int8 storage rounds each value / scale half to even: with one cached token, the output is that
+// token's dequantized values exactly. Row max 127 gives scale 1, so 63.5 -> 64, 0.5 -> 0,
+// 1.5 -> 2, -2.5 -> -2 (half away from zero would give 1, -3; truncation 63, 1, -2).
+TEST(KvCache, Int8StorageRoundsHalfToEven) {
+  const Shape shape{1, 1, 8};
+  KvCache cache(SmallCache());
+  ASSERT_OK(cache.Create(Config(shape, DType::kInt8, 1), "s", 0));
+  const std::vector<float> q(8, 0.0f);
+  const std::vector<float> k = {1, 2, 3, 4, 5, 6, 7, 8};
+  const std::vector<float> v = {127.0f, 63.5f, 0.5f, 1.5f, -2.5f, -0.5f, 3.25f, -127.0f};
+  AppendInput in;
+  in.id = "s";
+  in.q = TensorView{DType::kFloat32, {1, 1, 8}, q.data()};
+  in.k = {DType::kFloat32, {1, 1, 8}, k.data()};
+  in.v = {DType::kFloat32, {1, 1, 8}, v.data()};
+  auto result = cache.Append(0, in, Precision::kAuto, false, nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->output, (std::vector<float>{127, 64, 0, 2, -2, 0, 3, -127}));
+}
+
 // Weights and outputs of a long append over an existing context.
 TEST(KvCache, WeightsOfALongAppendMatchTheReference) {
   const Shape shape{4, 2, 8};
