@@ -224,23 +224,35 @@ TEST(KvCache, SlidingWindowReleasesBlocksBehindIt) {
   EXPECT_OK(cache.Truncate("w", 295));
 }
 
-TEST(KvCache, WeightsMatchTheReference) {
+// Appends `first` tokens, then the rest of `total` with weights, and checks the second append's
+// weights and outputs against the reference over all `total` keys.
+void CheckWeightsOfASecondAppend(int64_t total, int64_t first, uint64_t seed) {
   const Shape shape{4, 2, 8};
-  const Tokens t = MakeTokens(20, shape, 3);
+  const Tokens t = MakeTokens(total, shape, seed);
   KvCache cache(SmallCache());
   ASSERT_OK(cache.Create(Config(shape, DType::kFloat32), "s", 0));
-  ASSERT_OK(cache.Append(0, t.Input("s", 0, 12), Precision::kAuto, false, nullptr));
-  auto result = cache.Append(0, t.Input("s", 12, 8), Precision::kAuto, true, nullptr);
+  ASSERT_OK(cache.Append(0, t.Input("s", 0, first), Precision::kAuto, false, nullptr));
+  auto result =
+      cache.Append(0, t.Input("s", first, total - first), Precision::kAuto, true, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   AttentionOptions options;
   options.mask.causal = true;
-  auto reference = ReferenceAttention(t.Q(12, 8), t.K(0, 20), t.V(0, 20), options);
+  auto reference =
+      ReferenceAttention(t.Q(first, total - first), t.K(0, total), t.V(0, total), options);
   ASSERT_TRUE(reference.ok());
   ASSERT_EQ(result->weights.size(), reference->weights.size());
   for (size_t i = 0; i < result->weights.size(); ++i) {
-    EXPECT_NEAR(result->weights[i], reference->weights[i], 1e-5) << i;
+    ASSERT_NEAR(result->weights[i], reference->weights[i], 1e-5) << i;
+  }
+  for (size_t i = 0; i < result->output.size(); ++i) {
+    ASSERT_NEAR(result->output[i], reference->output[i], 2e-5) << i;
   }
 }
+
+TEST(KvCache, WeightsMatchTheReference) { CheckWeightsOfASecondAppend(20, 12, 3); }
+
+// A long append over an existing context (the matmul path over many blocks).
+TEST(KvCache, WeightsOfALongAppendMatchTheReference) { CheckWeightsOfASecondAppend(900, 300, 5); }
 
 // int8 storage rounds each value / scale half to even: with one cached token, the output is that
 // token's dequantized values exactly. Row max 127 gives scale 1, so 63.5 -> 64, 0.5 -> 0,
@@ -260,28 +272,6 @@ TEST(KvCache, Int8StorageRoundsHalfToEven) {
   auto result = cache.Append(0, in, Precision::kAuto, false, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->output, (std::vector<float>{127, 64, 0, 2, -2, 0, 3, -127}));
-}
-
-// Weights and outputs of a long append over an existing context.
-TEST(KvCache, WeightsOfALongAppendMatchTheReference) {
-  const Shape shape{4, 2, 8};
-  const Tokens t = MakeTokens(900, shape, 5);
-  KvCache cache(SmallCache());
-  ASSERT_OK(cache.Create(Config(shape, DType::kFloat32), "s", 0));
-  ASSERT_OK(cache.Append(0, t.Input("s", 0, 300), Precision::kAuto, false, nullptr));
-  auto result = cache.Append(0, t.Input("s", 300, 600), Precision::kAuto, true, nullptr);
-  ASSERT_TRUE(result.ok()) << result.status();
-  AttentionOptions options;
-  options.mask.causal = true;
-  auto reference = ReferenceAttention(t.Q(300, 600), t.K(0, 900), t.V(0, 900), options);
-  ASSERT_TRUE(reference.ok());
-  ASSERT_EQ(result->weights.size(), reference->weights.size());
-  for (size_t i = 0; i < result->weights.size(); ++i) {
-    ASSERT_NEAR(result->weights[i], reference->weights[i], 1e-5) << i;
-  }
-  for (size_t i = 0; i < result->output.size(); ++i) {
-    ASSERT_NEAR(result->output[i], reference->output[i], 2e-5) << i;
-  }
 }
 
 TEST(KvCache, DecodeBatchEqualsSeparateAppends) {
