@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <optional>
 
 #include "core/half.h"
 #include "core/mutex.h"
@@ -101,6 +103,88 @@ float UpdateRow(float* row, int64_t lo, int64_t hi, int64_t width, bool round_bf
 
 }  // namespace
 
+// Key and value tiles converted to dense f32 once per Run, for the matmul path without a native
+// bf16 matmul: a prefill's jobs for one head read the same tiles (once per query tile), and
+// converting a bf16 or int8 tile on every read was 10% of a 2048-token prefill over bf16 blocks.
+// A slot holds a whole tile (`width` rows, zero past the valid ones), so any job's cut serves.
+// The first job to need a slot converts it; a job that finds it taken but not ready converts its
+// own copy rather than wait. Memory is capped per Run (kMaxBytes); tiles past it are converted
+// per job as before.
+class ConvertedTiles {
+ public:
+  static constexpr int64_t kMaxBytes = int64_t{64} << 20;
+
+  explicit ConvertedTiles(const std::vector<Work>& works) {
+    for (const Work& w : works) {
+      first_slot_.push_back(static_cast<int64_t>(slots_size_));
+      slots_size_ += static_cast<size_t>(2 * ((w.keys->keys + w.keys->width - 1) / w.keys->width));
+    }
+    slots_ = std::make_unique<Slot[]>(slots_size_);
+  }
+
+  // Tile `tile` of work `work` (values when `values`) as dense f32 [width, cols], converted by
+  // `convert` into the slot's memory the first time; null when another job is converting it or
+  // the memory cap is reached.
+  template <typename Convert>
+  const float* Get(int64_t work, int64_t tile, bool values, int64_t width, int64_t cols,
+                   const Convert& convert) {
+    Slot& slot = slots_[static_cast<size_t>(first_slot_[static_cast<size_t>(work)] + 2 * tile +
+                                            (values ? 1 : 0))];
+    int state = slot.state.load(std::memory_order_acquire);
+    if (state == kReady) return slot.data.get();
+    if (state != kEmpty) return nullptr;
+    const int64_t bytes = width * cols * static_cast<int64_t>(sizeof(float));
+    if (bytes_.fetch_add(bytes, std::memory_order_relaxed) + bytes > kMaxBytes) {
+      bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+      return nullptr;
+    }
+    if (!slot.state.compare_exchange_strong(state, kConverting, std::memory_order_acq_rel)) {
+      bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+      return state == kReady ? slot.data.get() : nullptr;
+    }
+    slot.data.reset(new float[static_cast<size_t>(width * cols)]);  // written whole by `convert`
+    convert(slot.data.get());
+    slot.state.store(kReady, std::memory_order_release);
+    return slot.data.get();
+  }
+
+ private:
+  static constexpr int kEmpty = 0, kConverting = 1, kReady = 2;
+  struct Slot {
+    std::atomic<int> state{kEmpty};
+    std::unique_ptr<float[]> data;
+  };
+  std::vector<int64_t> first_slot_;
+  size_t slots_size_ = 0;
+  std::unique_ptr<Slot[]> slots_;
+  std::atomic<int64_t> bytes_{0};
+};
+
+namespace {
+
+// Tile `t`'s keys (or values) from the Run's shared store, when the f32 matmul path would
+// otherwise convert them (bf16 or int8 storage, or bf16 semantics over f32 that is not already
+// rounded); null when they need no conversion or the store has none ready for this job.
+const float* SharedTile(const Job& job, int64_t t, bool values, const simd::Rows& src,
+                        int64_t valid, int64_t cols) {
+  const Arithmetic& a = job.arithmetic;
+  if (job.converted == nullptr || a.matmul != dt::f32) return nullptr;
+  const bool exact =
+      src.dtype == DType::kBFloat16 || (job.keys->bf16_exact && src.dtype == DType::kFloat32);
+  if (src.dtype == DType::kFloat32 && (!a.round_bf16 || exact)) return nullptr;  // read in place
+  const int64_t width = job.keys->width;
+  const bool round = a.round_bf16 && !exact;
+  return job.converted->Get(job.work, t, values, width, cols, [&](float* out) {
+    for (int64_t r = 0; r < valid; ++r) {
+      simd::RowToFloat(src, r, cols, out + r * cols);
+      if (round) simd::RoundToBf16(out + r * cols, cols);
+    }
+    std::fill(out + valid * cols, out + width * cols, 0.0f);
+  });
+}
+
+}  // namespace
+
 void State::Reset(int64_t m, int64_t head_dim_v) {
   max.assign(static_cast<size_t>(m), kNegInf);
   sum.assign(static_cast<size_t>(m), 0.0f);
@@ -155,9 +239,12 @@ absl::Status RunTileJob(const Job& job, State* state) {
     // up to 64 so that the shapes come from a small fixed set; the kernels take exact rows.
     const int64_t cols =
         kernels ? valid : std::min(width, (std::min(valid, ke - start) + 63) / 64 * 64);
-    const simd::Rows k =
-        PrepareOperand({keys.Keys(t), keys.dtype, keys.key_stride, keys.KeyScales(t)}, keys.padded,
-                       keys.bf16_exact, valid, cols, d, a, kernels, k_f32, k_bf16);
+    const simd::Rows k_src{keys.Keys(t), keys.dtype, keys.key_stride, keys.KeyScales(t)};
+    const float* k_shared = kernels ? nullptr : SharedTile(job, t, false, k_src, valid, d);
+    const simd::Rows k = k_shared != nullptr
+                             ? simd::Rows{k_shared, DType::kFloat32, d, nullptr}
+                             : PrepareOperand(k_src, keys.padded, keys.bf16_exact, valid, cols, d,
+                                              a, kernels, k_f32, k_bf16);
     if (kernels) {
       simd::DotRows(job.q, m, d, k, valid, s, cols);
     } else {
@@ -185,9 +272,12 @@ absl::Status RunTileJob(const Job& job, State* state) {
       for (int64_t i = m; i < rows; ++i) std::fill_n(s + i * cols, cols, 0.0f);
     }
 
-    const simd::Rows v =
-        PrepareOperand({keys.Values(t), keys.dtype, keys.value_stride, keys.ValueScales(t)},
-                       keys.padded, keys.bf16_exact, valid, cols, dv, a, kernels, v_f32, v_bf16);
+    const simd::Rows v_src{keys.Values(t), keys.dtype, keys.value_stride, keys.ValueScales(t)};
+    const float* v_shared = kernels ? nullptr : SharedTile(job, t, true, v_src, valid, dv);
+    const simd::Rows v = v_shared != nullptr
+                             ? simd::Rows{v_shared, DType::kFloat32, dv, nullptr}
+                             : PrepareOperand(v_src, keys.padded, keys.bf16_exact, valid, cols, dv,
+                                              a, kernels, v_f32, v_bf16);
     if (kernels) {
       for (int64_t i = 0; i < m; ++i) {
         if (alpha[i] == 1.0f) continue;
@@ -346,6 +436,14 @@ absl::Status Run(const std::vector<Work>& works, int threads) {
     }
   }
   std::vector<State> partials(tasks.size());
+  // Only the matmul path converts tiles (decode's kernels read every dtype in place).
+  std::optional<ConvertedTiles> converted;
+  for (const Work& w : works) {
+    if (!UsesKernels(w.n_q, w.group)) {
+      converted.emplace(works);
+      break;
+    }
+  }
 
   auto run = [&](size_t index) -> absl::Status {
     const Task& task = tasks[index];
@@ -353,6 +451,8 @@ absl::Status Run(const std::vector<Work>& works, int threads) {
     thread_local std::vector<float*> out_rows, weight_rows;
     thread_local State whole_state;
     Job job = MakeJob(task, &packed);
+    job.converted = converted ? &*converted : nullptr;
+    job.work = task.work - works.data();
     RowsOf(task, &out_rows, &weight_rows);
     if (task.work->weights != nullptr) job.weight_rows = weight_rows.data();
     State& state = task.whole ? whole_state : partials[index];

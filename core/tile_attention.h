@@ -71,6 +71,8 @@ struct State {
   void Reset(int64_t m, int64_t head_dim_v);
 };
 
+class ConvertedTiles;  // tiles converted once per Run and shared by its jobs (tile_attention.cc)
+
 struct Job {
   const float* q = nullptr;  // [m, head_dim]: folded rows (token r, head j) at r * group + j
                              // (values already rounded to bf16 under bf16 semantics)
@@ -92,6 +94,10 @@ struct Job {
   // Optional: for each folded row, where its raw scaled scores go ([keys] floats, written only at
   // visible keys; the caller zeroes the rest and normalises with Finish).
   float* const* weight_rows = nullptr;
+  // Optional (set by Run): where the matmul path finds its tiles already converted to f32, by
+  // `work` index. Null: each job converts the tiles it reads.
+  ConvertedTiles* converted = nullptr;
+  int64_t work = 0;
 };
 
 // Adds the job's keys to `state` (which must be Reset for job.m rows, or hold an earlier
