@@ -5,7 +5,8 @@
 // the pool's accounting is exact (used, free, total are block counts), and a request's need is
 // known before anything changes. Memory is mapped on first use, in slabs of several blocks, and
 // kept for reuse, so the process holds at most the budget (rounded up to whole 2 MiB pages);
-// every block handed out is zeroed. Slabs are LargeMemory (huge-page candidates), because decode
+// returned blocks are handed out again before never-used ones, so the memory actually touched
+// follows the cache's peak use; every block handed out is zeroed. Slabs are LargeMemory (huge-page candidates), because decode
 // streams every block of a sequence for every token and reads faster from 2 MiB pages.
 //
 // Thread-safety: all methods are thread-safe. BlockRef copies may be made and dropped on any
