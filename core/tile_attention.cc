@@ -43,6 +43,25 @@ float Element(const simd::Rows& src, int64_t r, int64_t c) {
   }
 }
 
+// Whether rows of `dtype` already hold bf16 values: bf16 storage, or f32 the caller rounded
+// (`bf16_exact`), so bf16 semantics read them as they are.
+bool HoldsBf16(DType dtype, bool bf16_exact) {
+  return dtype == DType::kBFloat16 || (bf16_exact && dtype == DType::kFloat32);
+}
+
+// Rows [0, rows) of `src` as dense f32 [out_rows, cols] at `out` (dequantized; rounded to bf16
+// when `round`), zero past `rows`. Vectorised, row by row: this runs for the tiles a prefill
+// visits (bf16 semantics over f32 rows, or bf16 and int8 storage without a native bf16 matmul),
+// and a scalar loop here took as long as the tile's matmuls.
+void ConvertRows(const simd::Rows& src, int64_t rows, int64_t out_rows, int64_t cols, bool round,
+                 float* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    simd::RowToFloat(src, r, cols, out + r * cols);
+    if (round) simd::RoundToBf16(out + r * cols, cols);
+  }
+  std::fill(out + rows * cols, out + out_rows * cols, 0.0f);
+}
+
 // A tile's keys or values as the matmul (or, with `for_kernels`, the vector kernels) needs them:
 // the memory itself when its dtype fits and it has every row the operand shape covers;
 // otherwise a converted (dequantized), zero-padded, dense thread-local copy. `rows` rows are
@@ -50,8 +69,7 @@ float Element(const simd::Rows& src, int64_t r, int64_t c) {
 simd::Rows PrepareOperand(const simd::Rows& src, bool padded, bool bf16_exact, int64_t rows,
                           int64_t width, int64_t cols, const Arithmetic& a, bool for_kernels,
                           std::vector<float>& f32, std::vector<uint16_t>& bf16) {
-  // f32 rows hold their bf16 semantics already when the caller rounded them.
-  const bool exact = src.dtype == DType::kBFloat16 || (bf16_exact && src.dtype == DType::kFloat32);
+  const bool exact = HoldsBf16(src.dtype, bf16_exact);
   if (for_kernels) {
     // The kernels read every storage type in place; bf16 semantics over f32 or int8 rows need
     // the rounded values.
@@ -72,15 +90,8 @@ simd::Rows PrepareOperand(const simd::Rows& src, bool padded, bool bf16_exact, i
     std::fill(out + rows * cols, out + out_rows * cols, uint16_t{0});
     return {out, DType::kBFloat16, cols, nullptr};
   }
-  // Vectorised, row by row: this runs for every tile a prefill visits (bf16 semantics over f32
-  // rows, or bf16 and int8 storage without a native bf16 matmul), so a scalar loop here took as
-  // long as the tile's matmuls.
   float* out = Buffer(f32, out_rows * cols);
-  for (int64_t r = 0; r < rows; ++r) {
-    simd::RowToFloat(src, r, cols, out + r * cols);
-    if (a.round_bf16 && !exact) simd::RoundToBf16(out + r * cols, cols);
-  }
-  std::fill(out + rows * cols, out + out_rows * cols, 0.0f);
+  ConvertRows(src, rows, out_rows, cols, a.round_bf16 && !exact, out);
   return {out, DType::kFloat32, cols, nullptr};
 }
 
@@ -162,25 +173,26 @@ class ConvertedTiles {
 
 namespace {
 
-// Tile `t`'s keys (or values) from the Run's shared store, when the f32 matmul path would
-// otherwise convert them (bf16 or int8 storage, or bf16 semantics over f32 that is not already
-// rounded); null when they need no conversion or the store has none ready for this job.
-const float* SharedTile(const Job& job, int64_t t, bool values, const simd::Rows& src,
-                        int64_t valid, int64_t cols) {
+// Tile `t`'s keys (or values, with `values`; `valid` rows of `cols` at `src`) as its operand:
+// for the f32 matmul path, from the Run's shared store when they need converting (bf16 or int8
+// storage, or bf16 semantics over f32 that is not already rounded) and the store has them or
+// can take them; otherwise as PrepareOperand makes them. `width` is the matmul's key count.
+simd::Rows TileOperand(const Job& job, int64_t t, bool values, const simd::Rows& src, int64_t valid,
+                       int64_t width, int64_t cols, bool kernels, std::vector<float>& f32,
+                       std::vector<uint16_t>& bf16) {
+  const KeyTiles& keys = *job.keys;
   const Arithmetic& a = job.arithmetic;
-  if (job.converted == nullptr || a.matmul != dt::f32) return nullptr;
-  const bool exact =
-      src.dtype == DType::kBFloat16 || (job.keys->bf16_exact && src.dtype == DType::kFloat32);
-  if (src.dtype == DType::kFloat32 && (!a.round_bf16 || exact)) return nullptr;  // read in place
-  const int64_t width = job.keys->width;
-  const bool round = a.round_bf16 && !exact;
-  return job.converted->Get(job.work, t, values, width, cols, [&](float* out) {
-    for (int64_t r = 0; r < valid; ++r) {
-      simd::RowToFloat(src, r, cols, out + r * cols);
-      if (round) simd::RoundToBf16(out + r * cols, cols);
-    }
-    std::fill(out + valid * cols, out + width * cols, 0.0f);
-  });
+  const bool exact = HoldsBf16(src.dtype, keys.bf16_exact);
+  const bool in_place = src.dtype == DType::kFloat32 && (!a.round_bf16 || exact);
+  if (!kernels && !in_place && job.converted != nullptr && a.matmul == dt::f32) {
+    const float* shared =
+        job.converted->Get(job.work, t, values, keys.width, cols, [&](float* out) {
+          ConvertRows(src, valid, keys.width, cols, a.round_bf16 && !exact, out);
+        });
+    if (shared != nullptr) return {shared, DType::kFloat32, cols, nullptr};
+  }
+  return PrepareOperand(src, keys.padded, keys.bf16_exact, valid, width, cols, a, kernels, f32,
+                        bf16);
 }
 
 }  // namespace
@@ -239,12 +251,9 @@ absl::Status RunTileJob(const Job& job, State* state) {
     // up to 64 so that the shapes come from a small fixed set; the kernels take exact rows.
     const int64_t cols =
         kernels ? valid : std::min(width, (std::min(valid, ke - start) + 63) / 64 * 64);
-    const simd::Rows k_src{keys.Keys(t), keys.dtype, keys.key_stride, keys.KeyScales(t)};
-    const float* k_shared = kernels ? nullptr : SharedTile(job, t, false, k_src, valid, d);
-    const simd::Rows k = k_shared != nullptr
-                             ? simd::Rows{k_shared, DType::kFloat32, d, nullptr}
-                             : PrepareOperand(k_src, keys.padded, keys.bf16_exact, valid, cols, d,
-                                              a, kernels, k_f32, k_bf16);
+    const simd::Rows k = TileOperand(job, t, /*values=*/false,
+                                     {keys.Keys(t), keys.dtype, keys.key_stride, keys.KeyScales(t)},
+                                     valid, cols, d, kernels, k_f32, k_bf16);
     if (kernels) {
       simd::DotRows(job.q, m, d, k, valid, s, cols);
     } else {
@@ -272,12 +281,10 @@ absl::Status RunTileJob(const Job& job, State* state) {
       for (int64_t i = m; i < rows; ++i) std::fill_n(s + i * cols, cols, 0.0f);
     }
 
-    const simd::Rows v_src{keys.Values(t), keys.dtype, keys.value_stride, keys.ValueScales(t)};
-    const float* v_shared = kernels ? nullptr : SharedTile(job, t, true, v_src, valid, dv);
-    const simd::Rows v = v_shared != nullptr
-                             ? simd::Rows{v_shared, DType::kFloat32, dv, nullptr}
-                             : PrepareOperand(v_src, keys.padded, keys.bf16_exact, valid, cols, dv,
-                                              a, kernels, v_f32, v_bf16);
+    const simd::Rows v =
+        TileOperand(job, t, /*values=*/true,
+                    {keys.Values(t), keys.dtype, keys.value_stride, keys.ValueScales(t)}, valid,
+                    cols, dv, kernels, v_f32, v_bf16);
     if (kernels) {
       for (int64_t i = 0; i < m; ++i) {
         if (alpha[i] == 1.0f) continue;

@@ -6,8 +6,9 @@
 // known before anything changes. Memory is mapped on first use, in slabs of several blocks, and
 // kept for reuse, so the process holds at most the budget (rounded up to whole 2 MiB pages);
 // returned blocks are handed out again before never-used ones, so the memory actually touched
-// follows the cache's peak use; every block handed out is zeroed. Slabs are LargeMemory (huge-page candidates), because decode
-// streams every block of a sequence for every token and reads faster from 2 MiB pages.
+// follows the cache's peak use; every block handed out is zeroed. Slabs are LargeMemory (huge-page
+// candidates), because decode streams every block of a sequence for every token and reads faster
+// from 2 MiB pages.
 //
 // Thread-safety: all methods are thread-safe. BlockRef copies may be made and dropped on any
 // thread. REQUIRES: the pool outlives every BlockRef it handed out.
