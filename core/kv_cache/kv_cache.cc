@@ -62,6 +62,20 @@ const float* FloatRow(const TensorView& src, int64_t offset, int64_t count,
   return buffer->data();
 }
 
+// The sequence's q.k scale: its own, or 1 / sqrt(head_dim).
+float SoftmaxScale(const SequenceConfig& c) {
+  return c.scale ? *c.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
+}
+
+// A query tensor as float32 rows: read in place when it is float32 (the tiles pack their own
+// rows), else widened into `widened`.
+const float* QueryFloats(const TensorView& q, std::vector<float>* widened) {
+  if (q.dtype == DType::kFloat32) return static_cast<const float*>(q.data);
+  widened->resize(static_cast<size_t>(q.num_elements()));
+  ConvertToFloat(q, widened->data());
+  return widened->data();
+}
+
 // Stores `count` elements starting at element `offset` of `src` as symmetric int8 with one scale
 // (max |x| / 127; 0 for an all-zero row) in `*scale`.
 void Quantize(const TensorView& src, int64_t offset, int64_t count, int8_t* dst, float* scale) {
@@ -599,14 +613,8 @@ absl::StatusOr<AppendResult> KvCache::Append(int64_t layer, const AppendInput& i
   result.first_position = before;
   result.layer_tokens = after;
   if (input.q) {
-    // f32 queries are read where they are (the tiles pack their own rows); others are widened.
     std::vector<float> widened;
-    const float* q = static_cast<const float*>(input.q->data);
-    if (input.q->dtype != DType::kFloat32) {
-      widened.resize(static_cast<size_t>(input.q->num_elements()));
-      ConvertToFloat(*input.q, widened.data());
-      q = widened.data();
-    }
+    const float* q = QueryFloats(*input.q, &widened);
     result.output.resize(static_cast<size_t>(n * c.n_head * c.head_dim_v));
     if (want_weights) result.weights.resize(static_cast<size_t>(c.n_head * n * after));
     PagedProblem problem;
@@ -614,8 +622,7 @@ absl::StatusOr<AppendResult> KvCache::Append(int64_t layer, const AppendInput& i
     problem.blocks = &target.blocks;
     problem.tokens = after;
     problem.mask = {/*causal=*/true, c.window};
-    problem.scale =
-        c.scale ? *c.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
+    problem.scale = SoftmaxScale(c);
     problem.q = q;
     problem.n = n;
     problem.n_head = c.n_head;
@@ -708,17 +715,15 @@ absl::StatusOr<std::vector<AppendResult>> KvCache::DecodeBatch(int64_t layer,
     results[i].layer_tokens = target.tokens;
 
     const SequenceConfig& c = s.config;
-    queries[i].resize(static_cast<size_t>(c.n_head * c.head_dim));
-    ConvertToFloat(*inputs[i].q, queries[i].data());
+    const float* q = QueryFloats(*inputs[i].q, &queries[i]);
     results[i].output.resize(static_cast<size_t>(c.n_head * c.head_dim_v));
     PagedProblem& p = problems[i];
     p.layout = &s.layout;
     p.blocks = &target.blocks;
     p.tokens = target.tokens;
     p.mask = {/*causal=*/true, c.window};
-    p.scale =
-        c.scale ? *c.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
-    p.q = queries[i].data();
+    p.scale = SoftmaxScale(c);
+    p.q = q;
     p.n = 1;
     p.n_head = c.n_head;
     p.output = results[i].output.data();
