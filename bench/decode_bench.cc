@@ -9,8 +9,15 @@
 // their arithmetic ceiling, against the core's FMA throughput. Two cores at that rate are what
 // decode could reach if memory were free; below the read bandwidth, decode is compute-bound.
 //
+// BM_ReadWithFmas is the read bandwidth probe's loop with arithmetic added: F 8-lane FMAs on
+// every 32 bytes read, the density of the decode kernels (a GQA group of 4 query heads: f32
+// storage 4, bf16 8, int8 16), with no widening and no other work. It is what a perfect kernel
+// of that density could read here: memory and arithmetic overlap only so far on one core.
+//
 //   build/bench/decode_bench [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
+#include <immintrin.h>
+#include <omp.h>
 
 #include <chrono>
 #include <cmath>
@@ -23,6 +30,7 @@
 #include "bench/step_times.h"
 #include "core/half.h"
 #include "core/kv_cache/kv_cache.h"
+#include "core/large_memory.h"
 #include "core/simd.h"
 
 namespace attend::bench {
@@ -222,7 +230,107 @@ void BM_DecodeKernel(benchmark::State& state) {
   state.SetLabel(simd::KernelName());
 }
 
+// Reads floats [begin, end) of `data` as four sequential streams (as the probe does), eight
+// vectors a step into eight accumulators, with kFmas FMAs on each 32-byte vector: the decode
+// kernels' eight independent FMA chains. kFmas == 0 adds each vector instead (the probe's loop).
+template <int kFmas>
+__attribute__((target("avx2,fma"))) float ReadWithFmas(const float* data, int64_t n) {
+  __m256 acc[8];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
+  const __m256 w = _mm256_set1_ps(0.999f);
+  const int64_t span = n / 4 / 16 * 16;
+  const float* stream[4] = {data, data + span, data + 2 * span, data + 3 * span};
+  for (int64_t i = 0; i < span; i += 16) {
+#pragma GCC unroll 4
+    for (int s = 0; s < 4; ++s) {
+#pragma GCC unroll 2
+      for (int u = 0; u < 2; ++u) {
+        const __m256 v = _mm256_loadu_ps(stream[s] + i + 8 * u);
+        __m256& a = acc[2 * s + u];
+        if constexpr (kFmas == 0) {
+          a = _mm256_add_ps(a, v);
+        } else {
+#pragma GCC unroll 16
+          for (int f = 0; f < kFmas; ++f) a = _mm256_fmadd_ps(v, w, a);
+        }
+      }
+    }
+  }
+  __m256 sum = acc[0];
+  for (int i = 1; i < 8; ++i) sum = _mm256_add_ps(sum, acc[i]);
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, sum);
+  return lanes[0];
+}
+
+// arg: FMAs per 32 bytes read (0: the probe's own loop). All threads, 256 MiB of huge-page
+// memory (as the probe and the KV cache's blocks), each thread its own share.
+void BM_ReadWithFmas(benchmark::State& state) {
+  const int fmas = static_cast<int>(state.range(0));
+  MeasureMachineLimits();
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
+    state.SkipWithError("needs AVX2 and FMA");
+    return;
+  }
+  constexpr int64_t kBytes = int64_t{256} << 20;
+  const LargeMemory memory = LargeMemory::Map(kBytes);
+  if (!memory) {
+    state.SkipWithError("cannot map 256 MiB");
+    return;
+  }
+  auto* const data = reinterpret_cast<float*>(memory.data());
+  const int64_t count = kBytes / 4;
+  // Small values, so that no chain overflows; written by the threads that read them (page
+  // placement, as in the probe).
+#pragma omp parallel
+  {
+    const int64_t share = count / omp_get_num_threads(), begin = omp_get_thread_num() * share;
+    for (int64_t i = begin; i < begin + share; ++i) data[i] = 1e-3f * static_cast<float>(i % 7);
+  }
+  using Loop = float (*)(const float*, int64_t);
+  const Loop loop = fmas == 0   ? ReadWithFmas<0>
+                    : fmas == 4 ? ReadWithFmas<4>
+                    : fmas == 8 ? ReadWithFmas<8>
+                                : ReadWithFmas<16>;
+  StepTimes times;
+  const MachineLimits before = MeasureLimitsNow();
+  for (auto _ : state) {
+    float sum = 0;
+    const auto start = std::chrono::steady_clock::now();
+#pragma omp parallel reduction(+ : sum)
+    {
+      const int64_t share = count / omp_get_num_threads();
+      sum += loop(data + omp_get_thread_num() * share, share);
+    }
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    state.SetIterationTime(elapsed);
+    times.Add(elapsed);
+    benchmark::DoNotOptimize(sum);
+  }
+  const MachineLimits limits = BetterOf(before, MeasureLimitsNow());
+  // What the loops read: each thread's four streams of whole 16-float steps.
+  const int64_t threads = omp_get_max_threads();
+  const double bytes = static_cast<double>(threads * 4 * (count / threads / 4 / 16 * 16) * 4);
+  state.counters["GBs"] = bytes / times.Median() / 1e9;
+  state.counters["read_bw_GBs"] = limits.read_bytes_per_second / 1e9;
+  state.counters["ratio"] = bytes / times.Median() / limits.read_bytes_per_second;
+  state.counters["ratio_best"] = bytes / times.Best() / limits.read_bytes_per_second;
+}
+
 BENCHMARK(BM_DecodeKernel)->ArgName("storage")->DenseRange(0, 2)->Unit(benchmark::kMicrosecond);
+
+BENCHMARK(BM_ReadWithFmas)
+    ->ArgName("fmas_per_32B")
+    ->Arg(0)
+    ->Arg(4)
+    ->Arg(8)
+    ->Arg(16)
+    ->Unit(benchmark::kMillisecond)
+    ->UseManualTime()
+    ->Iterations(20);
 
 BENCHMARK(BM_DecodeBatch)
     ->ArgNames({"context", "batch", "storage", "threads"})
