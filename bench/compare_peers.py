@@ -1,17 +1,22 @@
 #!/usr/bin/python3
-"""Side-by-side: attend's engine and Debian's PyTorch on the same attention shapes.
+"""Side-by-side: attend's engine, Debian's PyTorch and ggml on the same attention shapes.
 
-Runs attend's benchmark programs (build/bench/attention_bench and decode_bench) and the same
-shapes through PyTorch (matmul + masked softmax + matmul, as a straightforward implementation
-does), and prints one table with both and this machine's limits measured by attend in the same
-run. A peer that is not installed is skipped, saying so.
+Runs attend's benchmark programs (build/bench/attention_bench and decode_bench), the same shapes
+through PyTorch (matmul + masked softmax + matmul, as a straightforward implementation does) and
+through ggml's flash attention (the CPU attention of llama.cpp, build/bench/ggml_peer), and
+prints one table with all three and this machine's limits measured by attend in the same run. A
+peer that is not installed is skipped, saying so.
+
+ggml is not a Debian package: bash bench/ggml/build.sh builds ggml_peer from the ggml sources of
+a pinned npm package (see there). Its K/V take the same dtype as attend's (f32, bf16); the
+decode table also gives ggml with f16 K/V, its usual cache type.
 
 Debian's PyTorch takes its BLAS from the libblas.so.3 alternative: the reference BLAS unless
 OpenBLAS is installed (apt-get install python3-torch libopenblas0-pthread), which this script
 reports. OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE, which some machines set, mislead OpenBLAS, so
 they are removed for the PyTorch measurements only (a child process).
 
-    /usr/bin/python3 bench/compare_torch.py [--build build]
+    /usr/bin/python3 bench/compare_peers.py [--build build]
 """
 import argparse
 import json
@@ -76,6 +81,17 @@ print(json.dumps({"version": torch.__version__, "results": results}))
 """
 
 
+def run_ggml(binary, threads, heads, kv, n_q, n_kv, d, kv_type, causal, batch, reps, evict):
+    """ggml_peer's JSON for one shape, or None (with the reason printed) when it fails."""
+    args = [binary] + [str(x) for x in (heads, kv, n_q, n_kv, d, kv_type, int(causal), batch,
+                                        threads, reps, int(evict))]
+    run = subprocess.run(args, capture_output=True, text=True)
+    if run.returncode != 0:
+        print("ggml %s: failed (%s)" % (" ".join(args[1:]), run.stderr.strip()))
+        return None
+    return json.loads(run.stdout)
+
+
 def run_bench(binary, filter_regex):
     run = subprocess.run([binary, "--benchmark_format=json", "--benchmark_filter=" + filter_regex],
                          capture_output=True, text=True, check=True)
@@ -98,7 +114,7 @@ def main():
     machine, prefill = run_bench(attention, "CausalPrefill/n:2048/.*/threads:0")
     _, decoded = run_bench(decode, "(context:(4096|16384)/batch:1/|context:4096/batch:16/)storage:[01]/threads:0")
     print(machine)
-    # attend's ratios are against the limits probed around each of its cases; PyTorch's, which
+    # attend's ratios are against the limits probed around each of its cases; the peers', which
     # run later, against the best probe of the run.
     matmul = max(b["matmul_GFLOPs"] for b in prefill)
     bandwidth = max(b["read_bw_GBs"] for b in decoded)
@@ -117,6 +133,31 @@ def main():
         print("PyTorch %s with %d threads, BLAS %s (OPENBLAS_CORETYPE/L2_SIZE unset)"
               % (torch_results["version"], args.threads, blas))
 
+    ggml_binary = os.path.join(args.build, "bench", "ggml_peer")
+    ggml = {}
+    if not os.path.exists(ggml_binary):
+        print("ggml: skipped (%s is not built; bash bench/ggml/build.sh builds it)" % ggml_binary)
+    else:
+        print("ggml (llama.rn's copy, see bench/ggml/build.sh) with %d threads, f32 accumulation"
+              % args.threads)
+        ggml_type = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
+        for dtype in ("float32", "bfloat16"):
+            for heads, kv, n, d in PREFILL:
+                r = run_ggml(ggml_binary, args.threads, heads, kv, n, n, d, ggml_type[dtype],
+                             True, 1, 3, False)
+                if r:
+                    ggml[("prefill", dtype, (heads, kv, n, d))] = r["useful_flops"] / 1e9
+        for dtype in ("float32", "bfloat16", "float16"):
+            for heads, kv, context, batch in DECODE:
+                r = run_ggml(ggml_binary, args.threads, heads, kv, 1, context, 128,
+                             ggml_type[dtype], False, batch, 10, True)
+                if r:
+                    ggml[("decode", dtype, (heads, kv, context, batch))] = (
+                        r["kv_bytes_per_second"] / 1e9)
+
+    def ggml_figure(kind, dtype, shape):
+        return ggml.get((kind, dtype, tuple(shape)), "-")
+
     def torch_figure(kind, dtype, shape):
         if not torch_results:
             return "-"
@@ -129,29 +170,39 @@ def main():
         return ("%." + str(digits) + "f") % x if isinstance(x, float) else str(x)
 
     print()
-    print("attend: median iteration; PyTorch: best of its runs")
+    print("attend and ggml: median iteration; PyTorch: best of its runs")
     print("prefill, causal: useful GFLOP/s (4 x d per attended pair); best f32 matmul probe %.1f GFLOP/s" % matmul)
-    print("%-34s %10s %7s %10s %7s" % ("shape (heads/kv, n, d, dtype)", "attend", "ratio", "PyTorch", "ratio"))
+    print("%-34s %10s %7s %10s %7s %10s %7s" % ("shape (heads/kv, n, d, dtype)", "attend", "ratio",
+                                               "PyTorch", "ratio", "ggml", "ratio"))
     for b in prefill:
         name = b["name"]
         fields = dict(part.split(":") for part in name.split("/")[1:] if ":" in part)
         heads, kv, n, d = (int(fields[x]) for x in ("heads", "kv_heads", "n", "d"))
         dtype = "bfloat16" if fields["bf16"] == "1" else "float32"
         t = torch_figure("prefill", dtype, (heads, kv, n, d))
-        print("%-34s %10.1f %7.2f %10s %7s" % (
+        g = ggml_figure("prefill", dtype, (heads, kv, n, d))
+        print("%-34s %10.1f %7.2f %10s %7s %10s %7s" % (
             "%d/%d, %d, %d, %s" % (heads, kv, n, d, dtype), b["useful_GFLOPs"], b["ratio"], fmt(t),
-            fmt(t / matmul, 2) if t != "-" else "-"))
+            fmt(t / matmul, 2) if t != "-" else "-", fmt(g), fmt(g / matmul, 2) if g != "-" else "-"))
     print()
     print("decode over the cache: K/V GB/s read; best read bandwidth probe %.1f GB/s" % bandwidth)
-    print("%-34s %10s %7s %10s %7s" % ("shape (heads/kv, context, batch, dtype)", "attend", "ratio", "PyTorch", "ratio"))
+    print("%-34s %10s %7s %10s %7s %10s %7s" % ("shape (heads/kv, context, batch, dtype)", "attend",
+                                               "ratio", "PyTorch", "ratio", "ggml", "ratio"))
     for b in decoded:
         fields = dict(part.split(":") for part in b["name"].split("/")[1:] if ":" in part)
         context, batch = int(fields["context"]), int(fields["batch"])
         dtype = "bfloat16" if fields["storage"] == "1" else "float32"
         t = torch_figure("decode", dtype, (32, 8, context, batch))
-        print("%-34s %10.1f %7.2f %10s %7s" % (
+        g = ggml_figure("decode", dtype, (32, 8, context, batch))
+        print("%-34s %10.1f %7.2f %10s %7s %10s %7s" % (
             "32/8, %d, %d, %s" % (context, batch, dtype), b["KV_GBs"], b["ratio"], fmt(t),
-            fmt(t / bandwidth, 2) if t != "-" else "-"))
+            fmt(t / bandwidth, 2) if t != "-" else "-", fmt(g), fmt(g / bandwidth, 2) if g != "-" else "-"))
+    for heads, kv, context, batch in DECODE:
+        g = ggml_figure("decode", "float16", (heads, kv, context, batch))
+        if g != "-":
+            print("%-34s %10s %7s %10s %7s %10s %7s" % (
+                "%d/%d, %d, %d, float16" % (heads, kv, context, batch), "-", "-", "-", "-", fmt(g),
+                fmt(g / bandwidth, 2)))
 
 
 if __name__ == "__main__":
