@@ -13,7 +13,7 @@ if [ "${ATTEND_SKIP_TSAN:-0}" != 1 ]; then
   tsan_dir=${build_dir}-tsan
   cmake -S . -B "$tsan_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTEND_SANITIZE=thread \
     -DATTEND_BUILD_BENCH=OFF >/dev/null
-  cmake --build "$tsan_dir" -j "$jobs" --target core_kv_cache_test
+  cmake --build "$tsan_dir" -j "$jobs" --target core_kv_cache_test core_scratch_pool_test
   # One OpenMP thread: libgomp is not built with TSan (see tests/CMakeLists.txt).
   OMP_NUM_THREADS=1 \
     TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp" \
