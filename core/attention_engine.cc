@@ -33,8 +33,8 @@ class Operand {
   // `threads` (0 = all) copy the rows: a serial copy of a long prefill's K and V left the other
   // threads idle for several percent of the call.
   Operand(const TensorView& view, int64_t heads, int64_t dim, bool head_major, int64_t padded_rows,
-          DType dtype, bool round_bf16, int threads)
-      : dtype_(dtype), dim_(dim), heads_(heads), head_major_(head_major) {
+          DType dtype, bool round_bf16, int threads, ScratchPool* scratch)
+      : dtype_(dtype), dim_(dim), heads_(heads), head_major_(head_major), scratch_(scratch) {
     const int64_t n = view.dim(0);
     if (!head_major) {
       if (view.dtype == dtype && !round_bf16) {
@@ -48,6 +48,10 @@ class Operand {
     Fill(view, n, padded_rows, round_bf16, /*head_major=*/true, threads);
     rows_ = padded_rows;
   }
+  ~Operand() { scratch_->Give(std::move(large_)); }
+  Operand(const Operand&) = delete;
+  Operand& operator=(const Operand&) = delete;
+
   // Head `head`'s row `row`, and the stride between its rows, in elements.
   const void* Row(int64_t head, int64_t row) const {
     const int64_t index = head_major_ ? (head * rows_ + row) * dim_ : (row * heads_ + head) * dim_;
@@ -69,8 +73,7 @@ class Operand {
     // Small copies stay on the calling thread: a parallel region costs microseconds.
     const bool parallel = elements >= (size_t{1} << 16);
     if (dtype_ == DType::kBFloat16) {
-      bf16_.reset(new uint16_t[elements]);
-      uint16_t* out = bf16_.get();
+      uint16_t* out = static_cast<uint16_t*>(Allocate(elements * sizeof(uint16_t)));
 #pragma omp parallel for num_threads(threads) schedule(static) if (parallel)
       for (int64_t r = 0; r < rows; ++r) {
         for (int64_t h = 0; h < heads_; ++h) {
@@ -90,8 +93,7 @@ class Operand {
       data_ = reinterpret_cast<const char*>(out);
       return;
     }
-    f32_.reset(new float[elements]);
-    float* out = f32_.get();
+    float* out = static_cast<float*>(Allocate(elements * sizeof(float)));
 #pragma omp parallel for num_threads(threads) schedule(static) if (parallel)
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t h = 0; h < heads_; ++h) {
@@ -114,12 +116,27 @@ class Operand {
     data_ = reinterpret_cast<const char*>(out);
   }
 
+  // Memory for the copy, not initialised (Fill writes every element). Copies of a megabyte or
+  // more, a prefill's, reuse the engine's cached buffers: mapped afresh on each call, they were
+  // faulted in and zeroed by the kernel every time. Small ones, such as a converted decode
+  // input's, come from the heap.
+  void* Allocate(size_t bytes) {
+    if (bytes >= kScratchBytes) {
+      large_ = scratch_->Take(static_cast<int64_t>(bytes));
+      if (large_) return large_.data();
+    }
+    small_.reset(new char[bytes]);
+    return small_.get();
+  }
+  static constexpr size_t kScratchBytes = size_t{1} << 20;
+
   const char* data_ = nullptr;
   DType dtype_;
   int64_t dim_, heads_, rows_ = 0;
   bool head_major_;
-  std::unique_ptr<float[]> f32_;
-  std::unique_ptr<uint16_t[]> bf16_;
+  ScratchPool* scratch_;
+  LargeMemory large_;
+  std::unique_ptr<char[]> small_;
 };
 
 // One key/value head's keys and values, in tiles.
@@ -184,9 +201,9 @@ absl::Status AttentionEngine::Compute(const TensorView& q, const TensorView& k, 
   };
   const bool round_kv = !kernels && bf16 && !native_bf16;
   const Operand pk(k, s.n_head_kv, s.head_dim, !kernels, padded_rows, storage(k), round_kv,
-                   options_.threads);
+                   options_.threads, scratch_.get());
   const Operand pv(v, s.n_head_kv, s.head_dim_v, !kernels, padded_rows, storage(v), round_kv,
-                   options_.threads);
+                   options_.threads, scratch_.get());
   // The tiles pack their own query rows, so f32 queries are read in place.
   std::vector<float> qf;
   const float* q_f32 = static_cast<const float*>(q.data);

@@ -17,28 +17,36 @@
 //
 // Memory: the head-major copy of K and V for prefill-sized calls (converted inputs otherwise,
 // only when a dtype differs), and per thread a few tiles (64 x kKeyTile scores, key and value
-// tiles).
+// tiles). Copies of 1 MiB or more come from the engine's ScratchPool, which keeps up to
+// EngineOptions::scratch_cache_bytes of them mapped between calls (core/scratch_pool.h says
+// why).
 //
 // Thread-safety: Compute() may be called concurrently from many threads.
 #ifndef ATTEND_CORE_ATTENTION_ENGINE_H_
 #define ATTEND_CORE_ATTENTION_ENGINE_H_
 
 #include <cstdint>
+#include <memory>
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "core/attention.h"
+#include "core/scratch_pool.h"
 
 namespace attend {
 
 struct EngineOptions {
   // OpenMP threads for one call; 0 = all (omp_get_max_threads()).
   int threads = 0;
+  // Copy buffers kept mapped between calls (shared by concurrent calls): enough for the K and V
+  // copies of an 8192-token prefill with 8 key/value heads of 128 in f32.
+  int64_t scratch_cache_bytes = int64_t{64} << 20;
 };
 
 class AttentionEngine {
  public:
-  explicit AttentionEngine(EngineOptions options = {}) : options_(options) {}
+  explicit AttentionEngine(EngineOptions options = {})
+      : options_(options), scratch_(std::make_shared<ScratchPool>(options.scratch_cache_bytes)) {}
 
   // Computes attention of q over k/v into `output` ([n_q, n_head, head_dim_v] f32) and, when
   // `weights` is non-empty, the weights ([n_head, n_q, n_kv] f32). Validates with `limits`
@@ -53,8 +61,12 @@ class AttentionEngine {
   // Keys per matmul tile, exposed for tests of tile edges.
   static constexpr int64_t kKeyTile = 512;
 
+  // The copy buffers cached between calls (for tests and monitoring).
+  const ScratchPool& scratch() const { return *scratch_; }
+
  private:
   EngineOptions options_;
+  std::shared_ptr<ScratchPool> scratch_;  // shared by copies of the engine
 };
 
 }  // namespace attend

@@ -62,8 +62,11 @@ std::vector<float> RoundToBf16(std::vector<float> v) {
   return v;
 }
 
-void CheckAgainstReference(const Case& c, uint64_t seed) {
+// Runs the case on `engine` (a fresh one when null) and compares with the reference.
+void CheckAgainstReference(const Case& c, uint64_t seed, const AttentionEngine* engine = nullptr) {
   SCOPED_TRACE(c.Name());
+  const AttentionEngine fresh;
+  if (engine == nullptr) engine = &fresh;
   std::mt19937_64 rng(seed);
   Input q = MakeInput(RandomFloats(rng, c.n_q * c.n_head * c.head_dim),
                       {c.n_q, c.n_head, c.head_dim}, c.input_dtype);
@@ -84,8 +87,8 @@ void CheckAgainstReference(const Case& c, uint64_t seed) {
   std::vector<float> output(shape.output_elements());
   std::vector<float> weights(c.want_weights ? shape.weight_elements() : 0);
   AttentionStats stats;
-  ASSERT_OK(AttentionEngine().Compute(q.view, k.view, v.view, options, AttentionLimits{},
-                                      absl::MakeSpan(output), absl::MakeSpan(weights), &stats));
+  ASSERT_OK(engine->Compute(q.view, k.view, v.view, options, AttentionLimits{},
+                            absl::MakeSpan(output), absl::MakeSpan(weights), &stats));
 
   // The reference sees exactly the values the engine's arithmetic starts from: the decoded
   // inputs, rounded to bf16 when the products run in bf16.
@@ -220,6 +223,30 @@ TEST(Engine, LargeConvertedOperandsMatchReference) {
 
 // Decode-sized work (few folded rows) runs the vector kernels; over few heads the keys are split
 // across threads and merged.
+// One engine reuses its K/V copy buffers from call to call (ScratchPool), holding the previous
+// call's values, in another dtype, or data where this call has padding rows. Few queries over
+// many keys keep the reference cheap; 32 query rows per head group take the matmul path, which
+// copies.
+TEST(Engine, ReusedCopyBuffersMatchReference) {
+  const AttentionEngine engine;
+  uint64_t seed = 900;
+  // K/V copies of 3072 padded rows x 4 heads x 64 in f32: 3 MiB each, from the scratch pool.
+  CheckAgainstReference(
+      {16, 3000, 8, 4, 64, 64, {true, 0}, Precision::kFloat32, DType::kFloat32, false}, ++seed,
+      &engine);
+  EXPECT_GT(engine.scratch().cached_bytes(), 0);
+  // Fewer keys: the reused buffers' rows past 1300 held keys above and are padding now.
+  CheckAgainstReference(
+      {16, 1300, 8, 4, 64, 64, {true, 0}, Precision::kFloat32, DType::kFloat32, true}, ++seed,
+      &engine);
+  CheckAgainstReference(
+      {16, 2900, 8, 4, 64, 64, {false, 0}, Precision::kBFloat16, DType::kBFloat16, false}, ++seed,
+      &engine);
+  CheckAgainstReference(
+      {20, 2000, 8, 4, 64, 64, {true, 300}, Precision::kFloat32, DType::kFloat16, false}, ++seed,
+      &engine);
+}
+
 TEST(Engine, DecodeKernelsAndKeySplits) {
   int seed = 200;
   for (Precision p : {Precision::kFloat32, Precision::kBFloat16}) {
