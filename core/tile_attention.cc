@@ -382,7 +382,24 @@ Job MakeJob(const Task& task, std::vector<float>* packed) {
   // Under bf16 semantics the operands must stay the caller's values (rounded), so the scores are
   // scaled afterwards; in f32 the scale goes into the packed rows.
   job.q_scaled = !w.arithmetic.round_bf16;
+  // A token's query rows for this group are contiguous, but the next token's are a whole row of
+  // every head later (often the next 4 KiB page), which the hardware prefetchers do not follow:
+  // unaided, packing was latency-bound (3-4% of a 2048-token prefill). Ask for a few tokens
+  // ahead.
+  const int64_t group_bytes = w.group * d * static_cast<int64_t>(sizeof(float));
+  const auto token_rows = [&](int64_t r) {
+    return reinterpret_cast<const char*>(w.q + ((task.first_token + r) * w.n_head +
+                                                w.head_kv * w.group) * d);
+  };
+  constexpr int64_t kAheadTokens = 4;
+  for (int64_t r = 0; r < std::min(kAheadTokens, task.tokens); ++r) {
+    for (int64_t b = 0; b < group_bytes; b += 64) __builtin_prefetch(token_rows(r) + b);
+  }
   for (int64_t r = 0; r < task.tokens; ++r) {
+    if (r + kAheadTokens < task.tokens) {
+      const char* next = token_rows(r + kAheadTokens);
+      for (int64_t b = 0; b < group_bytes; b += 64) __builtin_prefetch(next + b);
+    }
     for (int64_t j = 0; j < w.group; ++j) {
       const float* src = w.q + ((task.first_token + r) * w.n_head + w.head_kv * w.group + j) * d;
       float* dst = &(*packed)[static_cast<size_t>((r * w.group + j) * d)];
