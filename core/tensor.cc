@@ -1,5 +1,7 @@
 #include "core/tensor.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -139,6 +141,9 @@ namespace {
 // infinity), or -1. Chunks are scanned without branches, so that the compiler vectorises the scan
 // (an early-exit loop does not vectorise: 0.8 ns per value, about 5 ms for one 2048-token prefill's
 // q, k and v); only a chunk that holds such a value is searched again.
+// Below this many elements a parallel region costs more than the scan.
+constexpr int64_t kParallelCheckElements = int64_t{1} << 18;
+
 template <typename Bits>
 int64_t FirstNonFinite(const Bits* p, int64_t n, Bits mask) {
   constexpr int64_t kChunk = 2048;
@@ -156,17 +161,32 @@ int64_t FirstNonFinite(const Bits* p, int64_t n, Bits mask) {
 
 }  // namespace
 
-absl::Status CheckFinite(const TensorView& view, absl::string_view field) {
+absl::Status CheckFinite(const TensorView& view, absl::string_view field, int threads) {
   const int64_t n = view.num_elements();
-  int64_t bad = -1;
-  if (view.dtype == DType::kFloat32) {
-    bad = FirstNonFinite(static_cast<const uint32_t*>(view.data), n, uint32_t{0x7f800000});
-  } else {
-    // Both 16-bit formats are non-finite exactly when every exponent bit is set.
-    const uint16_t exponent_mask = view.dtype == DType::kBFloat16 ? 0x7f80 : 0x7c00;
-    bad = FirstNonFinite(static_cast<const uint16_t*>(view.data), n, exponent_mask);
+  // Each thread scans one contiguous share; the first bad element is the smallest found. A
+  // 2048-token prefill's q, k and v are 6M values, about 1.5 ms on one thread while the others
+  // waited.
+  if (threads <= 0) threads = omp_get_max_threads();
+  if (n < kParallelCheckElements) threads = 1;
+  int64_t first = n;
+#pragma omp parallel num_threads(threads) reduction(min : first) if (threads > 1)
+  {
+    const int64_t parts = omp_get_num_threads(), part = omp_get_thread_num();
+    const int64_t begin = n * part / parts, end = n * (part + 1) / parts;
+    int64_t bad = -1;
+    if (view.dtype == DType::kFloat32) {
+      bad = FirstNonFinite(static_cast<const uint32_t*>(view.data) + begin, end - begin,
+                           uint32_t{0x7f800000});
+    } else {
+      // Both 16-bit formats are non-finite exactly when every exponent bit is set.
+      const uint16_t exponent_mask = view.dtype == DType::kBFloat16 ? 0x7f80 : 0x7c00;
+      bad = FirstNonFinite(static_cast<const uint16_t*>(view.data) + begin, end - begin,
+                           exponent_mask);
+    }
+    if (bad >= 0) first = std::min(first, begin + bad);
   }
-  if (bad < 0) return absl::OkStatus();
+  if (first == n) return absl::OkStatus();
+  const int64_t bad = first;
   const float value = view.At(bad);
   return absl::InvalidArgumentError(
       absl::StrCat(field, " holds a non-finite value (",

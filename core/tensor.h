@@ -68,8 +68,9 @@ void ConvertToFloat(const TensorView& view, float* out);
 void AppendEncoded(absl::Span<const float> values, DType dtype, std::string* out);
 
 // OK when every element is finite; otherwise INVALID_ARGUMENT naming `field` and the first bad
-// element ("k holds a non-finite value (NaN) at element 17 of [4, 2, 8]").
-absl::Status CheckFinite(const TensorView& view, absl::string_view field);
+// element ("k holds a non-finite value (NaN) at element 17 of [4, 2, 8]"). Large tensors are
+// scanned by `threads` OpenMP threads (0 = all), small ones on the calling thread.
+absl::Status CheckFinite(const TensorView& view, absl::string_view field, int threads = 1);
 
 }  // namespace attend
 

@@ -444,12 +444,12 @@ absl::Status KvCache::CheckAppend(const Sequence& s, int64_t layer, const Append
   if (input.q) {
     ATTEND_RETURN_IF_ERROR(
         CheckShape(*input.q, "q", n, c.n_head, c.head_dim, "[n_new, n_head, head_dim]"));
-    ATTEND_RETURN_IF_ERROR(CheckFinite(*input.q, "q"));
+    ATTEND_RETURN_IF_ERROR(CheckFinite(*input.q, "q", options_.compute_threads));
   } else if (decode) {
     return absl::InvalidArgumentError("q: missing; a decode step needs the new token's queries");
   }
-  ATTEND_RETURN_IF_ERROR(CheckFinite(input.k, "k"));
-  ATTEND_RETURN_IF_ERROR(CheckFinite(input.v, "v"));
+  ATTEND_RETURN_IF_ERROR(CheckFinite(input.k, "k", options_.compute_threads));
+  ATTEND_RETURN_IF_ERROR(CheckFinite(input.v, "v", options_.compute_threads));
   const int64_t tokens = s.layers[static_cast<size_t>(layer)].tokens;
   if (tokens + n > (int64_t{1} << 40)) {
     return absl::OutOfRangeError(

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/onednn.h"
 #include "core/status_macros.h"
+#include "core/tensor.h"
 #include "core/tile_attention.h"
 
 namespace attend::kv {
@@ -98,14 +99,14 @@ absl::Status RunPagedAttention(absl::Span<const PagedProblem> problems, Precisio
     flops += visible * 2 * (layout.head_dim + layout.head_dim_v);
   }
   ATTEND_RETURN_IF_ERROR(tile::Run(works, threads));
+  // A non-finite output means q.k * scale overflowed. A prefill's output is megabytes: scanned
+  // by every compute thread, and without an early exit so that the scan vectorises.
   for (const PagedProblem& p : problems) {
-    const int64_t elements = p.n * p.n_head * p.layout->head_dim_v;
-    for (int64_t i = 0; i < elements; ++i) {
-      if (!std::isfinite(p.output[i])) {
-        return absl::InvalidArgumentError(
-            "attention output is not finite: q.k * scale overflowed float32; the inputs' "
-            "magnitudes are too large");
-      }
+    const TensorView output{DType::kFloat32, {p.n * p.n_head * p.layout->head_dim_v}, p.output};
+    if (!CheckFinite(output, "output", threads).ok()) {
+      return absl::InvalidArgumentError(
+          "attention output is not finite: q.k * scale overflowed float32; the inputs' "
+          "magnitudes are too large");
     }
   }
   if (stats != nullptr) {

@@ -1,9 +1,11 @@
 #include "core/tensor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core/half.h"
 #include "tests/test_util.h"
 
@@ -129,6 +131,34 @@ TEST(CheckFinite, FindsTheFirstBadElementOfALargeTensor) {
               StatusIs(absl::StatusCode::kInvalidArgument, {"NaN", "element 4096"}));
   const float big = std::numeric_limits<float>::max();  // finite: exponent bits not all set
   EXPECT_TRUE(CheckFinite(TensorView{DType::kFloat32, {1}, &big}, "q").ok());
+}
+
+// Tensors of 2^18 elements or more are split among threads: the answer is still the first bad
+// element overall, whichever thread's share holds it, and the same for any thread count.
+TEST(CheckFinite, ManyThreadsFindTheSameFirstBadElement) {
+  const int64_t n = int64_t{3} << 18;
+  std::vector<float> values(static_cast<size_t>(n), 0.25f);
+  std::vector<uint16_t> halves(static_cast<size_t>(n), FloatToHalf(0.25f));
+  for (int threads : {1, 2, 3, 0}) {
+    SCOPED_TRACE(threads);
+    std::fill(values.begin(), values.end(), 0.25f);
+    EXPECT_TRUE(CheckFinite(TensorView{DType::kFloat32, {n}, values.data()}, "k", threads).ok());
+    values[static_cast<size_t>(n - 1)] = std::nanf("");  // in the last thread's share
+    EXPECT_THAT(
+        CheckFinite(TensorView{DType::kFloat32, {n}, values.data()}, "k", threads),
+        StatusIs(absl::StatusCode::kInvalidArgument, {"NaN", absl::StrCat("element ", n - 1)}));
+    values[static_cast<size_t>(n / 2 + 7)] = -std::numeric_limits<float>::infinity();
+    values[static_cast<size_t>(n / 3 - 1)] = std::numeric_limits<float>::infinity();
+    EXPECT_THAT(CheckFinite(TensorView{DType::kFloat32, {n}, values.data()}, "k", threads),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         {"+inf", absl::StrCat("element ", n / 3 - 1)}));
+    std::fill(halves.begin(), halves.end(), FloatToHalf(0.25f));
+    halves[static_cast<size_t>(n - 2)] = 0x7c00;  // float16 +inf
+    halves[static_cast<size_t>(n - 3)] = 0x7e00;  // float16 NaN
+    EXPECT_THAT(
+        CheckFinite(TensorView{DType::kFloat16, {n}, halves.data()}, "v", threads),
+        StatusIs(absl::StatusCode::kInvalidArgument, {"NaN", absl::StrCat("element ", n - 3)}));
+  }
 }
 
 }  // namespace
