@@ -237,21 +237,12 @@ absl::Status AttentionEngine::Compute(const TensorView& q, const TensorView& k, 
   }
   ATTEND_RETURN_IF_ERROR(tile::Run(works, options_.threads));
 
-  // The first non-finite output element, if any. Scanned in parallel when large: a long
-  // prefill's output is megabytes, and one thread scanning it left the others idle.
-  int64_t first_bad = static_cast<int64_t>(output.size());
-  {
-    const float* out = output.data();
-    const int64_t count = static_cast<int64_t>(output.size());
-    const int threads = options_.threads > 0 ? options_.threads : omp_get_max_threads();
-#pragma omp parallel for num_threads(threads) schedule(static) \
-    reduction(min                                              \
-              : first_bad) if (count >= (int64_t{1} << 16))
-    for (int64_t i = 0; i < count; ++i) {
-      if (!std::isfinite(out[i])) first_bad = std::min(first_bad, i);
-    }
-  }
-  if (first_bad < static_cast<int64_t>(output.size())) {
+  // A non-finite output means q.k * scale overflowed. A long prefill's output is megabytes:
+  // scanned by every compute thread.
+  const int64_t first_bad = FirstNonFiniteElement(
+      TensorView{DType::kFloat32, {static_cast<int64_t>(output.size())}, output.data()},
+      options_.threads);
+  if (first_bad >= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("attention output element ", first_bad,
                      " is not finite: q.k * scale overflowed float32; the inputs' magnitudes are "

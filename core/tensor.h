@@ -67,9 +67,14 @@ void ConvertToFloat(const TensorView& view, float* out);
 // Converts floats to `dtype` and appends the raw little-endian bytes to `out`.
 void AppendEncoded(absl::Span<const float> values, DType dtype, std::string* out);
 
+// The index of the first element of `view` that is NaN or an infinity, or -1 when every element
+// is finite. Large tensors are scanned by `threads` OpenMP threads (0 = all), small ones on the
+// calling thread.
+int64_t FirstNonFiniteElement(const TensorView& view, int threads = 1);
+
 // OK when every element is finite; otherwise INVALID_ARGUMENT naming `field` and the first bad
-// element ("k holds a non-finite value (NaN) at element 17 of [4, 2, 8]"). Large tensors are
-// scanned by `threads` OpenMP threads (0 = all), small ones on the calling thread.
+// element ("k holds a non-finite value (NaN) at element 17 of [4, 2, 8]"). `threads` as in
+// FirstNonFiniteElement.
 absl::Status CheckFinite(const TensorView& view, absl::string_view field, int threads = 1);
 
 }  // namespace attend

@@ -387,21 +387,19 @@ Job MakeJob(const Task& task, std::vector<float>* packed) {
   // unaided, packing was latency-bound (3-4% of a 2048-token prefill). Ask for a few tokens
   // ahead.
   const int64_t group_bytes = w.group * d * static_cast<int64_t>(sizeof(float));
-  const auto token_rows = [&](int64_t r) {
-    return reinterpret_cast<const char*>(w.q + ((task.first_token + r) * w.n_head +
-                                                w.head_kv * w.group) * d);
+  const auto group_rows = [&](int64_t r) {  // token r's rows of this group, contiguous
+    return w.q + ((task.first_token + r) * w.n_head + w.head_kv * w.group) * d;
+  };
+  const auto prefetch = [&](int64_t r) {
+    const char* p = reinterpret_cast<const char*>(group_rows(r));
+    for (int64_t b = 0; b < group_bytes; b += 64) __builtin_prefetch(p + b);
   };
   constexpr int64_t kAheadTokens = 4;
-  for (int64_t r = 0; r < std::min(kAheadTokens, task.tokens); ++r) {
-    for (int64_t b = 0; b < group_bytes; b += 64) __builtin_prefetch(token_rows(r) + b);
-  }
+  for (int64_t r = 0; r < std::min(kAheadTokens, task.tokens); ++r) prefetch(r);
   for (int64_t r = 0; r < task.tokens; ++r) {
-    if (r + kAheadTokens < task.tokens) {
-      const char* next = token_rows(r + kAheadTokens);
-      for (int64_t b = 0; b < group_bytes; b += 64) __builtin_prefetch(next + b);
-    }
+    if (r + kAheadTokens < task.tokens) prefetch(r + kAheadTokens);
     for (int64_t j = 0; j < w.group; ++j) {
-      const float* src = w.q + ((task.first_token + r) * w.n_head + w.head_kv * w.group + j) * d;
+      const float* src = group_rows(r) + j * d;
       float* dst = &(*packed)[static_cast<size_t>((r * w.group + j) * d)];
       if (job.q_scaled) {
         for (int64_t c = 0; c < d; ++c) dst[c] = src[c] * w.scale;

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -103,7 +102,7 @@ absl::Status RunPagedAttention(absl::Span<const PagedProblem> problems, Precisio
   // by every compute thread, and without an early exit so that the scan vectorises.
   for (const PagedProblem& p : problems) {
     const TensorView output{DType::kFloat32, {p.n * p.n_head * p.layout->head_dim_v}, p.output};
-    if (!CheckFinite(output, "output", threads).ok()) {
+    if (FirstNonFiniteElement(output, threads) >= 0) {
       return absl::InvalidArgumentError(
           "attention output is not finite: q.k * scale overflowed float32; the inputs' "
           "magnitudes are too large");
