@@ -19,6 +19,7 @@ class ABSL_LOCKABLE Mutex {
  public:
   void Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() { mu_.lock(); }
   void Unlock() ABSL_UNLOCK_FUNCTION() { mu_.unlock(); }
+  bool TryLock() ABSL_EXCLUSIVE_TRYLOCK_FUNCTION(true) { return mu_.try_lock(); }
   // For the analysis only: tells it that the caller holds the lock.
   void AssertHeld() const ABSL_ASSERT_EXCLUSIVE_LOCK() {}
 

@@ -42,13 +42,34 @@ absl::Status CheckId(absl::string_view id, absl::string_view field) {
   return absl::OkStatus();
 }
 
-std::string Quoted(absl::string_view id) { return absl::StrCat("'", id, "'"); }
+// An id for a message: as it is when it could be a sequence's id; otherwise (ids come from
+// clients, and unknown ones are echoed in NOT_FOUND) escaped and cut to its first 64 bytes, so
+// that no message carries control characters or grows with the request.
+std::string Quoted(absl::string_view id) {
+  if (CheckId(id, "").ok()) return absl::StrCat("'", id, "'");
+  constexpr size_t kShown = 64;
+  if (id.size() <= kShown) return absl::StrCat("'", absl::CHexEscape(id), "'");
+  return absl::StrCat("'", absl::CHexEscape(id.substr(0, kShown)), "...' (", id.size(),
+                      " characters)");
+}
 
-std::string Bytes(int64_t bytes) {
-  if (bytes >= (int64_t{1} << 30)) return absl::StrFormat("%.2f GiB", bytes / 1073741824.0);
-  if (bytes >= (int64_t{1} << 20)) return absl::StrFormat("%.2f MiB", bytes / 1048576.0);
-  if (bytes >= 1024) return absl::StrFormat("%.2f KiB", bytes / 1024.0);
-  return absl::StrCat(bytes, " bytes");
+// A byte count in binary units, from bytes to ZiB.
+std::string Bytes(double bytes) {
+  static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB"};
+  if (bytes < 1024) return absl::StrCat(static_cast<int64_t>(bytes), " bytes");
+  int unit = 0;
+  bytes /= 1024;
+  while (bytes >= 1024 && unit + 1 < static_cast<int>(std::size(kUnits))) {
+    bytes /= 1024;
+    ++unit;
+  }
+  return absl::StrFormat("%.2f %s", bytes, kUnits[unit]);
+}
+
+// `blocks` blocks of `block_bytes`, computed in floating point: a request's count may be far
+// beyond what int64 bytes can hold (2^40 tokens in 4096 layers).
+std::string BlockBytes(int64_t blocks, int64_t block_bytes) {
+  return Bytes(static_cast<double>(blocks) * static_cast<double>(block_bytes));
 }
 
 // `count` elements from element `offset` of `src` as floats: in place when `src` is float32
@@ -273,17 +294,16 @@ absl::StatusOr<SequenceInfo> KvCache::Create(const SequenceConfig& requested, ab
   ATTEND_RETURN_IF_ERROR(TakeBlocks(config.layers * per_layer, &blocks, [&] {
     return absl::StrCat("reserving ", reserve_tokens, " tokens in ", config.layers, " layers");
   }));
-  {
-    MutexLock lock(&sequence->mu);
-    sequence->layers.resize(static_cast<size_t>(config.layers));
-    for (int64_t l = 0; l < config.layers; ++l) {
-      Layer& layer = sequence->layers[static_cast<size_t>(l)];
-      layer.blocks.assign(blocks.begin() + l * per_layer, blocks.begin() + (l + 1) * per_layer);
-    }
-    sequence->reserved_tokens = reserve_tokens;
+  // Held from before the sequence is published until it is described, so that the response
+  // describes what was created even if a Release of the new id comes at once.
+  MutexLock sequence_lock(&sequence->mu);
+  sequence->layers.resize(static_cast<size_t>(config.layers));
+  for (int64_t l = 0; l < config.layers; ++l) {
+    Layer& layer = sequence->layers[static_cast<size_t>(l)];
+    layer.blocks.assign(blocks.begin() + l * per_layer, blocks.begin() + (l + 1) * per_layer);
   }
+  sequence->reserved_tokens = reserve_tokens;
   blocks.clear();
-
   {
     MutexLock lock(&registry_mu_);
     ATTEND_RETURN_IF_ERROR(check_registry());
@@ -291,7 +311,6 @@ absl::StatusOr<SequenceInfo> KvCache::Create(const SequenceConfig& requested, ab
     evicted_.erase(sequence->id);
     sequences_.emplace(sequence->id, sequence);
   }
-  MutexLock sequence_lock(&sequence->mu);
   return Describe(*sequence);
 }
 
@@ -329,8 +348,12 @@ absl::Status KvCache::TakeBlocks(int64_t count, std::vector<BlockRef>* out,
                                  const std::function<std::string()>& what) {
   if (pool_.TryAllocate(count, out)) return absl::OkStatus();
   if (options_.eviction == EvictionPolicy::kLru) {
-    while (std::shared_ptr<Sequence> victim = PopLruVictim()) {
-      victim.reset();
+    // A concurrent taker may use the room an eviction made: plan again, a few times, each time
+    // evicting only when that makes this request fit.
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      std::vector<std::shared_ptr<Sequence>> victims = EvictLruFor(count);
+      if (victims.empty()) break;
+      victims.clear();  // frees their blocks (those no concurrent Get still describes)
       if (pool_.TryAllocate(count, out)) return absl::OkStatus();
     }
   } else if (options_.eviction == EvictionPolicy::kTtl && EvictExpired() > 0) {
@@ -338,31 +361,57 @@ absl::Status KvCache::TakeBlocks(int64_t count, std::vector<BlockRef>* out,
   }
   rejections_++;
   const int64_t free = pool_.free_blocks();
-  return absl::ResourceExhaustedError(
-      absl::StrCat(what(), " needs ", count, " blocks (", Bytes(count * pool_.block_bytes()), "); ",
-                   free, " of ", pool_.total_blocks(), " blocks of ", Bytes(pool_.block_bytes()),
-                   " are free (cache capacity ", Bytes(pool_.total_blocks() * pool_.block_bytes()),
-                   ", eviction policy ", EvictionPolicyName(options_.eviction), ")"));
+  return absl::ResourceExhaustedError(absl::StrCat(
+      what(), " needs ", count, " blocks (", BlockBytes(count, pool_.block_bytes()), "); ", free,
+      " of ", pool_.total_blocks(), " blocks of ", BlockBytes(1, pool_.block_bytes()),
+      " are free (cache capacity ", BlockBytes(pool_.total_blocks(), pool_.block_bytes()),
+      ", eviction policy ", EvictionPolicyName(options_.eviction), ")"));
 }
 
-std::shared_ptr<KvCache::Sequence> KvCache::PopLruVictim() {
+std::vector<std::shared_ptr<KvCache::Sequence>> KvCache::EvictLruFor(int64_t count) {
   MutexLock lock(&registry_mu_);
-  auto victim = sequences_.end();
-  for (auto it = sequences_.begin(); it != sequences_.end(); ++it) {
-    if (it->second->in_use.load() != 0) continue;
-    if (victim == sequences_.end() ||
-        it->second->last_used_ms.load() < victim->second->last_used_ms.load()) {
-      victim = it;
-    }
+  std::vector<Sequence*> idle;
+  for (const auto& [id, sequence] : sequences_) {
+    if (sequence->in_use.load() == 0) idle.push_back(sequence.get());
   }
-  if (victim == sequences_.end()) return nullptr;
-  std::shared_ptr<Sequence> sequence = std::move(victim->second);
-  sequences_.erase(victim);
-  Forget(sequence->id,
-         absl::StrCat("was evicted (least recently used, last used at ",
-                      sequence->last_used_ms.load(), " ms) to make room for another request"));
-  evictions_++;
-  return sequence;
+  std::stable_sort(idle.begin(), idle.end(), [](const Sequence* a, const Sequence* b) {
+    return a->last_used_ms.load() < b->last_used_ms.load();
+  });
+  // Walk the idle sequences least recently used first, counting the blocks that evicting them
+  // would return: a block shared with a fork returns only when its last holder goes, so each
+  // block's references from the sequences walked so far are counted against its use count.
+  // Idle sequences' locks are free but for a moment (Get, List); one that cannot be locked now
+  // is not a candidate. Locking a sequence after the registry is against the lock order, which
+  // a try-lock cannot deadlock.
+  const int64_t free = pool_.free_blocks();
+  absl::flat_hash_map<const Block*, long> remaining;  // references not yet walked
+  int64_t freed = 0;
+  std::vector<Sequence*> victims;
+  for (Sequence* sequence : idle) {
+    if (free + freed >= count) break;
+    if (!sequence->mu.TryLock()) continue;
+    for (const Layer& layer : sequence->layers) {
+      for (const BlockRef& block : layer.blocks) {
+        if (!block) continue;
+        auto [it, inserted] = remaining.try_emplace(block.get(), block.use_count());
+        if (--it->second == 0) ++freed;
+      }
+    }
+    sequence->mu.Unlock();
+    victims.push_back(sequence);
+  }
+  std::vector<std::shared_ptr<Sequence>> evicted;
+  if (free + freed < count) return evicted;  // evicting cannot make it fit: evict nothing
+  for (Sequence* victim : victims) {
+    auto it = sequences_.find(victim->id);
+    evicted.push_back(std::move(it->second));
+    sequences_.erase(it);
+    Forget(victim->id,
+           absl::StrCat("was evicted (least recently used, last used at ",
+                        victim->last_used_ms.load(), " ms) to make room for another request"));
+    evictions_++;
+  }
+  return evicted;
 }
 
 void KvCache::Forget(const std::string& id, const std::string& reason) {
@@ -420,8 +469,15 @@ SequenceInfo KvCache::Describe(const Sequence& s) {
   return info;
 }
 
+absl::Status KvCache::CheckNotReleased(const Sequence& s) {
+  if (!s.released) return absl::OkStatus();
+  MutexLock lock(&registry_mu_);
+  return NotFound(s.id);
+}
+
 absl::Status KvCache::CheckAppend(const Sequence& s, int64_t layer, const AppendInput& input,
                                   bool decode) {
+  ATTEND_RETURN_IF_ERROR(CheckNotReleased(s));
   const SequenceConfig& c = s.config;
   if (layer < 0 || layer >= c.layers) {
     return absl::InvalidArgumentError(absl::StrCat("layer ", layer, " is out of range: sequence ",
@@ -759,6 +815,7 @@ absl::StatusOr<SequenceInfo> KvCache::Fork(absl::string_view source, absl::strin
     ATTEND_ASSIGN_OR_RETURN(std::shared_ptr<Sequence> acquired, Acquire(source));
     Lease from(this, std::move(acquired));
     MutexLock lock(&from->mu);
+    ATTEND_RETURN_IF_ERROR(CheckNotReleased(*from));
     int64_t common = std::numeric_limits<int64_t>::max();
     for (const Layer& layer : from->layers) common = std::min(common, layer.tokens);
     length = tokens.value_or(common);
@@ -782,10 +839,9 @@ absl::StatusOr<SequenceInfo> KvCache::Fork(absl::string_view source, absl::strin
   fork->last_used_ms = fork->created_ms;
   fork->forked_from = std::string(source);
   fork->total_tokens = length * static_cast<int64_t>(layers.size());
-  {
-    MutexLock lock(&fork->mu);
-    fork->layers = std::move(layers);
-  }
+  // Held until the fork is described (see Create).
+  MutexLock lock(&fork->mu);
+  fork->layers = std::move(layers);
   {
     MutexLock registry(&registry_mu_);
     if (!new_id.empty() && sequences_.count(new_id) > 0) {
@@ -800,7 +856,6 @@ absl::StatusOr<SequenceInfo> KvCache::Fork(absl::string_view source, absl::strin
     evicted_.erase(fork->id);
     sequences_.emplace(fork->id, fork);
   }
-  MutexLock lock(&fork->mu);
   return Describe(*fork);
 }
 
@@ -808,6 +863,7 @@ absl::StatusOr<SequenceInfo> KvCache::Truncate(absl::string_view id, int64_t tok
   ATTEND_ASSIGN_OR_RETURN(std::shared_ptr<Sequence> acquired, Acquire(id));
   Lease sequence(this, std::move(acquired));
   MutexLock lock(&sequence->mu);
+  ATTEND_RETURN_IF_ERROR(CheckNotReleased(*sequence));
   if (tokens < 0) {
     return absl::InvalidArgumentError(absl::StrCat("tokens: ", tokens, "; must be >= 0"));
   }
@@ -834,6 +890,8 @@ absl::StatusOr<int64_t> KvCache::Release(absl::string_view id) {
   ATTEND_ASSIGN_OR_RETURN(std::shared_ptr<Sequence> acquired, Acquire(id));
   Lease sequence(this, std::move(acquired));
   MutexLock lock(&sequence->mu);
+  ATTEND_RETURN_IF_ERROR(CheckNotReleased(*sequence));
+  sequence->released = true;
   {
     MutexLock registry(&registry_mu_);
     sequences_.erase(sequence->id);
@@ -857,6 +915,7 @@ absl::StatusOr<SequenceInfo> KvCache::Get(absl::string_view id) {
     sequence = it->second;
   }
   MutexLock lock(&sequence->mu);
+  ATTEND_RETURN_IF_ERROR(CheckNotReleased(*sequence));
   return Describe(*sequence);
 }
 
@@ -881,7 +940,7 @@ absl::StatusOr<ListPage> KvCache::List(int64_t page_size, absl::string_view page
   }
   for (const auto& sequence : page) {
     MutexLock lock(&sequence->mu);
-    result.sequences.push_back(Describe(*sequence));
+    if (!sequence->released) result.sequences.push_back(Describe(*sequence));
   }
   return result;
 }
@@ -901,6 +960,46 @@ CacheStats KvCache::Stats() {
   stats.sequences = static_cast<int64_t>(sequences_.size());
   for (const auto& [id, sequence] : sequences_) stats.tokens += sequence->total_tokens.load();
   return stats;
+}
+
+absl::Status KvCache::CheckConsistency() {
+  std::vector<std::shared_ptr<Sequence>> all;
+  {
+    MutexLock lock(&registry_mu_);
+    for (const auto& [id, sequence] : sequences_) all.push_back(sequence);
+  }
+  absl::flat_hash_set<const Block*> held;
+  for (const auto& s : all) {
+    MutexLock lock(&s->mu);
+    if (static_cast<int64_t>(s->layers.size()) != s->config.layers) {
+      return absl::InternalError(absl::StrCat("sequence ", Quoted(s->id), " has ", s->layers.size(),
+                                              " layers of ", s->config.layers));
+    }
+    int64_t tokens = 0;
+    for (size_t l = 0; l < s->layers.size(); ++l) {
+      const Layer& layer = s->layers[l];
+      tokens += layer.tokens;
+      if (layer.tokens > static_cast<int64_t>(layer.blocks.size()) * s->layout.tokens_per_block) {
+        return absl::InternalError(absl::StrCat("layer ", l, " of sequence ", Quoted(s->id),
+                                                " holds ", layer.tokens, " tokens in ",
+                                                layer.blocks.size(), " blocks"));
+      }
+      for (const BlockRef& block : layer.blocks) {
+        if (block) held.insert(block.get());
+      }
+    }
+    if (tokens != s->total_tokens.load()) {
+      return absl::InternalError(absl::StrCat("sequence ", Quoted(s->id), " counts ",
+                                              s->total_tokens.load(), " tokens; its layers hold ",
+                                              tokens));
+    }
+  }
+  const int64_t used = pool_.used_blocks();
+  if (static_cast<int64_t>(held.size()) != used) {
+    return absl::InternalError(absl::StrCat(used, " blocks are in use but the ", all.size(),
+                                            " sequences hold ", held.size()));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace attend::kv

@@ -177,6 +177,12 @@ class KvCache {
   // The block layout a config gets, or INVALID_ARGUMENT (for planning and tests).
   absl::StatusOr<BlockLayout> LayoutFor(const SequenceConfig& config) const;
 
+  // For tests and fuzzing: OK when the pool's used blocks are exactly the distinct blocks the
+  // sequences hold (no block is owned by nothing), every sequence has all its layers, each
+  // layer's tokens fit in its blocks, and the token counts agree. INTERNAL naming the first
+  // inconsistency otherwise. Meaningful only while no other operation runs.
+  absl::Status CheckConsistency();
+
  private:
   struct Layer {
     // Block i holds tokens [i * tpb, (i + 1) * tpb). With a sliding window, blocks that no future
@@ -195,6 +201,9 @@ class KvCache {
     // Tokens over all layers, readable without `mu` (for stats and eviction).
     std::atomic<int64_t> total_tokens{0};
     Mutex mu;
+    // Set by Release under `mu`. An operation that looked the sequence up before the Release
+    // and waited for `mu` finds it set and answers NOT_FOUND instead of using what is left.
+    bool released ABSL_GUARDED_BY(mu) = false;
     std::vector<Layer> layers ABSL_GUARDED_BY(mu);
     int64_t reserved_tokens ABSL_GUARDED_BY(mu) = 0;
   };
@@ -205,17 +214,25 @@ class KvCache {
       ABSL_LOCKS_EXCLUDED(registry_mu_);
   void Done(Sequence* sequence) ABSL_LOCKS_EXCLUDED(registry_mu_);
   absl::Status NotFound(absl::string_view id) ABSL_SHARED_LOCKS_REQUIRED(registry_mu_);
+  // OK unless the sequence was released after it was looked up (then NOT_FOUND, as for an id
+  // that is gone).
+  absl::Status CheckNotReleased(const Sequence& sequence) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sequence.mu)
+      ABSL_LOCKS_EXCLUDED(registry_mu_);
 
   // Takes `count` blocks, evicting idle sequences when the policy allows. On failure the error
   // says `what` needed them and what would fit.
   absl::Status TakeBlocks(int64_t count, std::vector<BlockRef>* out,
                           const std::function<std::string()>& what)
       ABSL_LOCKS_EXCLUDED(registry_mu_);
-  // Removes the least recently used idle sequence from the registry (recording why), or returns
-  // null when none is idle. Its blocks go back to the pool when the last reference to it (the
-  // caller's, unless a concurrent Get or List still describes it) is dropped; no sequence lock
-  // is taken, so eviction cannot deadlock with the operation that needs the room.
-  std::shared_ptr<Sequence> PopLruVictim() ABSL_LOCKS_EXCLUDED(registry_mu_);
+  // Removes idle sequences from the registry, least recently used first, until evicting them
+  // frees enough blocks for `count` with those already free (blocks shared with a sequence
+  // that stays are not counted), recording why; returns them, or nothing when evicting every
+  // idle sequence would not make `count` fit. Their blocks go back to the pool when the last
+  // reference to them (the caller's, unless a concurrent Get or List still describes one) is
+  // dropped. No sequence lock is waited for, so eviction cannot deadlock with the operation
+  // that needs the room.
+  std::vector<std::shared_ptr<Sequence>> EvictLruFor(int64_t count)
+      ABSL_LOCKS_EXCLUDED(registry_mu_);
   void Forget(const std::string& id, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(registry_mu_);
 
