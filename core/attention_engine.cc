@@ -194,15 +194,14 @@ absl::Status AttentionEngine::Compute(const TensorView& q, const TensorView& k, 
   const int64_t width = kernels ? kKernelTile : kMatmulTile;
   const int64_t padded_rows = (s.n_kv + width - 1) / width * width;
   // Kernels read f32 or bf16 in place (float16 is converted to f32); matmuls need the
-  // arithmetic's dtype.
-  const auto storage = [&](const TensorView& view) {
-    if (kernels) return view.dtype == DType::kBFloat16 ? DType::kBFloat16 : DType::kFloat32;
-    return native_bf16 ? DType::kBFloat16 : DType::kFloat32;
-  };
+  // arithmetic's dtype. Keys and values share one dtype (the tiles carry one): bf16 in place
+  // only when both are bf16, else f32, converting whichever is not.
+  const bool kv_bf16 = k.dtype == DType::kBFloat16 && v.dtype == DType::kBFloat16;
+  const DType storage = (kernels ? kv_bf16 : native_bf16) ? DType::kBFloat16 : DType::kFloat32;
   const bool round_kv = !kernels && bf16 && !native_bf16;
-  const Operand pk(k, s.n_head_kv, s.head_dim, !kernels, padded_rows, storage(k), round_kv,
+  const Operand pk(k, s.n_head_kv, s.head_dim, !kernels, padded_rows, storage, round_kv,
                    options_.threads, scratch_.get());
-  const Operand pv(v, s.n_head_kv, s.head_dim_v, !kernels, padded_rows, storage(v), round_kv,
+  const Operand pv(v, s.n_head_kv, s.head_dim_v, !kernels, padded_rows, storage, round_kv,
                    options_.threads, scratch_.get());
   // The tiles pack their own query rows, so f32 queries are read in place.
   std::vector<float> qf;

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <random>
 #include <string>
 
@@ -62,18 +63,22 @@ std::vector<float> RoundToBf16(std::vector<float> v) {
   return v;
 }
 
-// Runs the case on `engine` (a fresh one when null) and compares with the reference.
-void CheckAgainstReference(const Case& c, uint64_t seed, const AttentionEngine* engine = nullptr) {
-  SCOPED_TRACE(c.Name());
+// Runs the case on `engine` (a fresh one when null) and compares with the reference. k and v
+// take c.input_dtype unless `k_dtype` / `v_dtype` say otherwise.
+void CheckAgainstReference(const Case& c, uint64_t seed, const AttentionEngine* engine = nullptr,
+                           std::optional<DType> k_dtype = std::nullopt,
+                           std::optional<DType> v_dtype = std::nullopt) {
+  SCOPED_TRACE(absl::StrCat(c.Name(), " k ", DTypeName(k_dtype.value_or(c.input_dtype)), " v ",
+                            DTypeName(v_dtype.value_or(c.input_dtype))));
   const AttentionEngine fresh;
   if (engine == nullptr) engine = &fresh;
   std::mt19937_64 rng(seed);
   Input q = MakeInput(RandomFloats(rng, c.n_q * c.n_head * c.head_dim),
                       {c.n_q, c.n_head, c.head_dim}, c.input_dtype);
   Input k = MakeInput(RandomFloats(rng, c.n_kv * c.n_head_kv * c.head_dim),
-                      {c.n_kv, c.n_head_kv, c.head_dim}, c.input_dtype);
+                      {c.n_kv, c.n_head_kv, c.head_dim}, k_dtype.value_or(c.input_dtype));
   Input v = MakeInput(RandomFloats(rng, c.n_kv * c.n_head_kv * c.head_dim_v),
-                      {c.n_kv, c.n_head_kv, c.head_dim_v}, c.input_dtype);
+                      {c.n_kv, c.n_head_kv, c.head_dim_v}, v_dtype.value_or(c.input_dtype));
 
   AttentionOptions options;
   options.mask = c.mask;
@@ -166,6 +171,32 @@ TEST_P(RandomCases, EngineMatchesReference) {
 INSTANTIATE_TEST_SUITE_P(Engine, RandomCases, ::testing::Range(0, 64));
 
 // Tile edges: block boundaries (64 query rows), n not a multiple of the block, n_q != n_kv.
+// Every combination of q, k and v dtypes under every precision, with query counts on the decode
+// kernels' side of the switch (folded rows < tile::kMatmulRows) and on the matmuls' side.
+TEST(Engine, EveryDtypeCombinationMatchesReference) {
+  const DType dtypes[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
+  const Precision precisions[] = {Precision::kAuto, Precision::kFloat32, Precision::kBFloat16};
+  struct Size {
+    int64_t n_q, n_kv;
+  };
+  // 3 x 2 = 6 folded rows (the kernels), one query over 300 keys (split across threads), and
+  // 40 x 2 = 80 (the matmuls).
+  const Size sizes[] = {{3, 6}, {1, 300}, {40, 70}};
+  uint64_t seed = 900;
+  for (DType q : dtypes) {
+    for (DType k : dtypes) {
+      for (DType v : dtypes) {
+        for (Precision p : precisions) {
+          for (const Size& size : sizes) {
+            const Case c{size.n_q, size.n_kv, 2, 1, 5, 4, {true, 0}, p, q, size.n_q == 3};
+            CheckAgainstReference(c, ++seed, nullptr, k, v);
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(Engine, TileEdges) {
   int seed = 0;
   for (int64_t n_q : {63, 64, 65, 128, 130}) {
