@@ -174,7 +174,8 @@ constexpr int64_t kMatmulTile = AttentionEngine::kKeyTile;
 absl::Status AttentionEngine::Compute(const TensorView& q, const TensorView& k, const TensorView& v,
                                       const AttentionOptions& options,
                                       const AttentionLimits& limits, absl::Span<float> output,
-                                      absl::Span<float> weights, AttentionStats* stats) const {
+                                      absl::Span<float> weights, AttentionStats* stats,
+                                      const Cancellation* cancel) const {
   ATTEND_ASSIGN_OR_RETURN(const AttentionShape s, ValidateAttention(q, k, v, options, limits));
   if (static_cast<int64_t>(output.size()) != s.output_elements()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -184,6 +185,7 @@ absl::Status AttentionEngine::Compute(const TensorView& q, const TensorView& k, 
     return absl::InvalidArgumentError(absl::StrCat(
         "weights hold ", weights.size(), " floats; the shapes need ", s.weight_elements()));
   }
+  ATTEND_RETURN_IF_ERROR(CheckCancelled(cancel, "attention"));
   const auto start = std::chrono::steady_clock::now();
   const Precision precision = ResolvePrecision(options.precision, q, k, v);
   const bool bf16 = precision == Precision::kBFloat16;
@@ -234,7 +236,7 @@ absl::Status AttentionEngine::Compute(const TensorView& q, const TensorView& k, 
     w.output = output.data();
     w.weights = weights.empty() ? nullptr : weights.data();
   }
-  ATTEND_RETURN_IF_ERROR(tile::Run(works, options_.threads));
+  ATTEND_RETURN_IF_ERROR(tile::Run(works, options_.threads, cancel));
 
   // A non-finite output means q.k * scale overflowed. A long prefill's output is megabytes:
   // scanned by every compute thread.

@@ -31,6 +31,7 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "core/attention.h"
+#include "core/cancellation.h"
 #include "core/scratch_pool.h"
 
 namespace attend {
@@ -51,12 +52,14 @@ class AttentionEngine {
   // Computes attention of q over k/v into `output` ([n_q, n_head, head_dim_v] f32) and, when
   // `weights` is non-empty, the weights ([n_head, n_q, n_kv] f32). Validates with `limits`
   // first; INVALID_ARGUMENT when an output span has the wrong size or when scores overflow
-  // float32 (the inputs' magnitudes are too large for the chosen precision).
+  // float32 (the inputs' magnitudes are too large for the chosen precision). When `cancel` is
+  // set during the call, it stops between tiles and returns CANCELLED (the outputs are then
+  // partial).
   // REQUIRES: the views' data hold their shapes' elements.
   absl::Status Compute(const TensorView& q, const TensorView& k, const TensorView& v,
                        const AttentionOptions& options, const AttentionLimits& limits,
-                       absl::Span<float> output, absl::Span<float> weights,
-                       AttentionStats* stats) const;
+                       absl::Span<float> output, absl::Span<float> weights, AttentionStats* stats,
+                       const Cancellation* cancel = nullptr) const;
 
   // Keys per matmul tile, exposed for tests of tile edges.
   static constexpr int64_t kKeyTile = 512;

@@ -120,7 +120,8 @@ ParameterCounts MultiHeadAttention::parameter_counts() const {
 
 absl::StatusOr<MultiHeadAttention::Output> MultiHeadAttention::Forward(
     const TensorView& x, const AttentionOptions& options, bool want_weights, bool keep_projections,
-    const AttentionEngine& engine, const AttentionLimits& limits) const {
+    const AttentionEngine& engine, const AttentionLimits& limits,
+    const Cancellation* cancel) const {
   if (x.rank() != 2 || x.dim(1) != d_model_) {
     return absl::InvalidArgumentError(
         absl::StrCat("x.shape ", ShapeToString(x.shape),
@@ -146,10 +147,12 @@ absl::StatusOr<MultiHeadAttention::Output> MultiHeadAttention::Forward(
   out.v.resize(static_cast<size_t>(n * n_head_kv_ * head_dim_v_));
   ATTEND_RETURN_IF_ERROR(
       Project(xf.data(), wq_.data(), n, d_model_, n_head_ * head_dim_, out.q.data()));
+  ATTEND_RETURN_IF_ERROR(CheckCancelled(cancel, "the layer"));
   ATTEND_RETURN_IF_ERROR(
       Project(xf.data(), wk_.data(), n, d_model_, n_head_kv_ * head_dim_, out.k.data()));
   ATTEND_RETURN_IF_ERROR(
       Project(xf.data(), wv_.data(), n, d_model_, n_head_kv_ * head_dim_v_, out.v.data()));
+  ATTEND_RETURN_IF_ERROR(CheckCancelled(cancel, "the layer"));
 
   const TensorView q{DType::kFloat32, {n, n_head_, head_dim_}, out.q.data()};
   const TensorView k{DType::kFloat32, {n, n_head_kv_, head_dim_}, out.k.data()};
@@ -160,7 +163,7 @@ absl::StatusOr<MultiHeadAttention::Output> MultiHeadAttention::Forward(
     out.weights.resize(static_cast<size_t>(n_head_ * n * n));
   }
   ATTEND_RETURN_IF_ERROR(engine.Compute(q, k, v, options, limits, absl::MakeSpan(heads),
-                                        absl::MakeSpan(out.weights), &out.stats));
+                                        absl::MakeSpan(out.weights), &out.stats, cancel));
   if (has_wo_) {
     out.output.resize(static_cast<size_t>(n * d_out_));
     ATTEND_RETURN_IF_ERROR(

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "core/attention.h"
 #include "core/attention_engine.h"
+#include "core/cancellation.h"
 #include "core/tensor.h"
 
 namespace attend {
@@ -56,11 +57,12 @@ class MultiHeadAttention {
   };
 
   // Runs the layer on x [n, d_model]. Projections and Wo are f32 matmuls; options.precision
-  // applies to the attention products. Returns q/k/v only when `keep_projections`.
+  // applies to the attention products. Returns q/k/v only when `keep_projections`. CANCELLED
+  // when `cancel` is set during the call (checked between the steps and the attention's tiles).
   absl::StatusOr<Output> Forward(const TensorView& x, const AttentionOptions& options,
                                  bool want_weights, bool keep_projections,
-                                 const AttentionEngine& engine,
-                                 const AttentionLimits& limits) const;
+                                 const AttentionEngine& engine, const AttentionLimits& limits,
+                                 const Cancellation* cancel = nullptr) const;
 
   int64_t d_model() const { return d_model_; }
   int64_t n_head() const { return n_head_; }

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/java_random.h"
+#include "core/status_macros.h"
 #include "core/tensor.h"
 
 namespace attend {
@@ -63,6 +64,9 @@ absl::StatusOr<std::vector<ScalingRow>> RunScalingExperiment(const ScalingConfig
   for (int64_t d : config.head_dims) {
     double sum_squares = 0.0;
     for (int64_t p = 0; p < config.pairs; ++p) {
+      if (p % 256 == 0) {
+        ATTEND_RETURN_IF_ERROR(CheckCancelled(config.cancel, "the experiment"));
+      }
       const double dot = Dot(random, d);
       sum_squares += dot * dot;
     }
@@ -72,6 +76,9 @@ absl::StatusOr<std::vector<ScalingRow>> RunScalingExperiment(const ScalingConfig
     row.sqrt_head_dim = std::sqrt(static_cast<double>(d));
     double unscaled = 0.0, scaled = 0.0;
     for (int64_t t = 0; t < config.trials; ++t) {
+      if (t % 64 == 0) {
+        ATTEND_RETURN_IF_ERROR(CheckCancelled(config.cancel, "the experiment"));
+      }
       for (double& s : scores) s = Dot(random, d);
       unscaled += LargestWeight(scores, 1.0);
       scaled += LargestWeight(scores, row.sqrt_head_dim);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/cancellation.h"
 
 namespace attend {
 
@@ -23,6 +24,8 @@ struct ScalingConfig {
   // Bound on Gaussian draws (head_dim x (2 pairs + 2 trials x keys) summed over head_dims), so
   // that one request cannot occupy a worker for minutes.
   int64_t max_draws = int64_t{1} << 30;
+  // Optional: when set during the run, it stops and returns CANCELLED.
+  const Cancellation* cancel = nullptr;
 };
 
 struct ScalingRow {

@@ -245,6 +245,7 @@ absl::Status RunTileJob(const Job& job, State* state) {
   std::vector<float> alpha(static_cast<size_t>(m));
 
   for (int64_t t = kb / width; t <= (ke - 1) / width; ++t) {
+    ATTEND_RETURN_IF_ERROR(CheckCancelled(job.cancel, "attention"));
     const int64_t start = t * width;
     const int64_t valid = std::min(width, keys.keys - start);
     // Columns this tile computes: the matmul path stops at the job's last visible key, rounded
@@ -429,7 +430,7 @@ void RowsOf(const Task& task, std::vector<float*>* out_rows, std::vector<float*>
 
 }  // namespace
 
-absl::Status Run(const std::vector<Work>& works, int threads) {
+absl::Status Run(const std::vector<Work>& works, int threads, const Cancellation* cancel) {
   if (threads <= 0) threads = omp_get_max_threads();
   int64_t jobs = 0;
   for (const Work& w : works) {
@@ -475,6 +476,7 @@ absl::Status Run(const std::vector<Work>& works, int threads) {
     Job job = MakeJob(task, &packed);
     job.converted = converted ? &*converted : nullptr;
     job.work = task.work - works.data();
+    job.cancel = cancel;
     RowsOf(task, &out_rows, &weight_rows);
     if (task.work->weights != nullptr) job.weight_rows = weight_rows.data();
     State& state = task.whole ? whole_state : partials[index];

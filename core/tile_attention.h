@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "core/cancellation.h"
 #include "core/mask.h"
 #include "core/tensor.h"
 #include "oneapi/dnnl/dnnl.hpp"
@@ -98,10 +99,12 @@ struct Job {
   // `work` index. Null: each job converts the tiles it reads.
   ConvertedTiles* converted = nullptr;
   int64_t work = 0;
+  // Optional: checked before every tile; when set, the job stops (its state is then partial).
+  const Cancellation* cancel = nullptr;
 };
 
 // Adds the job's keys to `state` (which must be Reset for job.m rows, or hold an earlier
-// range of the same rows).
+// range of the same rows). CANCELLED, with `state` partial, when job.cancel is set.
 absl::Status RunTileJob(const Job& job, State* state);
 
 // Combines `part` (a later key range of the same rows) into `into`.
@@ -133,8 +136,10 @@ struct Work {
 };
 
 // Runs every work item with up to `threads` OpenMP threads (0 = all), oneDNN's own threads
-// included; the calling thread's OpenMP setting is the same afterwards.
-absl::Status Run(const std::vector<Work>& works, int threads);
+// included; the calling thread's OpenMP setting is the same afterwards. When `cancel` is set
+// (polled between tiles) it stops soon after and returns CANCELLED; the outputs are then
+// partial.
+absl::Status Run(const std::vector<Work>& works, int threads, const Cancellation* cancel = nullptr);
 
 // Whether the jobs of a call with n_q queries and `group` query heads per key/value head take
 // the vector-kernel path (decode-sized) rather than matmuls.

@@ -43,38 +43,40 @@ AttentionService::AttentionService(const ServiceLimits& limits, const AttentionE
 grpc::ServerUnaryReactor* AttentionService::Attend(grpc::CallbackServerContext* context,
                                                    const v1::AttendRequest* request,
                                                    v1::AttendResponse* response) {
-  return RunOnPool(context, pool_, metrics_, [this, request, response](double queued) {
-    response->mutable_stats()->set_queue_seconds(queued);
-    return DoAttend(*request, response);
+  return RunOnPool(context, pool_, metrics_, [this, request, response](const CallWork& call) {
+    response->mutable_stats()->set_queue_seconds(call.queue_seconds);
+    return DoAttend(*request, response, call.cancel);
   });
 }
 
 grpc::ServerUnaryReactor* AttentionService::MultiHeadAttend(
     grpc::CallbackServerContext* context, const v1::MultiHeadAttendRequest* request,
     v1::MultiHeadAttendResponse* response) {
-  return RunOnPool(context, pool_, metrics_, [this, request, response](double queued) {
-    response->mutable_stats()->set_queue_seconds(queued);
-    return DoMultiHeadAttend(*request, response);
+  return RunOnPool(context, pool_, metrics_, [this, request, response](const CallWork& call) {
+    response->mutable_stats()->set_queue_seconds(call.queue_seconds);
+    return DoMultiHeadAttend(*request, response, call.cancel);
   });
 }
 
 grpc::ServerUnaryReactor* AttentionService::Softmax(grpc::CallbackServerContext* context,
                                                     const v1::SoftmaxRequest* request,
                                                     v1::SoftmaxResponse* response) {
-  return RunOnPool(context, pool_, metrics_,
-                   [this, request, response](double) { return DoSoftmax(*request, response); });
+  return RunOnPool(context, pool_, metrics_, [this, request, response](const CallWork&) {
+    return DoSoftmax(*request, response);
+  });
 }
 
 grpc::ServerUnaryReactor* AttentionService::ScalingExperiment(
     grpc::CallbackServerContext* context, const v1::ScalingExperimentRequest* request,
     v1::ScalingExperimentResponse* response) {
-  return RunOnPool(context, pool_, metrics_, [this, request, response](double) {
-    return DoScalingExperiment(*request, response);
+  return RunOnPool(context, pool_, metrics_, [this, request, response](const CallWork& call) {
+    return DoScalingExperiment(*request, response, call.cancel);
   });
 }
 
 absl::Status AttentionService::DoAttend(const v1::AttendRequest& request,
-                                        v1::AttendResponse* response) const {
+                                        v1::AttendResponse* response,
+                                        const Cancellation* cancel) const {
   const int64_t max_elements = limits_.attention.max_tensor_elements;
   if (!request.has_q()) return Missing("q", "a tensor [n_q, n_head, head_dim]");
   if (!request.has_k()) return Missing("k", "a tensor [n_kv, n_head_kv, head_dim]");
@@ -102,7 +104,8 @@ absl::Status AttentionService::DoAttend(const v1::AttendRequest& request,
                                                       : 0);
   AttentionStats stats;
   ATTEND_RETURN_IF_ERROR(engine_->Compute(q.view, k.view, v.view, options, limits_.attention,
-                                          absl::MakeSpan(output), absl::MakeSpan(weights), &stats));
+                                          absl::MakeSpan(output), absl::MakeSpan(weights), &stats,
+                                          cancel));
   metrics_->AttentionComputed("Attend", stats);
   EncodeTensor(output, {s.n_q, s.n_head, s.head_dim_v}, q.from_values, out_dtype,
                response->mutable_output());
@@ -115,7 +118,8 @@ absl::Status AttentionService::DoAttend(const v1::AttendRequest& request,
 }
 
 absl::Status AttentionService::DoMultiHeadAttend(const v1::MultiHeadAttendRequest& request,
-                                                 v1::MultiHeadAttendResponse* response) const {
+                                                 v1::MultiHeadAttendResponse* response,
+                                                 const Cancellation* cancel) const {
   const int64_t max_elements = limits_.attention.max_tensor_elements;
   if (!request.has_x()) return Missing("x", "a tensor [n, d_model]");
   if (!request.has_wq()) return Missing("wq", "a tensor [d_model, n_head * head_dim]");
@@ -165,9 +169,10 @@ absl::Status AttentionService::DoMultiHeadAttend(const v1::MultiHeadAttendReques
   ATTEND_RETURN_IF_ERROR(CheckResponseSize(response_bytes, limits_.max_message_bytes,
                                            "output, weights and projections"));
 
-  ATTEND_ASSIGN_OR_RETURN(MultiHeadAttention::Output out,
-                          layer.Forward(x.view, options, request.return_weights(),
-                                        request.return_projections(), *engine_, limits_.attention));
+  ATTEND_ASSIGN_OR_RETURN(
+      MultiHeadAttention::Output out,
+      layer.Forward(x.view, options, request.return_weights(), request.return_projections(),
+                    *engine_, limits_.attention, cancel));
   metrics_->AttentionComputed("MultiHeadAttend", out.stats);
   EncodeTensor(out.output, {n, layer.d_out()}, x.from_values, out_dtype,
                response->mutable_output());
@@ -226,7 +231,8 @@ absl::Status AttentionService::DoSoftmax(const v1::SoftmaxRequest& request,
 }
 
 absl::Status AttentionService::DoScalingExperiment(const v1::ScalingExperimentRequest& request,
-                                                   v1::ScalingExperimentResponse* response) const {
+                                                   v1::ScalingExperimentResponse* response,
+                                                   const Cancellation* cancel) const {
   ScalingConfig config;
   if (request.head_dims_size() > 0) {
     config.head_dims.assign(request.head_dims().begin(), request.head_dims().end());
@@ -236,6 +242,7 @@ absl::Status AttentionService::DoScalingExperiment(const v1::ScalingExperimentRe
   if (request.keys() != 0) config.keys = request.keys();
   if (request.has_seed()) config.seed = static_cast<int64_t>(request.seed());
   config.max_draws = limits_.max_scaling_draws;
+  config.cancel = cancel;
   ATTEND_ASSIGN_OR_RETURN(const std::vector<ScalingRow> rows, RunScalingExperiment(config));
   for (const ScalingRow& row : rows) {
     v1::ScalingRow* out = response->add_rows();

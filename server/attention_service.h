@@ -37,12 +37,15 @@ class AttentionService final : public v1::Attention::CallbackService {
                                               v1::ScalingExperimentResponse* response) override;
 
  private:
-  absl::Status DoAttend(const v1::AttendRequest& request, v1::AttendResponse* response) const;
+  absl::Status DoAttend(const v1::AttendRequest& request, v1::AttendResponse* response,
+                        const Cancellation* cancel) const;
   absl::Status DoMultiHeadAttend(const v1::MultiHeadAttendRequest& request,
-                                 v1::MultiHeadAttendResponse* response) const;
+                                 v1::MultiHeadAttendResponse* response,
+                                 const Cancellation* cancel) const;
   absl::Status DoSoftmax(const v1::SoftmaxRequest& request, v1::SoftmaxResponse* response) const;
   absl::Status DoScalingExperiment(const v1::ScalingExperimentRequest& request,
-                                   v1::ScalingExperimentResponse* response) const;
+                                   v1::ScalingExperimentResponse* response,
+                                   const Cancellation* cancel) const;
 
   const ServiceLimits limits_;
   const AttentionEngine* engine_;

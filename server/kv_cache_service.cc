@@ -98,7 +98,7 @@ class KvCacheService::StreamReactor
     }
     response_.Clear();
     const bool queued = service_->pool_->TrySubmit([this] {
-      const absl::Status status = service_->DoDecodeBatch(request_, &response_);
+      const absl::Status status = service_->DoDecodeBatch(request_, &response_, &cancel_);
       Answer(status);
     });
     if (!queued) {
@@ -116,6 +116,8 @@ class KvCacheService::StreamReactor
     }
     StartRead(&request_);
   }
+
+  void OnCancel() override { cancel_.Cancel(); }
 
   void OnDone() override {
     service_->open_streams_--;
@@ -135,6 +137,7 @@ class KvCacheService::StreamReactor
   }
 
   KvCacheService* service_;
+  Cancellation cancel_;
   v1::DecodeBatchRequest request_;
   v1::DecodeBatchResponse response_;
 };
@@ -146,22 +149,23 @@ KvCacheService::KvCacheService(const ServiceLimits& limits, kv::KvCache* cache, 
 grpc::ServerUnaryReactor* KvCacheService::CreateSequence(grpc::CallbackServerContext* context,
                                                          const v1::CreateSequenceRequest* request,
                                                          v1::SequenceInfo* response) {
-  return RunOnPool(context, pool_, metrics_, [this, request, response](double) -> absl::Status {
-    if (!request->has_config()) {
-      return absl::InvalidArgumentError(
-          "config: missing; give layers, n_head, n_head_kv, head_dim and kv_dtype");
-    }
-    ATTEND_ASSIGN_OR_RETURN(const kv::SequenceConfig config, FromProto(request->config()));
-    ATTEND_ASSIGN_OR_RETURN(
-        const kv::SequenceInfo info,
-        cache_->Create(config, request->sequence_id(), request->reserve_tokens()));
-    ToProto(info, response);
-    return absl::OkStatus();
-  });
+  return RunOnPool(
+      context, pool_, metrics_, [this, request, response](const CallWork&) -> absl::Status {
+        if (!request->has_config()) {
+          return absl::InvalidArgumentError(
+              "config: missing; give layers, n_head, n_head_kv, head_dim and kv_dtype");
+        }
+        ATTEND_ASSIGN_OR_RETURN(const kv::SequenceConfig config, FromProto(request->config()));
+        ATTEND_ASSIGN_OR_RETURN(
+            const kv::SequenceInfo info,
+            cache_->Create(config, request->sequence_id(), request->reserve_tokens()));
+        ToProto(info, response);
+        return absl::OkStatus();
+      });
 }
 
 absl::Status KvCacheService::DoAppend(const v1::AppendRequest& request,
-                                      v1::AppendResponse* response) {
+                                      v1::AppendResponse* response, const Cancellation* cancel) {
   const int64_t max_elements = limits_.attention.max_tensor_elements;
   if (!request.has_k() || !request.has_v()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -198,7 +202,7 @@ absl::Status KvCacheService::DoAppend(const v1::AppendRequest& request,
   ATTEND_ASSIGN_OR_RETURN(
       kv::AppendResult result,
       cache_->Append(request.layer(), input, precision, request.return_weights() && input.q, &stats,
-                     std::max<int64_t>(weight_room, 0)));
+                     std::max<int64_t>(weight_room, 0), cancel));
   if (input.q) {
     const int64_t n = input.k.dim(0);
     EncodeTensor(result.output, {n, input.q->dim(1), input.v.dim(2)}, as_values, out_dtype,
@@ -218,15 +222,16 @@ absl::Status KvCacheService::DoAppend(const v1::AppendRequest& request,
 grpc::ServerUnaryReactor* KvCacheService::Append(grpc::CallbackServerContext* context,
                                                  const v1::AppendRequest* request,
                                                  v1::AppendResponse* response) {
-  return RunOnPool(context, pool_, metrics_, [this, request, response](double queued) {
-    absl::Status status = DoAppend(*request, response);
-    response->mutable_stats()->set_queue_seconds(queued);
+  return RunOnPool(context, pool_, metrics_, [this, request, response](const CallWork& call) {
+    absl::Status status = DoAppend(*request, response, call.cancel);
+    response->mutable_stats()->set_queue_seconds(call.queue_seconds);
     return status;
   });
 }
 
 absl::Status KvCacheService::DoDecodeBatch(const v1::DecodeBatchRequest& request,
-                                           v1::DecodeBatchResponse* response) {
+                                           v1::DecodeBatchResponse* response,
+                                           const Cancellation* cancel) {
   const int64_t max_elements = limits_.attention.max_tensor_elements;
   ATTEND_ASSIGN_OR_RETURN(const Precision precision, DecodePrecision(request.precision()));
   ATTEND_ASSIGN_OR_RETURN(const DType out_dtype,
@@ -263,7 +268,7 @@ absl::Status KvCacheService::DoDecodeBatch(const v1::DecodeBatchRequest& request
   ATTEND_RETURN_IF_ERROR(CheckResponseSize(output_bytes, limits_.max_message_bytes, "outputs"));
   AttentionStats stats;
   ATTEND_ASSIGN_OR_RETURN(std::vector<kv::AppendResult> results,
-                          cache_->DecodeBatch(request.layer(), inputs, precision, &stats));
+                          cache_->DecodeBatch(request.layer(), inputs, precision, &stats, cancel));
   for (size_t i = 0; i < results.size(); ++i) {
     v1::DecodeResult* out = response->add_results();
     out->set_sequence_id(inputs[i].id);
@@ -280,9 +285,9 @@ absl::Status KvCacheService::DoDecodeBatch(const v1::DecodeBatchRequest& request
 grpc::ServerUnaryReactor* KvCacheService::DecodeBatch(grpc::CallbackServerContext* context,
                                                       const v1::DecodeBatchRequest* request,
                                                       v1::DecodeBatchResponse* response) {
-  return RunOnPool(context, pool_, metrics_, [this, request, response](double queued) {
-    absl::Status status = DoDecodeBatch(*request, response);
-    response->mutable_stats()->set_queue_seconds(queued);
+  return RunOnPool(context, pool_, metrics_, [this, request, response](const CallWork& call) {
+    absl::Status status = DoDecodeBatch(*request, response, call.cancel);
+    response->mutable_stats()->set_queue_seconds(call.queue_seconds);
     return status;
   });
 }
@@ -313,57 +318,63 @@ KvCacheService::DecodeStream(grpc::CallbackServerContext* context) {
 grpc::ServerUnaryReactor* KvCacheService::Fork(grpc::CallbackServerContext* context,
                                                const v1::ForkRequest* request,
                                                v1::SequenceInfo* response) {
-  return RunOnPool(context, pool_, metrics_, [this, request, response](double) -> absl::Status {
-    std::optional<int64_t> tokens;
-    if (request->has_tokens()) tokens = request->tokens();
-    ATTEND_ASSIGN_OR_RETURN(const kv::SequenceInfo info,
-                            cache_->Fork(request->source_id(), request->new_id(), tokens));
-    ToProto(info, response);
-    return absl::OkStatus();
-  });
+  return RunOnPool(
+      context, pool_, metrics_, [this, request, response](const CallWork&) -> absl::Status {
+        std::optional<int64_t> tokens;
+        if (request->has_tokens()) tokens = request->tokens();
+        ATTEND_ASSIGN_OR_RETURN(const kv::SequenceInfo info,
+                                cache_->Fork(request->source_id(), request->new_id(), tokens));
+        ToProto(info, response);
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* KvCacheService::Truncate(grpc::CallbackServerContext* context,
                                                    const v1::TruncateRequest* request,
                                                    v1::SequenceInfo* response) {
-  return RunOnPool(context, pool_, metrics_, [this, request, response](double) -> absl::Status {
-    ATTEND_ASSIGN_OR_RETURN(const kv::SequenceInfo info,
-                            cache_->Truncate(request->sequence_id(), request->tokens()));
-    ToProto(info, response);
-    return absl::OkStatus();
-  });
+  return RunOnPool(
+      context, pool_, metrics_, [this, request, response](const CallWork&) -> absl::Status {
+        ATTEND_ASSIGN_OR_RETURN(const kv::SequenceInfo info,
+                                cache_->Truncate(request->sequence_id(), request->tokens()));
+        ToProto(info, response);
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* KvCacheService::Release(grpc::CallbackServerContext* context,
                                                   const v1::ReleaseRequest* request,
                                                   v1::ReleaseResponse* response) {
-  return RunOnPool(context, pool_, metrics_, [this, request, response](double) -> absl::Status {
-    ATTEND_ASSIGN_OR_RETURN(const int64_t freed, cache_->Release(request->sequence_id()));
-    response->set_freed_bytes(freed);
-    return absl::OkStatus();
-  });
+  return RunOnPool(
+      context, pool_, metrics_, [this, request, response](const CallWork&) -> absl::Status {
+        ATTEND_ASSIGN_OR_RETURN(const int64_t freed, cache_->Release(request->sequence_id()));
+        response->set_freed_bytes(freed);
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* KvCacheService::GetSequence(grpc::CallbackServerContext* context,
                                                       const v1::GetSequenceRequest* request,
                                                       v1::SequenceInfo* response) {
-  return RunOnPool(context, pool_, metrics_, [this, request, response](double) -> absl::Status {
-    ATTEND_ASSIGN_OR_RETURN(const kv::SequenceInfo info, cache_->Get(request->sequence_id()));
-    ToProto(info, response);
-    return absl::OkStatus();
-  });
+  return RunOnPool(
+      context, pool_, metrics_, [this, request, response](const CallWork&) -> absl::Status {
+        ATTEND_ASSIGN_OR_RETURN(const kv::SequenceInfo info, cache_->Get(request->sequence_id()));
+        ToProto(info, response);
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* KvCacheService::ListSequences(grpc::CallbackServerContext* context,
                                                         const v1::ListSequencesRequest* request,
                                                         v1::ListSequencesResponse* response) {
-  return RunOnPool(context, pool_, metrics_, [this, request, response](double) -> absl::Status {
-    ATTEND_ASSIGN_OR_RETURN(const kv::ListPage page,
-                            cache_->List(request->page_size(), request->page_token()));
-    for (const kv::SequenceInfo& info : page.sequences) ToProto(info, response->add_sequences());
-    response->set_next_page_token(page.next_page_token);
-    return absl::OkStatus();
-  });
+  return RunOnPool(
+      context, pool_, metrics_, [this, request, response](const CallWork&) -> absl::Status {
+        ATTEND_ASSIGN_OR_RETURN(const kv::ListPage page,
+                                cache_->List(request->page_size(), request->page_token()));
+        for (const kv::SequenceInfo& info : page.sequences)
+          ToProto(info, response->add_sequences());
+        response->set_next_page_token(page.next_page_token);
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* KvCacheService::Stats(grpc::CallbackServerContext* context,

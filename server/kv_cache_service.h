@@ -57,12 +57,13 @@ class KvCacheService final : public v1::KvCache::CallbackService {
 
   // The work of one DecodeBatch (also one DecodeStream message).
   absl::Status DoDecodeBatch(const v1::DecodeBatchRequest& request,
-                             v1::DecodeBatchResponse* response);
+                             v1::DecodeBatchResponse* response, const Cancellation* cancel);
 
  private:
   class StreamReactor;
 
-  absl::Status DoAppend(const v1::AppendRequest& request, v1::AppendResponse* response);
+  absl::Status DoAppend(const v1::AppendRequest& request, v1::AppendResponse* response,
+                        const Cancellation* cancel);
 
   const ServiceLimits limits_;
   kv::KvCache* cache_;

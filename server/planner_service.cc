@@ -265,7 +265,7 @@ PlannerService::~PlannerService() {
 grpc::ServerUnaryReactor* PlannerService::ListModels(grpc::CallbackServerContext* context,
                                                      const v1::ListModelsRequest*,
                                                      v1::ListModelsResponse* response) {
-  return RunOnPool(context, pool_, metrics_, [response](double) {
+  return RunOnPool(context, pool_, metrics_, [response](const CallWork&) {
     for (const pl::ModelSpec& m : pl::Catalog()) ModelToProto(m, response->add_models());
     return absl::OkStatus();
   });
@@ -274,7 +274,7 @@ grpc::ServerUnaryReactor* PlannerService::ListModels(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* PlannerService::GetModel(grpc::CallbackServerContext* context,
                                                    const v1::GetModelRequest* request,
                                                    v1::ModelSpec* response) {
-  return RunOnPool(context, pool_, metrics_, [request, response](double) -> absl::Status {
+  return RunOnPool(context, pool_, metrics_, [request, response](const CallWork&) -> absl::Status {
     ATTEND_ASSIGN_OR_RETURN(const pl::ModelSpec m, FindPreset(request->name(), "name"));
     ModelToProto(m, response);
     return absl::OkStatus();
@@ -284,21 +284,23 @@ grpc::ServerUnaryReactor* PlannerService::GetModel(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* PlannerService::ImportModel(grpc::CallbackServerContext* context,
                                                       const v1::ImportModelRequest* request,
                                                       v1::ModelSpec* response) {
-  return RunOnPool(context, pool_, metrics_,
-                   [this, request, response](double) { return DoImportModel(*request, response); });
+  return RunOnPool(context, pool_, metrics_, [this, request, response](const CallWork&) {
+    return DoImportModel(*request, response);
+  });
 }
 
 grpc::ServerUnaryReactor* PlannerService::PlanKvCache(grpc::CallbackServerContext* context,
                                                       const v1::PlanKvCacheRequest* request,
                                                       v1::PlanKvCacheResponse* response) {
-  return RunOnPool(context, pool_, metrics_,
-                   [this, request, response](double) { return DoPlanKvCache(*request, response); });
+  return RunOnPool(context, pool_, metrics_, [this, request, response](const CallWork&) {
+    return DoPlanKvCache(*request, response);
+  });
 }
 
 grpc::ServerUnaryReactor* PlannerService::EstimateCost(grpc::CallbackServerContext* context,
                                                        const v1::EstimateCostRequest* request,
                                                        v1::EstimateCostResponse* response) {
-  return RunOnPool(context, pool_, metrics_, [this, request, response](double) {
+  return RunOnPool(context, pool_, metrics_, [this, request, response](const CallWork&) {
     return DoEstimateCost(*request, response);
   });
 }

@@ -15,15 +15,29 @@ absl::Status CheckResponseSize(int64_t bytes, int64_t max_message_bytes, absl::s
       max_message_bytes, " bytes (server flag --max_message_bytes); ask for less"));
 }
 
+namespace {
+
+// A unary call's reactor that turns gRPC's cancellation (client cancel, deadline, shutdown) into
+// the Cancellation its work polls. gRPC destroys nothing before OnDone, which comes only after
+// Finish, so the work may read `cancel` until it finishes the call.
+class PoolReactor : public grpc::ServerUnaryReactor {
+ public:
+  void OnCancel() override { cancel.Cancel(); }
+  void OnDone() override { delete this; }
+  Cancellation cancel;
+};
+
+}  // namespace
+
 grpc::ServerUnaryReactor* RunOnPool(grpc::CallbackServerContext* context, WorkerPool* pool,
                                     Metrics* metrics,
-                                    std::function<absl::Status(double queue_seconds)> work) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+                                    std::function<absl::Status(const CallWork& call)> work) {
+  auto* reactor = new PoolReactor();
   const auto enqueued = std::chrono::steady_clock::now();
   const bool queued = pool->TrySubmit([context, reactor, work = std::move(work), enqueued] {
     const double queue_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - enqueued).count();
-    if (context->IsCancelled()) {
+    if (reactor->cancel.cancelled() || context->IsCancelled()) {
       reactor->Finish(grpc::Status(grpc::StatusCode::CANCELLED,
                                    "the call was cancelled before its work started"));
       return;
@@ -37,7 +51,7 @@ grpc::ServerUnaryReactor* RunOnPool(grpc::CallbackServerContext* context, Worker
     }
     absl::Status status;
     try {
-      status = work(queue_seconds);
+      status = work(CallWork{queue_seconds, &reactor->cancel});
     } catch (const std::bad_alloc&) {
       status = absl::ResourceExhaustedError("the server ran out of memory for this request");
     } catch (const std::exception& e) {

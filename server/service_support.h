@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "core/attention.h"
+#include "core/cancellation.h"
 #include "grpcpp/grpcpp.h"
 #include "server/metrics.h"
 #include "server/worker_pool.h"
@@ -27,13 +28,21 @@ struct ServiceLimits {
 // change otherwise.
 absl::Status CheckResponseSize(int64_t bytes, int64_t max_message_bytes, absl::string_view what);
 
+// What a unary call's work is given: the seconds it waited for a worker, and the call's
+// cancellation, which gRPC sets when the client cancels, the deadline passes or the server's
+// shutdown grace ends, and which long computations poll so that they stop.
+struct CallWork {
+  double queue_seconds = 0.0;
+  const Cancellation* cancel = nullptr;
+};
+
 // Runs `work` on `pool` and finishes the call with its status. Calls cancelled or past their
 // deadline while queued are finished without running `work`; a full queue is refused with
-// RESOURCE_EXHAUSTED. `work` receives the seconds it waited in the queue.
+// RESOURCE_EXHAUSTED.
 // REQUIRES: `work` must not throw past std::exception (an exception becomes INTERNAL).
 grpc::ServerUnaryReactor* RunOnPool(grpc::CallbackServerContext* context, WorkerPool* pool,
                                     Metrics* metrics,
-                                    std::function<absl::Status(double queue_seconds)> work);
+                                    std::function<absl::Status(const CallWork& call)> work);
 
 }  // namespace attend::server
 

@@ -622,7 +622,8 @@ void KvCache::WriteTokens(Sequence& s, int64_t layer_index, const AppendInput& i
 
 absl::StatusOr<AppendResult> KvCache::Append(int64_t layer, const AppendInput& input,
                                              Precision precision, bool want_weights,
-                                             AttentionStats* stats, int64_t max_weight_elements) {
+                                             AttentionStats* stats, int64_t max_weight_elements,
+                                             const Cancellation* cancel) {
   ATTEND_ASSIGN_OR_RETURN(std::shared_ptr<Sequence> acquired, Acquire(input.id));
   Lease sequence(this, std::move(acquired));
   MutexLock lock(&sequence->mu);
@@ -685,7 +686,7 @@ absl::StatusOr<AppendResult> KvCache::Append(int64_t layer, const AppendInput& i
     problem.output = result.output.data();
     problem.weights = want_weights ? result.weights.data() : nullptr;
     absl::Status status =
-        RunPagedAttention({&problem, 1}, precision, options_.compute_threads, stats);
+        RunPagedAttention({&problem, 1}, precision, options_.compute_threads, stats, cancel);
     if (!status.ok()) {
       target.tokens = before;
       sequence->total_tokens -= n;
@@ -701,7 +702,8 @@ absl::StatusOr<AppendResult> KvCache::Append(int64_t layer, const AppendInput& i
 absl::StatusOr<std::vector<AppendResult>> KvCache::DecodeBatch(int64_t layer,
                                                                absl::Span<const AppendInput> inputs,
                                                                Precision precision,
-                                                               AttentionStats* stats) {
+                                                               AttentionStats* stats,
+                                                               const Cancellation* cancel) {
   if (inputs.empty()) return absl::InvalidArgumentError("steps: empty; give at least one sequence");
   std::map<std::string, size_t, std::less<>> order;  // id -> step index, sorted for locking
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -784,7 +786,8 @@ absl::StatusOr<std::vector<AppendResult>> KvCache::DecodeBatch(int64_t layer,
     p.n_head = c.n_head;
     p.output = results[i].output.data();
   }
-  absl::Status status = RunPagedAttention(problems, precision, options_.compute_threads, stats);
+  absl::Status status =
+      RunPagedAttention(problems, precision, options_.compute_threads, stats, cancel);
   if (!status.ok()) {
     for (size_t i = 0; i < inputs.size(); ++i) {
       Sequence& s = *sequences[i];

@@ -38,6 +38,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "core/attention.h"
+#include "core/cancellation.h"
 #include "core/kv_cache/block_pool.h"
 #include "core/kv_cache/layout.h"
 #include "core/mutex.h"
@@ -146,16 +147,21 @@ class KvCache {
 
   // Appends one layer's new tokens to one sequence and returns the attention of its queries.
   // All shapes must match the sequence's config; n >= 1. With `want_weights`, weights larger
-  // than `max_weight_elements` (or the score limit) are refused before anything changes.
+  // than `max_weight_elements` (or the score limit) are refused before anything changes. When
+  // `cancel` is set during the attention, it stops between tiles, the sequence is left as it
+  // was before the call, and the result is CANCELLED.
   absl::StatusOr<AppendResult> Append(int64_t layer, const AppendInput& input, Precision precision,
                                       bool want_weights, AttentionStats* stats,
-                                      int64_t max_weight_elements = int64_t{1} << 62);
+                                      int64_t max_weight_elements = int64_t{1} << 62,
+                                      const Cancellation* cancel = nullptr);
 
   // One new token (n = 1) for each of several distinct sequences, in one layer, computed as one
-  // batch; all or nothing. Results are in the order of `inputs`; every input needs q.
+  // batch; all or nothing (a cancelled batch changes nothing). Results are in the order of
+  // `inputs`; every input needs q.
   absl::StatusOr<std::vector<AppendResult>> DecodeBatch(int64_t layer,
                                                         absl::Span<const AppendInput> inputs,
-                                                        Precision precision, AttentionStats* stats);
+                                                        Precision precision, AttentionStats* stats,
+                                                        const Cancellation* cancel = nullptr);
 
   // A new sequence sharing the first `tokens` (default: every layer's common length) of
   // `source`, copy-on-write.

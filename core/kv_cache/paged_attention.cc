@@ -57,7 +57,7 @@ class BlockTiles : public tile::KeyTiles {
 }  // namespace
 
 absl::Status RunPagedAttention(absl::Span<const PagedProblem> problems, Precision precision,
-                               int threads, AttentionStats* stats) {
+                               int threads, AttentionStats* stats, const Cancellation* cancel) {
   const auto start = std::chrono::steady_clock::now();
   std::vector<BlockTiles> heads;
   std::vector<tile::Work> works;
@@ -97,7 +97,7 @@ absl::Status RunPagedAttention(absl::Span<const PagedProblem> problems, Precisio
     pairs += visible;
     flops += visible * 2 * (layout.head_dim + layout.head_dim_v);
   }
-  ATTEND_RETURN_IF_ERROR(tile::Run(works, threads));
+  ATTEND_RETURN_IF_ERROR(tile::Run(works, threads, cancel));
   // A non-finite output means q.k * scale overflowed. A prefill's output is megabytes: scanned
   // by every compute thread, and without an early exit so that the scan vectorises.
   for (const PagedProblem& p : problems) {

@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "core/attention.h"
+#include "core/cancellation.h"
 #include "core/kv_cache/block_pool.h"
 #include "core/kv_cache/layout.h"
 #include "core/mask.h"
@@ -42,8 +43,10 @@ struct PagedProblem {
 // Computes every problem. `precision` kBFloat16 multiplies in bf16 (natively, or emulated with
 // bf16-rounded values on f32 kernels when the CPU has no bf16 matmul); kFloat32 in f32; kAuto
 // follows the storage dtype of each problem. `threads` 0 = all. Adds the work to `stats`.
+// CANCELLED (outputs partial) when `cancel` is set during the call.
 absl::Status RunPagedAttention(absl::Span<const PagedProblem> problems, Precision precision,
-                               int threads, AttentionStats* stats);
+                               int threads, AttentionStats* stats,
+                               const Cancellation* cancel = nullptr);
 
 // Creates the oneDNN primitives that prefills over blocks of `layout` with `n_head` query heads
 // use (precision kAuto), by computing one causal prefill over scratch blocks (at most
