@@ -37,31 +37,33 @@ void FillStats(const AttentionStats& stats, double queue_seconds, v1::ComputeSta
 }  // namespace
 
 AttentionService::AttentionService(const ServiceLimits& limits, const AttentionEngine* engine,
-                                   WorkerPool* pool, Metrics* metrics)
-    : limits_(limits), engine_(engine), pool_(pool), metrics_(metrics) {}
+                                   WorkerPool* pool, Metrics* metrics, CallGate* gate)
+    : limits_(limits), engine_(engine), pool_(pool), metrics_(metrics), gate_(gate) {}
 
 grpc::ServerUnaryReactor* AttentionService::Attend(grpc::CallbackServerContext* context,
                                                    const v1::AttendRequest* request,
                                                    v1::AttendResponse* response) {
-  return RunOnPool(context, pool_, metrics_, [this, request, response](const CallWork& call) {
-    response->mutable_stats()->set_queue_seconds(call.queue_seconds);
-    return DoAttend(*request, response, call.cancel);
-  });
+  return RunOnPool(context, pool_, metrics_, gate_,
+                   [this, request, response](const CallWork& call) {
+                     response->mutable_stats()->set_queue_seconds(call.queue_seconds);
+                     return DoAttend(*request, response, call.cancel);
+                   });
 }
 
 grpc::ServerUnaryReactor* AttentionService::MultiHeadAttend(
     grpc::CallbackServerContext* context, const v1::MultiHeadAttendRequest* request,
     v1::MultiHeadAttendResponse* response) {
-  return RunOnPool(context, pool_, metrics_, [this, request, response](const CallWork& call) {
-    response->mutable_stats()->set_queue_seconds(call.queue_seconds);
-    return DoMultiHeadAttend(*request, response, call.cancel);
-  });
+  return RunOnPool(context, pool_, metrics_, gate_,
+                   [this, request, response](const CallWork& call) {
+                     response->mutable_stats()->set_queue_seconds(call.queue_seconds);
+                     return DoMultiHeadAttend(*request, response, call.cancel);
+                   });
 }
 
 grpc::ServerUnaryReactor* AttentionService::Softmax(grpc::CallbackServerContext* context,
                                                     const v1::SoftmaxRequest* request,
                                                     v1::SoftmaxResponse* response) {
-  return RunOnPool(context, pool_, metrics_, [this, request, response](const CallWork&) {
+  return RunOnPool(context, pool_, metrics_, gate_, [this, request, response](const CallWork&) {
     return DoSoftmax(*request, response);
   });
 }
@@ -69,9 +71,10 @@ grpc::ServerUnaryReactor* AttentionService::Softmax(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* AttentionService::ScalingExperiment(
     grpc::CallbackServerContext* context, const v1::ScalingExperimentRequest* request,
     v1::ScalingExperimentResponse* response) {
-  return RunOnPool(context, pool_, metrics_, [this, request, response](const CallWork& call) {
-    return DoScalingExperiment(*request, response, call.cancel);
-  });
+  return RunOnPool(context, pool_, metrics_, gate_,
+                   [this, request, response](const CallWork& call) {
+                     return DoScalingExperiment(*request, response, call.cancel);
+                   });
 }
 
 absl::Status AttentionService::DoAttend(const v1::AttendRequest& request,

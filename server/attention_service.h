@@ -21,7 +21,7 @@ class AttentionService final : public v1::Attention::CallbackService {
  public:
   // The collaborators must outlive the service.
   AttentionService(const ServiceLimits& limits, const AttentionEngine* engine, WorkerPool* pool,
-                   Metrics* metrics);
+                   Metrics* metrics, CallGate* gate);
 
   grpc::ServerUnaryReactor* Attend(grpc::CallbackServerContext* context,
                                    const v1::AttendRequest* request,
@@ -51,6 +51,7 @@ class AttentionService final : public v1::Attention::CallbackService {
   const AttentionEngine* engine_;
   WorkerPool* pool_;
   Metrics* metrics_;
+  CallGate* gate_;
 };
 
 }  // namespace attend::server

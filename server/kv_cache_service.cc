@@ -143,14 +143,19 @@ class KvCacheService::StreamReactor
 };
 
 KvCacheService::KvCacheService(const ServiceLimits& limits, kv::KvCache* cache, WorkerPool* pool,
-                               Metrics* metrics, int64_t max_streams)
-    : limits_(limits), cache_(cache), pool_(pool), metrics_(metrics), max_streams_(max_streams) {}
+                               Metrics* metrics, CallGate* gate, int64_t max_streams)
+    : limits_(limits),
+      cache_(cache),
+      pool_(pool),
+      metrics_(metrics),
+      gate_(gate),
+      max_streams_(max_streams) {}
 
 grpc::ServerUnaryReactor* KvCacheService::CreateSequence(grpc::CallbackServerContext* context,
                                                          const v1::CreateSequenceRequest* request,
                                                          v1::SequenceInfo* response) {
   return RunOnPool(
-      context, pool_, metrics_, [this, request, response](const CallWork&) -> absl::Status {
+      context, pool_, metrics_, gate_, [this, request, response](const CallWork&) -> absl::Status {
         if (!request->has_config()) {
           return absl::InvalidArgumentError(
               "config: missing; give layers, n_head, n_head_kv, head_dim and kv_dtype");
@@ -222,11 +227,12 @@ absl::Status KvCacheService::DoAppend(const v1::AppendRequest& request,
 grpc::ServerUnaryReactor* KvCacheService::Append(grpc::CallbackServerContext* context,
                                                  const v1::AppendRequest* request,
                                                  v1::AppendResponse* response) {
-  return RunOnPool(context, pool_, metrics_, [this, request, response](const CallWork& call) {
-    absl::Status status = DoAppend(*request, response, call.cancel);
-    response->mutable_stats()->set_queue_seconds(call.queue_seconds);
-    return status;
-  });
+  return RunOnPool(context, pool_, metrics_, gate_,
+                   [this, request, response](const CallWork& call) {
+                     absl::Status status = DoAppend(*request, response, call.cancel);
+                     response->mutable_stats()->set_queue_seconds(call.queue_seconds);
+                     return status;
+                   });
 }
 
 absl::Status KvCacheService::DoDecodeBatch(const v1::DecodeBatchRequest& request,
@@ -285,15 +291,26 @@ absl::Status KvCacheService::DoDecodeBatch(const v1::DecodeBatchRequest& request
 grpc::ServerUnaryReactor* KvCacheService::DecodeBatch(grpc::CallbackServerContext* context,
                                                       const v1::DecodeBatchRequest* request,
                                                       v1::DecodeBatchResponse* response) {
-  return RunOnPool(context, pool_, metrics_, [this, request, response](const CallWork& call) {
-    absl::Status status = DoDecodeBatch(*request, response, call.cancel);
-    response->mutable_stats()->set_queue_seconds(call.queue_seconds);
-    return status;
-  });
+  return RunOnPool(context, pool_, metrics_, gate_,
+                   [this, request, response](const CallWork& call) {
+                     absl::Status status = DoDecodeBatch(*request, response, call.cancel);
+                     response->mutable_stats()->set_queue_seconds(call.queue_seconds);
+                     return status;
+                   });
 }
 
 grpc::ServerBidiReactor<v1::DecodeBatchRequest, v1::DecodeBatchResponse>*
 KvCacheService::DecodeStream(grpc::CallbackServerContext* context) {
+  // A draining server refuses streams that start now.
+  if (!gate_->Admitted(context)) {
+    class Draining
+        : public grpc::ServerBidiReactor<v1::DecodeBatchRequest, v1::DecodeBatchResponse> {
+     public:
+      Draining() { Finish(ShuttingDown()); }
+      void OnDone() override { delete this; }
+    };
+    return new Draining();
+  }
   // Count first, then check: streams opened at the same moment cannot all slip under the limit.
   if (open_streams_.fetch_add(1) >= max_streams_) {
     open_streams_--;
@@ -311,7 +328,6 @@ KvCacheService::DecodeStream(grpc::CallbackServerContext* context) {
     };
     return new Refused(max_streams_);
   }
-  (void)context;
   return new StreamReactor(this);
 }
 
@@ -319,7 +335,7 @@ grpc::ServerUnaryReactor* KvCacheService::Fork(grpc::CallbackServerContext* cont
                                                const v1::ForkRequest* request,
                                                v1::SequenceInfo* response) {
   return RunOnPool(
-      context, pool_, metrics_, [this, request, response](const CallWork&) -> absl::Status {
+      context, pool_, metrics_, gate_, [this, request, response](const CallWork&) -> absl::Status {
         std::optional<int64_t> tokens;
         if (request->has_tokens()) tokens = request->tokens();
         ATTEND_ASSIGN_OR_RETURN(const kv::SequenceInfo info,
@@ -333,7 +349,7 @@ grpc::ServerUnaryReactor* KvCacheService::Truncate(grpc::CallbackServerContext* 
                                                    const v1::TruncateRequest* request,
                                                    v1::SequenceInfo* response) {
   return RunOnPool(
-      context, pool_, metrics_, [this, request, response](const CallWork&) -> absl::Status {
+      context, pool_, metrics_, gate_, [this, request, response](const CallWork&) -> absl::Status {
         ATTEND_ASSIGN_OR_RETURN(const kv::SequenceInfo info,
                                 cache_->Truncate(request->sequence_id(), request->tokens()));
         ToProto(info, response);
@@ -345,7 +361,7 @@ grpc::ServerUnaryReactor* KvCacheService::Release(grpc::CallbackServerContext* c
                                                   const v1::ReleaseRequest* request,
                                                   v1::ReleaseResponse* response) {
   return RunOnPool(
-      context, pool_, metrics_, [this, request, response](const CallWork&) -> absl::Status {
+      context, pool_, metrics_, gate_, [this, request, response](const CallWork&) -> absl::Status {
         ATTEND_ASSIGN_OR_RETURN(const int64_t freed, cache_->Release(request->sequence_id()));
         response->set_freed_bytes(freed);
         return absl::OkStatus();
@@ -356,7 +372,7 @@ grpc::ServerUnaryReactor* KvCacheService::GetSequence(grpc::CallbackServerContex
                                                       const v1::GetSequenceRequest* request,
                                                       v1::SequenceInfo* response) {
   return RunOnPool(
-      context, pool_, metrics_, [this, request, response](const CallWork&) -> absl::Status {
+      context, pool_, metrics_, gate_, [this, request, response](const CallWork&) -> absl::Status {
         ATTEND_ASSIGN_OR_RETURN(const kv::SequenceInfo info, cache_->Get(request->sequence_id()));
         ToProto(info, response);
         return absl::OkStatus();
@@ -367,7 +383,7 @@ grpc::ServerUnaryReactor* KvCacheService::ListSequences(grpc::CallbackServerCont
                                                         const v1::ListSequencesRequest* request,
                                                         v1::ListSequencesResponse* response) {
   return RunOnPool(
-      context, pool_, metrics_, [this, request, response](const CallWork&) -> absl::Status {
+      context, pool_, metrics_, gate_, [this, request, response](const CallWork&) -> absl::Status {
         ATTEND_ASSIGN_OR_RETURN(const kv::ListPage page,
                                 cache_->List(request->page_size(), request->page_token()));
         for (const kv::SequenceInfo& info : page.sequences)

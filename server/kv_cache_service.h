@@ -23,7 +23,7 @@ class KvCacheService final : public v1::KvCache::CallbackService {
  public:
   // The collaborators must outlive the service. At most `max_streams` DecodeStreams are open.
   KvCacheService(const ServiceLimits& limits, kv::KvCache* cache, WorkerPool* pool,
-                 Metrics* metrics, int64_t max_streams);
+                 Metrics* metrics, CallGate* gate, int64_t max_streams);
 
   grpc::ServerUnaryReactor* CreateSequence(grpc::CallbackServerContext* context,
                                            const v1::CreateSequenceRequest* request,
@@ -69,6 +69,7 @@ class KvCacheService final : public v1::KvCache::CallbackService {
   kv::KvCache* cache_;
   WorkerPool* pool_;
   Metrics* metrics_;
+  CallGate* gate_;
   const int64_t max_streams_;
   std::atomic<int64_t> open_streams_{0};
 };

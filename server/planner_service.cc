@@ -244,8 +244,9 @@ void HardwareToProto(const pl::HardwareProfile& h, v1::HardwareProfile* out) {
   out->set_note(h.note);
 }
 
-PlannerService::PlannerService(WorkerPool* pool, Metrics* metrics, PlannerOptions options)
-    : options_(options), pool_(pool), metrics_(metrics) {
+PlannerService::PlannerService(WorkerPool* pool, Metrics* metrics, CallGate* gate,
+                               PlannerOptions options)
+    : options_(options), pool_(pool), metrics_(metrics), gate_(gate) {
   if (options_.measure_local_after != absl::InfiniteDuration()) {
     measure_thread_ = std::thread([this] {
       if (stop_.WaitForNotificationWithTimeout(options_.measure_local_after)) return;
@@ -265,7 +266,7 @@ PlannerService::~PlannerService() {
 grpc::ServerUnaryReactor* PlannerService::ListModels(grpc::CallbackServerContext* context,
                                                      const v1::ListModelsRequest*,
                                                      v1::ListModelsResponse* response) {
-  return RunOnPool(context, pool_, metrics_, [response](const CallWork&) {
+  return RunOnPool(context, pool_, metrics_, gate_, [response](const CallWork&) {
     for (const pl::ModelSpec& m : pl::Catalog()) ModelToProto(m, response->add_models());
     return absl::OkStatus();
   });
@@ -274,17 +275,18 @@ grpc::ServerUnaryReactor* PlannerService::ListModels(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* PlannerService::GetModel(grpc::CallbackServerContext* context,
                                                    const v1::GetModelRequest* request,
                                                    v1::ModelSpec* response) {
-  return RunOnPool(context, pool_, metrics_, [request, response](const CallWork&) -> absl::Status {
-    ATTEND_ASSIGN_OR_RETURN(const pl::ModelSpec m, FindPreset(request->name(), "name"));
-    ModelToProto(m, response);
-    return absl::OkStatus();
-  });
+  return RunOnPool(
+      context, pool_, metrics_, gate_, [request, response](const CallWork&) -> absl::Status {
+        ATTEND_ASSIGN_OR_RETURN(const pl::ModelSpec m, FindPreset(request->name(), "name"));
+        ModelToProto(m, response);
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* PlannerService::ImportModel(grpc::CallbackServerContext* context,
                                                       const v1::ImportModelRequest* request,
                                                       v1::ModelSpec* response) {
-  return RunOnPool(context, pool_, metrics_, [this, request, response](const CallWork&) {
+  return RunOnPool(context, pool_, metrics_, gate_, [this, request, response](const CallWork&) {
     return DoImportModel(*request, response);
   });
 }
@@ -292,7 +294,7 @@ grpc::ServerUnaryReactor* PlannerService::ImportModel(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* PlannerService::PlanKvCache(grpc::CallbackServerContext* context,
                                                       const v1::PlanKvCacheRequest* request,
                                                       v1::PlanKvCacheResponse* response) {
-  return RunOnPool(context, pool_, metrics_, [this, request, response](const CallWork&) {
+  return RunOnPool(context, pool_, metrics_, gate_, [this, request, response](const CallWork&) {
     return DoPlanKvCache(*request, response);
   });
 }
@@ -300,7 +302,7 @@ grpc::ServerUnaryReactor* PlannerService::PlanKvCache(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* PlannerService::EstimateCost(grpc::CallbackServerContext* context,
                                                        const v1::EstimateCostRequest* request,
                                                        v1::EstimateCostResponse* response) {
-  return RunOnPool(context, pool_, metrics_, [this, request, response](const CallWork&) {
+  return RunOnPool(context, pool_, metrics_, gate_, [this, request, response](const CallWork&) {
     return DoEstimateCost(*request, response);
   });
 }

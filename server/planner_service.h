@@ -24,6 +24,7 @@
 #include "attend/v1/planner.grpc.pb.h"
 #include "core/planner/hardware.h"
 #include "core/planner/model.h"
+#include "server/call_gate.h"
 #include "server/metrics.h"
 #include "server/worker_pool.h"
 
@@ -45,7 +46,7 @@ struct PlannerOptions {
 class PlannerService final : public v1::Planner::CallbackService {
  public:
   // The collaborators must outlive the service.
-  PlannerService(WorkerPool* pool, Metrics* metrics, PlannerOptions options = {});
+  PlannerService(WorkerPool* pool, Metrics* metrics, CallGate* gate, PlannerOptions options = {});
   // Stops a measurement that has not started yet, and waits for one that has.
   ~PlannerService() override;
 
@@ -86,6 +87,7 @@ class PlannerService final : public v1::Planner::CallbackService {
   const PlannerOptions options_;
   WorkerPool* pool_;
   Metrics* metrics_;
+  CallGate* gate_;
   absl::Notification stop_;            // the service is being destroyed
   absl::Notification local_measured_;  // LocalHardware() has returned on measure_thread_
   std::thread measure_thread_;

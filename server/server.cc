@@ -1,10 +1,14 @@
 #include "server/server.h"
 
+#include <netdb.h>
 #include <sched.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <condition_variable>
+#include <cstring>
 #include <limits>
 #include <mutex>
 #include <thread>
@@ -61,6 +65,40 @@ class TtlSweeper {
   std::thread thread_;  // last: started after the fields it uses
 };
 
+// Why `address` (host:port, [v6]:port) cannot be listened on, found by binding it the way the
+// servers do (SO_REUSEADDR, no SO_REUSEPORT): "in use" and the like, or "" when it can be (or
+// is not of that form, as a unix: address), in which case the caller's own reason stands.
+std::string BindProblem(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos || address.rfind("unix:", 0) == 0) return "";
+  std::string host = address.substr(0, colon);
+  const std::string port = address.substr(colon + 1);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &found) != 0) {
+    return "";
+  }
+  std::string problem;
+  for (addrinfo* a = found; a != nullptr && problem.empty(); a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (fd < 0) continue;
+    const int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, a->ai_addr, a->ai_addrlen) != 0) {
+      problem = errno == EADDRINUSE ? "the address is in use (is another attend-server running?)"
+                                    : std::strerror(errno);
+    }
+    close(fd);
+  }
+  freeaddrinfo(found);
+  return problem;
+}
+
 }  // namespace
 
 int64_t DefaultKvCacheBytes() {
@@ -80,6 +118,7 @@ int DefaultThreads() {
 // alive), the services, the exposer (no scrape reads the cache after), the cache, the metrics.
 struct AttendServer::Parts {
   std::unique_ptr<Metrics> metrics;
+  std::unique_ptr<CallGate> gate;
   std::unique_ptr<kv::KvCache> cache;
   std::shared_ptr<KvCacheCollector> cache_collector;
   std::unique_ptr<prometheus::Exposer> exposer;
@@ -104,6 +143,7 @@ absl::StatusOr<std::unique_ptr<AttendServer>> AttendServer::Start(const ServerOp
   Parts& p = *self->parts_;
   const int cpus = DefaultThreads();
   p.metrics = std::make_unique<Metrics>();
+  p.gate = std::make_unique<CallGate>();
   // Security next: a misconfiguration is refused before anything listens or starts a thread.
   // The metrics outlive the gRPC server (see Parts), so the hook's pointer stays valid.
   Metrics* metrics = p.metrics.get();
@@ -123,11 +163,20 @@ absl::StatusOr<std::unique_ptr<AttendServer>> AttendServer::Start(const ServerOp
   p.cache = std::make_unique<kv::KvCache>(cache_options);
   p.cache_collector = std::make_shared<KvCacheCollector>(p.cache.get());
   if (!options.metrics_address.empty()) {
+    // Enough threads that idle or slow connections (each holds one until it sends a request or
+    // the request timeout ends) cannot keep a scrape waiting, and a request timeout well under
+    // Prometheus's scrape timeout.
+    const std::vector<std::string> civetweb_options = {
+        "listening_ports",    options.metrics_address,
+        "num_threads",        "16",
+        "request_timeout_ms", "3000"};
     try {
-      p.exposer = std::make_unique<prometheus::Exposer>(options.metrics_address);
+      p.exposer = std::make_unique<prometheus::Exposer>(civetweb_options);
     } catch (const std::exception& e) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot serve metrics on ", options.metrics_address, ": ", e.what()));
+      const std::string problem = BindProblem(options.metrics_address);
+      return absl::UnavailableError(absl::StrCat("cannot serve metrics on ",
+                                                 options.metrics_address, ": ",
+                                                 problem.empty() ? e.what() : problem));
     }
     p.exposer->RegisterCollectable(p.metrics->registry());
     p.exposer->RegisterCollectable(p.cache_collector);
@@ -148,20 +197,24 @@ absl::StatusOr<std::unique_ptr<AttendServer>> AttendServer::Start(const ServerOp
     if (!warm.ok()) return warm;
   }
   p.attention = std::make_unique<AttentionService>(options.limits, p.engine.get(), p.pool.get(),
-                                                   p.metrics.get());
-  p.kv_cache = std::make_unique<KvCacheService>(options.limits, p.cache.get(), p.pool.get(),
-                                                p.metrics.get(), options.max_concurrent_streams);
+                                                   p.metrics.get(), p.gate.get());
+  p.kv_cache =
+      std::make_unique<KvCacheService>(options.limits, p.cache.get(), p.pool.get(), p.metrics.get(),
+                                       p.gate.get(), options.max_concurrent_streams);
   if (cache_options.eviction == kv::EvictionPolicy::kTtl) {
     p.sweeper = std::make_unique<TtlSweeper>(p.cache.get(), cache_options.idle_ttl_ms);
   }
   // Starts measuring this machine (the "local" cost profile) on its own thread shortly after,
   // so that neither start-up nor health waits for it.
-  p.planner = std::make_unique<PlannerService>(p.pool.get(), p.metrics.get());
+  p.planner = std::make_unique<PlannerService>(p.pool.get(), p.metrics.get(), p.gate.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.address, *credentials, &self->port_);
+  // gRPC sets SO_REUSEPORT by default, which lets a second server share a busy port and split a
+  // client's sequences between two processes: refuse the port instead.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   // Keepalive pings from clients: accepted every 10 s, idle connections included, so that a
   // client watching a long DecodeStream (or a quiet channel) is not sent GOAWAY for pinging
   // (gRPC's default allows one every 5 minutes).
@@ -175,12 +228,18 @@ absl::StatusOr<std::unique_ptr<AttendServer>> AttendServer::Start(const ServerOp
   builder.RegisterService(p.kv_cache.get());
   builder.RegisterService(p.planner.get());
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
+  creators.push_back(p.gate->NewInterceptorFactory());
   creators.push_back(p.metrics->NewInterceptorFactory());
   builder.experimental().SetInterceptorCreators(std::move(creators));
   p.server = builder.BuildAndStart();
   if (!p.server || self->port_ == 0) {
+    const std::string problem = BindProblem(options.address);
+    if (!problem.empty()) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot listen on ", options.address, ": ", problem));
+    }
     return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", options.address, " (in use, or not a valid host:port",
+        absl::StrCat("cannot listen on ", options.address, " (not a valid host:port",
                      options.tls.cert_chain_pem.empty()
                          ? ")"
                          : "; or the TLS certificate and key are not valid PEM or do not match)"));
@@ -202,9 +261,16 @@ void AttendServer::Shutdown(absl::Duration grace) {
   Parts& p = *parts_;
   if (!p.server) return;
   std::call_once(p.shut_down, [&] {
-    // Health first, so load balancers stop sending before the listener closes.
+    const auto deadline = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(grace);
+    // Health first, so load balancers stop sending. The server keeps answering health checks
+    // (NOT_SERVING) while the calls it admitted finish; new attend calls are refused.
     p.server->GetHealthCheckService()->SetServingStatus(false);
-    p.server->Shutdown(std::chrono::system_clock::now() + absl::ToChronoNanoseconds(grace));
+    p.gate->Drain();
+    p.gate->WaitIdle(deadline);
+    // What is still in flight is cancelled now (its work stops between tiles), and connections
+    // are closed instead of waited for: an idle client would otherwise hold the shutdown until
+    // it noticed the GOAWAY.
+    p.server->Shutdown(std::chrono::system_clock::now());
     p.server->Wait();
   });
 }

@@ -5,9 +5,10 @@
 // server/auth.h). Clients may send HTTP/2 keepalive pings every 10 s (client::kMinKeepalive)
 // or less often, also between calls; faster pingers are disconnected, as gRPC servers do.
 //
-// Lifecycle: Start() binds and serves; Shutdown() marks every service NOT_SERVING, stops
-// accepting calls, lets in-flight calls finish until the grace period ends (then cancels them)
-// and stops the workers. Thread-safety: Shutdown() and Wait() may be called from any thread.
+// Lifecycle: Start() binds and serves; Shutdown() marks every service NOT_SERVING (health keeps
+// answering), refuses new attend calls with UNAVAILABLE, lets the calls in flight finish until
+// the grace period ends, then cancels what is left (its work stops between tiles) and closes
+// every connection. Thread-safety: Shutdown() and Wait() may be called from any thread.
 #ifndef ATTEND_SERVER_SERVER_H_
 #define ATTEND_SERVER_SERVER_H_
 

@@ -29,10 +29,20 @@ class PoolReactor : public grpc::ServerUnaryReactor {
 
 }  // namespace
 
+grpc::Status ShuttingDown() {
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                      "the server is shutting down (draining after SIGTERM); retry, and the call "
+                      "reaches another replica or this one restarted");
+}
+
 grpc::ServerUnaryReactor* RunOnPool(grpc::CallbackServerContext* context, WorkerPool* pool,
-                                    Metrics* metrics,
+                                    Metrics* metrics, CallGate* gate,
                                     std::function<absl::Status(const CallWork& call)> work) {
   auto* reactor = new PoolReactor();
+  if (!gate->Admitted(context)) {
+    reactor->Finish(ShuttingDown());
+    return reactor;
+  }
   const auto enqueued = std::chrono::steady_clock::now();
   const bool queued = pool->TrySubmit([context, reactor, work = std::move(work), enqueued] {
     const double queue_seconds =

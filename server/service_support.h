@@ -11,6 +11,7 @@
 #include "core/attention.h"
 #include "core/cancellation.h"
 #include "grpcpp/grpcpp.h"
+#include "server/call_gate.h"
 #include "server/metrics.h"
 #include "server/worker_pool.h"
 
@@ -36,13 +37,17 @@ struct CallWork {
   const Cancellation* cancel = nullptr;
 };
 
-// Runs `work` on `pool` and finishes the call with its status. Calls cancelled or past their
-// deadline while queued are finished without running `work`; a full queue is refused with
-// RESOURCE_EXHAUSTED.
-// REQUIRES: `work` must not throw past std::exception (an exception becomes INTERNAL).
+// Runs `work` on `pool` and finishes the call with its status. A call that `gate` did not
+// admit (it started while the server drains) is refused with UNAVAILABLE. Calls cancelled or past
+// their deadline while queued are finished without running `work`; a full queue is refused with
+// RESOURCE_EXHAUSTED. REQUIRES: `work` must not throw past std::exception (an exception becomes
+// INTERNAL).
 grpc::ServerUnaryReactor* RunOnPool(grpc::CallbackServerContext* context, WorkerPool* pool,
-                                    Metrics* metrics,
+                                    Metrics* metrics, CallGate* gate,
                                     std::function<absl::Status(const CallWork& call)> work);
+
+// The status a draining server refuses new calls with.
+grpc::Status ShuttingDown();
 
 }  // namespace attend::server
 

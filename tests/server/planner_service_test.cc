@@ -763,9 +763,12 @@ TEST_F(PlannerServiceTest, ConcurrentCallsAllSucceed) {
 class DirectPlanner {
  public:
   explicit DirectPlanner(server::PlannerOptions options) : pool_(2, 16) {
-    service_ = std::make_unique<server::PlannerService>(&pool_, &metrics_, options);
+    service_ = std::make_unique<server::PlannerService>(&pool_, &metrics_, &gate_, options);
     grpc::ServerBuilder builder;
     builder.RegisterService(service_.get());
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> gates;
+    gates.push_back(gate_.NewInterceptorFactory());
+    builder.experimental().SetInterceptorCreators(std::move(gates));
     server_ = builder.BuildAndStart();
     grpc::ChannelArguments args;
     args.SetMaxSendMessageSize(-1);
@@ -782,6 +785,7 @@ class DirectPlanner {
  private:
   server::Metrics metrics_;
   server::WorkerPool pool_;
+  server::CallGate gate_;
   std::unique_ptr<server::PlannerService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<v1::Planner::Stub> stub_;
