@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "server/parse_errors.h"
 #include "server/status_convert.h"
 #include "server/tensor_codec.h"
 
@@ -84,19 +85,31 @@ void FillStats(const AttentionStats& stats, v1::ComputeStats* out) {
 
 // One DecodeStream: read a message, process it on the worker pool, write its response, read the
 // next. Sequential on purpose: responses stay in request order and a stream holds at most one
-// worker at a time.
+// worker at a time. A message that does not parse gets an error response (request_id 0, since
+// its id could not be read) and the stream goes on.
 class KvCacheService::StreamReactor
-    : public grpc::ServerBidiReactor<v1::DecodeBatchRequest, v1::DecodeBatchResponse> {
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   // REQUIRES: the caller counted this stream in open_streams_.
-  explicit StreamReactor(KvCacheService* service) : service_(service) { StartRead(&request_); }
+  explicit StreamReactor(KvCacheService* service) : service_(service) {
+    StartRead(&request_bytes_);
+  }
 
   void OnReadDone(bool ok) override {
     if (!ok) {  // the client finished sending (or the call ended)
       Finish(grpc::Status::OK);
       return;
     }
+    ++messages_;
+    request_.Clear();
     response_.Clear();
+    if (!grpc::SerializationTraits<v1::DecodeBatchRequest>::Deserialize(&request_bytes_, &request_)
+             .ok()) {
+      request_.Clear();
+      Answer(absl::InvalidArgumentError(CouldNotParse(absl::StrCat("stream message ", messages_),
+                                                      "attend.v1.DecodeBatchRequest")));
+      return;
+    }
     const bool queued = service_->pool_->TrySubmit([this] {
       const absl::Status status = service_->DoDecodeBatch(request_, &response_, &cancel_);
       Answer(status);
@@ -114,7 +127,7 @@ class KvCacheService::StreamReactor
       Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the stream was cancelled"));
       return;
     }
-    StartRead(&request_);
+    StartRead(&request_bytes_);
   }
 
   void OnCancel() override { cancel_.Cancel(); }
@@ -133,11 +146,22 @@ class KvCacheService::StreamReactor
       response_.mutable_error()->set_message(std::string(status.message()));
       response_.set_request_id(id);
     }
-    StartWrite(&response_);
+    bool own_buffer = false;
+    response_bytes_.Clear();  // the previous response's bytes, written by now
+    const grpc::Status serialized = grpc::SerializationTraits<v1::DecodeBatchResponse>::Serialize(
+        response_, &response_bytes_, &own_buffer);
+    if (!serialized.ok()) {
+      Finish(grpc::Status(grpc::StatusCode::INTERNAL, "could not serialize a response"));
+      return;
+    }
+    StartWrite(&response_bytes_);
   }
 
   KvCacheService* service_;
   Cancellation cancel_;
+  int64_t messages_ = 0;
+  grpc::ByteBuffer request_bytes_;
+  grpc::ByteBuffer response_bytes_;
   v1::DecodeBatchRequest request_;
   v1::DecodeBatchResponse response_;
 };
@@ -299,12 +323,11 @@ grpc::ServerUnaryReactor* KvCacheService::DecodeBatch(grpc::CallbackServerContex
                    });
 }
 
-grpc::ServerBidiReactor<v1::DecodeBatchRequest, v1::DecodeBatchResponse>*
-KvCacheService::DecodeStream(grpc::CallbackServerContext* context) {
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* KvCacheService::DecodeStream(
+    grpc::CallbackServerContext* context) {
   // A draining server refuses streams that start now.
   if (!gate_->Admitted(context)) {
-    class Draining
-        : public grpc::ServerBidiReactor<v1::DecodeBatchRequest, v1::DecodeBatchResponse> {
+    class Draining : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
      public:
       Draining() { Finish(ShuttingDown()); }
       void OnDone() override { delete this; }
@@ -315,8 +338,7 @@ KvCacheService::DecodeStream(grpc::CallbackServerContext* context) {
   if (open_streams_.fetch_add(1) >= max_streams_) {
     open_streams_--;
     // A reactor that only finishes: the limit is reported as the stream's status.
-    class Refused
-        : public grpc::ServerBidiReactor<v1::DecodeBatchRequest, v1::DecodeBatchResponse> {
+    class Refused : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
      public:
       explicit Refused(int64_t limit) {
         Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,

@@ -19,7 +19,19 @@
 
 namespace attend::server {
 
-class KvCacheService final : public v1::KvCache::CallbackService {
+// KvCache's callback service with DecodeStream on raw bytes, which the stream parses itself:
+// gRPC's own parsing ends a read with the same `false` for a message that does not parse as for
+// a client that closed the stream, so the stream would end OK and the client would never learn
+// that its message was dropped.
+using KvCacheCallbackService =
+    v1::KvCache::WithCallbackMethod_CreateSequence<v1::KvCache::WithCallbackMethod_Append<
+        v1::KvCache::WithCallbackMethod_DecodeBatch<v1::KvCache::WithRawCallbackMethod_DecodeStream<
+            v1::KvCache::WithCallbackMethod_Fork<v1::KvCache::WithCallbackMethod_Truncate<
+                v1::KvCache::WithCallbackMethod_Release<v1::KvCache::WithCallbackMethod_GetSequence<
+                    v1::KvCache::WithCallbackMethod_ListSequences<
+                        v1::KvCache::WithCallbackMethod_Stats<v1::KvCache::Service>>>>>>>>>>;
+
+class KvCacheService final : public KvCacheCallbackService {
  public:
   // The collaborators must outlive the service. At most `max_streams` DecodeStreams are open.
   KvCacheService(const ServiceLimits& limits, kv::KvCache* cache, WorkerPool* pool,
@@ -34,7 +46,8 @@ class KvCacheService final : public v1::KvCache::CallbackService {
   grpc::ServerUnaryReactor* DecodeBatch(grpc::CallbackServerContext* context,
                                         const v1::DecodeBatchRequest* request,
                                         v1::DecodeBatchResponse* response) override;
-  grpc::ServerBidiReactor<v1::DecodeBatchRequest, v1::DecodeBatchResponse>* DecodeStream(
+  // Messages are attend.v1.DecodeBatchRequest / DecodeBatchResponse bytes.
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* DecodeStream(
       grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* Fork(grpc::CallbackServerContext* context,
                                  const v1::ForkRequest* request,

@@ -24,6 +24,7 @@
 #include "server/kv_cache_metrics.h"
 #include "server/kv_cache_service.h"
 #include "server/metrics.h"
+#include "server/parse_errors.h"
 #include "server/planner_service.h"
 #include "server/worker_pool.h"
 
@@ -228,7 +229,9 @@ absl::StatusOr<std::unique_ptr<AttendServer>> AttendServer::Start(const ServerOp
   builder.RegisterService(p.kv_cache.get());
   builder.RegisterService(p.planner.get());
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
+  // In this order: the parse-error interceptor rewrites a status before the metrics count it.
   creators.push_back(p.gate->NewInterceptorFactory());
+  creators.push_back(NewParseErrorInterceptorFactory());
   creators.push_back(p.metrics->NewInterceptorFactory());
   builder.experimental().SetInterceptorCreators(std::move(creators));
   p.server = builder.BuildAndStart();

@@ -170,6 +170,22 @@ class EndToEnd(unittest.TestCase):
         self.assertIn("n_head 6", caught.exception.details())
         self.assertEqual(len(self.stub.Softmax(a.SoftmaxRequest(logits=[1, 2])).probabilities), 2)
 
+    def test_unparseable_bytes_are_invalid_argument_and_counted_so(self):
+        raw = self.channel.unary_unary("/attend.v1.Attention/Attend",
+                                       request_serializer=lambda b: b,
+                                       response_deserializer=lambda b: b)
+        with self.assertRaises(self.grpc.RpcError) as caught:
+            raw(b"\xff\xff\xff", timeout=10)
+        self.assertEqual(caught.exception.code(), self.grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("could not parse the request", caught.exception.details())
+        self.assertIn("attend.v1.AttendRequest", caught.exception.details())
+        text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.metrics_port,
+                                      timeout=10).read().decode()
+        self.assertRegex(text, r'grpc_server_handled_total\{grpc_code="INVALID_ARGUMENT",'
+                               r'grpc_method="Attend",grpc_service="attend.v1.Attention",'
+                               r'grpc_type="unary"\} [1-9]')
+        self.assertNotIn('grpc_code="UNIMPLEMENTED"', text)
+
     def test_metrics_show_request_counters(self):
         a = PB["attention"]
         self.stub.Softmax(a.SoftmaxRequest(logits=[2, 1, 0.5]))
