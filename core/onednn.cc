@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <list>
 #include <unordered_map>
 #include <vector>
 
@@ -20,12 +21,17 @@ namespace {
 
 using dt = dnnl::memory::data_type;
 
+// The primitives created so far, least recently used evicted past the capacity: a workload
+// of ever-changing shapes (a client creating sequences of a new shape each time) would
+// otherwise keep every primitive, and its JIT code, for good.
 class MatmulCache {
  public:
   std::shared_ptr<const Matmul> Find(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_) {
     MutexLock lock(&mu_);
-    auto it = cache_.find(key);
-    return it == cache_.end() ? nullptr : it->second;
+    auto it = index_.find(key);
+    if (it == index_.end()) return nullptr;
+    order_.splice(order_.end(), order_, it->second);  // now the most recently used
+    return it->second->second;
   }
   // Layouts oneDNN rejected, remembered so that creation is not retried on every call.
   bool IsUnsupported(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_) {
@@ -34,28 +40,48 @@ class MatmulCache {
   }
   void MarkUnsupported(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_) {
     MutexLock lock(&mu_);
-    if (unsupported_.size() < kCapacity) unsupported_.insert(key);
+    if (unsupported_.size() < kMaxUnsupported) unsupported_.insert(key);
   }
   std::shared_ptr<const Matmul> Insert(const std::string& key, std::shared_ptr<const Matmul> m)
       ABSL_LOCKS_EXCLUDED(mu_) {
     MutexLock lock(&mu_);
-    // Bounded: callers with ever-changing shapes must not grow the cache without limit. Any
-    // entry will do as the victim; a dropped primitive lives on while executions hold it.
-    if (cache_.size() >= kCapacity && cache_.find(key) == cache_.end())
-      cache_.erase(cache_.begin());
     // Another thread may have created the same primitive meanwhile; keep the first.
-    auto [it, inserted] = cache_.emplace(key, std::move(m));
-    if (inserted) creations_.fetch_add(1, std::memory_order_relaxed);
-    return it->second;
+    if (auto it = index_.find(key); it != index_.end()) return it->second->second;
+    creations_++;
+    order_.emplace_back(key, std::move(m));
+    index_.emplace(key, std::prev(order_.end()));
+    EvictOverCapacity();
+    return order_.back().second;
   }
-  int64_t creations() const { return creations_.load(std::memory_order_relaxed); }
+  void SetCapacity(int64_t capacity) ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
+    capacity_ = capacity;
+    EvictOverCapacity();
+  }
+  MatmulCacheStats Stats() ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
+    return {static_cast<int64_t>(order_.size()), capacity_, creations_, evictions_};
+  }
 
  private:
-  static constexpr size_t kCapacity = 4096;
+  // A dropped primitive lives on while executions (and threads' ready lists) hold it.
+  void EvictOverCapacity() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    while (static_cast<int64_t>(order_.size()) > capacity_) {
+      index_.erase(order_.front().first);
+      order_.pop_front();
+      evictions_++;
+    }
+  }
+
+  static constexpr size_t kMaxUnsupported = 4096;
   Mutex mu_;
-  absl::flat_hash_map<std::string, std::shared_ptr<const Matmul>> cache_ ABSL_GUARDED_BY(mu_);
+  int64_t capacity_ ABSL_GUARDED_BY(mu_) = kDefaultMatmulCacheCapacity;
+  // Least recently used first.
+  std::list<std::pair<std::string, std::shared_ptr<const Matmul>>> order_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, decltype(order_)::iterator> index_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<std::string> unsupported_ ABSL_GUARDED_BY(mu_);
-  std::atomic<int64_t> creations_{0};
+  int64_t creations_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t evictions_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 MatmulCache& Cache() {
@@ -283,7 +309,19 @@ absl::Status RunMatmul(const MatmulSpec& spec, const void* src, const void* weig
   return absl::OkStatus();
 }
 
-int64_t MatmulCreations() { return Cache().creations(); }
+int64_t MatmulCreations() { return Cache().Stats().creations; }
+
+MatmulCacheStats GetMatmulCacheStats() { return Cache().Stats(); }
+
+void SetMatmulCacheCapacity(int64_t capacity) {
+  capacity = std::max<int64_t>(capacity, 1);
+  Cache().SetCapacity(capacity);
+  // oneDNN keeps its own cache of primitive implementations (1024 by default), which would hold
+  // the JIT code of primitives this cache dropped.
+  (void)Call("set_primitive_cache_capacity", [&] {
+    dnnl::set_primitive_cache_capacity(static_cast<int>(std::min<int64_t>(capacity, 1 << 20)));
+  });
+}
 
 bool HasBf16Matmul() {
   static const bool available = [] {

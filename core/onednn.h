@@ -95,6 +95,21 @@ absl::Status RunMatmul(const MatmulSpec& spec, const void* src, const void* weig
 // Number of primitives created so far (cache misses), for tests and metrics.
 int64_t MatmulCreations();
 
+// The cache of created matmul primitives: least recently used ones are dropped past its
+// capacity (and oneDNN's own primitive cache is kept to the same size), so that memory stays
+// bounded however many shapes come and go. A prefill configuration (head sizes, layout, dtype)
+// uses a few dozen primitives.
+inline constexpr int64_t kDefaultMatmulCacheCapacity = 512;
+struct MatmulCacheStats {
+  int64_t entries = 0;
+  int64_t capacity = 0;
+  int64_t creations = 0;  // cache misses since start
+  int64_t evictions = 0;
+};
+MatmulCacheStats GetMatmulCacheStats();
+// REQUIRES: capacity >= 1 (smaller values are taken as 1).
+void SetMatmulCacheCapacity(int64_t capacity);
+
 // Whether oneDNN can run bf16 matmuls on this CPU (AVX512-BF16 or AMX). oneDNN 2.6 has no bf16
 // matmul for AVX2-only CPUs; callers then emulate bf16 with f32 kernels on bf16-rounded values.
 bool HasBf16Matmul();

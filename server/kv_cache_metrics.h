@@ -2,8 +2,12 @@
 // nothing between scrapes:
 //   attend_kv_cache_capacity_bytes, attend_kv_cache_used_bytes, attend_kv_cache_usage_ratio,
 //   attend_kv_cache_block_bytes, attend_kv_cache_blocks_total, attend_kv_cache_blocks_used,
-//   attend_kv_cache_blocks_free, attend_kv_cache_sequences, attend_kv_cache_tokens (gauges),
-//   attend_kv_cache_evictions_total, attend_kv_cache_rejections_total (counters).
+//   attend_kv_cache_blocks_free, attend_kv_cache_sequences, attend_kv_cache_tokens,
+//   attend_kv_cache_warmed_shapes (gauges), attend_kv_cache_evictions_total,
+//   attend_kv_cache_rejections_total (counters).
+// And the engine's cache of oneDNN primitives, which grows with the shapes seen:
+//   attend_matmul_cache_primitives, attend_matmul_cache_capacity (gauges),
+//   attend_matmul_primitive_creations_total, attend_matmul_cache_evictions_total (counters).
 //
 // Thread-safety: Collect() may run concurrently with cache operations.
 #ifndef ATTEND_SERVER_KV_CACHE_METRICS_H_
@@ -25,6 +29,11 @@ class KvCacheCollector : public prometheus::Collectable {
 
  private:
   kv::KvCache* cache_;
+};
+
+class MatmulCacheCollector : public prometheus::Collectable {
+ public:
+  std::vector<prometheus::MetricFamily> Collect() const override;
 };
 
 }  // namespace attend::server

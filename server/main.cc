@@ -54,6 +54,9 @@ ABSL_FLAG(std::string, kv_eviction, "none",
 ABSL_FLAG(absl::Duration, kv_idle_ttl, absl::Minutes(10), "Idle time after which ttl evicts");
 ABSL_FLAG(int64_t, max_sequences, 65536, "Most sequences the KV cache holds");
 ABSL_FLAG(int64_t, max_concurrent_streams, 1024, "Most DecodeStreams open at once");
+ABSL_FLAG(int64_t, matmul_cache_entries, attend::onednn::kDefaultMatmulCacheCapacity,
+          "oneDNN matmul primitives kept for reuse (least recently used dropped beyond); a "
+          "prefill configuration uses a few dozen");
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate chain of the server; with --tls_key, the gRPC port speaks TLS");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
@@ -126,6 +129,7 @@ int main(int argc, char** argv) {
   options.kv_cache.max_sequences = absl::GetFlag(FLAGS_max_sequences);
   options.kv_cache.idle_ttl_ms = absl::ToInt64Milliseconds(absl::GetFlag(FLAGS_kv_idle_ttl));
   options.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
+  options.matmul_cache_entries = absl::GetFlag(FLAGS_matmul_cache_entries);
   const std::string eviction = absl::GetFlag(FLAGS_kv_eviction);
   if (eviction == "none") {
     options.kv_cache.eviction = attend::kv::EvictionPolicy::kNone;
@@ -153,6 +157,7 @@ int main(int argc, char** argv) {
        {std::pair<const char*, int64_t>{"max_queued_requests", options.max_queued_requests},
         {"max_sequences", options.kv_cache.max_sequences},
         {"max_concurrent_streams", options.max_concurrent_streams},
+        {"matmul_cache_entries", options.matmul_cache_entries},
         {"max_message_bytes", options.limits.max_message_bytes},
         {"max_tensor_elements", options.limits.attention.max_tensor_elements},
         {"max_score_elements", options.limits.attention.max_score_elements}}) {

@@ -122,6 +122,7 @@ struct AttendServer::Parts {
   std::unique_ptr<CallGate> gate;
   std::unique_ptr<kv::KvCache> cache;
   std::shared_ptr<KvCacheCollector> cache_collector;
+  std::shared_ptr<MatmulCacheCollector> matmul_collector;
   std::unique_ptr<prometheus::Exposer> exposer;
   std::unique_ptr<AttentionEngine> engine;
   std::unique_ptr<AttentionService> attention;
@@ -163,6 +164,8 @@ absl::StatusOr<std::unique_ptr<AttendServer>> AttendServer::Start(const ServerOp
   if (cache_options.capacity_bytes <= 0) cache_options.capacity_bytes = DefaultKvCacheBytes();
   p.cache = std::make_unique<kv::KvCache>(cache_options);
   p.cache_collector = std::make_shared<KvCacheCollector>(p.cache.get());
+  p.matmul_collector = std::make_shared<MatmulCacheCollector>();
+  onednn::SetMatmulCacheCapacity(options.matmul_cache_entries);
   if (!options.metrics_address.empty()) {
     // Enough threads that idle or slow connections (each holds one until it sends a request or
     // the request timeout ends) cannot keep a scrape waiting, and a request timeout well under
@@ -181,6 +184,7 @@ absl::StatusOr<std::unique_ptr<AttendServer>> AttendServer::Start(const ServerOp
     }
     p.exposer->RegisterCollectable(p.metrics->registry());
     p.exposer->RegisterCollectable(p.cache_collector);
+    p.exposer->RegisterCollectable(p.matmul_collector);
     const std::vector<int> ports = p.exposer->GetListeningPorts();
     self->metrics_port_ = ports.empty() ? 0 : ports.front();
   }

@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "core/kv_cache/kv_cache.h"
+#include "core/onednn.h"
 #include "grpcpp/grpcpp.h"
 #include "server/auth.h"
 #include "server/service_support.h"
@@ -37,6 +38,8 @@ struct ServerOptions {
   // limit. Its attention limits and compute threads come from `limits` and compute_threads.
   kv::KvCacheOptions kv_cache;
   int64_t max_concurrent_streams = 1024;  // open DecodeStreams
+  // oneDNN matmul primitives kept for reuse (process-wide; see core/onednn.h).
+  int64_t matmul_cache_entries = onednn::kDefaultMatmulCacheCapacity;
   // TLS of the gRPC port (mutual TLS with a client CA); default plaintext. See server/auth.h.
   TlsServerOptions tls;
   // Accepted bearer tokens; empty: no token is asked for. Needs TLS. Health stays open.

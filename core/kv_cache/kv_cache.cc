@@ -24,6 +24,7 @@ constexpr int64_t kMaxHeads = 4096;
 constexpr int64_t kMaxHeadDim = 16384;
 constexpr size_t kMaxIdBytes = 128;
 constexpr size_t kRememberedEvictions = 10000;
+constexpr size_t kMaxWarmShapes = 1024;
 
 absl::Status CheckId(absl::string_view id, absl::string_view field) {
   if (id.empty() || id.size() > kMaxIdBytes) {
@@ -280,6 +281,9 @@ absl::StatusOr<SequenceInfo> KvCache::Create(const SequenceConfig& requested, ab
     // failure itself): it does not fail the creation.
     if (!warm && WarmUpPagedAttention(layout, config.n_head, options_.compute_threads).ok()) {
       MutexLock lock(&warm_mu_);
+      // Bounded like the primitives themselves (which the matmul cache may have dropped by the
+      // time a forgotten shape comes back: it is then warmed up again).
+      if (warmed_.size() >= kMaxWarmShapes) warmed_.erase(warmed_.begin());
       warmed_.insert(shape);
     }
   }
@@ -418,7 +422,7 @@ void KvCache::Forget(const std::string& id, const std::string& reason) {
   if (evicted_.insert_or_assign(id, reason).second) evicted_order_.push_back(id);
   if (evicted_order_.size() > kRememberedEvictions) {
     evicted_.erase(evicted_order_.front());
-    evicted_order_.erase(evicted_order_.begin());
+    evicted_order_.pop_front();
   }
 }
 
@@ -959,6 +963,10 @@ CacheStats KvCache::Stats() {
   stats.evictions = evictions_.load();
   stats.rejections = rejections_.load();
   stats.policy = options_.eviction;
+  {
+    MutexLock lock(&warm_mu_);
+    stats.warmed_shapes = static_cast<int64_t>(warmed_.size());
+  }
   MutexLock lock(&registry_mu_);
   stats.sequences = static_cast<int64_t>(sequences_.size());
   for (const auto& [id, sequence] : sequences_) stats.tokens += sequence->total_tokens.load();

@@ -24,6 +24,7 @@
 #define ATTEND_CORE_KV_CACHE_KV_CACHE_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -107,6 +108,9 @@ struct CacheStats {
   int64_t evictions = 0;
   int64_t rejections = 0;
   EvictionPolicy policy = EvictionPolicy::kNone;
+  // Sequence shapes whose prefill primitives were created at their first Create (at most
+  // 1024 are remembered; see Create).
+  int64_t warmed_shapes = 0;
 };
 
 // One layer's new tokens for one sequence. `q` may be absent (only append).
@@ -270,11 +274,11 @@ class KvCache {
       ABSL_GUARDED_BY(registry_mu_);
   // Recently evicted ids and why, so that their owners get a reason instead of a bare NOT_FOUND.
   absl::flat_hash_map<std::string, std::string> evicted_ ABSL_GUARDED_BY(registry_mu_);
-  std::vector<std::string> evicted_order_ ABSL_GUARDED_BY(registry_mu_);
+  std::deque<std::string> evicted_order_ ABSL_GUARDED_BY(registry_mu_);  // oldest first
   uint64_t id_counter_ ABSL_GUARDED_BY(registry_mu_) = 0;
 
-  // Shapes (layout and query heads) whose prefill primitives exist. Not held while warming:
-  // two first creations of one shape may both warm up, which is harmless.
+  // Shapes (layout and query heads) whose prefill primitives were created, at most 1024. Not
+  // held while warming: two first creations of one shape may both warm up, which is harmless.
   Mutex warm_mu_;
   absl::flat_hash_set<std::string> warmed_ ABSL_GUARDED_BY(warm_mu_);
 };

@@ -87,6 +87,35 @@ TEST(RunMatmul, ThreadsRunTheSameShapesAtOnce) {
   for (std::thread& thread : threads) thread.join();
 }
 
+// The shared cache keeps at most its capacity, dropping the least recently used; products stay
+// right whether their primitive was kept, dropped or recreated.
+TEST(MatmulCache, KeepsAtMostItsCapacityDroppingTheLeastRecentlyUsed) {
+  const int64_t saved = GetMatmulCacheStats().capacity;
+  SetMatmulCacheCapacity(4);
+  std::mt19937_64 rng(11);
+  std::vector<Product> products;
+  for (int64_t i = 0; i < 6; ++i) products.push_back(MakeProduct(rng, 2, 24, 5 + i, false, 1));
+  // GetMatmul goes to the shared cache every time (RunMatmul's per-thread list would hide it).
+  auto get = [&](int i) { return GetMatmul(products[static_cast<size_t>(i)].spec); };
+  for (int i = 0; i < 4; ++i) ASSERT_OK(get(i));
+  const MatmulCacheStats full = GetMatmulCacheStats();
+  EXPECT_EQ(full.entries, 4);
+  ASSERT_OK(get(0));  // product 0 is now the most recently used; 1 the least
+  ASSERT_OK(get(4));  // drops 1
+  int64_t creations = GetMatmulCacheStats().creations;
+  ASSERT_OK(get(0));
+  EXPECT_EQ(GetMatmulCacheStats().creations, creations) << "product 0 was dropped";
+  ASSERT_OK(get(1));
+  EXPECT_EQ(GetMatmulCacheStats().creations, creations + 1) << "product 1 was kept";
+  const MatmulCacheStats after = GetMatmulCacheStats();
+  EXPECT_EQ(after.entries, 4);
+  EXPECT_EQ(after.capacity, 4);
+  EXPECT_GE(after.evictions, full.evictions + 2);
+  for (const Product& p : products) CheckProduct(p);
+  SetMatmulCacheCapacity(saved);
+  EXPECT_EQ(GetMatmulCacheStats().capacity, saved);
+}
+
 TEST(RunMatmul, RefusesShapesThatDoNotAgree) {
   MatmulSpec spec;
   spec.src = {4, 8, 8, 1, dt::f32};

@@ -262,6 +262,52 @@ class Lifecycle(unittest.TestCase):
             proc.communicate(timeout=30)
 
 
+class ShapeChurn(unittest.TestCase):
+    def test_memory_stays_bounded_when_shapes_come_and_go(self):
+        """3000 sequences of 3000 different shapes, each created and released: what the server
+        keeps per shape (primitives, warmed shapes) is bounded, so its resident memory is too."""
+        import grpc
+        kv, t = PB["kv"], PB["tensor"]
+        proc, port, metrics_port = start("--address=127.0.0.1:0", "--metrics_address=127.0.0.1:0")
+
+        def rss_mib():
+            with open("/proc/%d/status" % proc.pid) as status:
+                for line in status:
+                    if line.startswith("VmRSS:"):
+                        return int(line.split()[1]) / 1024.0
+            return 0.0
+
+        def metric(text, name):
+            return float(re.search(r"^%s (\S+)" % name, text, re.M).group(1))
+
+        try:
+            with grpc.insecure_channel("127.0.0.1:%d" % port) as channel:
+                stub = PB["kv_grpc"].KvCacheStub(channel)
+                time.sleep(2.5)  # after the background measurement of the local hardware profile
+                before = rss_mib()
+                for i in range(3000):
+                    config = kv.SequenceConfig(layers=1, n_head=1 + i % 16, head_dim=8 + 4 * (i // 16),
+                                               kv_dtype=(t.FLOAT32, t.BFLOAT16)[i % 2])
+                    stub.CreateSequence(kv.CreateSequenceRequest(sequence_id="s%d" % i,
+                                                                 config=config))
+                    stub.Release(kv.ReleaseRequest(sequence_id="s%d" % i))
+                grown = rss_mib() - before
+                with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % metrics_port,
+                                            timeout=5) as response:
+                    text = response.read().decode()
+            print("RSS %.0f MiB before, grew %.0f MiB over 3000 shapes" % (before, grown),
+                  file=sys.stderr)
+            self.assertLess(grown, 200)
+            self.assertLessEqual(metric(text, "attend_matmul_cache_primitives"),
+                                 metric(text, "attend_matmul_cache_capacity"))
+            self.assertGreater(metric(text, "attend_matmul_cache_evictions_total"), 0)
+            self.assertLessEqual(metric(text, "attend_kv_cache_warmed_shapes"), 1024)
+            self.assertEqual(metric(text, "attend_kv_cache_used_bytes"), 0)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.communicate(timeout=30)
+
+
 def main():
     global ARGS
     parser = argparse.ArgumentParser()
