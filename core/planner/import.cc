@@ -42,7 +42,8 @@ absl::StatusOr<ModelSpec> Finish(ModelSpec m) {
     m.parameters = count->total;
     m.active_parameters = count->active;
     m.parameters_source =
-        "computed from the shape (ComputeParameters: embeddings, attention, gated MLP, norms)";
+        absl::StrCat("computed from the shape (ComputeParameters: embeddings, attention, ",
+                     HasGatedMlp(m) ? "gated MLP, norms)" : "two-matrix MLP, LayerNorms)");
   } else {
     m.parameters = 0;
     m.active_parameters = 0;
@@ -108,6 +109,39 @@ class ConfigReader {
   const json::Value& object_;
   std::string prefix_;
 };
+
+// Falcon's model_type; its first releases, for their own modelling code, said RefinedWebModel
+// (falcon-7b) and RefinedWeb (falcon-40b).
+bool IsFalconModelType(absl::string_view model_type) {
+  return model_type == "falcon" || model_type == "RefinedWebModel" || model_type == "RefinedWeb";
+}
+
+// `key` when the config gives it, else `alias` when that is given, else `key` (so that an error
+// about a missing value names the current spelling).
+std::string KeyOrAlias(const ConfigReader& r, absl::string_view key, absl::string_view alias) {
+  if (r.Get(key) == nullptr && r.Get(alias) != nullptr) return std::string(alias);
+  return std::string(key);
+}
+
+// Falcon's key/value heads, as Transformers' FalconAttention decides them: the new decoder
+// architecture (falcon-40b, falcon-180B) groups the query heads by num_kv_heads (n_head_kv in
+// RefinedWeb configs; default one per query head); otherwise multi_query (default true, as in
+// Transformers' FalconConfig) shares one key/value head, and without it every query head has its
+// own, whatever num_kv_heads says (the fused projection is then 3 x hidden_size wide). The
+// RefinedWeb modelling code always used the new architecture, so its configs lack the flag.
+// Sets *field to the key the count came from, for errors.
+absl::StatusOr<int64_t> FalconKvHeads(const ConfigReader& r, absl::string_view model_type,
+                                      int64_t n_head, std::string* field) {
+  ATTEND_ASSIGN_OR_RETURN(std::optional<bool> new_architecture, r.Bool("new_decoder_architecture"));
+  ATTEND_ASSIGN_OR_RETURN(std::optional<bool> multi_query, r.Bool("multi_query"));
+  if (new_architecture.value_or(model_type == "RefinedWeb")) {
+    *field = KeyOrAlias(r, "num_kv_heads", "n_head_kv");
+    ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> kv, r.Int(*field, 1, kMaxHeads));
+    return kv.value_or(n_head);
+  }
+  *field = "multi_query";
+  return multi_query.value_or(true) ? 1 : n_head;
+}
 
 // Which layers slide, per the precedence documented in import.h. `window` is 0 when the config
 // has no (non-null, positive) sliding_window.
@@ -688,16 +722,29 @@ absl::StatusOr<ModelSpec> ImportHfConfig(absl::string_view text, absl::string_vi
   if (!model_type) {
     ATTEND_ASSIGN_OR_RETURN(model_type, top.String("model_type"));
   }
-  m.architecture = SanitizeText(model_type.value_or(""));
+  const std::string given_type = SanitizeText(model_type.value_or(""));
+  // Every Falcon config is one architecture, "falcon" as in Transformers and GGUF, so that the
+  // parameter count applies Falcon's rules (HasGatedMlp) whichever model_type it was saved with.
+  const bool falcon = IsFalconModelType(given_type);
+  m.architecture = falcon ? "falcon" : given_type;
 
-  ATTEND_ASSIGN_OR_RETURN(m.layers, r.RequiredInt("num_hidden_layers", 1, kMaxLayers));
-  ATTEND_ASSIGN_OR_RETURN(m.n_head, r.RequiredInt("num_attention_heads", 1, kMaxHeads));
-  ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> kv, r.Int("num_key_value_heads", 1, kMaxHeads));
-  m.n_head_kv = kv.value_or(m.n_head);
+  // Falcon's first configs say n_layer and n_head, as GPT-2's do.
+  const std::string layers_key =
+      falcon ? KeyOrAlias(r, "num_hidden_layers", "n_layer") : "num_hidden_layers";
+  const std::string heads_key =
+      falcon ? KeyOrAlias(r, "num_attention_heads", "n_head") : "num_attention_heads";
+  ATTEND_ASSIGN_OR_RETURN(m.layers, r.RequiredInt(layers_key, 1, kMaxLayers));
+  ATTEND_ASSIGN_OR_RETURN(m.n_head, r.RequiredInt(heads_key, 1, kMaxHeads));
+  std::string kv_field = "num_key_value_heads";
+  if (falcon) {
+    ATTEND_ASSIGN_OR_RETURN(m.n_head_kv, FalconKvHeads(r, given_type, m.n_head, &kv_field));
+  } else {
+    ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> kv, r.Int(kv_field, 1, kMaxHeads));
+    m.n_head_kv = kv.value_or(m.n_head);
+  }
   if (m.n_head_kv > m.n_head || m.n_head % m.n_head_kv != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(r.Field("num_key_value_heads"), ": ", m.n_head_kv,
-                     " does not divide num_attention_heads ", m.n_head));
+    return absl::InvalidArgumentError(absl::StrCat(
+        r.Field(kv_field), ": ", m.n_head_kv, " does not divide num_attention_heads ", m.n_head));
   }
   ATTEND_ASSIGN_OR_RETURN(m.d_model, r.RequiredInt("hidden_size", 1, kMaxDModel));
   ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> head_dim, r.Int("head_dim", 1, kMaxHeadDim));
@@ -713,9 +760,17 @@ absl::StatusOr<ModelSpec> ImportHfConfig(absl::string_view text, absl::string_vi
   m.head_dim_v = *head_dim;
   ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> vocab, r.Int("vocab_size", 0, kMaxVocab));
   m.vocab_size = vocab.value_or(0);
-  ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> inter,
-                          r.Int("intermediate_size", 0, kMaxIntermediate));
-  m.intermediate_size = inter.value_or(0);
+  if (falcon) {
+    // Falcon's MLP is 4 x hidden_size wide unless ffn_hidden_size says otherwise (Transformers'
+    // FalconConfig); its configs have no intermediate_size. 4 x kMaxDModel <= kMaxIntermediate.
+    ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> ffn,
+                            r.Int("ffn_hidden_size", 0, kMaxIntermediate));
+    m.intermediate_size = ffn.value_or(4 * m.d_model);
+  } else {
+    ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> inter,
+                            r.Int("intermediate_size", 0, kMaxIntermediate));
+    m.intermediate_size = inter.value_or(0);
+  }
   ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> context,
                           r.Int("max_position_embeddings", 0, kMaxContextTokens));
   m.max_context_tokens = context.value_or(0);
@@ -732,12 +787,13 @@ absl::StatusOr<ModelSpec> ImportHfConfig(absl::string_view text, absl::string_vi
     m.weights_dtype = std::string(DTypeName(w));
   }
   // Transformers' LlamaConfig, MistralConfig, MixtralConfig and Qwen2Config default to untied
-  // embeddings; the Gemma configs default to tied ones.
+  // embeddings; the Gemma configs default to tied ones, and so does FalconConfig (it keeps
+  // PretrainedConfig's default, and FalconForCausalLM ties lm_head to the word embeddings).
   ATTEND_ASSIGN_OR_RETURN(std::optional<bool> tied, r.Bool("tie_word_embeddings"));
   if (!tied) {
     ATTEND_ASSIGN_OR_RETURN(tied, top.Bool("tie_word_embeddings"));
   }
-  m.tied_embeddings = tied.value_or(absl::StartsWith(m.architecture, "gemma"));
+  m.tied_embeddings = tied.value_or(absl::StartsWith(m.architecture, "gemma") || falcon);
 
   ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> experts,
                           r.Int("num_local_experts", 0, kMaxExperts));
@@ -775,9 +831,9 @@ absl::StatusOr<ModelSpec> ImportHfConfig(absl::string_view text, absl::string_vi
     if (m.name.empty()) m.name = "imported";
     m.display_name = label.empty() ? m.name : SanitizeText(label);
   }
-  m.source = m.architecture.empty()
+  m.source = given_type.empty()
                  ? "Hugging Face config.json"
-                 : absl::StrCat("Hugging Face config.json (model_type ", m.architecture, ")");
+                 : absl::StrCat("Hugging Face config.json (model_type ", given_type, ")");
   return Finish(std::move(m));
 }
 

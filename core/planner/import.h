@@ -32,6 +32,13 @@ namespace attend::planner {
 // num_experts_per_tok, model_type. A multimodal config without num_hidden_layers at the top
 // level is read from its "text_config".
 //
+// Falcon (model_type "falcon", or "RefinedWebModel" / "RefinedWeb" in the first releases; the
+// result's architecture is "falcon" for all three) also accepts n_layer and n_head, and takes its
+// key/value heads from flags, as Transformers does: with new_decoder_architecture (implied by
+// RefinedWeb) num_kv_heads or n_head_kv (default: the head count); otherwise one when multi_query
+// (default true), else the head count. Its MLP width is ffn_hidden_size, default 4 x hidden_size;
+// its embeddings default to tied.
+//
 // Sliding windows, in order of precedence:
 //   - layer_types: one "sliding_attention" or "full_attention" per layer; sliding layers use
 //     sliding_window;

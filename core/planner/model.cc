@@ -198,6 +198,8 @@ bool HasSlidingWindows(const ModelSpec& model) {
                      [](const LayerSpec& l) { return l.window_tokens > 0; });
 }
 
+bool HasGatedMlp(const ModelSpec& model) { return model.architecture != "falcon"; }
+
 absl::StatusOr<ParameterCount> ComputeParameters(const ModelSpec& model) {
   for (const auto& [field, value] : {std::pair<const char*, int64_t>{"d_model", model.d_model},
                                      {"vocab_size", model.vocab_size},
@@ -211,29 +213,37 @@ absl::StatusOr<ParameterCount> ComputeParameters(const ModelSpec& model) {
   // d_model x intermediate, stays below 2^58), but summed over 4096 layers they can overflow, so
   // the sums are checked.
   const bool qkv_bias = model.architecture == "qwen2";
-  const int64_t norms_per_layer = model.architecture == "gemma2" ? 4 : 2;
+  const bool falcon = model.architecture == "falcon";
   const int64_t experts = std::max<int64_t>(model.experts, 1);
   const int64_t experts_active = std::max<int64_t>(model.experts_active, 1);
+  // Parameters of one norm: an RMSNorm's weight, or a LayerNorm's weight and bias (Falcon).
+  const int64_t norm = falcon ? 2 * model.d_model : model.d_model;
 
   ParameterCount count;
   count.embedding = model.vocab_size * model.d_model;
   count.lm_head = model.tied_embeddings ? 0 : count.embedding;
-  std::optional<int64_t> mlp = CheckedMul(3 * model.d_model, model.intermediate_size);
+  const int64_t mlp_matrices = HasGatedMlp(model) ? 3 : 2;
+  std::optional<int64_t> mlp = CheckedMul(mlp_matrices * model.d_model, model.intermediate_size);
   if (!mlp) return absl::InvalidArgumentError("the MLP parameter count overflows int64");
   count.per_layer_mlp = *mlp;
   const int64_t router = experts > 1 ? model.d_model * experts : 0;
 
-  std::optional<int64_t> total = count.embedding + count.lm_head + model.d_model;
+  std::optional<int64_t> total = count.embedding + count.lm_head + norm;
   std::optional<int64_t> active = total;
   for (int64_t layer = 0; layer < model.layers; ++layer) {
     const int64_t kv = LayerKvHeads(model, layer);
+    // Falcon-7B's multi-query layer feeds attention and MLP from one input LayerNorm; Falcon's
+    // other layouts have two norms per layer, as Llama-style layers do (gemma2 adds two
+    // post-norms).
+    int64_t norms_per_layer = model.architecture == "gemma2" ? 4 : 2;
+    if (falcon && kv == 1) norms_per_layer = 1;
     const ParameterCounts attn = CountParameters(model.d_model, model.n_head, kv, model.head_dim,
                                                  model.head_dim_v, model.d_model);
     int64_t attention = attn.total;
     if (qkv_bias)
       attention += model.n_head * model.head_dim + kv * (model.head_dim + model.head_dim_v);
     if (layer == 0) count.per_layer_attention = attention;
-    const int64_t fixed = attention + router + norms_per_layer * model.d_model;
+    const int64_t fixed = attention + router + norms_per_layer * norm;
     std::optional<int64_t> all_experts = CheckedMul(*mlp, experts);
     std::optional<int64_t> used_experts = CheckedMul(*mlp, experts_active);
     if (!all_experts || !used_experts || !total || !active) {

@@ -106,15 +106,25 @@ struct ParameterCount {
   int64_t embedding = 0;            // token embedding table (vocab x d_model)
   int64_t lm_head = 0;              // 0 when tied
   int64_t per_layer_attention = 0;  // Wq+Wk+Wv+Wo (+ q/k/v biases) of layer 0
-  int64_t per_layer_mlp = 0;        // one expert's gated MLP
+  int64_t per_layer_mlp = 0;        // one expert's MLP (three matrices when gated, else two)
 };
 
-// Parameters of a Llama-style decoder computed from the shape: embeddings (twice when untied),
-// per layer Wq/Wk/Wv/Wo (attend::CountParameters, with that layer's n_head_kv), a gated MLP of
-// three d_model x intermediate matrices per expert, a router (d_model x experts) for MoE, RMSNorm
-// weights (2 x d_model per layer; 4 for gemma2's extra post-norms), q/k/v biases for qwen2, and
-// the final norm. This reproduces the published totals of Llama 2/3/3.1, Mistral, Mixtral,
-// Qwen2 and Gemma 2 exactly (see the catalog tests); other architectures are estimates.
+// Whether the architecture's MLP is gated: three d_model x intermediate matrices (gate, up,
+// down), as in Llama, Mistral, Qwen2 and Gemma. False for "falcon", whose MLP is two matrices
+// with a GELU between them (dense_h_to_4h, dense_4h_to_h).
+bool HasGatedMlp(const ModelSpec& model);
+
+// Parameters of a decoder computed from the shape: embeddings (twice when untied), per layer
+// Wq/Wk/Wv/Wo (attend::CountParameters, with that layer's n_head_kv), an MLP per expert (three
+// d_model x intermediate matrices when gated, two otherwise; see HasGatedMlp), a router
+// (d_model x experts) for MoE, the norms, q/k/v biases for qwen2, and the final norm. Norms are
+// RMSNorm weights (2 x d_model per layer; 4 for gemma2's extra post-norms), except Falcon's
+// LayerNorms, a weight and a bias each: one per multi-query layer (Falcon-7B's parallel block),
+// two per layer otherwise (the new decoder architecture's ln_attn and ln_mlp, or the input and
+// post-attention norms of a sequential one). This reproduces the published totals of Llama
+// 2/3/3.1, Mistral, Mixtral, Qwen2 and Gemma 2 exactly (see the catalog tests) and Falcon-7B's
+// and Falcon-40B's counts from their architecture (tied embeddings); other architectures are
+// estimates (Falcon's linear biases, present when its config says bias: true, are not counted).
 // INVALID_ARGUMENT when d_model, vocab_size or intermediate_size is 0 (unknown).
 // REQUIRES: `model` is canonical.
 absl::StatusOr<ParameterCount> ComputeParameters(const ModelSpec& model);

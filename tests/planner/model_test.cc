@@ -156,6 +156,42 @@ TEST(ComputeParameters, HandCountOfTheTinyModel) {
   EXPECT_EQ(m.parameters, expected);
 }
 
+// Falcon's MLP is not gated: two d_model x intermediate matrices (and a GELU), where a Llama
+// layer has three (gate, up, down). Its norms are LayerNorms, a weight and a bias each: one per
+// multi-query layer (Falcon-7B's parallel block), two per layer otherwise (ln_attn and ln_mlp of
+// the new decoder architecture), and a final one.
+TEST(ComputeParameters, FalconMlpHasTwoMatrices) {
+  ModelSpec m = Shape(2, 8, 1, 32);
+  m.d_model = 256;
+  m.vocab_size = 1000;
+  m.intermediate_size = 1024;
+  m.tied_embeddings = true;
+  m.architecture = "falcon";
+  // Per layer: Wq 256 x 256, Wk and Wv 256 x 32 each, Wo 256 x 256, MLP 2 x 256 x 1024, one
+  // LayerNorm 2 x 256; final LayerNorm 2 x 256; embeddings 1000 x 256 (tied).
+  const int64_t attention = 65536 + 8192 + 8192 + 65536;
+  const int64_t multi_query_layer = attention + 2 * 256 * 1024 + 2 * 256;
+  absl::StatusOr<ParameterCount> p = ComputeParameters(*CanonicalModel(m));
+  ASSERT_OK(p);
+  EXPECT_EQ(p->per_layer_mlp, 2 * 256 * 1024);
+  EXPECT_EQ(p->total, 1000 * 256 + 2 * multi_query_layer + 2 * 256);
+
+  // With 4 key/value groups: Wk and Wv 256 x 128 each, and two LayerNorms per layer.
+  m.n_head_kv = 4;
+  const int64_t grouped_layer = 65536 + 2 * 32768 + 65536 + 2 * 256 * 1024 + 4 * 256;
+  p = ComputeParameters(*CanonicalModel(m));
+  ASSERT_OK(p);
+  EXPECT_EQ(p->total, 1000 * 256 + 2 * grouped_layer + 2 * 256);
+
+  // The same shape as a Llama-style model keeps its gated MLP and RMSNorms.
+  m.architecture = "llama";
+  p = ComputeParameters(*CanonicalModel(m));
+  ASSERT_OK(p);
+  EXPECT_EQ(p->per_layer_mlp, 3 * 256 * 1024);
+  EXPECT_EQ(p->total,
+            1000 * 256 + 2 * (65536 + 2 * 32768 + 65536 + 3 * 256 * 1024 + 2 * 256) + 256);
+}
+
 TEST(ComputeParameters, NeedsTheWholeShape) {
   ModelSpec m = *CanonicalModel(Shape(4, 8, 2, 32));
   EXPECT_THAT(ComputeParameters(m), StatusIs(kInvalid, {"d_model is unknown"}));
