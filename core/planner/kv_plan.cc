@@ -37,24 +37,59 @@ absl::StatusOr<std::vector<LayerGroup>> GroupLayers(const ModelSpec& model, KvDT
   return groups;
 }
 
-// Tokens a layer with `window` holds for a context, rounded up to whole blocks when paged.
-int64_t HeldTokens(int64_t context, int64_t window, int64_t block_tokens) {
-  int64_t tokens = window > 0 ? std::min(context, window) : context;
-  if (block_tokens > 0) tokens = (tokens + block_tokens - 1) / block_tokens * block_tokens;
-  return tokens;
+// Blocks of `block_tokens` tokens that a layer with `window` (0: full attention) holds at
+// `context`. It keeps the last min(context, window) tokens, positions [context - window,
+// context) once the window is full; blocks are aligned at position 0 and one stays while any of
+// its tokens is kept (attend's cache releases only blocks wholly before the first position a
+// query can see), so the kept tokens touch blocks floor((context - window) / block_tokens) to
+// floor((context - 1) / block_tokens): one block more than window / block_tokens whenever the
+// window does not start on a block boundary. REQUIRES: block_tokens >= 1.
+int64_t LayerBlocks(int64_t context, int64_t window, int64_t block_tokens) {
+  const int64_t end = (context + block_tokens - 1) / block_tokens;  // one past the last block
+  if (window == 0 || context <= window) return end;
+  return end - (context - window) / block_tokens;
 }
 
+// Token slots a layer is allocated at `context`: the tokens it keeps, or with paging its whole
+// blocks (at most context + block_tokens, so no overflow).
+int64_t LayerSlots(int64_t context, int64_t window, int64_t block_tokens) {
+  if (block_tokens == 0) return window > 0 ? std::min(context, window) : context;
+  return LayerBlocks(context, window, block_tokens) * block_tokens;
+}
+
+// Bytes one sequence is allocated at `context`: every layer's slots (LayerSlots) x its bytes
+// per token. nullopt on overflow.
 std::optional<int64_t> SequenceBytes(const std::vector<LayerGroup>& groups, int64_t context,
                                      int64_t block_tokens) {
   int64_t total = 0;
   for (const LayerGroup& g : groups) {
     std::optional<int64_t> bytes = CheckedMul(g.row_bytes, g.layers);
-    if (bytes) bytes = CheckedMul(*bytes, HeldTokens(context, g.window, block_tokens));
+    if (bytes) bytes = CheckedMul(*bytes, LayerSlots(context, g.window, block_tokens));
     if (bytes) bytes = CheckedAdd(total, *bytes);
     if (!bytes) return std::nullopt;
     total = *bytes;
   }
   return total;
+}
+
+// The most one sequence is allocated at any context up to `context`: a sequence grows through
+// every shorter context, so this, not the allocation at `context`, is what must fit. Unpaged,
+// and for full-attention layers, the allocation never shrinks. A paged sliding-window layer past
+// its window gains a block when the context enters a new block and loses one when the window's
+// first token leaves one, so its count alternates between two values.
+//
+// Blocks are aligned at position 0 in every layer, so all layers gain their blocks at the same
+// contexts, c = k x block_tokens + 1, and in between only lose them. The allocation is therefore
+// largest just after the newest block is opened, at ((context - 1) / block_tokens) x
+// block_tokens + 1: from there to `context` no layer gains a block, and any earlier context c
+// needs at most what c + block_tokens does (one block more within a window, the same past it),
+// which brings it into the previous block's span, where the same argument holds. nullopt on
+// overflow.
+std::optional<int64_t> PeakSequenceBytes(const std::vector<LayerGroup>& groups, int64_t context,
+                                         int64_t block_tokens) {
+  if (block_tokens == 0 || context == 0) return SequenceBytes(groups, context, block_tokens);
+  const int64_t newest_block_opened = (context - 1) / block_tokens * block_tokens + 1;
+  return SequenceBytes(groups, newest_block_opened, block_tokens);
 }
 
 int64_t BytesPerToken(const std::vector<LayerGroup>& groups, bool full_attention_only) {
@@ -66,17 +101,19 @@ int64_t BytesPerToken(const std::vector<LayerGroup>& groups, bool full_attention
   return total;
 }
 
-// Whether `batch` sequences of `context` fit in `available` bytes (overflow: no).
+// Whether `batch` sequences fit in `available` bytes at every context up to `context`
+// (overflow: no).
 bool Fits(const std::vector<LayerGroup>& groups, int64_t context, int64_t block_tokens,
           int64_t batch, int64_t available) {
-  std::optional<int64_t> bytes = SequenceBytes(groups, context, block_tokens);
+  std::optional<int64_t> bytes = PeakSequenceBytes(groups, context, block_tokens);
   if (bytes) bytes = CheckedMul(*bytes, batch);
   return bytes && *bytes <= available;
 }
 
-// Longest context in [0, kMaxContextTokens] for which `batch` sequences fit; -1 when even an
-// empty cache does not (available < 0). Bytes are non-decreasing in the context, so a binary
-// search is exact, also across the kinks where windows fill up.
+// Longest context in [0, kMaxContextTokens] to which `batch` sequences can grow; -1 when even an
+// empty cache does not fit (available < 0). The most a sequence needs on the way
+// (PeakSequenceBytes) is non-decreasing in the context, so a binary search is exact, also across
+// the kinks where windows fill up and where paged windows alternate between block counts.
 int64_t MaxContext(const std::vector<LayerGroup>& groups, int64_t block_tokens, int64_t batch,
                    int64_t available) {
   if (!Fits(groups, 0, block_tokens, batch, available)) return -1;
@@ -119,10 +156,12 @@ int64_t DefaultGqaHeads(int64_t n_head) {
   return 0;
 }
 
+// `bytes_one_sequence` is the most one sequence needs on its way to `context`
+// (PeakSequenceBytes), `bytes_at_context` what it is allocated at `context`.
 absl::StatusOr<BudgetPlan> PlanBudget(const ModelSpec& m, const KvPlanRequest& request,
                                       const std::vector<LayerGroup>& groups, int64_t context,
                                       int64_t batch, int64_t block_tokens,
-                                      int64_t bytes_one_sequence) {
+                                      int64_t bytes_one_sequence, int64_t bytes_at_context) {
   BudgetPlan b;
   b.budget_bytes = request.memory_budget_bytes;
   if (request.subtract_weights) {
@@ -160,7 +199,7 @@ absl::StatusOr<BudgetPlan> PlanBudget(const ModelSpec& m, const KvPlanRequest& r
                                  Bytes(-b.available_bytes), ": there is no room for any cache.");
     return b;
   }
-  const int64_t need = bytes_one_sequence * batch;  // checked by the caller (total bytes)
+  const int64_t need = bytes_one_sequence * batch;  // checked by the caller
   b.fits = need <= b.available_bytes;
   b.max_sequences = b.available_bytes / bytes_one_sequence;  // bytes_one_sequence >= 1
   b.max_context_tokens = MaxContext(groups, block_tokens, batch, b.available_bytes);
@@ -194,6 +233,13 @@ absl::StatusOr<BudgetPlan> PlanBudget(const ModelSpec& m, const KvPlanRequest& r
     absl::StrAppend(&words, "Not even one token fits: one token of one sequence needs ",
                     Bytes(SequenceBytes(groups, 1, block_tokens).value_or(0)), " and ",
                     Bytes(b.available_bytes), " is available.");
+  }
+  if (bytes_one_sequence > bytes_at_context) {
+    absl::StrAppend(&words, " With ", FormatCount(block_tokens), "-token blocks one sequence is ",
+                    "allocated ", Bytes(bytes_at_context), " at ", FormatCount(context),
+                    " tokens but up to ", Bytes(bytes_one_sequence),
+                    " on the way (a sliding window that straddles a block boundary holds one "
+                    "block more); these answers allow for the most.");
   }
   if (b.context_unbounded) {
     int64_t widest = 0;
@@ -272,11 +318,16 @@ absl::StatusOr<KvPlan> PlanKvCache(const ModelSpec& model, const KvPlanRequest& 
   if (!total) return overflow("the cache");
   plan.total_bytes = *total;
 
-  int64_t allocated_one = plan.bytes_per_sequence;
   if (request.block_tokens > 0) {
+    // One computation for all three: each layer's blocks (LayerBlocks), their bytes
+    // (SequenceBytes sums blocks x block_tokens x row bytes), and the waste against the tokens
+    // kept.
     PagedPlan p;
     p.block_tokens = request.block_tokens;
-    p.blocks_per_sequence = (plan.context_tokens + p.block_tokens - 1) / p.block_tokens;
+    for (const LayerGroup& g : groups) {
+      p.blocks_per_sequence = std::max(p.blocks_per_sequence,
+                                       LayerBlocks(plan.context_tokens, g.window, p.block_tokens));
+    }
     const std::optional<int64_t> one = SequenceBytes(groups, plan.context_tokens, p.block_tokens);
     if (!one) return overflow("the paged allocation of one sequence");
     p.allocated_bytes_per_sequence = *one;
@@ -284,14 +335,20 @@ absl::StatusOr<KvPlan> PlanKvCache(const ModelSpec& model, const KvPlanRequest& 
     if (!all) return overflow("the paged allocation");
     p.allocated_bytes = *all;
     p.waste_bytes = p.allocated_bytes - plan.total_bytes;
-    allocated_one = *one;
     plan.paged = p;
   }
 
   if (request.memory_budget_bytes > 0) {
+    // What each sequence needs on its way to the context: with paged windows up to a block per
+    // windowed layer more than it is allocated at the context itself.
+    const std::optional<int64_t> peak =
+        PeakSequenceBytes(groups, plan.context_tokens, request.block_tokens);
+    if (!peak || !CheckedMul(*peak, plan.batch)) return overflow("the cache on the way");
+    const int64_t at_context =
+        plan.paged ? plan.paged->allocated_bytes_per_sequence : plan.bytes_per_sequence;
     ATTEND_ASSIGN_OR_RETURN(plan.budget,
                             PlanBudget(m, request, groups, plan.context_tokens, plan.batch,
-                                       request.block_tokens, allocated_one));
+                                       request.block_tokens, *peak, at_context));
   }
 
   const bool uniform = std::all_of(m.layer_specs.begin(), m.layer_specs.end(),

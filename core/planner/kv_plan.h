@@ -7,8 +7,21 @@
 // to the next block. A sliding-window layer holds at most window_tokens tokens, so the bytes of a
 // sequence are a piecewise-linear, non-decreasing function of its context:
 //   bytes(n) = sum over layers of row_bytes(layer) x min(n, window(layer) or n).
-// Budget answers search that function exactly (binary search over the context), never divide by
-// one bytes-per-token figure.
+//
+// Paged, each layer is allocated whole blocks of block_tokens tokens, aligned at position 0; a
+// block stays while any of its tokens is kept, as in attend's cache. A layer keeps positions
+// [n - min(n, w), n), so it holds ceil(n / B) - floor(max(0, n - w) / B) blocks (w = the window,
+// or n for full attention; B = block_tokens): past its window, one block more than w / B
+// whenever the window does not start on a block boundary. Blocks, allocated bytes (blocks x
+// block_tokens x row_bytes, summed over layers) and waste (allocated minus bytes(n)) come from
+// that one count. Past a window the count alternates (a block is gained as n enters a new block,
+// one released as the window's first token leaves one), so a sequence on its way to n may have
+// needed more than it is allocated at n.
+//
+// Budget answers hold at every length on the way to the context: they size a sequence by the
+// most it needs at any length up to it (unpaged, bytes(n); paged, the allocation just after its
+// newest block was opened), and search that non-decreasing function exactly (binary search over
+// the context), never dividing by one bytes-per-token figure.
 //
 // All byte counts are int64 with overflow checks; an input whose answer would overflow is
 // INVALID_ARGUMENT.
@@ -45,9 +58,11 @@ struct KvPlanRequest {
 
 struct PagedPlan {
   int64_t block_tokens = 0;
-  // Blocks of the longest-holding layer: ceil(context / block_tokens). Sliding-window layers hold
-  // ceil(min(context, window) / block_tokens) blocks each.
+  // Blocks at context_tokens of the layer that holds the most: ceil(context / block_tokens) when
+  // some layer attends fully; a sliding-window layer holds the blocks its last min(context,
+  // window) tokens touch (see above), so a model whose layers all slide reports those.
   int64_t blocks_per_sequence = 0;
+  // Every layer's blocks x block_tokens x its bytes per token, at context_tokens.
   int64_t allocated_bytes_per_sequence = 0;
   int64_t allocated_bytes = 0;  // whole batch
   int64_t waste_bytes = 0;      // allocated minus needed, whole batch
@@ -57,15 +72,17 @@ struct BudgetPlan {
   int64_t budget_bytes = 0;
   int64_t weights_bytes = 0;    // subtracted from the budget (0 unless subtract_weights)
   int64_t available_bytes = 0;  // for the cache; negative when the weights alone do not fit
-  bool fits = false;            // batch sequences of context_tokens fit
-  // Longest context for `batch` sequences, and for one sequence (0 when not even one token
+  // batch sequences of context_tokens fit, at every length on the way (with paging and sliding
+  // windows a sequence may need a block per windowed layer more on the way than at the end).
+  bool fits = false;
+  // Longest context `batch` sequences, and one sequence, can grow to (0 when not even one token
   // fits). With paging, allocations are whole blocks.
   int64_t max_context_tokens = 0;
   int64_t max_context_tokens_one_sequence = 0;
   // Every layer is windowed and the full-window cache fits: the cache stops growing, so memory
   // never limits the context. max_context_tokens is then kMaxContextTokens.
   bool context_unbounded = false;
-  int64_t max_sequences = 0;  // most sequences of context_tokens
+  int64_t max_sequences = 0;  // most sequences that can grow to context_tokens
   std::string explanation;    // the answer in words, incl. why not even one fits and what would
 };
 
@@ -107,8 +124,9 @@ struct KvPlan {
 // (MQA), keeping the windows.
 absl::StatusOr<KvPlan> PlanKvCache(const ModelSpec& model, const KvPlanRequest& request);
 
-// Bytes the cache of one sequence of `context_tokens` needs (block_tokens 0) or is allocated
-// (block_tokens > 0). INVALID_ARGUMENT for an invalid model or context, or on overflow.
+// Bytes the cache of one sequence of `context_tokens` needs (block_tokens 0) or is allocated at
+// that length (block_tokens > 0: whole blocks per layer, as above). INVALID_ARGUMENT for an
+// invalid model or context, or on overflow.
 absl::StatusOr<int64_t> KvBytesPerSequence(const ModelSpec& model, KvDType kv_dtype,
                                            int64_t context_tokens, int64_t block_tokens = 0);
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
@@ -36,6 +37,43 @@ KvPlanRequest Request(int64_t context, int64_t batch = 1, KvDType dtype = KvDTyp
 
 std::string GiB(int64_t bytes) {
   return absl::StrFormat("%.2f", static_cast<double>(bytes) / static_cast<double>(kGiB));
+}
+
+// Blocks of `block` tokens, aligned at position 0, that hold the tokens a layer with `window`
+// (0: full attention) keeps at `context`: positions [context - min(context, window), context).
+// Counted by listing the blocks, independently of the planner's formula.
+int64_t TouchedBlocks(int64_t context, int64_t window, int64_t block) {
+  const int64_t first = window > 0 && context > window ? context - window : 0;
+  int64_t blocks = 0;
+  for (int64_t position = first; position < context; ++position) {
+    if (position == first || position / block != (position - 1) / block) ++blocks;
+  }
+  return blocks;
+}
+
+// A small model with one layer per entry of `layers` ({n_head_kv, window}): 4 query heads of 8
+// values, so a layer caches n_head_kv x (8 + 8) x 2 bytes per token in f16.
+ModelSpec LayeredModel(const std::vector<LayerSpec>& layers) {
+  ModelSpec m;
+  m.name = "layered";
+  m.layers = static_cast<int64_t>(layers.size());
+  m.n_head = 4;
+  m.n_head_kv = 4;
+  m.head_dim = 8;
+  m.layer_specs = layers;
+  return m;
+}
+
+int64_t RowBytes(const LayerSpec& layer) { return layer.n_head_kv * (8 + 8) * 2; }
+
+// Bytes the layers of LayeredModel(layers) are allocated at `context` in blocks of `block`,
+// from the listed blocks.
+int64_t BruteForceAllocated(const std::vector<LayerSpec>& layers, int64_t context, int64_t block) {
+  int64_t bytes = 0;
+  for (const LayerSpec& l : layers) {
+    bytes += TouchedBlocks(context, l.window_tokens, block) * block * RowBytes(l);
+  }
+  return bytes;
 }
 
 // Lesson 3, Example 10: "tiny model, 4096 tokens: 4,194,304 bytes = 4.00 MiB of KV cache".
@@ -198,10 +236,163 @@ TEST(PlanKvCache, PagedSlidingLayersRoundTheirWindow) {
   KvPlanRequest r = Request(8192);
   r.block_tokens = 1000;
   const KvPlan p = Plan(Preset("gemma-2-9b"), r);
-  // Global layers: ceil(8192 / 1000) = 9 blocks; sliding: ceil(4096 / 1000) = 5 blocks.
+  // Global layers: ceil(8192 / 1000) = 9 blocks; sliding layers keep positions 4096..8191,
+  // blocks 4..8 = 5 blocks.
   EXPECT_EQ(p.paged->blocks_per_sequence, 9);
   EXPECT_EQ(p.paged->allocated_bytes_per_sequence, 21LL * 9000 * 8192 + 21LL * 5000 * 8192);
   EXPECT_EQ(p.paged->waste_bytes, p.paged->allocated_bytes - p.total_bytes);
+}
+
+// Mistral 7B slides a 4096-token window over every layer. At 10,001 tokens a layer keeps
+// positions 5905..10000, which lie in 16-token blocks 369 (5905 / 16) to 625 (10000 / 16): 257
+// blocks, one more than 4096 / 16 because 5905 is not on a block boundary, and far fewer than
+// ceil(10001 / 16) = 626. One layer's block is 16 tokens x 8 KV heads x (128 + 128) values x 2
+// bytes = 65,536 bytes; the window itself is 4096 x 4096 bytes per layer.
+TEST(PlanKvCache, PagedWindowHoldsEveryBlockItsTokensTouch) {
+  KvPlanRequest r = Request(10001, 2);
+  r.block_tokens = 16;
+  const KvPlan p = Plan(Preset("mistral-7b"), r);
+  ASSERT_TRUE(p.paged.has_value());
+  EXPECT_EQ(p.paged->blocks_per_sequence, 257);
+  EXPECT_EQ(p.paged->allocated_bytes_per_sequence, 32LL * 257 * 65536);
+  EXPECT_EQ(p.paged->allocated_bytes, 2 * 32LL * 257 * 65536);
+  EXPECT_EQ(p.bytes_per_sequence, 32LL * 4096 * 4096);
+  // One block per layer and sequence is partly outside the window.
+  EXPECT_EQ(p.paged->waste_bytes, 2 * 32 * 65536);
+  EXPECT_EQ(*KvBytesPerSequence(Preset("mistral-7b"), KvDType::kFloat16, 10001, 16),
+            32LL * 257 * 65536);
+
+  // At 4,112 tokens the window starts on a block boundary: positions 16..4111 are blocks 1..256.
+  r.context_tokens = 4112;
+  const KvPlan aligned = Plan(Preset("mistral-7b"), r);
+  EXPECT_EQ(aligned.paged->blocks_per_sequence, 256);
+  EXPECT_EQ(aligned.paged->waste_bytes, 0);
+}
+
+// Generated cases: for layers of several windows and key/value head counts, every context up to
+// 200 and several block sizes, the blocks and allocated bytes are those of the listed blocks,
+// the bytes are blocks x block bytes, and the waste is allocated minus held.
+TEST(PlanKvCache, PagedBlocksMatchTheListedBlocks) {
+  for (int64_t window : {1, 5, 16, 17, 31, 32, 33, 100}) {
+    const std::vector<LayerSpec> layers = {{4, 0}, {2, window}, {1, window}, {1, 2 * window + 3}};
+    const std::vector<LayerSpec> uniform(3, LayerSpec{2, window});
+    for (int64_t block : {1, 2, 3, 7, 16, 32, 64}) {
+      for (int64_t context = 1; context <= 200; ++context) {
+        SCOPED_TRACE(absl::StrFormat("window %d, block %d, context %d", window, block, context));
+        KvPlanRequest r = Request(context, 3);
+        r.block_tokens = block;
+        const KvPlan p = Plan(LayeredModel(layers), r);
+        ASSERT_TRUE(p.paged.has_value());
+        int64_t most = 0;
+        int64_t held = 0;
+        for (const LayerSpec& l : layers) {
+          most = std::max(most, TouchedBlocks(context, l.window_tokens, block));
+          held +=
+              (l.window_tokens > 0 ? std::min(context, l.window_tokens) : context) * RowBytes(l);
+        }
+        const int64_t allocated = BruteForceAllocated(layers, context, block);
+        EXPECT_EQ(p.paged->blocks_per_sequence, most);
+        EXPECT_EQ(p.paged->allocated_bytes_per_sequence, allocated);
+        EXPECT_EQ(p.paged->allocated_bytes, 3 * allocated);
+        EXPECT_EQ(p.bytes_per_sequence, held);
+        EXPECT_EQ(p.paged->waste_bytes, 3 * (allocated - held));
+        EXPECT_EQ(*KvBytesPerSequence(LayeredModel(layers), KvDType::kFloat16, context, block),
+                  allocated);
+
+        // Layers alike: blocks x layers x block bytes.
+        const KvPlan u = Plan(LayeredModel(uniform), r);
+        EXPECT_EQ(u.paged->blocks_per_sequence, TouchedBlocks(context, window, block));
+        EXPECT_EQ(u.paged->allocated_bytes_per_sequence,
+                  u.paged->blocks_per_sequence * 3 * block * RowBytes(uniform[0]));
+      }
+    }
+  }
+}
+
+// A sequence grows through every shorter context, and past the window its allocation goes up
+// and down by a block as the window's first token crosses block boundaries. The budget answers
+// hold at every length on the way: Mistral's 256 blocks per layer (what the window holds
+// unpaged) do not hold 4,097 tokens, which touch blocks 0..256, nor 10,001 (blocks 369..625),
+// nor even 4,112 (blocks 1..256), since 4,097..4,111 needed 257 on the way.
+TEST(PlanKvCache, BudgetPagedHoldsTheStraddlingWindow) {
+  const ModelSpec m = Preset("mistral-7b");
+  const int64_t block_bytes = 65536;  // 16 tokens x 4096 bytes, one layer
+  for (int64_t context : {10001, 4112}) {
+    SCOPED_TRACE(context);
+    KvPlanRequest r = Request(context);
+    r.block_tokens = 16;
+    r.memory_budget_bytes = 32 * 256 * block_bytes;
+    KvPlan p = Plan(m, r);
+    ASSERT_TRUE(p.budget.has_value());
+    EXPECT_FALSE(p.budget->fits);
+    EXPECT_EQ(p.budget->max_sequences, 0);
+    EXPECT_EQ(p.budget->max_context_tokens, 4096);
+    EXPECT_EQ(p.budget->max_context_tokens_one_sequence, 4096);
+    EXPECT_FALSE(p.budget->context_unbounded);
+    // At 4,112 tokens the allocation itself would fit; the explanation says why it does not.
+    EXPECT_EQ(absl::StrContains(p.budget->explanation,
+                                "allocated 512.00 MiB (536,870,912 bytes) "
+                                "at 4,112 tokens but up to 514.00 MiB"),
+              context == 4112)
+        << p.budget->explanation;
+
+    // 257 blocks per layer hold any context: the window never touches more.
+    r.memory_budget_bytes = 32 * 257 * block_bytes;
+    p = Plan(m, r);
+    EXPECT_TRUE(p.budget->fits);
+    EXPECT_EQ(p.budget->max_sequences, 1);
+    EXPECT_TRUE(p.budget->context_unbounded);
+    EXPECT_EQ(p.budget->max_context_tokens, kMaxContextTokens);
+  }
+}
+
+// Generated budgets: the longest context is the last one before some length on the way needs
+// more than the budget, and the sequences that fit are sized by the most they need on the way
+// to the requested context, both from the listed blocks.
+TEST(PlanKvCache, BudgetPagedMatchesTheListedBlocks) {
+  for (int64_t window : {5, 16, 17, 40}) {
+    const std::vector<LayerSpec> bounded = {{1, 0}, {2, window}, {4, window + 7}};
+    const std::vector<LayerSpec> windowed = {{2, window}, {4, window + 7}};
+    for (const std::vector<LayerSpec>& layers : {bounded, windowed}) {
+      for (int64_t block : {1, 3, 8, 16}) {
+        // The most a sequence is allocated at any length up to c, for c in [0, kLimit]: far
+        // enough for the budgets below to run out with a full-attention layer.
+        constexpr int64_t kLimit = 1500;
+        std::vector<int64_t> peak(kLimit + 1, 0);
+        for (int64_t c = 1; c <= kLimit; ++c) {
+          peak[c] = std::max(peak[c - 1], BruteForceAllocated(layers, c, block));
+        }
+        for (int64_t batch : {1, 2}) {
+          for (int64_t budget = 64; budget <= 2 * peak[60] + 500; budget += 96) {
+            int64_t longest = 0;
+            while (longest < kLimit && batch * peak[longest + 1] <= budget) ++longest;
+            for (int64_t context : {1, 17, 60, 101}) {
+              SCOPED_TRACE(
+                  absl::StrFormat("layers %d, window %d, block %d, batch %d, budget %d, context %d",
+                                  layers.size(), window, block, batch, budget, context));
+              KvPlanRequest r = Request(context, batch);
+              r.block_tokens = block;
+              r.memory_budget_bytes = budget;
+              const KvPlan p = Plan(LayeredModel(layers), r);
+              ASSERT_TRUE(p.budget.has_value());
+              EXPECT_EQ(p.budget->fits, batch * peak[context] <= budget);
+              EXPECT_EQ(p.budget->max_sequences, budget / peak[context]);
+              if (longest < kLimit) {
+                EXPECT_EQ(p.budget->max_context_tokens, longest);
+                EXPECT_FALSE(p.budget->context_unbounded);
+              } else {
+                // Only windows: past kLimit tokens the allocation repeats what it was before.
+                EXPECT_TRUE(std::all_of(layers.begin(), layers.end(),
+                                        [](const LayerSpec& l) { return l.window_tokens > 0; }));
+                EXPECT_TRUE(p.budget->context_unbounded);
+                EXPECT_EQ(p.budget->max_context_tokens, kMaxContextTokens);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
 }
 
 // The budget holds exactly the request: it fits, to the byte; one byte less and one token
