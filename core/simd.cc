@@ -17,6 +17,9 @@ namespace {
 // a degree-6 polynomial; relative error about 1e-7. Below -87 the result is 0.
 inline float ExpScalar(float x) {
   if (x < -87.0f) return 0.0f;
+  // A score that overflowed (inf - inf) stays NaN for the caller's output check to report;
+  // converting it to an int below would be undefined.
+  if (std::isnan(x)) return x;
   const float n = std::nearbyint(x * 1.44269504088896341f);
   const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
   float p = 1.9875691500e-4f;
