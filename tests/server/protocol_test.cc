@@ -106,6 +106,23 @@ TEST_F(ProtocolTest, UnparseableBytesAreInvalidArgumentOnEveryUnaryMethod) {
   EXPECT_TRUE(CallRaw("/attend.v1.Attention/Softmax", bytes).ok());
 }
 
+// Ids of any length and bytes come back in NOT_FOUND bounded and escaped: a 20,000-character id
+// once made the status too large for the client's metadata limit (RESOURCE_EXHAUSTED instead).
+TEST_F(ProtocolTest, UnknownIdsComeBackBoundedInNotFound) {
+  auto kv = v1::KvCache::NewStub(::attend::testing::ChannelTo(*server_));
+  for (const std::string& id : {std::string(20000, 'x'), std::string("a\r\nb\x1b[2J", 8)}) {
+    grpc::ClientContext context;
+    v1::GetSequenceRequest request;
+    request.set_sequence_id(id);
+    v1::SequenceInfo info;
+    const grpc::Status status = kv->GetSequence(&context, request, &info);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND) << status.error_message();
+    EXPECT_LT(status.error_message().size(), 300u);
+    EXPECT_EQ(status.error_message().find_first_of("\r\n\x1b"), std::string::npos)
+        << status.error_message();
+  }
+}
+
 // [valid, garbage, valid] on one DecodeStream: three responses in order (the middle one an
 // error naming the problem), and the stream ends OK when the client closes it.
 TEST_F(ProtocolTest, UnparseableStreamMessageGetsAnErrorAndTheStreamGoesOn) {
