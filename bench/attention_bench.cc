@@ -13,10 +13,10 @@
 
 #include "bench/machine_limits.h"
 #include "bench/step_times.h"
-#include "core/attention_engine.h"
-#include "core/half.h"
+#include "common/half.h"
+#include "core/attention/attention_engine.h"
+#include "core/kernels/onednn.h"
 #include "core/kv_cache/kv_cache.h"
-#include "core/onednn.h"
 
 namespace attend::bench {
 namespace {
@@ -154,12 +154,11 @@ void BM_CachePrefill(benchmark::State& state) {
 // 16 x 16 x 16 product whose arithmetic takes well under a microsecond: what every tile pays
 // on top of its FLOPs, twice per tile.
 void BM_MatmulCallOverhead(benchmark::State& state) {
-  using dt = dnnl::memory::data_type;
   const onednn::ScopedThreadLimit one_thread(1);
   onednn::MatmulSpec spec;
-  spec.src = {16, 16, 16, 1, dt::f32};
-  spec.weights = {16, 16, 16, 1, dt::f32};
-  spec.dst = {16, 16, 16, 1, dt::f32};
+  spec.src = {16, 16, 16, 1, DType::kFloat32};
+  spec.weights = {16, 16, 16, 1, DType::kFloat32};
+  spec.dst = {16, 16, 16, 1, DType::kFloat32};
   std::vector<float> a(256, 1.0f), b(256, 0.5f), c(256);
   for (auto _ : state) {
     if (!onednn::RunMatmul(spec, a.data(), b.data(), c.data()).ok()) {

@@ -28,10 +28,10 @@
 #include "absl/strings/str_cat.h"
 #include "bench/machine_limits.h"
 #include "bench/step_times.h"
-#include "core/half.h"
+#include "common/half.h"
+#include "core/base/large_memory.h"
+#include "core/kernels/simd.h"
 #include "core/kv_cache/kv_cache.h"
-#include "core/large_memory.h"
-#include "core/simd.h"
 
 namespace attend::bench {
 namespace {

@@ -8,8 +8,9 @@
 #include <cstdio>
 #include <string>
 
-#include "core/onednn.h"
-#include "core/planner/hardware.h"
+#include "core/kernels/cpu_features.h"
+#include "core/kernels/onednn.h"
+#include "planner/hardware.h"
 
 namespace attend::bench {
 
@@ -51,9 +52,9 @@ double MeasureFma8PerSecondIfSupported() {
 // shared: the best of several runs is the closest to its limit.
 MachineLimits Probe(int matmul_runs, int64_t read_bytes, int read_runs) {
   MachineLimits m;
-  m.cpu_isa = onednn::CpuIsaName();
+  m.cpu_isa = CpuIsaName();
   m.matmul_f32_flops = planner::MeasureMatmulFlops(1024, matmul_runs, /*bf16=*/false).value_or(0.0);
-  if (onednn::HasBf16Matmul()) {
+  if (HasBf16Matmul()) {
     m.matmul_bf16_flops =
         planner::MeasureMatmulFlops(1024, matmul_runs, /*bf16=*/true).value_or(0.0);
   }

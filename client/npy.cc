@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "core/half.h"
+#include "common/half.h"
 
 namespace attend::client {
 namespace {

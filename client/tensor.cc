@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "core/half.h"
+#include "common/half.h"
 
 namespace attend::client {
 

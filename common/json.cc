@@ -9,6 +9,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/utf8.h"
 
 // The core's status_macros.h is out of reach (this library must not depend on the core).
 #define ATTEND_JSON_RETURN_IF_ERROR(expr)        \
@@ -43,38 +44,6 @@ const Value* Value::Find(absl::string_view key) const {
     if (member.first == key) return &member.second;
   }
   return nullptr;
-}
-
-size_t Utf8SequenceAt(absl::string_view text, size_t i, uint32_t* code_point) {
-  const auto at = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
-  const unsigned char lead = at(i);
-  if (lead < 0x80) {
-    if (code_point) *code_point = lead;
-    return 1;
-  }
-  size_t length;
-  uint32_t cp;
-  if (lead >= 0xC2 && lead <= 0xDF) {
-    length = 2;
-    cp = lead & 0x1Fu;
-  } else if (lead >= 0xE0 && lead <= 0xEF) {
-    length = 3;
-    cp = lead & 0x0Fu;
-  } else if (lead >= 0xF0 && lead <= 0xF4) {
-    length = 4;
-    cp = lead & 0x07u;
-  } else {
-    return 0;  // a continuation byte, or a lead that can only start an overlong or huge form
-  }
-  if (text.size() - i < length) return 0;
-  for (size_t k = 1; k < length; ++k) {
-    if ((at(i + k) & 0xC0u) != 0x80u) return 0;
-    cp = (cp << 6) | (at(i + k) & 0x3Fu);
-  }
-  const uint32_t smallest[] = {0, 0, 0x80, 0x800, 0x10000};
-  if (cp < smallest[length] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-  if (code_point) *code_point = cp;
-  return length;
 }
 
 namespace {
@@ -399,7 +368,7 @@ class Parser {
       }
       if (c < 0x20) return Error("unescaped control character in a string");
       if (c != '\\') {
-        const size_t n = Utf8SequenceAt(text_, pos_);
+        const size_t n = utf8::SequenceAt(text_, pos_);
         if (n == 0) return Error("invalid UTF-8 in a string");
         out->append(text_.data() + pos_, n);
         pos_ += n;

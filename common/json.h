@@ -24,7 +24,7 @@
 // columns in bytes), except for an oversized input, which has no position. Offending text in a
 // message is quoted and C-escaped, so messages are safe to log.
 //
-// Thread-safety: Parse(), AsInt64() and Utf8SequenceAt() are pure functions; a Value is
+// Thread-safety: Parse() and AsInt64() are pure functions; a Value is
 // immutable after parsing, so concurrent reads of one Value are safe.
 #ifndef ATTEND_COMMON_JSON_H_
 #define ATTEND_COMMON_JSON_H_
@@ -113,12 +113,6 @@ absl::StatusOr<Value> Parse(absl::string_view text, const Limits& limits = Limit
 // accepted, 32.5 is not). INVALID_ARGUMENT naming `field` otherwise, also for non-numbers:
 // "num_hidden_layers: expected an integer, got a string".
 absl::StatusOr<int64_t> AsInt64(const Value& value, absl::string_view field);
-
-// Length of the well-formed UTF-8 sequence that starts at text[i] (1 for ASCII), or 0 when the
-// bytes there are not one (bad lead or continuation byte, overlong form, surrogate, above
-// U+10FFFF, cut short); *code_point (optional) receives the character.
-// REQUIRES: i < text.size().
-size_t Utf8SequenceAt(absl::string_view text, size_t i, uint32_t* code_point = nullptr);
 
 }  // namespace attend::json
 

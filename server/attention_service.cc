@@ -5,10 +5,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/multi_head_attention.h"
-#include "core/scaling_experiment.h"
-#include "core/softmax.h"
-#include "core/status_macros.h"
+#include "core/base/status_macros.h"
+#include "core/lessons/multi_head_attention.h"
+#include "core/lessons/scaling_experiment.h"
+#include "core/lessons/softmax.h"
 #include "server/tensor_codec.h"
 
 namespace attend::server {

@@ -10,7 +10,7 @@
 
 #include "absl/status/status.h"
 #include "attend/v1/attention.grpc.pb.h"
-#include "core/attention_engine.h"
+#include "core/attention/attention_engine.h"
 #include "server/metrics.h"
 #include "server/service_support.h"
 #include "server/worker_pool.h"

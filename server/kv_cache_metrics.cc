@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "core/onednn.h"
+#include "core/kernels/onednn.h"
 
 namespace attend::server {
 namespace {

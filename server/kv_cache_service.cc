@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/status_macros.h"
+#include "core/base/status_macros.h"
 #include "server/parse_errors.h"
 #include "server/status_convert.h"
 #include "server/tensor_codec.h"

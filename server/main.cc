@@ -19,8 +19,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
-#include "core/large_memory.h"
-#include "core/onednn.h"
+#include "core/base/large_memory.h"
+#include "core/kernels/cpu_features.h"
+#include "core/kernels/onednn.h"
 #include "server/server.h"
 
 ABSL_FLAG(std::string, address, "0.0.0.0:50051", "gRPC listen address (host:port; port 0 = any)");
@@ -206,8 +207,8 @@ int main(int argc, char** argv) {
                     : (options.tls.client_ca_pem.empty() ? ", TLS" : ", mutual TLS"))
             << (options.auth_tokens.empty() ? "" : ", bearer token required (health open)");
   const int compute_threads = (*server)->compute_threads();
-  std::cout << " (cpu " << attend::onednn::CpuIsaName() << ", bf16 matmul "
-            << (attend::onednn::HasBf16Matmul() ? "native" : "emulated") << ", KV cache "
+  std::cout << " (cpu " << attend::CpuIsaName() << ", bf16 matmul "
+            << (attend::HasBf16Matmul() ? "native" : "emulated") << ", KV cache "
             << absl::StrFormat("%.1f", static_cast<double>(options.kv_cache.capacity_bytes) /
                                            static_cast<double>(int64_t{1} << 30))
             << " GiB, huge pages " << HugePagesNote(options.kv_cache.huge_pages) << ", "

@@ -3,7 +3,8 @@
 #include <chrono>
 
 #include "absl/status/status.h"
-#include "core/onednn.h"
+#include "core/kernels/cpu_features.h"
+#include "core/kernels/onednn.h"
 #include "google/protobuf/descriptor.h"
 
 namespace attend::server {
@@ -146,8 +147,8 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
       .Help("Version and the CPU features the engine uses")
       .Register(*registry_)
       .Add({{"version", ATTEND_VERSION},
-            {"cpu_isa", onednn::CpuIsaName()},
-            {"bf16_matmul", onednn::HasBf16Matmul() ? "native" : "emulated"}})
+            {"cpu_isa", CpuIsaName()},
+            {"bf16_matmul", HasBf16Matmul() ? "native" : "emulated"}})
       .Set(1);
 }
 

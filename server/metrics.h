@@ -27,7 +27,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
-#include "core/attention.h"
+#include "core/attention/attention.h"
 #include "grpcpp/support/server_interceptor.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"

@@ -10,11 +10,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
-#include "core/planner/catalog.h"
-#include "core/planner/cost.h"
-#include "core/planner/import.h"
-#include "core/planner/kv_plan.h"
-#include "core/status_macros.h"
+#include "core/base/status_macros.h"
+#include "planner/catalog.h"
+#include "planner/cost.h"
+#include "planner/import/import.h"
+#include "planner/kv_plan.h"
 #include "server/service_support.h"
 
 namespace attend::server {

@@ -1,5 +1,5 @@
 // attend.v1.Planner on the gRPC callback API: the model catalog, config.json / GGUF import,
-// KV-cache plans and cost estimates. The math lives in core/planner; this file converts proto <->
+// KV-cache plans and cost estimates. The math lives in planner/; this file converts proto <->
 // core, names the request field in every error (e.g. "model.spec.n_head_kv: ..." or
 // "custom.memory_bandwidth_bytes_per_second: ...") and bounds imports before parsing them.
 //
@@ -22,8 +22,8 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "attend/v1/planner.grpc.pb.h"
-#include "core/planner/hardware.h"
-#include "core/planner/model.h"
+#include "planner/hardware.h"
+#include "planner/model.h"
 #include "server/call_gate.h"
 #include "server/metrics.h"
 #include "server/worker_pool.h"

@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "core/attention_engine.h"
+#include "core/attention/attention_engine.h"
 #include "core/kv_cache/kv_cache.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"

@@ -19,8 +19,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "core/kernels/onednn.h"
 #include "core/kv_cache/kv_cache.h"
-#include "core/onednn.h"
 #include "grpcpp/grpcpp.h"
 #include "server/auth.h"
 #include "server/service_support.h"
@@ -38,7 +38,7 @@ struct ServerOptions {
   // limit. Its attention limits and compute threads come from `limits` and compute_threads.
   kv::KvCacheOptions kv_cache;
   int64_t max_concurrent_streams = 1024;  // open DecodeStreams
-  // oneDNN matmul primitives kept for reuse (process-wide; see core/onednn.h).
+  // oneDNN matmul primitives kept for reuse (process-wide; see core/kernels/onednn.h).
   int64_t matmul_cache_entries = onednn::kDefaultMatmulCacheCapacity;
   // TLS of the gRPC port (mutual TLS with a client CA); default plaintext. See server/auth.h.
   TlsServerOptions tls;

@@ -8,8 +8,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "core/attention.h"
-#include "core/cancellation.h"
+#include "core/attention/attention.h"
+#include "core/base/cancellation.h"
 #include "grpcpp/grpcpp.h"
 #include "server/call_gate.h"
 #include "server/metrics.h"

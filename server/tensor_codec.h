@@ -18,8 +18,8 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "attend/v1/tensor.pb.h"
-#include "core/attention.h"
-#include "core/tensor.h"
+#include "core/attention/attention.h"
+#include "core/base/tensor.h"
 
 namespace attend::server {
 

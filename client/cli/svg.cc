@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "common/json.h"
+#include "common/utf8.h"
 
 namespace attend::cli {
 namespace {
@@ -21,7 +21,7 @@ constexpr int kPaletteSize = sizeof(kPalette) / sizeof(kPalette[0]);
 // Length of the UTF-8 sequence at text[i] when it is a character XML 1.0 allows, else 0.
 size_t XmlCharLength(absl::string_view text, size_t i) {
   uint32_t code = 0;
-  const size_t n = json::Utf8SequenceAt(text, i, &code);
+  const size_t n = utf8::SequenceAt(text, i, &code);
   return code == 0xFFFE || code == 0xFFFF ? 0 : n;
 }
 
@@ -302,7 +302,7 @@ std::string Viridis(double t) {
 std::string ShortLabel(const std::string& label, size_t max_chars) {
   size_t chars = 0, i = 0;
   while (i < label.size() && chars < max_chars) {
-    const size_t n = json::Utf8SequenceAt(label, i);
+    const size_t n = utf8::SequenceAt(label, i);
     i += n == 0 ? 1 : n;
     ++chars;
   }
@@ -312,7 +312,7 @@ std::string ShortLabel(const std::string& label, size_t max_chars) {
 size_t LabelChars(const std::string& label) {
   size_t chars = 0;
   for (size_t i = 0; i < label.size(); ++chars) {
-    const size_t n = json::Utf8SequenceAt(label, i);
+    const size_t n = utf8::SequenceAt(label, i);
     i += n == 0 ? 1 : n;
   }
   return chars;

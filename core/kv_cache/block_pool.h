@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "core/large_memory.h"
-#include "core/mutex.h"
+#include "core/base/large_memory.h"
+#include "core/base/mutex.h"
 
 namespace attend::kv {
 

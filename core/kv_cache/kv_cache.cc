@@ -12,9 +12,9 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/half.h"
+#include "common/half.h"
+#include "core/base/status_macros.h"
 #include "core/kv_cache/paged_attention.h"
-#include "core/status_macros.h"
 
 namespace attend::kv {
 namespace {

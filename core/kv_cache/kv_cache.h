@@ -38,12 +38,12 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "core/attention.h"
-#include "core/cancellation.h"
+#include "core/attention/attention.h"
+#include "core/base/cancellation.h"
+#include "core/base/mutex.h"
+#include "core/base/tensor.h"
 #include "core/kv_cache/block_pool.h"
 #include "core/kv_cache/layout.h"
-#include "core/mutex.h"
-#include "core/tensor.h"
 
 namespace attend::kv {
 
@@ -57,8 +57,8 @@ Clock SystemClock();
 struct KvCacheOptions {
   int64_t capacity_bytes = int64_t{1} << 30;
   int64_t block_bytes = int64_t{1} << 20;
-  // Blocks in memory advised for 2 MiB pages (see core/large_memory.h): decode reads them faster;
-  // false avoids the kernel's compaction stalls at first write.
+  // Blocks in memory advised for 2 MiB pages (see core/base/large_memory.h): decode reads them
+  // faster; false avoids the kernel's compaction stalls at first write.
   bool huge_pages = true;
   int64_t max_sequences = 65536;
   EvictionPolicy eviction = EvictionPolicy::kNone;

@@ -16,7 +16,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "core/tensor.h"
+#include "core/base/tensor.h"
 
 namespace attend::kv {
 

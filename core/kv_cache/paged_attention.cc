@@ -7,15 +7,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/onednn.h"
-#include "core/status_macros.h"
-#include "core/tensor.h"
-#include "core/tile_attention.h"
+#include "core/attention/tile_attention.h"
+#include "core/base/status_macros.h"
+#include "core/base/tensor.h"
+#include "core/kernels/cpu_features.h"
+#include "core/kernels/onednn.h"
 
 namespace attend::kv {
 namespace {
-
-using dt = dnnl::memory::data_type;
 
 // One key/value head of a sequence's layer: tile i is block i.
 class BlockTiles : public tile::KeyTiles {
@@ -72,7 +71,7 @@ absl::Status RunPagedAttention(absl::Span<const PagedProblem> problems, Precisio
     const BlockLayout& layout = *p.layout;
     const bool bf16 = precision == Precision::kBFloat16 ||
                       (precision == Precision::kAuto && layout.dtype == DType::kBFloat16);
-    const bool native = bf16 && onednn::HasBf16Matmul();
+    const bool native = bf16 && HasBf16Matmul();
     any_bf16 |= bf16;
     any_emulated |= bf16 && !native;
     any_int8 |= layout.quantized();
@@ -88,7 +87,7 @@ absl::Status RunPagedAttention(absl::Span<const PagedProblem> problems, Precisio
       w.group = p.n_head / layout.n_head_kv;
       w.mask = p.mask;
       w.scale = p.scale;
-      w.arithmetic = {native ? dt::bf16 : dt::f32, bf16};
+      w.arithmetic = {native ? DType::kBFloat16 : DType::kFloat32, bf16};
       w.output = p.output;
       w.weights = p.weights;
       works.push_back(w);

@@ -2,10 +2,10 @@
 // and DecodeBatch.
 //
 // Each (sequence, key/value head) is a tile::Work whose tiles are the sequence's blocks (see
-// core/tile_attention.h): the query heads of a group are folded into the rows of one matrix (so
-// each cached byte is read once per key/value head, not once per query head), the blocks a row
-// can see are walked with an online softmax, decode-sized work streams the blocks through vector
-// kernels in their stored dtype, and prefill-sized work uses fixed-shape oneDNN matmuls.
+// core/attention/tile_attention.h): the query heads of a group are folded into the rows of one
+// matrix (so each cached byte is read once per key/value head, not once per query head), the blocks
+// a row can see are walked with an online softmax, decode-sized work streams the blocks through
+// vector kernels in their stored dtype, and prefill-sized work uses fixed-shape oneDNN matmuls.
 //
 // Thread-safety: RunPagedAttention may be called concurrently; the blocks it reads must not be
 // written meanwhile (the cache holds each sequence's lock).
@@ -17,11 +17,11 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "core/attention.h"
-#include "core/cancellation.h"
+#include "core/attention/attention.h"
+#include "core/attention/mask.h"
+#include "core/base/cancellation.h"
 #include "core/kv_cache/block_pool.h"
 #include "core/kv_cache/layout.h"
-#include "core/mask.h"
 
 namespace attend::kv {
 

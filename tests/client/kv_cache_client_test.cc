@@ -24,7 +24,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "core/reference_attention.h"
+#include "core/attention/testing/reference_attention.h"
 #include "tests/server/server_fixture.h"
 #include "tests/test_util.h"
 

@@ -1,6 +1,6 @@
 // The shared JSON parser: every kind of value, the strict grammar (what RFC 8259 refuses, hostile
-// bytes), errors that say where, the limits, dense arrays of numbers, AsInt64's exactness and
-// Utf8SequenceAt. Its callers' own tests: tests/planner/hf_import_test.cc (config.json) and
+// bytes), errors that say where, the limits, dense arrays of numbers and AsInt64's exactness.
+// Its callers' own tests: tests/planner/import/hf_config_test.cc (config.json) and
 // tests/client/json_input_test.cc (request files).
 #include "common/json.h"
 
@@ -294,7 +294,7 @@ TEST(JsonParse, BoundsSizes) {
   EXPECT_THAT(Parse("[1, 2, 3, 4]", limits), StatusIs(kInvalid, {"more than 4 values"}));
 
   // The defaults hold a long number that the planner's config.json limits refuse (see
-  // tests/planner/hf_import_test.cc).
+  // tests/planner/import/hf_config_test.cc).
   EXPECT_OK(Parse(std::string(300, '1')));
   EXPECT_THAT(Parse(std::string(1025, '1')), StatusIs(kInvalid, {"longer than 1024 characters"}));
 }
@@ -352,25 +352,6 @@ TEST(AsInt64, ReadsNumbersOfMixedArraysExactly) {
   EXPECT_EQ(*AsInt64(v->items()[0], "a[0]"), std::numeric_limits<int64_t>::max());
   EXPECT_THAT(AsInt64(v->items()[1], "a[1]"),
               StatusIs(kInvalid, {"a[1]: '1180591620717411303424' does not fit in 64 bits"}));
-}
-
-TEST(Utf8SequenceAt, AcceptsWellFormedSequencesOnly) {
-  uint32_t cp = 0;
-  EXPECT_EQ(Utf8SequenceAt("a", 0, &cp), 1u);
-  EXPECT_EQ(cp, 'a');
-  EXPECT_EQ(Utf8SequenceAt("x\xC3\xA9", 1, &cp), 2u);
-  EXPECT_EQ(cp, 0xE9u);
-  EXPECT_EQ(Utf8SequenceAt("\xE2\x82\xAC", 0, &cp), 3u);
-  EXPECT_EQ(cp, 0x20ACu);
-  EXPECT_EQ(Utf8SequenceAt("\xF0\x9F\x98\x80", 0, &cp), 4u);
-  EXPECT_EQ(cp, 0x1F600u);
-  EXPECT_EQ(Utf8SequenceAt("\x80", 0), 0u);              // a continuation byte
-  EXPECT_EQ(Utf8SequenceAt("\xC0\xAF", 0), 0u);          // overlong '/'
-  EXPECT_EQ(Utf8SequenceAt("\xED\xA0\x80", 0), 0u);      // a surrogate
-  EXPECT_EQ(Utf8SequenceAt("\xE0\x80\x80", 0), 0u);      // overlong
-  EXPECT_EQ(Utf8SequenceAt("\xF4\x90\x80\x80", 0), 0u);  // above U+10FFFF
-  EXPECT_EQ(Utf8SequenceAt("\xE2\x82", 0), 0u);          // cut short
-  EXPECT_EQ(Utf8SequenceAt("\xE2\x41\xAC", 0), 0u);      // not a continuation byte
 }
 
 // Every strict prefix of a valid document is an error, never a crash.

@@ -1,9 +1,10 @@
-#include "core/planner/catalog.h"
+#include "planner/catalog.h"
 
 #include <set>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "planner/parameter_counts.h"
 #include "tests/planner/planner_test_util.h"
 #include "tests/test_util.h"
 

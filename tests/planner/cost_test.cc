@@ -1,11 +1,11 @@
-#include "core/planner/cost.h"
+#include "planner/cost.h"
 
 #include <cmath>
 #include <limits>
 #include <string>
 
 #include "absl/strings/str_format.h"
-#include "core/planner/catalog.h"
+#include "planner/catalog.h"
 #include "tests/planner/planner_test_util.h"
 #include "tests/test_util.h"
 

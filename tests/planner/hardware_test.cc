@@ -1,4 +1,4 @@
-#include "core/planner/hardware.h"
+#include "planner/hardware.h"
 
 #include <chrono>
 #include <cmath>
@@ -9,7 +9,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
-#include "core/onednn.h"
+#include "core/kernels/cpu_features.h"
+#include "core/kernels/onednn.h"
 #include "tests/test_util.h"
 
 namespace attend::planner {
@@ -116,7 +117,7 @@ TEST(LocalHardware, MeasuredOnceAndPlausible) {
   EXPECT_LT(local.memory_bandwidth_bytes_per_second, 2e12);
   EXPECT_GT(local.memory_bytes, 0.0);
   EXPECT_EQ(local.peak_flops_fp8, 0.0);
-  if (!onednn::HasBf16Matmul()) {
+  if (!HasBf16Matmul()) {
     EXPECT_EQ(local.peak_flops_bf16, local.peak_flops_f32);
     EXPECT_TRUE(absl::StrContains(local.note, "no bf16 matmul")) << local.note;
   } else {

@@ -1,4 +1,4 @@
-#include "core/planner/kv_plan.h"
+#include "planner/kv_plan.h"
 
 #include <algorithm>
 #include <limits>
@@ -7,7 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
-#include "core/planner/catalog.h"
+#include "planner/catalog.h"
 #include "tests/planner/planner_test_util.h"
 #include "tests/test_util.h"
 

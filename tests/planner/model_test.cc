@@ -1,8 +1,8 @@
-#include "core/planner/model.h"
+#include "planner/model.h"
 
 #include <limits>
 
-#include "core/multi_head_attention.h"
+#include "planner/parameter_counts.h"
 #include "tests/planner/planner_test_util.h"
 #include "tests/test_util.h"
 
@@ -126,12 +126,11 @@ TEST(CanonicalModel, RejectsBadShapesNamingTheField) {
   EXPECT_THAT(ValidateModel(m), StatusIs(kInvalid, {"max_context_tokens: -1"}));
 }
 
-// Lesson 3, Example 10: the per-layer projections of the 8B shape, through the planner's
-// parameter count (which reuses attend::CountParameters).
+// Lesson 3, Example 10: the per-layer projections of the 8B shape, and the parameter count built
+// on them.
 TEST(ComputeParameters, LessonPerLayerProjections) {
   const ModelSpec m = Preset("llama-3-8b");
-  const ParameterCounts c =
-      CountParameters(m.d_model, m.n_head, m.n_head_kv, m.head_dim, m.head_dim_v, m.d_model);
+  const ProjectionParameters c = LayerProjectionParameters(m, 0);
   EXPECT_EQ(c.wq, 16777216);
   EXPECT_EQ(c.wk, 4194304);
   EXPECT_EQ(c.wv, 4194304);

@@ -4,9 +4,9 @@
 
 #include <string>
 
-#include "core/planner/catalog.h"
-#include "core/planner/model.h"
 #include "gtest/gtest.h"
+#include "planner/catalog.h"
+#include "planner/model.h"
 
 namespace attend::planner::testing {
 

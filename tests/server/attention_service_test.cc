@@ -5,7 +5,7 @@
 #include <limits>
 #include <thread>
 
-#include "core/half.h"
+#include "common/half.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/server/server_fixture.h"
 #include "tests/test_util.h"

@@ -12,7 +12,7 @@
 
 #include "attend/v1/attention.grpc.pb.h"
 #include "attend/v1/kv_cache.grpc.pb.h"
-#include "core/half.h"
+#include "common/half.h"
 #include "tests/server/server_fixture.h"
 #include "tests/test_util.h"
 

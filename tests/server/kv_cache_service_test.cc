@@ -5,7 +5,7 @@
 #include <thread>
 
 #include "attend/v1/kv_cache.grpc.pb.h"
-#include "core/reference_attention.h"
+#include "core/attention/testing/reference_attention.h"
 #include "tests/server/server_fixture.h"
 #include "tests/test_util.h"
 

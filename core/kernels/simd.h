@@ -1,0 +1,63 @@
+// Vector kernels for the parts of attention that oneDNN has no primitive for, or that are too
+// small for a matmul to pay off: the exponentials of the softmax, and decode-sized attention
+// (a handful of query rows against many keys), which is memory-bound and must stream K and V at
+// the machine's bandwidth.
+//
+// Each kernel has an AVX2+FMA version (AVX-512 machines use it too) and a portable scalar one,
+// chosen once per process from the CPU's features.
+//
+// Thread-safety: pure functions.
+#ifndef ATTEND_CORE_KERNELS_SIMD_H_
+#define ATTEND_CORE_KERNELS_SIMD_H_
+
+#include <cstdint>
+
+#include "core/base/tensor.h"
+
+namespace attend::simd {
+
+// "avx2" or "scalar": the kernels this process uses.
+const char* KernelName();
+
+// y[i] = exp(x[i] - shift) for i < n; returns the sum of the y[i]. x and y may be the same.
+// Inputs below shift - 87 give 0. REQUIRES: x[i] - shift is not NaN or +inf.
+float ExpShiftSum(const float* x, float shift, float* y, int64_t n);
+
+// x[i] = x[i] rounded to the nearest bfloat16 (ties to even), kept as float. REQUIRES: finite.
+void RoundToBf16(float* x, int64_t n);
+
+// The largest of x[0, n); -inf when n == 0.
+float Max(const float* x, int64_t n);
+
+// dst[i] = dst[i] * alpha + src[i].
+void ScaleAdd(float* dst, float alpha, const float* src, int64_t n);
+
+// Rows of keys or values where they live: float32, bfloat16, or int8 with one float scale per
+// row (the row's values are int8 x scale).
+struct Rows {
+  const void* data = nullptr;
+  DType dtype = DType::kFloat32;  // kFloat32, kBFloat16 or kInt8
+  int64_t stride = 0;             // elements between rows
+  const float* scales = nullptr;  // kInt8 only
+};
+
+// out[i] = element i of row `t` of `rows` as float (int8 times the row's scale), for i < n.
+void RowToFloat(const Rows& rows, int64_t t, int64_t n, float* out);
+
+// scores[j * ld + t] = dot(q[j * d ...], key row t) for j < m, t < rows.
+void DotRows(const float* q, int64_t m, int64_t d, const Rows& k, int64_t rows, float* scores,
+             int64_t ld);
+
+// acc[j * dv + c] += sum over t < rows of p[j * ld + t] * value row t [c], for j < m, c < dv.
+void AccumulateRows(const float* p, int64_t ld, int64_t m, const Rows& v, int64_t rows, int64_t dv,
+                    float* acc);
+
+namespace testing {
+// Makes every kernel use the portable scalar code (true) or the CPU's best (false), so that
+// tests cover both. Not for concurrent use with the kernels.
+void UseScalarKernels(bool scalar);
+}  // namespace testing
+
+}  // namespace attend::simd
+
+#endif  // ATTEND_CORE_KERNELS_SIMD_H_

@@ -1,0 +1,231 @@
+#include "planner/model.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/base/status_macros.h"
+#include "core/base/tensor.h"
+
+namespace attend::planner {
+namespace {
+
+absl::Status OutOfRange(absl::string_view field, int64_t value, int64_t lo, int64_t hi) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, ": ", value, "; must be in [", lo, ", ", hi, "]"));
+}
+
+absl::Status CheckRange(absl::string_view field, int64_t value, int64_t lo, int64_t hi) {
+  if (value < lo || value > hi) return OutOfRange(field, value, lo, hi);
+  return absl::OkStatus();
+}
+
+absl::Status CheckLength(absl::string_view field, const std::string& value, size_t max_bytes) {
+  if (value.size() > max_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": ", value.size(), " bytes; at most ", max_bytes));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckDivides(absl::string_view field, int64_t n_head_kv, int64_t n_head) {
+  if (n_head % n_head_kv != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": ", n_head_kv, " does not divide n_head ", n_head,
+                     "; each key/value head must serve a whole group of query heads"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::string_view DTypeName(KvDType dtype) {
+  switch (dtype) {
+    case KvDType::kFloat32:
+      return "float32";
+    case KvDType::kFloat16:
+      return "float16";
+    case KvDType::kBFloat16:
+      return "bfloat16";
+    case KvDType::kFp8:
+      return "fp8";
+    case KvDType::kInt8:
+      return "int8";
+    case KvDType::kQ8_0:
+      return "q8_0";
+    case KvDType::kQ4_0:
+      return "q4_0";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<KvDType> ParseDType(absl::string_view name, absl::string_view field) {
+  const std::string n = absl::AsciiStrToLower(name);
+  if (n == "float32" || n == "f32" || n == "fp32") return KvDType::kFloat32;
+  if (n == "float16" || n == "f16" || n == "fp16" || n == "half") return KvDType::kFloat16;
+  if (n == "bfloat16" || n == "bf16") return KvDType::kBFloat16;
+  if (n == "fp8" || n == "float8" || n == "float8_e4m3fn" || n == "float8_e5m2" || n == "f8_e4m3" ||
+      n == "f8_e5m2") {
+    return KvDType::kFp8;
+  }
+  if (n == "int8" || n == "i8") return KvDType::kInt8;
+  if (n == "q8_0" || n == "q8") return KvDType::kQ8_0;
+  if (n == "q4_0" || n == "q4") return KvDType::kQ4_0;
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, ": ", QuoteForError(name),
+                   " is not a known type; use float32, float16, bfloat16, fp8, int8, q8_0 or "
+                   "q4_0"));
+}
+
+double BytesPerValue(KvDType dtype) {
+  switch (dtype) {
+    case KvDType::kFloat32:
+      return 4.0;
+    case KvDType::kFloat16:
+    case KvDType::kBFloat16:
+      return 2.0;
+    case KvDType::kFp8:
+    case KvDType::kInt8:
+      return 1.0;
+    case KvDType::kQ8_0:
+      return 34.0 / 32.0;
+    case KvDType::kQ4_0:
+      return 18.0 / 32.0;
+  }
+  return 4.0;
+}
+
+std::optional<int64_t> StorageBytes(KvDType dtype, int64_t values) {
+  if (values < 0) return std::nullopt;
+  switch (dtype) {
+    case KvDType::kFloat32:
+      return CheckedMul(values, 4);
+    case KvDType::kFloat16:
+    case KvDType::kBFloat16:
+      return CheckedMul(values, 2);
+    case KvDType::kFp8:
+    case KvDType::kInt8:
+      return values;
+    case KvDType::kQ8_0:
+      // Written as a quotient first so that values near INT64_MAX do not overflow the rounding.
+      return CheckedMul(values / 32 + (values % 32 != 0 ? 1 : 0), 34);
+    case KvDType::kQ4_0:
+      return CheckedMul(values / 32 + (values % 32 != 0 ? 1 : 0), 18);
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<ModelSpec> CanonicalModel(const ModelSpec& model) {
+  ModelSpec m = model;
+  ATTEND_RETURN_IF_ERROR(CheckLength("name", m.name, kMaxNameBytes));
+  ATTEND_RETURN_IF_ERROR(CheckLength("display_name", m.display_name, kMaxNameBytes));
+  ATTEND_RETURN_IF_ERROR(CheckLength("source", m.source, kMaxSourceBytes));
+  ATTEND_RETURN_IF_ERROR(CheckLength("architecture", m.architecture, kMaxNameBytes));
+  ATTEND_RETURN_IF_ERROR(CheckLength("parameters_source", m.parameters_source, kMaxSourceBytes));
+  ATTEND_RETURN_IF_ERROR(CheckRange("layers", m.layers, 1, kMaxLayers));
+  ATTEND_RETURN_IF_ERROR(CheckRange("n_head", m.n_head, 1, kMaxHeads));
+  if (m.n_head_kv == 0) m.n_head_kv = m.n_head;
+  ATTEND_RETURN_IF_ERROR(CheckRange("n_head_kv", m.n_head_kv, 1, m.n_head));
+  ATTEND_RETURN_IF_ERROR(CheckDivides("n_head_kv", m.n_head_kv, m.n_head));
+  ATTEND_RETURN_IF_ERROR(CheckRange("head_dim", m.head_dim, 1, kMaxHeadDim));
+  if (m.head_dim_v == 0) m.head_dim_v = m.head_dim;
+  ATTEND_RETURN_IF_ERROR(CheckRange("head_dim_v", m.head_dim_v, 1, kMaxHeadDim));
+  ATTEND_RETURN_IF_ERROR(CheckRange("d_model", m.d_model, 0, kMaxDModel));
+  ATTEND_RETURN_IF_ERROR(CheckRange("vocab_size", m.vocab_size, 0, kMaxVocab));
+  ATTEND_RETURN_IF_ERROR(CheckRange("intermediate_size", m.intermediate_size, 0, kMaxIntermediate));
+  ATTEND_RETURN_IF_ERROR(CheckRange("experts", m.experts, 0, kMaxExperts));
+  if (m.experts <= 1) {
+    ATTEND_RETURN_IF_ERROR(CheckRange("experts_active", m.experts_active, 0, 1));
+    m.experts_active = m.experts;
+  } else {
+    ATTEND_RETURN_IF_ERROR(CheckRange("experts_active", m.experts_active, 1, m.experts));
+  }
+  ATTEND_RETURN_IF_ERROR(
+      CheckRange("parameters", m.parameters, 0, std::numeric_limits<int64_t>::max()));
+  ATTEND_RETURN_IF_ERROR(CheckRange("active_parameters", m.active_parameters, 0, m.parameters));
+  if (m.active_parameters == 0) {
+    if (m.experts > 1 && m.parameters > 0) {
+      return absl::InvalidArgumentError(
+          "active_parameters: 0 for a mixture-of-experts model; give the parameters a token uses");
+    }
+    m.active_parameters = m.parameters;
+  }
+  ATTEND_RETURN_IF_ERROR(
+      CheckRange("max_context_tokens", m.max_context_tokens, 0, kMaxContextTokens));
+  if (!m.weights_dtype.empty()) {
+    ATTEND_ASSIGN_OR_RETURN(const KvDType w, ParseDType(m.weights_dtype, "weights_dtype"));
+    m.weights_dtype = std::string(DTypeName(w));
+  }
+  if (!m.layer_specs.empty()) {
+    if (static_cast<int64_t>(m.layer_specs.size()) != m.layers) {
+      return absl::InvalidArgumentError(absl::StrCat("layer_specs: ", m.layer_specs.size(),
+                                                     " entries for ", m.layers,
+                                                     " layers; give none or one per layer"));
+    }
+    for (size_t i = 0; i < m.layer_specs.size(); ++i) {
+      LayerSpec& l = m.layer_specs[i];
+      const std::string field = absl::StrCat("layer_specs[", i, "]");
+      if (l.n_head_kv == 0) l.n_head_kv = m.n_head_kv;
+      ATTEND_RETURN_IF_ERROR(
+          CheckRange(absl::StrCat(field, ".n_head_kv"), l.n_head_kv, 1, m.n_head));
+      ATTEND_RETURN_IF_ERROR(
+          CheckDivides(absl::StrCat(field, ".n_head_kv"), l.n_head_kv, m.n_head));
+      ATTEND_RETURN_IF_ERROR(
+          CheckRange(absl::StrCat(field, ".window_tokens"), l.window_tokens, 0, kMaxContextTokens));
+    }
+  }
+  return m;
+}
+
+absl::Status ValidateModel(const ModelSpec& model) { return CanonicalModel(model).status(); }
+
+int64_t LayerKvHeads(const ModelSpec& model, int64_t layer) {
+  if (model.layer_specs.empty()) return model.n_head_kv;
+  return model.layer_specs[static_cast<size_t>(layer)].n_head_kv;
+}
+
+int64_t LayerWindow(const ModelSpec& model, int64_t layer) {
+  if (model.layer_specs.empty()) return 0;
+  return model.layer_specs[static_cast<size_t>(layer)].window_tokens;
+}
+
+bool HasSlidingWindows(const ModelSpec& model) {
+  return std::any_of(model.layer_specs.begin(), model.layer_specs.end(),
+                     [](const LayerSpec& l) { return l.window_tokens > 0; });
+}
+
+std::string FormatBytes(int64_t bytes) {
+  static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  if (bytes < 1024 && bytes > -1024) return absl::StrCat(bytes, " bytes");
+  double value = static_cast<double>(bytes);
+  int unit = -1;
+  while ((value >= 1024.0 || value <= -1024.0) && unit < 5) {
+    value /= 1024.0;
+    ++unit;
+  }
+  return absl::StrFormat("%.2f %s", value, kUnits[unit]);
+}
+
+std::string FormatCount(int64_t value) {
+  // Built on the unsigned magnitude so that INT64_MIN formats too.
+  const bool negative = value < 0;
+  uint64_t magnitude = negative ? 0 - static_cast<uint64_t>(value) : static_cast<uint64_t>(value);
+  std::string digits = absl::StrCat(magnitude);
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out.push_back(',');
+    out.push_back(digits[i]);
+  }
+  return negative ? absl::StrCat("-", out) : out;
+}
+
+std::string QuoteForError(absl::string_view text, size_t max_bytes) {
+  const bool cut = text.size() > max_bytes;
+  if (cut) text = text.substr(0, max_bytes);
+  return absl::StrCat("'", absl::CHexEscape(text), cut ? "...'" : "'");
+}
+
+}  // namespace attend::planner

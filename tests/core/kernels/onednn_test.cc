@@ -1,0 +1,130 @@
+// The matmul adapter against plain loops: dense and strided (transposed) operands, more shapes
+// than a thread keeps ready (so entries are dropped and rebuilt), from several threads at once.
+#include "core/kernels/onednn.h"
+
+#include <cmath>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "tests/test_util.h"
+
+namespace attend::onednn {
+namespace {
+
+using ::attend::testing::RandomFloats;
+using ::attend::testing::StatusIs;
+
+struct Product {
+  MatmulSpec spec;
+  std::vector<float> a, b, expected;
+};
+
+// dst[m, n] = a[m, k] x b[k, n]; b is read through `transposed` strides (b stored [n, k]) for
+// odd shapes, and a's rows are padded by `pad` elements.
+Product MakeProduct(std::mt19937_64& rng, int64_t m, int64_t k, int64_t n, bool transposed,
+                    int64_t pad) {
+  Product p;
+  p.spec.src = {m, k, k + pad, 1, DType::kFloat32};
+  p.spec.weights =
+      transposed ? Operand{k, n, 1, k, DType::kFloat32} : Operand{k, n, n, 1, DType::kFloat32};
+  p.spec.dst = {m, n, n, 1, DType::kFloat32};
+  p.a = RandomFloats(rng, m * (k + pad));
+  p.b = RandomFloats(rng, k * n);
+  p.expected.assign(static_cast<size_t>(m * n), 0.0f);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double sum = 0.0;
+      for (int64_t x = 0; x < k; ++x) {
+        const float w = transposed ? p.b[j * k + x] : p.b[x * n + j];
+        sum += static_cast<double>(p.a[i * (k + pad) + x]) * w;
+      }
+      p.expected[i * n + j] = static_cast<float>(sum);
+    }
+  }
+  return p;
+}
+
+void CheckProduct(const Product& p) {
+  std::vector<float> dst(p.expected.size(), -7.0f);
+  ASSERT_OK(RunMatmul(p.spec, p.a.data(), p.b.data(), dst.data()));
+  for (size_t i = 0; i < dst.size(); ++i) {
+    ASSERT_NEAR(dst[i], p.expected[i], 1e-4 * (1.0 + std::abs(p.expected[i]))) << p.spec.Key();
+  }
+}
+
+// 40 specs, more than the 32 a thread keeps with their arguments bound, run in rounds: every
+// round evicts and re-adds entries. Runs of six share their src operand and differ only in the
+// weights' width or layout, so a call that picked a spec by part of it would get a wrong shape.
+std::vector<Product> ManyProducts() {
+  std::mt19937_64 rng(3);
+  std::vector<Product> products;
+  for (int64_t i = 0; i < 40; ++i) {
+    const int64_t same_src = i / 6;
+    products.push_back(MakeProduct(rng, 1 + same_src % 4, 8 + 8 * (same_src % 2), 3 + i % 3,
+                                   (i / 3) % 2 == 1, same_src % 3));
+  }
+  return products;
+}
+
+TEST(RunMatmul, MatchesLoopsAcrossMoreShapesThanAThreadKeeps) {
+  const std::vector<Product> products = ManyProducts();
+  for (int round = 0; round < 3; ++round) {
+    for (const Product& p : products) CheckProduct(p);
+  }
+}
+
+TEST(RunMatmul, ThreadsRunTheSameShapesAtOnce) {
+  const std::vector<Product> products = ManyProducts();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&products, t] {
+      for (int round = 0; round < 2; ++round) {
+        for (size_t i = 0; i < products.size(); ++i) CheckProduct(products[(i + 7 * t) % 40]);
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+}
+
+// The shared cache keeps at most its capacity, dropping the least recently used; products stay
+// right whether their primitive was kept, dropped or recreated.
+TEST(MatmulCache, KeepsAtMostItsCapacityDroppingTheLeastRecentlyUsed) {
+  const int64_t saved = GetMatmulCacheStats().capacity;
+  SetMatmulCacheCapacity(4);
+  std::mt19937_64 rng(11);
+  std::vector<Product> products;
+  for (int64_t i = 0; i < 6; ++i) products.push_back(MakeProduct(rng, 2, 24, 5 + i, false, 1));
+  // GetMatmul goes to the shared cache every time (RunMatmul's per-thread list would hide it).
+  auto get = [&](int i) { return GetMatmul(products[static_cast<size_t>(i)].spec); };
+  for (int i = 0; i < 4; ++i) ASSERT_OK(get(i));
+  const MatmulCacheStats full = GetMatmulCacheStats();
+  EXPECT_EQ(full.entries, 4);
+  ASSERT_OK(get(0));  // product 0 is now the most recently used; 1 the least
+  ASSERT_OK(get(4));  // drops 1
+  int64_t creations = GetMatmulCacheStats().creations;
+  ASSERT_OK(get(0));
+  EXPECT_EQ(GetMatmulCacheStats().creations, creations) << "product 0 was dropped";
+  ASSERT_OK(get(1));
+  EXPECT_EQ(GetMatmulCacheStats().creations, creations + 1) << "product 1 was kept";
+  const MatmulCacheStats after = GetMatmulCacheStats();
+  EXPECT_EQ(after.entries, 4);
+  EXPECT_EQ(after.capacity, 4);
+  EXPECT_GE(after.evictions, full.evictions + 2);
+  for (const Product& p : products) CheckProduct(p);
+  SetMatmulCacheCapacity(saved);
+  EXPECT_EQ(GetMatmulCacheStats().capacity, saved);
+}
+
+TEST(RunMatmul, RefusesShapesThatDoNotAgree) {
+  MatmulSpec spec;
+  spec.src = {4, 8, 8, 1, DType::kFloat32};
+  spec.weights = {6, 5, 5, 1, DType::kFloat32};
+  spec.dst = {4, 5, 5, 1, DType::kFloat32};
+  std::vector<float> a(32), b(30), c(20);
+  EXPECT_THAT(RunMatmul(spec, a.data(), b.data(), c.data()),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+}  // namespace
+}  // namespace attend::onednn
