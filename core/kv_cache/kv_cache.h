@@ -23,17 +23,15 @@
 #ifndef ATTEND_CORE_KV_CACHE_KV_CACHE_H_
 #define ATTEND_CORE_KV_CACHE_KV_CACHE_H_
 
+#include <atomic>
 #include <cstdint>
-#include <deque>
 #include <functional>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -46,6 +44,9 @@
 #include "core/kv_cache/layout.h"
 
 namespace attend::kv {
+
+struct Sequence;  // core/kv_cache/sequence.h
+class SequenceRegistry;
 
 enum class EvictionPolicy { kNone, kLru, kTtl };
 absl::string_view EvictionPolicyName(EvictionPolicy policy);
@@ -194,88 +195,25 @@ class KvCache {
   absl::Status CheckConsistency();
 
  private:
-  struct Layer {
-    // Block i holds tokens [i * tpb, (i + 1) * tpb). With a sliding window, blocks that no future
-    // query can see are released and left null.
-    std::vector<BlockRef> blocks;
-    int64_t tokens = 0;
-  };
-  struct Sequence {
-    std::string id;
-    SequenceConfig config;
-    BlockLayout layout;
-    int64_t created_ms = 0;
-    std::string forked_from;
-    std::atomic<int64_t> last_used_ms{0};
-    std::atomic<int> in_use{0};  // operations holding it; guarded transitions under registry_mu_
-    // Tokens over all layers, readable without `mu` (for stats and eviction).
-    std::atomic<int64_t> total_tokens{0};
-    Mutex mu;
-    // Set by Release under `mu`. An operation that looked the sequence up before the Release
-    // and waited for `mu` finds it set and answers NOT_FOUND instead of using what is left.
-    bool released ABSL_GUARDED_BY(mu) = false;
-    std::vector<Layer> layers ABSL_GUARDED_BY(mu);
-    int64_t reserved_tokens ABSL_GUARDED_BY(mu) = 0;
-  };
-  // Marks a sequence in use for the lifetime of an operation.
-  class Lease;
-
-  absl::StatusOr<std::shared_ptr<Sequence>> Acquire(absl::string_view id)
-      ABSL_LOCKS_EXCLUDED(registry_mu_);
-  void Done(Sequence* sequence) ABSL_LOCKS_EXCLUDED(registry_mu_);
-  absl::Status NotFound(absl::string_view id) ABSL_SHARED_LOCKS_REQUIRED(registry_mu_);
-  // OK unless the sequence was released after it was looked up (then NOT_FOUND, as for an id
-  // that is gone).
-  absl::Status CheckNotReleased(const Sequence& sequence) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sequence.mu)
-      ABSL_LOCKS_EXCLUDED(registry_mu_);
-
   // Takes `count` blocks, evicting idle sequences when the policy allows. On failure the error
   // says `what` needed them and what would fit.
   absl::Status TakeBlocks(int64_t count, std::vector<BlockRef>* out,
-                          const std::function<std::string()>& what)
-      ABSL_LOCKS_EXCLUDED(registry_mu_);
-  // Removes idle sequences from the registry, least recently used first, until evicting them
-  // frees enough blocks for `count` with those already free (blocks shared with a sequence
-  // that stays are not counted), recording why; returns them, or nothing when evicting every
-  // idle sequence would not make `count` fit. Their blocks go back to the pool when the last
-  // reference to them (the caller's, unless a concurrent Get or List still describes one) is
-  // dropped. No sequence lock is waited for, so eviction cannot deadlock with the operation
-  // that needs the room.
-  std::vector<std::shared_ptr<Sequence>> EvictLruFor(int64_t count)
-      ABSL_LOCKS_EXCLUDED(registry_mu_);
-  void Forget(const std::string& id, const std::string& reason)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(registry_mu_);
-
-  SequenceInfo Describe(const Sequence& sequence) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sequence.mu);
+                          const std::function<std::string()>& what);
+  // Creates the prefill primitives of a new shape once (see Create).
+  void WarmUp(const BlockLayout& layout, int64_t n_head);
+  // OK unless the sequence was released after it was looked up (then NOT_FOUND, as for an id
+  // that is gone). REQUIRES: sequence.mu held.
+  absl::Status CheckNotReleased(const Sequence& sequence);
+  // REQUIRES: sequence.mu held.
+  SequenceInfo Describe(const Sequence& sequence);
   absl::Status CheckAppend(const Sequence& sequence, int64_t layer, const AppendInput& input,
-                           bool decode) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sequence.mu);
-  // Blocks an append of `n` tokens to `layer` must newly take (copy-on-write included).
-  int64_t BlocksNeeded(const Sequence& sequence, int64_t layer, int64_t n)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(sequence.mu);
-  // Releases the layer's blocks whose keys the sliding window hides from every later query.
-  void DropOutsideWindow(Sequence& sequence, Layer& layer)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(sequence.mu);
-  // OK when every key that a query at position `tokens` may see is still cached (a sliding
-  // window may have released the ones before); OUT_OF_RANGE naming the earliest valid length.
-  absl::Status CheckWindowKept(const Sequence& sequence, int64_t tokens, absl::string_view what)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(sequence.mu);
-  // Writes k/v into the layer using `fresh` blocks for new and copied blocks.
-  void WriteTokens(Sequence& sequence, int64_t layer, const AppendInput& input,
-                   std::vector<BlockRef>& fresh) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sequence.mu);
-  std::string NewId() ABSL_EXCLUSIVE_LOCKS_REQUIRED(registry_mu_);
+                           bool decode);
 
   const KvCacheOptions options_;
   BlockPool pool_;
-  std::atomic<int64_t> evictions_{0};
+  // After the pool: sequences hold blocks, so they must go first.
+  std::unique_ptr<SequenceRegistry> registry_;
   std::atomic<int64_t> rejections_{0};
-
-  Mutex registry_mu_;
-  std::map<std::string, std::shared_ptr<Sequence>, std::less<>> sequences_
-      ABSL_GUARDED_BY(registry_mu_);
-  // Recently evicted ids and why, so that their owners get a reason instead of a bare NOT_FOUND.
-  absl::flat_hash_map<std::string, std::string> evicted_ ABSL_GUARDED_BY(registry_mu_);
-  std::deque<std::string> evicted_order_ ABSL_GUARDED_BY(registry_mu_);  // oldest first
-  uint64_t id_counter_ ABSL_GUARDED_BY(registry_mu_) = 0;
 
   // Shapes (layout and query heads) whose prefill primitives were created, at most 1024. Not
   // held while warming: two first creations of one shape may both warm up, which is harmless.

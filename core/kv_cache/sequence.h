@@ -1,0 +1,51 @@
+// A cached sequence's state, shared by the parts of the KV cache (internal to core/kv_cache:
+// kv_cache.cc, sequence_registry.cc, token_storage.cc).
+//
+// Thread-safety: the atomics may be read and written anywhere; `mu` guards the layers (see the
+// lock order in kv_cache.h).
+#ifndef ATTEND_CORE_KV_CACHE_SEQUENCE_H_
+#define ATTEND_CORE_KV_CACHE_SEQUENCE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "core/base/mutex.h"
+#include "core/kv_cache/block_pool.h"
+#include "core/kv_cache/kv_cache.h"
+#include "core/kv_cache/layout.h"
+
+namespace attend::kv {
+
+// One layer of a sequence. Block i holds tokens [i * tpb, (i + 1) * tpb). With a sliding window,
+// blocks that no future query can see are released and left null.
+struct CachedLayer {
+  std::vector<BlockRef> blocks;
+  int64_t tokens = 0;
+};
+
+struct Sequence {
+  std::string id;  // set before the sequence is published, never after
+  SequenceConfig config;
+  BlockLayout layout;
+  int64_t created_ms = 0;
+  std::string forked_from;
+  std::atomic<int64_t> last_used_ms{0};
+  // Operations holding it (SequenceRegistry::Lease); changed under the registry's lock, so that
+  // eviction, which looks at it under that lock, never takes a sequence in use.
+  std::atomic<int> in_use{0};
+  // Tokens over all layers, readable without `mu` (for stats).
+  std::atomic<int64_t> total_tokens{0};
+  Mutex mu;
+  // Set by Release under `mu`. An operation that looked the sequence up before the Release and
+  // waited for `mu` finds it set and answers NOT_FOUND instead of using what is left.
+  bool released ABSL_GUARDED_BY(mu) = false;
+  std::vector<CachedLayer> layers ABSL_GUARDED_BY(mu);
+  int64_t reserved_tokens ABSL_GUARDED_BY(mu) = 0;
+};
+
+}  // namespace attend::kv
+
+#endif  // ATTEND_CORE_KV_CACHE_SEQUENCE_H_

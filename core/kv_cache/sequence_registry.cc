@@ -1,0 +1,240 @@
+#include "core/kv_cache/sequence_registry.h"
+
+#include <algorithm>
+#include <random>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace attend::kv {
+namespace {
+
+constexpr size_t kMaxIdBytes = 128;
+constexpr size_t kRememberedGone = 10000;
+
+}  // namespace
+
+absl::Status CheckSequenceId(absl::string_view id, absl::string_view field) {
+  if (id.empty() || id.size() > kMaxIdBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": length ", id.size(),
+                                                   "; ids have 1 to ", kMaxIdBytes, " characters"));
+  }
+  for (char c : id) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == ':' || c == '-';
+    if (!ok) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ": '",
+                                                     absl::CHexEscape(id.substr(0, 64)),
+                                                     "' has a character outside [A-Za-z0-9._:-]"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string QuotedId(absl::string_view id) {
+  if (CheckSequenceId(id, "").ok()) return absl::StrCat("'", id, "'");
+  constexpr size_t kShown = 64;
+  if (id.size() <= kShown) return absl::StrCat("'", absl::CHexEscape(id), "'");
+  return absl::StrCat("'", absl::CHexEscape(id.substr(0, kShown)), "...' (", id.size(),
+                      " characters)");
+}
+
+SequenceRegistry::Lease::Lease(SequenceRegistry* registry, std::shared_ptr<Sequence> sequence)
+    : registry_(registry), sequence_(std::move(sequence)) {}
+
+SequenceRegistry::Lease::Lease(Lease&& other) noexcept
+    : registry_(other.registry_), sequence_(std::move(other.sequence_)) {}
+
+SequenceRegistry::Lease::~Lease() {
+  if (sequence_) registry_->Done(sequence_.get());
+}
+
+SequenceRegistry::SequenceRegistry(int64_t max_sequences, Clock clock)
+    : max_sequences_(max_sequences), clock_(std::move(clock)) {}
+
+SequenceRegistry::~SequenceRegistry() {
+  MutexLock lock(&mu_);
+  sequences_.clear();
+}
+
+absl::StatusOr<SequenceRegistry::Lease> SequenceRegistry::Acquire(absl::string_view id) {
+  MutexLock lock(&mu_);
+  auto it = sequences_.find(id);
+  if (it == sequences_.end()) return NotFoundLocked(id);
+  it->second->in_use.fetch_add(1);
+  it->second->last_used_ms = clock_();
+  return Lease(this, it->second);
+}
+
+void SequenceRegistry::Done(Sequence* sequence) {
+  sequence->last_used_ms = clock_();
+  sequence->in_use.fetch_sub(1);
+}
+
+absl::StatusOr<std::shared_ptr<Sequence>> SequenceRegistry::Find(absl::string_view id) {
+  MutexLock lock(&mu_);
+  auto it = sequences_.find(id);
+  if (it == sequences_.end()) return NotFoundLocked(id);
+  return it->second;
+}
+
+std::vector<std::shared_ptr<Sequence>> SequenceRegistry::Page(int64_t count,
+                                                              absl::string_view after, bool* more) {
+  std::vector<std::shared_ptr<Sequence>> page;
+  MutexLock lock(&mu_);
+  auto it = after.empty() ? sequences_.begin() : sequences_.upper_bound(after);
+  for (; it != sequences_.end() && static_cast<int64_t>(page.size()) < count; ++it) {
+    page.push_back(it->second);
+  }
+  *more = it != sequences_.end();
+  return page;
+}
+
+std::vector<std::shared_ptr<Sequence>> SequenceRegistry::All() {
+  std::vector<std::shared_ptr<Sequence>> all;
+  MutexLock lock(&mu_);
+  for (const auto& [id, sequence] : sequences_) all.push_back(sequence);
+  return all;
+}
+
+absl::Status SequenceRegistry::CheckRoomLocked(absl::string_view id) {
+  if (!id.empty() && sequences_.count(id) > 0) {
+    return absl::AlreadyExistsError(absl::StrCat("sequence ", QuotedId(id), " already exists"));
+  }
+  if (static_cast<int64_t>(sequences_.size()) >= max_sequences_) {
+    return absl::ResourceExhaustedError(absl::StrCat("the cache holds ", sequences_.size(),
+                                                     " sequences, its limit (--max_sequences)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SequenceRegistry::CheckRoom(absl::string_view id) {
+  MutexLock lock(&mu_);
+  return CheckRoomLocked(id);
+}
+
+absl::Status SequenceRegistry::Publish(const std::shared_ptr<Sequence>& sequence,
+                                       absl::string_view id) {
+  MutexLock lock(&mu_);
+  if (absl::Status room = CheckRoomLocked(id); !room.ok()) return room;
+  sequence->id = id.empty() ? NewId() : std::string(id);
+  gone_.erase(sequence->id);
+  sequences_.emplace(sequence->id, sequence);
+  return absl::OkStatus();
+}
+
+std::string SequenceRegistry::NewId() {
+  static thread_local std::mt19937_64 random(std::random_device{}());
+  while (true) {
+    std::string id = absl::StrFormat("seq-%016x", random() ^ (++id_counter_));
+    if (sequences_.count(id) == 0) return id;
+  }
+}
+
+void SequenceRegistry::Remove(const Sequence& sequence) {
+  MutexLock lock(&mu_);
+  sequences_.erase(sequence.id);
+  Forget(sequence.id, "was released");
+}
+
+void SequenceRegistry::Forget(const std::string& id, const std::string& reason) {
+  if (gone_.insert_or_assign(id, reason).second) gone_order_.push_back(id);
+  if (gone_order_.size() > kRememberedGone) {
+    gone_.erase(gone_order_.front());
+    gone_order_.pop_front();
+  }
+}
+
+absl::Status SequenceRegistry::NotFound(absl::string_view id) {
+  MutexLock lock(&mu_);
+  return NotFoundLocked(id);
+}
+
+absl::Status SequenceRegistry::NotFoundLocked(absl::string_view id) {
+  auto it = gone_.find(std::string(id));
+  if (it != gone_.end()) {
+    return absl::NotFoundError(absl::StrCat("sequence ", QuotedId(id), " ", it->second));
+  }
+  return absl::NotFoundError(absl::StrCat("no sequence ", QuotedId(id)));
+}
+
+std::vector<std::shared_ptr<Sequence>> SequenceRegistry::EvictLruFor(int64_t count,
+                                                                     const BlockPool& pool) {
+  MutexLock lock(&mu_);
+  std::vector<Sequence*> idle;
+  for (const auto& [id, sequence] : sequences_) {
+    if (sequence->in_use.load() == 0) idle.push_back(sequence.get());
+  }
+  std::stable_sort(idle.begin(), idle.end(), [](const Sequence* a, const Sequence* b) {
+    return a->last_used_ms.load() < b->last_used_ms.load();
+  });
+  // Walk the idle sequences least recently used first, counting the blocks that evicting them
+  // would return: a block shared with a fork returns only when its last holder goes, so each
+  // block's references from the sequences walked so far are counted against its use count.
+  // Idle sequences' locks are free but for a moment (Get, List); one that cannot be locked now
+  // is not a candidate. Locking a sequence after the registry is against the lock order, which
+  // a try-lock cannot deadlock.
+  const int64_t free = pool.free_blocks();
+  absl::flat_hash_map<const Block*, long> remaining;  // references not yet walked
+  int64_t freed = 0;
+  std::vector<Sequence*> victims;
+  for (Sequence* sequence : idle) {
+    if (free + freed >= count) break;
+    if (!sequence->mu.TryLock()) continue;
+    for (const CachedLayer& layer : sequence->layers) {
+      for (const BlockRef& block : layer.blocks) {
+        if (!block) continue;
+        auto [it, inserted] = remaining.try_emplace(block.get(), block.use_count());
+        if (--it->second == 0) ++freed;
+      }
+    }
+    sequence->mu.Unlock();
+    victims.push_back(sequence);
+  }
+  std::vector<std::shared_ptr<Sequence>> evicted;
+  if (free + freed < count) return evicted;  // evicting cannot make it fit: evict nothing
+  for (Sequence* victim : victims) {
+    auto it = sequences_.find(victim->id);
+    evicted.push_back(std::move(it->second));
+    sequences_.erase(it);
+    Forget(victim->id,
+           absl::StrCat("was evicted (least recently used, last used at ",
+                        victim->last_used_ms.load(), " ms) to make room for another request"));
+    evictions_++;
+  }
+  return evicted;
+}
+
+std::vector<std::shared_ptr<Sequence>> SequenceRegistry::EvictIdle(int64_t ttl_ms) {
+  std::vector<std::shared_ptr<Sequence>> expired;
+  MutexLock lock(&mu_);
+  const int64_t now = clock_();
+  for (auto it = sequences_.begin(); it != sequences_.end();) {
+    const int64_t idle = now - it->second->last_used_ms.load();
+    if (it->second->in_use.load() == 0 && idle > ttl_ms) {
+      Forget(it->first, absl::StrCat("was evicted after ", idle / 1000.0, " s idle (TTL ",
+                                     ttl_ms / 1000.0, " s)"));
+      evictions_++;
+      expired.push_back(std::move(it->second));
+      it = sequences_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return expired;
+}
+
+int64_t SequenceRegistry::size() const {
+  MutexLock lock(&mu_);
+  return static_cast<int64_t>(sequences_.size());
+}
+
+int64_t SequenceRegistry::tokens() const {
+  int64_t tokens = 0;
+  MutexLock lock(&mu_);
+  for (const auto& [id, sequence] : sequences_) tokens += sequence->total_tokens.load();
+  return tokens;
+}
+
+}  // namespace attend::kv
