@@ -91,8 +91,10 @@ absl::Status AttentionService::DoAttend(const v1::AttendRequest& request,
   ATTEND_ASSIGN_OR_RETURN(options.precision, DecodePrecision(request.precision()));
   ATTEND_ASSIGN_OR_RETURN(const DType out_dtype,
                           DecodeOutputDType(request.output_dtype(), "output_dtype"));
-  ATTEND_ASSIGN_OR_RETURN(const AttentionShape s,
-                          ValidateAttention(q.view, k.view, v.view, options, limits_.attention));
+  ATTEND_ASSIGN_OR_RETURN(
+      const AttentionProblem problem,
+      PrepareAttention(q.view, k.view, v.view, options, limits_.attention, engine_->threads()));
+  const AttentionShape& s = problem.shape();
 
   const int64_t response_bytes =
       EncodedBytes(s.output_elements(), q.from_values, out_dtype) +
@@ -106,9 +108,8 @@ absl::Status AttentionService::DoAttend(const v1::AttendRequest& request,
   std::vector<float> weights(request.return_weights() ? static_cast<size_t>(s.weight_elements())
                                                       : 0);
   AttentionStats stats;
-  ATTEND_RETURN_IF_ERROR(engine_->Compute(q.view, k.view, v.view, options, limits_.attention,
-                                          absl::MakeSpan(output), absl::MakeSpan(weights), &stats,
-                                          cancel));
+  ATTEND_RETURN_IF_ERROR(
+      engine_->Compute(problem, absl::MakeSpan(output), absl::MakeSpan(weights), &stats, cancel));
   metrics_->AttentionComputed("Attend", stats);
   EncodeTensor(output, {s.n_q, s.n_head, s.head_dim_v}, q.from_values, out_dtype,
                response->mutable_output());

@@ -204,15 +204,12 @@ absl::Status KvCacheService::DoAppend(const v1::AppendRequest& request,
   input.id = request.sequence_id();
   bool as_values = false;
   if (request.has_q()) {
-    ATTEND_ASSIGN_OR_RETURN(const DecodedTensor q,
-                            DecodeTensor(request.q(), "q", max_elements, false));
+    ATTEND_ASSIGN_OR_RETURN(const DecodedTensor q, DecodeTensor(request.q(), "q", max_elements));
     input.q = q.view;
     as_values = q.from_values;
   }
-  ATTEND_ASSIGN_OR_RETURN(const DecodedTensor k,
-                          DecodeTensor(request.k(), "k", max_elements, false));
-  ATTEND_ASSIGN_OR_RETURN(const DecodedTensor v,
-                          DecodeTensor(request.v(), "v", max_elements, false));
+  ATTEND_ASSIGN_OR_RETURN(const DecodedTensor k, DecodeTensor(request.k(), "k", max_elements));
+  ATTEND_ASSIGN_OR_RETURN(const DecodedTensor v, DecodeTensor(request.v(), "v", max_elements));
   input.k = k.view;
   input.v = v.view;
   ATTEND_ASSIGN_OR_RETURN(const Precision precision, DecodePrecision(request.precision()));
@@ -282,11 +279,11 @@ absl::Status KvCacheService::DoDecodeBatch(const v1::DecodeBatchRequest& request
     kv::AppendInput& in = inputs[static_cast<size_t>(i)];
     in.id = step.sequence_id();
     ATTEND_ASSIGN_OR_RETURN(const DecodedTensor q,
-                            DecodeTensor(step.q(), field + ".q", max_elements, false));
+                            DecodeTensor(step.q(), field + ".q", max_elements));
     ATTEND_ASSIGN_OR_RETURN(const DecodedTensor k,
-                            DecodeTensor(step.k(), field + ".k", max_elements, false));
+                            DecodeTensor(step.k(), field + ".k", max_elements));
     ATTEND_ASSIGN_OR_RETURN(const DecodedTensor v,
-                            DecodeTensor(step.v(), field + ".v", max_elements, false));
+                            DecodeTensor(step.v(), field + ".v", max_elements));
     in.q = q.view;
     in.k = k.view;
     in.v = v.view;

@@ -8,7 +8,7 @@
 namespace attend::server {
 
 absl::StatusOr<DecodedTensor> DecodeTensor(const v1::Tensor& tensor, absl::string_view field,
-                                           int64_t max_elements, bool require_finite) {
+                                           int64_t max_elements) {
   DType dtype;
   switch (tensor.dtype()) {
     case v1::DTYPE_UNSPECIFIED:
@@ -74,7 +74,6 @@ absl::StatusOr<DecodedTensor> DecodeTensor(const v1::Tensor& tensor, absl::strin
     }
     out.view.data = tensor.data().data();
   }
-  if (require_finite) ATTEND_RETURN_IF_ERROR(CheckFinite(out.view, field));
   return out;
 }
 

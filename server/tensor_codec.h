@@ -3,9 +3,9 @@
 // Decoding validates everything a request can get wrong about a tensor, before anything is
 // allocated from its shape: the dtype is known, exactly one of data/values is set, values come
 // only as float32, every dimension is >= 1 and the element count neither overflows nor exceeds
-// the limit, the byte or value count matches the shape, and (for attention inputs) every
-// element is finite. Errors are INVALID_ARGUMENT (RESOURCE_EXHAUSTED for limits) naming the
-// field path and the shape.
+// the limit, and the byte or value count matches the shape. Errors are INVALID_ARGUMENT
+// (RESOURCE_EXHAUSTED for limits) naming the field path and the shape. The values themselves
+// (NaN, infinities) are the core's to check, on every path and on its compute threads.
 //
 // Thread-safety: pure functions. A decoded view points into the message and lives as long as it.
 #ifndef ATTEND_SERVER_TENSOR_CODEC_H_
@@ -28,10 +28,9 @@ struct DecodedTensor {
   bool from_values = false;  // the caller used `values`; answer in kind
 };
 
-// Decodes `tensor` (the field `field`, e.g. "q" or "steps[3].k"). `require_finite` rejects NaN
-// and infinities.
+// Decodes `tensor` (the field `field`, e.g. "q" or "steps[3].k").
 absl::StatusOr<DecodedTensor> DecodeTensor(const v1::Tensor& tensor, absl::string_view field,
-                                           int64_t max_elements, bool require_finite = true);
+                                           int64_t max_elements);
 
 // The dtype for response tensors: FLOAT32 when unspecified; INVALID_ARGUMENT for unknown values.
 absl::StatusOr<DType> DecodeOutputDType(v1::DType dtype, absl::string_view field);

@@ -85,6 +85,22 @@ absl::StatusOr<AttentionShape> ValidateAttention(const TensorView& q, const Tens
   return s;
 }
 
+absl::StatusOr<AttentionProblem> PrepareAttention(const TensorView& q, const TensorView& k,
+                                                  const TensorView& v,
+                                                  const AttentionOptions& options,
+                                                  const AttentionLimits& limits, int threads) {
+  AttentionProblem problem;
+  ATTEND_ASSIGN_OR_RETURN(problem.shape_, ValidateAttention(q, k, v, options, limits));
+  ATTEND_RETURN_IF_ERROR(CheckFinite(q, "q", threads));
+  ATTEND_RETURN_IF_ERROR(CheckFinite(k, "k", threads));
+  ATTEND_RETURN_IF_ERROR(CheckFinite(v, "v", threads));
+  problem.q_ = q;
+  problem.k_ = k;
+  problem.v_ = v;
+  problem.options_ = options;
+  return problem;
+}
+
 float EffectiveScale(const AttentionOptions& options, const AttentionShape& shape) {
   if (options.scale) return *options.scale;
   return static_cast<float>(1.0 / std::sqrt(static_cast<double>(shape.head_dim)));

@@ -67,6 +67,37 @@ absl::StatusOr<AttentionShape> ValidateAttention(const TensorView& q, const Tens
                                                  const AttentionOptions& options,
                                                  const AttentionLimits& limits);
 
+// A problem that passed PrepareAttention: the inputs, the options and the shape. Only
+// PrepareAttention makes one, so a call is validated once and everyone who needs the shape (the
+// service sizing its response, the engine) reads the same one.
+class AttentionProblem {
+ public:
+  const TensorView& q() const { return q_; }
+  const TensorView& k() const { return k_; }
+  const TensorView& v() const { return v_; }
+  const AttentionOptions& options() const { return options_; }
+  const AttentionShape& shape() const { return shape_; }
+
+ private:
+  friend absl::StatusOr<AttentionProblem> PrepareAttention(const TensorView& q, const TensorView& k,
+                                                           const TensorView& v,
+                                                           const AttentionOptions& options,
+                                                           const AttentionLimits& limits,
+                                                           int threads);
+  AttentionProblem() = default;
+  TensorView q_, k_, v_;
+  AttentionOptions options_;
+  AttentionShape shape_;
+};
+
+// ValidateAttention, then the values: NaN or an infinity in q, k or v is INVALID_ARGUMENT naming
+// the tensor and the element (a large tensor is scanned on up to `threads` threads, 0 = all).
+// The views must outlive the problem. REQUIRES: as ValidateAttention.
+absl::StatusOr<AttentionProblem> PrepareAttention(const TensorView& q, const TensorView& k,
+                                                  const TensorView& v,
+                                                  const AttentionOptions& options,
+                                                  const AttentionLimits& limits, int threads = 0);
+
 // The scale actually used: options.scale or 1 / sqrt(head_dim).
 float EffectiveScale(const AttentionOptions& options, const AttentionShape& shape);
 // kAuto resolved against the input dtypes.

@@ -175,7 +175,19 @@ absl::Status AttentionEngine::Compute(const TensorView& q, const TensorView& k, 
                                       const AttentionLimits& limits, absl::Span<float> output,
                                       absl::Span<float> weights, AttentionStats* stats,
                                       const Cancellation* cancel) const {
-  ATTEND_ASSIGN_OR_RETURN(const AttentionShape s, ValidateAttention(q, k, v, options, limits));
+  ATTEND_ASSIGN_OR_RETURN(const AttentionProblem problem,
+                          PrepareAttention(q, k, v, options, limits, options_.threads));
+  return Compute(problem, output, weights, stats, cancel);
+}
+
+absl::Status AttentionEngine::Compute(const AttentionProblem& problem, absl::Span<float> output,
+                                      absl::Span<float> weights, AttentionStats* stats,
+                                      const Cancellation* cancel) const {
+  const TensorView& q = problem.q();
+  const TensorView& k = problem.k();
+  const TensorView& v = problem.v();
+  const AttentionOptions& options = problem.options();
+  const AttentionShape& s = problem.shape();
   if (static_cast<int64_t>(output.size()) != s.output_elements()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "output holds ", output.size(), " floats; the shapes need ", s.output_elements()));

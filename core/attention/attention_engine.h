@@ -49,17 +49,24 @@ class AttentionEngine {
   explicit AttentionEngine(EngineOptions options = {})
       : options_(options), scratch_(std::make_shared<ScratchPool>(options.scratch_cache_bytes)) {}
 
-  // Computes attention of q over k/v into `output` ([n_q, n_head, head_dim_v] f32) and, when
-  // `weights` is non-empty, the weights ([n_head, n_q, n_kv] f32). Validates with `limits`
-  // first; INVALID_ARGUMENT when an output span has the wrong size or when scores overflow
-  // float32 (the inputs' magnitudes are too large for the chosen precision). When `cancel` is
-  // set during the call, it stops between tiles and returns CANCELLED (the outputs are then
-  // partial).
+  // Computes the attention of `problem` into `output` ([n_q, n_head, head_dim_v] f32) and, when
+  // `weights` is non-empty, the weights ([n_head, n_q, n_kv] f32). INVALID_ARGUMENT when an
+  // output span has the wrong size or when scores overflow float32 (the inputs' magnitudes are
+  // too large for the chosen precision). When `cancel` is set during the call, it stops between
+  // tiles and returns CANCELLED (the outputs are then partial).
+  absl::Status Compute(const AttentionProblem& problem, absl::Span<float> output,
+                       absl::Span<float> weights, AttentionStats* stats,
+                       const Cancellation* cancel = nullptr) const;
+
+  // PrepareAttention (with `limits`, on this engine's threads), then Compute.
   // REQUIRES: the views' data hold their shapes' elements.
   absl::Status Compute(const TensorView& q, const TensorView& k, const TensorView& v,
                        const AttentionOptions& options, const AttentionLimits& limits,
                        absl::Span<float> output, absl::Span<float> weights, AttentionStats* stats,
                        const Cancellation* cancel = nullptr) const;
+
+  // OpenMP threads per call (0 = all), for PrepareAttention's scan of the inputs.
+  int threads() const { return options_.threads; }
 
   // Keys per matmul tile, exposed for tests of tile edges.
   static constexpr int64_t kKeyTile = 512;

@@ -98,6 +98,11 @@ absl::StatusOr<MultiHeadAttention> MultiHeadAttention::Create(const TensorView& 
                                                    head_dim_v, " (", shapes, ")"));
   }
 
+  ATTEND_RETURN_IF_ERROR(CheckFinite(wq, "wq"));
+  ATTEND_RETURN_IF_ERROR(CheckFinite(wk, "wk"));
+  ATTEND_RETURN_IF_ERROR(CheckFinite(wv, "wv"));
+  if (wo) ATTEND_RETURN_IF_ERROR(CheckFinite(*wo, "wo"));
+
   MultiHeadAttention layer;
   layer.d_model_ = d_model;
   layer.n_head_ = n_head;
@@ -140,6 +145,7 @@ absl::StatusOr<MultiHeadAttention::Output> MultiHeadAttention::Forward(
                                                limits.max_tensor_elements)
                                .status());
   }
+  ATTEND_RETURN_IF_ERROR(CheckFinite(x, "x"));
   std::vector<float> xf = ToFloats(x);
   Output out;
   out.q.resize(static_cast<size_t>(n * n_head_ * head_dim_));

@@ -39,8 +39,8 @@ class MultiHeadAttention {
  public:
   // Copies the weights (any dtype) as float32. `wo` is optional: without it the layer returns the
   // concatenated heads. `n_head_kv` 0 means n_head. Checks that the shapes agree with the head
-  // counts; errors are INVALID_ARGUMENT naming the matrix and the shapes, or RESOURCE_EXHAUSTED
-  // over `limits.max_tensor_elements`.
+  // counts and that every weight is finite; errors are INVALID_ARGUMENT naming the matrix and
+  // the shapes (or the element), or RESOURCE_EXHAUSTED over `limits.max_tensor_elements`.
   static absl::StatusOr<MultiHeadAttention> Create(const TensorView& wq, const TensorView& wk,
                                                    const TensorView& wv,
                                                    const std::optional<TensorView>& wo,

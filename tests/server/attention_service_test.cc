@@ -387,6 +387,33 @@ TEST_F(AttentionServiceTest, RefusesARequestOverTheMessageLimit) {
   ExpectError(request, grpc::StatusCode::RESOURCE_EXHAUSTED, {"larger than max"});
 }
 
+TEST_F(AttentionServiceTest, MultiHeadAttendRejectsNonFiniteInputsAndWeights) {
+  for (const char* field : {"x", "wq", "wk", "wv", "wo"}) {
+    v1::MultiHeadAttendRequest request;
+    *request.mutable_x() = Filled({4, 8});
+    *request.mutable_wq() = Filled({8, 8});
+    *request.mutable_wk() = Filled({8, 4});
+    *request.mutable_wv() = Filled({8, 4});
+    *request.mutable_wo() = Filled({8, 8});
+    request.set_n_head(2);
+    request.set_n_head_kv(1);
+    v1::Tensor* bad = std::string(field) == "x"    ? request.mutable_x()
+                      : std::string(field) == "wq" ? request.mutable_wq()
+                      : std::string(field) == "wk" ? request.mutable_wk()
+                      : std::string(field) == "wv" ? request.mutable_wv()
+                                                   : request.mutable_wo();
+    bad->set_values(5, std::numeric_limits<float>::quiet_NaN());
+    v1::MultiHeadAttendResponse response;
+    grpc::ClientContext context;
+    const grpc::Status s = stub_->MultiHeadAttend(&context, request, &response);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << field;
+    EXPECT_NE(s.error_message().find(std::string(field) + " holds a non-finite value (NaN) at "
+                                                          "element 5"),
+              std::string::npos)
+        << s.error_message();
+  }
+}
+
 TEST_F(AttentionServiceTest, MultiHeadAttendRejectsBadShapes) {
   v1::MultiHeadAttendRequest request;
   *request.mutable_x() = Filled({4, 8});
