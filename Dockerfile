@@ -28,6 +28,7 @@ COPY CMakeLists.txt ./
 COPY proto proto
 COPY common common
 COPY core core
+COPY planner planner
 COPY server server
 COPY client client
 RUN cmake -S . -B build -DCMAKE_BUILD_TYPE=Release \
