@@ -14,12 +14,22 @@ absl::Status ValidateMask(const MaskSpec& mask) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// The window as far as it matters: no query is n_q + n_kv or more positions from a key, so a
+// longer window hides nothing, and clamping it keeps p +- window from overflowing int64.
+int64_t EffectiveWindow(const MaskSpec& mask, int64_t n_q, int64_t n_kv) {
+  return std::min(mask.window, n_q + n_kv);
+}
+
+}  // namespace
+
 bool IsVisible(const MaskSpec& mask, int64_t n_q, int64_t n_kv, int64_t i, int64_t j) {
   const int64_t p = QueryPosition(n_q, n_kv, i);
   if (mask.causal && j > p) return false;
   if (mask.window > 0) {
     const int64_t distance = p >= j ? p - j : j - p;
-    if (distance >= mask.window) return false;
+    if (distance >= EffectiveWindow(mask, n_q, n_kv)) return false;
   }
   return true;
 }
@@ -30,8 +40,9 @@ KeyRange VisibleKeys(const MaskSpec& mask, int64_t n_q, int64_t n_kv, int64_t i)
   int64_t end = n_kv;
   if (mask.causal) end = std::min(end, p + 1);
   if (mask.window > 0) {
-    begin = std::max(begin, p - mask.window + 1);
-    if (!mask.causal) end = std::min(end, p + mask.window);
+    const int64_t window = EffectiveWindow(mask, n_q, n_kv);
+    begin = std::max(begin, p - window + 1);
+    if (!mask.causal) end = std::min(end, p + window);
   }
   return KeyRange{begin, std::max(begin, end)};
 }

@@ -1,5 +1,6 @@
 #include "core/attention/mask.h"
 
+#include <limits>
 #include <random>
 
 #include "tests/test_util.h"
@@ -78,6 +79,29 @@ TEST(Mask, VisibleKeysAgreesWithIsVisible) {
         ASSERT_EQ(in_range, IsVisible(mask, n_q, n_kv, i, j))
             << "n_q " << n_q << " n_kv " << n_kv << " causal " << mask.causal << " window "
             << mask.window << " i " << i << " j " << j;
+      }
+    }
+  }
+}
+
+// A window longer than every distance between a query and a key hides nothing, up to the
+// largest value the API accepts (2^63 - 1 once overflowed in the non-causal range's end).
+TEST(Mask, HugeWindowsHideNothing) {
+  const int64_t huge[] = {
+      int64_t{1} << 40, (int64_t{1} << 62), std::numeric_limits<int64_t>::max() - 8,
+      std::numeric_limits<int64_t>::max() - 1, std::numeric_limits<int64_t>::max()};
+  for (const bool causal : {false, true}) {
+    for (const auto& [n_q, n_kv] : {std::pair<int64_t, int64_t>{5, 7}, {7, 5}, {1, 9}, {9, 1}}) {
+      const int64_t unmasked = VisiblePairs({causal, 0}, n_q, n_kv);
+      for (int64_t window : huge) {
+        EXPECT_EQ(VisiblePairs({causal, window}, n_q, n_kv), unmasked)
+            << "causal " << causal << " n_q " << n_q << " n_kv " << n_kv << " window " << window;
+        for (int64_t i = 0; i < n_q; ++i) {
+          for (int64_t j = 0; j < n_kv; ++j) {
+            ASSERT_EQ(IsVisible({causal, window}, n_q, n_kv, i, j),
+                      IsVisible({causal, 0}, n_q, n_kv, i, j));
+          }
+        }
       }
     }
   }
