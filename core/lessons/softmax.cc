@@ -1,5 +1,6 @@
 #include "core/lessons/softmax.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -22,7 +23,7 @@ absl::StatusOr<SoftmaxResult> Softmax(absl::Span<const double> logits, double te
       return absl::InvalidArgumentError(
           absl::StrCat("logits[", i, "] is ", z, "; scores must be finite or -inf"));
     }
-    if (z / temperature > max) max = z / temperature;
+    max = std::max(max, z);
   }
   SoftmaxResult result;
   result.probabilities.assign(logits.size(), 0.0);
@@ -30,9 +31,18 @@ absl::StatusOr<SoftmaxResult> Softmax(absl::Span<const double> logits, double te
     result.log_sum_exp = kNegInf;
     return result;
   }
+  // The largest logit is subtracted before dividing by the temperature: (z - max) / t is at most
+  // 0 whatever t is, so a tiny temperature sends the others to exp(-inf) = 0 instead of
+  // overflowing z / t to inf - inf = NaN.
+  const double scaled_max = max / temperature;
+  if (!std::isfinite(scaled_max)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "temperature: ", temperature, " is too small for these logits: the largest logit / ",
+        "temperature, ", max, " / ", temperature, ", overflows double"));
+  }
   double sum = 0.0;
   for (size_t i = 0; i < logits.size(); ++i) {
-    const double e = std::exp(logits[i] / temperature - max);  // exp(-inf) == 0 exactly
+    const double e = std::exp((logits[i] - max) / temperature);  // exp(-inf) == 0 exactly
     result.probabilities[i] = e;
     sum += e;
   }
@@ -41,7 +51,7 @@ absl::StatusOr<SoftmaxResult> Softmax(absl::Span<const double> logits, double te
     p /= sum;
     if (p > 0.0) entropy -= p * std::log(p);
   }
-  result.log_sum_exp = max + std::log(sum);
+  result.log_sum_exp = scaled_max + std::log(sum);
   result.entropy_nats = entropy;
   return result;
 }

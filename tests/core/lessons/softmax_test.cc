@@ -76,6 +76,41 @@ TEST(Softmax, RejectsBadInput) {
   EXPECT_THAT(Softmax({1.0}, -1.0), StatusIs(absl::StatusCode::kInvalidArgument, {"temperature"}));
 }
 
+// Temperatures so small that logits / temperature leave double's range: never NaN. The
+// probabilities are the limit (all of the weight on the largest logit) when the log-sum-exp is
+// still a number; when it is not, the request is refused naming the temperature.
+TEST(Softmax, TinyTemperaturesNeverGiveNaN) {
+  for (double t : {1e-300, 1e-308, 1e-310, 5e-324}) {
+    for (const std::vector<double>& logits :
+         {std::vector<double>{1, 2}, {3, 1}, {1e308, -1e308}, {-1, -2, -0.5}, {0, 0}}) {
+      absl::StatusOr<SoftmaxResult> r = Softmax(logits, t);
+      if (!r.ok()) {
+        EXPECT_THAT(r, ::attend::testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                                   {"temperature", "overflow"}));
+        continue;
+      }
+      double sum = 0.0;
+      for (double p : r->probabilities) {
+        ASSERT_TRUE(std::isfinite(p)) << "t " << t;
+        sum += p;
+      }
+      EXPECT_NEAR(sum, 1.0, 1e-12);
+      EXPECT_TRUE(std::isfinite(r->log_sum_exp));
+      EXPECT_TRUE(std::isfinite(r->entropy_nats));
+    }
+  }
+  // Where the limit is representable, it is the one-hot of the largest logit.
+  absl::StatusOr<SoftmaxResult> r = Softmax({-1, -2, -0.5}, 1e-300);
+  ASSERT_OK(r);
+  EXPECT_EQ(r->probabilities[0], 0.0);
+  EXPECT_EQ(r->probabilities[1], 0.0);
+  EXPECT_EQ(r->probabilities[2], 1.0);
+  // Equal largest logits share the weight.
+  r = Softmax({0, 0}, 5e-324);
+  ASSERT_OK(r);
+  EXPECT_EQ(r->probabilities[0], 0.5);
+}
+
 TEST(SoftmaxJacobian, IsDiagMinusOuterProduct) {
   const std::vector<double> p = {0.5, 0.3, 0.2};
   const std::vector<double> j = SoftmaxJacobian(p);
