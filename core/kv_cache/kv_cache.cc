@@ -253,9 +253,12 @@ absl::StatusOr<SequenceInfo> KvCache::Create(const SequenceConfig& requested, ab
   sequence->last_used_ms = sequence->created_ms;
   const int64_t per_layer = layout.blocks_for(reserve_tokens);
   std::vector<BlockRef> blocks;
-  ATTEND_RETURN_IF_ERROR(TakeBlocks(config.layers * per_layer, &blocks, [&] {
-    return absl::StrCat("reserving ", reserve_tokens, " tokens in ", config.layers, " layers");
-  }));
+  const int64_t reserved_blocks = config.layers * per_layer;
+  ATTEND_RETURN_IF_ERROR(TakeBlocks([&] { return reserved_blocks; }, {}, &blocks,
+                                    [&] {
+                                      return absl::StrCat("reserving ", reserve_tokens,
+                                                          " tokens in ", config.layers, " layers");
+                                    }));
   // Held from before the sequence is published until it is described, so that the response
   // describes what was created even if a Release of the new id comes at once.
   MutexLock sequence_lock(&sequence->mu);
@@ -270,19 +273,24 @@ absl::StatusOr<SequenceInfo> KvCache::Create(const SequenceConfig& requested, ab
   return Describe(*sequence);
 }
 
-absl::Status KvCache::TakeBlocks(int64_t count, std::vector<BlockRef>* out,
+absl::Status KvCache::TakeBlocks(const std::function<int64_t()>& need,
+                                 const std::vector<const Block*>& copies,
+                                 std::vector<BlockRef>* out,
                                  const std::function<std::string()>& what) {
+  int64_t count = need();
   if (pool_.TryAllocate(count, out)) return absl::OkStatus();
   if (options_.eviction == EvictionPolicy::kLru) {
     // A concurrent taker may use the room an eviction made: plan again, a few times, each time
     // evicting only when that makes this request fit.
     for (int attempt = 0; attempt < 3; ++attempt) {
-      std::vector<std::shared_ptr<Sequence>> victims = registry_->EvictLruFor(count, pool_);
+      std::vector<std::shared_ptr<Sequence>> victims = registry_->EvictLruFor(count, pool_, copies);
       if (victims.empty()) break;
       victims.clear();  // frees their blocks (those no concurrent Get still describes)
+      count = need();
       if (pool_.TryAllocate(count, out)) return absl::OkStatus();
     }
   } else if (options_.eviction == EvictionPolicy::kTtl && EvictExpired() > 0) {
+    count = need();
     if (pool_.TryAllocate(count, out)) return absl::OkStatus();
   }
   rejections_++;
@@ -389,7 +397,9 @@ absl::StatusOr<AppendResult> KvCache::Append(int64_t layer, const AppendInput& i
   }
 
   std::vector<BlockRef> fresh;
-  ATTEND_RETURN_IF_ERROR(TakeBlocks(BlocksToTake(target, sequence->layout, n), &fresh, [&] {
+  const BlockLayout& layout = sequence->layout;
+  const auto need = [&] { return BlocksToTake(target, layout, n); };
+  ATTEND_RETURN_IF_ERROR(TakeBlocks(need, BlocksToCopy(target, layout, n), &fresh, [&] {
     const int64_t room = pool_.free_blocks() * sequence->layout.tokens_per_block;
     return absl::StrCat("appending ", n, " tokens to layer ", layer, " of sequence ",
                         QuotedId(input.id), " (at most about ", room,
@@ -450,7 +460,7 @@ absl::StatusOr<std::vector<AppendResult>> KvCache::DecodeBatch(int64_t layer,
     locks.push_back(std::make_unique<MutexLock>(&sequences[index]->mu));
   }
 
-  int64_t needed = 0;
+  std::vector<const Block*> copies;
   for (size_t i = 0; i < inputs.size(); ++i) {
     Sequence& s = *sequences[i];
     s.mu.AssertHeld();
@@ -459,10 +469,20 @@ absl::StatusOr<std::vector<AppendResult>> KvCache::DecodeBatch(int64_t layer,
       return absl::Status(status.code(), absl::StrCat("steps[", i, "] (sequence ", QuotedId(s.id),
                                                       "): ", status.message()));
     }
-    needed += BlocksToTake(s.layers[static_cast<size_t>(layer)], s.layout, 1);
+    for (const Block* block : BlocksToCopy(s.layers[static_cast<size_t>(layer)], s.layout, 1)) {
+      copies.push_back(block);
+    }
   }
+  // Every sequence is locked (above) while the need is asked for.
+  const auto need = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    int64_t needed = 0;
+    for (const Sequence* s : sequences) {
+      needed += BlocksToTake(s->layers[static_cast<size_t>(layer)], s->layout, 1);
+    }
+    return needed;
+  };
   std::vector<BlockRef> fresh;
-  ATTEND_RETURN_IF_ERROR(TakeBlocks(needed, &fresh, [&] {
+  ATTEND_RETURN_IF_ERROR(TakeBlocks(need, copies, &fresh, [&] {
     return absl::StrCat("a decode step of ", inputs.size(), " sequences in layer ", layer);
   }));
 

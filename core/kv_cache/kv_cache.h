@@ -195,9 +195,12 @@ class KvCache {
   absl::Status CheckConsistency();
 
  private:
-  // Takes `count` blocks, evicting idle sequences when the policy allows. On failure the error
-  // says `what` needed them and what would fit.
-  absl::Status TakeBlocks(int64_t count, std::vector<BlockRef>* out,
+  // Takes the blocks a request needs, `need()` of them, evicting idle sequences when the policy
+  // allows. `copies` are the shared blocks among them that the request would copy: evicting
+  // their other holders lowers the need, which is why it is asked again after each eviction.
+  // On failure the error says `what` needed them and what would fit.
+  absl::Status TakeBlocks(const std::function<int64_t()>& need,
+                          const std::vector<const Block*>& copies, std::vector<BlockRef>* out,
                           const std::function<std::string()>& what);
   // Creates the prefill primitives of a new shape once (see Create).
   void WarmUp(const BlockLayout& layout, int64_t n_head);

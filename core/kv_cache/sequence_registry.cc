@@ -159,8 +159,38 @@ absl::Status SequenceRegistry::NotFoundLocked(absl::string_view id) {
   return absl::NotFoundError(absl::StrCat("no sequence ", QuotedId(id)));
 }
 
-std::vector<std::shared_ptr<Sequence>> SequenceRegistry::EvictLruFor(int64_t count,
-                                                                     const BlockPool& pool) {
+namespace {
+
+// Idle sequences considered for eviction, with the blocks each holds.
+struct Candidate {
+  Sequence* sequence;
+  std::vector<const Block*> blocks;
+};
+
+// Blocks evicting `chosen` makes available to a request: those no one else holds (they go back
+// to the pool), plus those among `copies` (shared blocks the request would copy before writing)
+// that only the request would still hold, since it then writes into them in place. `use_counts`
+// holds every block's references as seen when it was first met.
+int64_t Gain(const std::vector<const Candidate*>& chosen,
+             const absl::flat_hash_map<const Block*, long>& use_counts,
+             absl::Span<const Block* const> copies) {
+  absl::flat_hash_map<const Block*, long> left = use_counts;
+  for (const Candidate* c : chosen) {
+    for (const Block* block : c->blocks) --left[block];
+  }
+  int64_t gain = 0;
+  for (const auto& [block, refs] : left) gain += refs == 0;
+  for (const Block* block : copies) {
+    auto it = left.find(block);
+    gain += it != left.end() && it->second == 1;
+  }
+  return gain;
+}
+
+}  // namespace
+
+std::vector<std::shared_ptr<Sequence>> SequenceRegistry::EvictLruFor(
+    int64_t count, const BlockPool& pool, absl::Span<const Block* const> copies) {
   MutexLock lock(&mu_);
   std::vector<Sequence*> idle;
   for (const auto& [id, sequence] : sequences_) {
@@ -169,38 +199,48 @@ std::vector<std::shared_ptr<Sequence>> SequenceRegistry::EvictLruFor(int64_t cou
   std::stable_sort(idle.begin(), idle.end(), [](const Sequence* a, const Sequence* b) {
     return a->last_used_ms.load() < b->last_used_ms.load();
   });
-  // Walk the idle sequences least recently used first, counting the blocks that evicting them
-  // would return: a block shared with a fork returns only when its last holder goes, so each
-  // block's references from the sequences walked so far are counted against its use count.
-  // Idle sequences' locks are free but for a moment (Get, List); one that cannot be locked now
-  // is not a candidate. Locking a sequence after the registry is against the lock order, which
-  // a try-lock cannot deadlock.
+  // Least recently used first, take candidates until evicting them would make room (a block
+  // shared with a sequence that stays does not count), then give back the most recently used
+  // ones that are not needed for it, such as a source whose every block a fork in use still
+  // holds. Idle sequences' locks are free but for a moment (Get, List); one that cannot be
+  // locked now is not a candidate. Locking a sequence after the registry is against the lock
+  // order, which a try-lock cannot deadlock.
   const int64_t free = pool.free_blocks();
-  absl::flat_hash_map<const Block*, long> remaining;  // references not yet walked
-  int64_t freed = 0;
-  std::vector<Sequence*> victims;
+  std::vector<Candidate> candidates;
+  candidates.reserve(idle.size());
+  absl::flat_hash_map<const Block*, long> use_counts;
+  std::vector<const Candidate*> chosen;
+  bool enough = free >= count;
   for (Sequence* sequence : idle) {
-    if (free + freed >= count) break;
+    if (enough) break;
     if (!sequence->mu.TryLock()) continue;
+    Candidate c{sequence, {}};
     for (const CachedLayer& layer : sequence->layers) {
       for (const BlockRef& block : layer.blocks) {
         if (!block) continue;
-        auto [it, inserted] = remaining.try_emplace(block.get(), block.use_count());
-        if (--it->second == 0) ++freed;
+        c.blocks.push_back(block.get());
+        use_counts.try_emplace(block.get(), block.use_count());
       }
     }
     sequence->mu.Unlock();
-    victims.push_back(sequence);
+    candidates.push_back(std::move(c));
+    chosen.push_back(&candidates.back());
+    enough = free + Gain(chosen, use_counts, copies) >= count;
   }
   std::vector<std::shared_ptr<Sequence>> evicted;
-  if (free + freed < count) return evicted;  // evicting cannot make it fit: evict nothing
-  for (Sequence* victim : victims) {
-    auto it = sequences_.find(victim->id);
+  if (!enough) return evicted;  // evicting cannot make it fit: evict nothing
+  for (size_t i = chosen.size(); i-- > 0;) {
+    std::vector<const Candidate*> without = chosen;
+    without.erase(without.begin() + static_cast<std::ptrdiff_t>(i));
+    if (free + Gain(without, use_counts, copies) >= count) chosen = std::move(without);
+  }
+  for (const Candidate* c : chosen) {
+    auto it = sequences_.find(c->sequence->id);
     evicted.push_back(std::move(it->second));
     sequences_.erase(it);
-    Forget(victim->id,
+    Forget(c->sequence->id,
            absl::StrCat("was evicted (least recently used, last used at ",
-                        victim->last_used_ms.load(), " ms) to make room for another request"));
+                        c->sequence->last_used_ms.load(), " ms) to make room for another request"));
     evictions_++;
   }
   return evicted;

@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "core/base/mutex.h"
 #include "core/kv_cache/block_pool.h"
 #include "core/kv_cache/kv_cache.h"
@@ -84,12 +85,17 @@ class SequenceRegistry {
   // NOT_FOUND for `id`, with the reason it is gone when known.
   absl::Status NotFound(absl::string_view id) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Removes idle sequences, least recently used first, until evicting them frees enough blocks
-  // of `pool` for `count` with those already free (a block shared with a sequence that stays is
-  // not counted), recording why; returns them, or nothing when evicting every idle sequence would
-  // not make `count` fit. Their blocks go back to the pool when the last reference to them (the
-  // caller's, unless a concurrent Find still describes one) is dropped.
-  std::vector<std::shared_ptr<Sequence>> EvictLruFor(int64_t count, const BlockPool& pool)
+  // Removes idle sequences, least recently used first, until evicting them makes room in
+  // `pool` for a request of `count` blocks, recording why; returns them, or nothing when
+  // evicting every idle sequence would not make it fit. Room is the blocks already free, the
+  // blocks the evicted sequences alone held (a block shared with a sequence that stays does not
+  // count), and those of `copies` (shared blocks the request would copy before writing, which
+  // count toward `count`) that the request would then hold alone. Of the sequences taken, the
+  // most recently used ones that the room does not need are given back. Their blocks go back to
+  // the pool when the last reference to them (the caller's, unless a concurrent Find still
+  // describes one) is dropped.
+  std::vector<std::shared_ptr<Sequence>> EvictLruFor(int64_t count, const BlockPool& pool,
+                                                     absl::Span<const Block* const> copies)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Removes the sequences idle for longer than `ttl_ms`, recording why; returns them.
   std::vector<std::shared_ptr<Sequence>> EvictIdle(int64_t ttl_ms) ABSL_LOCKS_EXCLUDED(mu_);

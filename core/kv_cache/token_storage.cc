@@ -78,6 +78,18 @@ int64_t BlocksToTake(const CachedLayer& layer, const BlockLayout& layout, int64_
   return needed;
 }
 
+std::vector<const Block*> BlocksToCopy(const CachedLayer& layer, const BlockLayout& layout,
+                                       int64_t n) {
+  std::vector<const Block*> copies;
+  const int64_t first = layer.tokens / layout.tokens_per_block;
+  const int64_t last = std::min<int64_t>(layout.blocks_for(layer.tokens + n), layer.blocks.size());
+  for (int64_t b = first; b < last; ++b) {
+    const BlockRef& block = layer.blocks[static_cast<size_t>(b)];
+    if (block.use_count() > 1) copies.push_back(block.get());
+  }
+  return copies;
+}
+
 void WriteTokens(const TensorView& k, const TensorView& v, const BlockLayout& layout,
                  int64_t block_bytes, int threads, std::vector<BlockRef>& fresh,
                  CachedLayer* layer) {

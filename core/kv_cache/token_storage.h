@@ -24,6 +24,9 @@ namespace attend::kv {
 // Blocks an append of `n` tokens to `layer` must newly take: blocks past its end, and shared
 // blocks it writes into (which it copies first).
 int64_t BlocksToTake(const CachedLayer& layer, const BlockLayout& layout, int64_t n);
+// The shared blocks among those: the ones the append copies (none once no one else holds them).
+std::vector<const Block*> BlocksToCopy(const CachedLayer& layer, const BlockLayout& layout,
+                                       int64_t n);
 
 // Appends k [n, n_head_kv, head_dim] and v [n, n_head_kv, head_dim_v] (any float dtype) to
 // `layer` in the layout's storage dtype, taking new blocks and private copies of shared ones

@@ -310,6 +310,60 @@ TEST(KvCacheLifecycle, LruCountsSharedBlocksOnce) {
   ASSERT_OK(cache.CheckConsistency());
 }
 
+// A fork appending into the block it shares with its idle source needs a copy of that block;
+// evicting the source alone takes the need away, so only the source goes.
+TEST(KvCacheLifecycle, LruEvictsTheSourceAForkWouldCopyFromAndNothingMore) {
+  int64_t now = 1000;
+  KvCacheOptions options = Options(16 * 1024, 1024, EvictionPolicy::kLru);
+  options.clock = [&now] { return now; };
+  KvCache cache(options);  // 16 tokens per block of this shape
+  const Input input = RandomInput(128, 2, 1, 8, 4);
+  ASSERT_OK(cache.Create(Config(1, 2, 1, 8, DType::kFloat32), "a", 0));
+  ASSERT_OK(cache.Append(0, input.Make("a", 113, 2, 1, 8, false), Precision::kAuto, false,
+                         nullptr));  // 8 blocks, the last one partly filled
+  now += 10;
+  ASSERT_OK(cache.Fork("a", "f", std::nullopt));  // shares all 8
+  now += 10;
+  ASSERT_OK(cache.Create(Config(1, 2, 1, 8, DType::kFloat32), "b", 0));
+  ASSERT_OK(cache.Append(0, input.Make("b", 128, 2, 1, 8, false), Precision::kAuto, false,
+                         nullptr));  // 8 more: the cache is full
+  now += 10;
+  ASSERT_EQ(cache.Stats().blocks_free, 0);
+  ASSERT_OK(cache.Append(0, input.Make("f", 1, 2, 1, 8), Precision::kAuto, false, nullptr));
+  EXPECT_EQ(cache.Stats().evictions, 1);
+  EXPECT_THAT(cache.Get("a"), StatusIs(absl::StatusCode::kNotFound, {"evicted"}));
+  EXPECT_OK(cache.Get("b"));
+  EXPECT_EQ(cache.Get("f")->tokens, 114);
+  ASSERT_OK(cache.CheckConsistency());
+}
+
+// Evicting a sequence whose blocks a fork in use still holds frees nothing: eviction passes it
+// over and takes the next one that makes room.
+TEST(KvCacheLifecycle, LruPassesOverSequencesWhoseEvictionFreesNothing) {
+  int64_t now = 1000;
+  KvCacheOptions options = Options(16 * 1024, 1024, EvictionPolicy::kLru);
+  options.clock = [&now] { return now; };
+  KvCache cache(options);
+  const Input input = RandomInput(128, 2, 1, 8, 5);
+  ASSERT_OK(cache.Create(Config(1, 2, 1, 8, DType::kFloat32), "a", 0));
+  ASSERT_OK(cache.Append(0, input.Make("a", 128, 2, 1, 8, false), Precision::kAuto, false,
+                         nullptr));  // 8 full blocks
+  now += 10;
+  ASSERT_OK(cache.Fork("a", "f", std::nullopt));
+  now += 10;
+  ASSERT_OK(cache.Create(Config(1, 2, 1, 8, DType::kFloat32), "b", 0));
+  ASSERT_OK(
+      cache.Append(0, input.Make("b", 128, 2, 1, 8, false), Precision::kAuto, false, nullptr));
+  now += 10;
+  ASSERT_EQ(cache.Stats().blocks_free, 0);
+  // f needs one new block; evicting a would free none of the 8 it shares with f.
+  ASSERT_OK(cache.Append(0, input.Make("f", 1, 2, 1, 8), Precision::kAuto, false, nullptr));
+  EXPECT_EQ(cache.Stats().evictions, 1);
+  EXPECT_OK(cache.Get("a"));
+  EXPECT_THAT(cache.Get("b"), StatusIs(absl::StatusCode::kNotFound, {"evicted"}));
+  ASSERT_OK(cache.CheckConsistency());
+}
+
 TEST(KvCacheLifecycle, UnknownIdsAreEchoedBoundedAndEscaped) {
   KvCache cache(Options(1 << 20, 1024));
   const std::string long_id(5000, 'x');
