@@ -13,7 +13,8 @@
 #include "core/base/status_macros.h"
 #include "planner/catalog.h"
 #include "planner/cost.h"
-#include "planner/import/import.h"
+#include "planner/import/gguf.h"
+#include "planner/import/hf_config.h"
 #include "planner/kv_plan.h"
 #include "server/service_support.h"
 

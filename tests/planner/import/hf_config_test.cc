@@ -1,9 +1,10 @@
+#include "planner/import/hf_config.h"
+
 #include <string>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
-#include "planner/import/import.h"
 #include "planner/kv_plan.h"
 #include "tests/planner/model_files.h"
 #include "tests/planner/planner_test_util.h"
