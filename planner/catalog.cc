@@ -207,14 +207,15 @@ std::vector<std::string> CatalogNames() {
   return names;
 }
 
-absl::StatusOr<ModelSpec> FindModel(absl::string_view name) {
+absl::StatusOr<ModelSpec> FindModel(absl::string_view name, absl::string_view field) {
   const std::string key = absl::AsciiStrToLower(name);
   for (const ModelSpec& m : Catalog()) {
     if (m.name == key) return m;
   }
-  return absl::NotFoundError(
+  const std::string message =
       absl::StrCat("model ", QuoteForError(name),
-                   " is not in the catalog; known models: ", absl::StrJoin(CatalogNames(), ", ")));
+                   " is not in the catalog; known models: ", absl::StrJoin(CatalogNames(), ", "));
+  return absl::NotFoundError(field.empty() ? message : absl::StrCat(field, ": ", message));
 }
 
 }  // namespace attend::planner

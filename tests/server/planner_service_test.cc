@@ -19,6 +19,7 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "planner/catalog.h"
 #include "planner/hardware.h"
+#include "server/planner_convert.h"
 #include "tests/planner/model_files.h"
 #include "tests/server/server_fixture.h"
 #include "tests/test_util.h"
@@ -159,21 +160,21 @@ TEST_F(PlannerServiceTest, ListModelsReturnsEveryPresetWithItsSource) {
 TEST_F(PlannerServiceTest, ModelConversionRoundTripsEveryPreset) {
   for (const planner::ModelSpec& preset : planner::Catalog()) {
     v1::ModelSpec proto;
-    server::ModelToProto(preset, &proto);
-    absl::StatusOr<planner::ModelSpec> back = server::ModelFromProto(proto);
+    server::ToProto(preset, &proto);
+    absl::StatusOr<planner::ModelSpec> back = server::FromProto(proto);
     ASSERT_OK(back);
     v1::ModelSpec again;
-    server::ModelToProto(*back, &again);
+    server::ToProto(*back, &again);
     EXPECT_TRUE(MessageDifferencer::Equals(proto, again)) << preset.name;
     EXPECT_EQ(back->layer_specs.size(), preset.layer_specs.size()) << preset.name;
     EXPECT_EQ(back->parameters_source, preset.parameters_source) << preset.name;
   }
   for (int v = 1; v <= 7; ++v) {
-    absl::StatusOr<planner::KvDType> d = server::KvDTypeFromProto(v, "kv_dtype");
+    absl::StatusOr<planner::KvDType> d = server::FromProto(static_cast<v1::KvDType>(v), "kv_dtype");
     ASSERT_OK(d);
-    EXPECT_EQ(server::KvDTypeToProto(*d), v);
+    EXPECT_EQ(server::ToProto(*d), v);
   }
-  EXPECT_EQ(*server::KvDTypeFromProto(0, "kv_dtype"), planner::KvDType::kFloat16);
+  EXPECT_EQ(*server::FromProto(v1::KV_DTYPE_UNSPECIFIED, "kv_dtype"), planner::KvDType::kFloat16);
 }
 
 TEST_F(PlannerServiceTest, GetModelIsCaseInsensitiveAndMatchesTheList) {
