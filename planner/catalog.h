@@ -25,8 +25,10 @@ const std::vector<ModelSpec>& Catalog();
 // Catalog keys in Catalog() order: "tiny", "llama-2-7b", "llama-3-8b", ...
 std::vector<std::string> CatalogNames();
 
-// The preset called `name` (case-insensitive). NOT_FOUND lists the known names.
-absl::StatusOr<ModelSpec> FindModel(absl::string_view name);
+// The preset called `name` (case-insensitive). NOT_FOUND lists the known names. `field` names
+// where `name` came from (e.g. a request field); when it is not empty, the message starts with
+// "<field>: ".
+absl::StatusOr<ModelSpec> FindModel(absl::string_view name, absl::string_view field = "");
 
 }  // namespace attend::planner
 

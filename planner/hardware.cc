@@ -164,12 +164,17 @@ HardwareProfile MeasureLocal() {
   return p;
 }
 
-absl::Status CheckFigure(absl::string_view field, double value) {
+absl::Status CheckFigure(absl::string_view prefix, absl::string_view field, double value) {
   if (!std::isfinite(value) || value < 0.0) {
     return absl::InvalidArgumentError(
-        absl::StrCat(field, ": ", value, "; must be finite and >= 0"));
+        absl::StrCat(FieldPath(prefix, field), ": ", value, "; must be finite and >= 0"));
   }
   return absl::OkStatus();
+}
+
+// `message` about the name given to FindHardware, after "<field>: " when `field` is not empty.
+std::string AboutField(absl::string_view field, absl::string_view message) {
+  return field.empty() ? std::string(message) : absl::StrCat(field, ": ", message);
 }
 
 }  // namespace
@@ -185,13 +190,14 @@ const HardwareProfile& LocalHardware() {
   return *local;
 }
 
-absl::StatusOr<HardwareProfile> FindHardware(absl::string_view name) {
+absl::StatusOr<HardwareProfile> FindHardware(absl::string_view name, absl::string_view field) {
   const std::string lower = absl::AsciiStrToLower(name);
   const absl::string_view key = CanonicalHardwareName(lower);
   if (key == "local") {
     const HardwareProfile& local = LocalHardware();
     if (local.peak_flops_f32 <= 0.0 || local.memory_bandwidth_bytes_per_second <= 0.0) {
-      return absl::InternalError(absl::StrCat("the local measurement failed: ", local.note));
+      return absl::InternalError(
+          AboutField(field, absl::StrCat("the local measurement failed: ", local.note)));
     }
     return local;
   }
@@ -201,31 +207,33 @@ absl::StatusOr<HardwareProfile> FindHardware(absl::string_view name) {
     names.push_back(h.name);
   }
   names.push_back("local");
-  return absl::NotFoundError(
-      absl::StrCat("hardware ", QuoteForError(name),
-                   " is not a known profile; known: ", absl::StrJoin(names, ", ")));
+  return absl::NotFoundError(AboutField(
+      field, absl::StrCat("hardware ", QuoteForError(name),
+                          " is not a known profile; known: ", absl::StrJoin(names, ", "))));
 }
 
-absl::Status ValidateHardware(const HardwareProfile& h) {
+absl::Status ValidateHardware(const HardwareProfile& h, absl::string_view field) {
   if (h.name.size() > kMaxNameBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("hardware.name: ", h.name.size(), " bytes; at most ", kMaxNameBytes));
+    return absl::InvalidArgumentError(absl::StrCat(FieldPath(field, "name"), ": ", h.name.size(),
+                                                   " bytes; at most ", kMaxNameBytes));
   }
   if (h.note.size() > kMaxSourceBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("hardware.note: ", h.note.size(), " bytes; at most ", kMaxSourceBytes));
+    return absl::InvalidArgumentError(absl::StrCat(FieldPath(field, "note"), ": ", h.note.size(),
+                                                   " bytes; at most ", kMaxSourceBytes));
   }
-  ATTEND_RETURN_IF_ERROR(CheckFigure("hardware.peak_flops_f32", h.peak_flops_f32));
-  ATTEND_RETURN_IF_ERROR(CheckFigure("hardware.peak_flops_bf16", h.peak_flops_bf16));
-  ATTEND_RETURN_IF_ERROR(CheckFigure("hardware.peak_flops_fp8", h.peak_flops_fp8));
-  ATTEND_RETURN_IF_ERROR(CheckFigure("hardware.memory_bandwidth_bytes_per_second",
-                                     h.memory_bandwidth_bytes_per_second));
-  ATTEND_RETURN_IF_ERROR(CheckFigure("hardware.memory_bytes", h.memory_bytes));
+  ATTEND_RETURN_IF_ERROR(CheckFigure(field, "peak_flops_f32", h.peak_flops_f32));
+  ATTEND_RETURN_IF_ERROR(CheckFigure(field, "peak_flops_bf16", h.peak_flops_bf16));
+  ATTEND_RETURN_IF_ERROR(CheckFigure(field, "peak_flops_fp8", h.peak_flops_fp8));
+  ATTEND_RETURN_IF_ERROR(
+      CheckFigure(field, "memory_bandwidth_bytes_per_second", h.memory_bandwidth_bytes_per_second));
+  ATTEND_RETURN_IF_ERROR(CheckFigure(field, "memory_bytes", h.memory_bytes));
   if (h.memory_bandwidth_bytes_per_second <= 0.0) {
-    return absl::InvalidArgumentError("hardware.memory_bandwidth_bytes_per_second: must be > 0");
+    return absl::InvalidArgumentError(
+        absl::StrCat(FieldPath(field, "memory_bandwidth_bytes_per_second"), ": must be > 0"));
   }
   if (h.peak_flops_f32 <= 0.0 && h.peak_flops_bf16 <= 0.0 && h.peak_flops_fp8 <= 0.0) {
-    return absl::InvalidArgumentError("hardware: every peak FLOP/s figure is 0; give at least one");
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": every peak FLOP/s figure is 0; give at least one"));
   }
   return absl::OkStatus();
 }

@@ -35,15 +35,19 @@ const std::vector<HardwareProfile>& HardwareCatalog();
 
 // A named profile (case-insensitive; also "h100-sxm", "a100-80gb", "xeon-8480+"), or "local"
 // (measured on first use; INTERNAL when the measurement failed). NOT_FOUND lists the names.
-absl::StatusOr<HardwareProfile> FindHardware(absl::string_view name);
+// `field` names where `name` came from (e.g. a request field); when it is not empty, every error
+// message starts with "<field>: ".
+absl::StatusOr<HardwareProfile> FindHardware(absl::string_view name, absl::string_view field = "");
 
 // This machine, measured on first use (a few hundred milliseconds) and cached for the process.
 // When a measurement fails, its figure is 0 and the note says why.
 const HardwareProfile& LocalHardware();
 
 // Checks a custom profile: finite, non-negative figures; bandwidth > 0; at least one peak > 0;
-// name and note lengths. INVALID_ARGUMENT naming the field.
-absl::Status ValidateHardware(const HardwareProfile& hardware);
+// name and note lengths. INVALID_ARGUMENT naming the field under `field`, the path of the
+// profile itself: "hardware.memory_bytes: ...", or "hardware: ..." for the profile as a whole.
+absl::Status ValidateHardware(const HardwareProfile& hardware,
+                              absl::string_view field = "hardware");
 
 // Measurement primitives behind LocalHardware(), exposed for tests and benchmarks.
 // Best-of-`runs` rate, in FLOP/s, of an n x n x n oneDNN matmul (f32, or bf16 inputs with f32

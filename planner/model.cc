@@ -13,28 +13,30 @@
 namespace attend::planner {
 namespace {
 
-absl::Status OutOfRange(absl::string_view field, int64_t value, int64_t lo, int64_t hi) {
-  return absl::InvalidArgumentError(
-      absl::StrCat(field, ": ", value, "; must be in [", lo, ", ", hi, "]"));
-}
-
-absl::Status CheckRange(absl::string_view field, int64_t value, int64_t lo, int64_t hi) {
-  if (value < lo || value > hi) return OutOfRange(field, value, lo, hi);
-  return absl::OkStatus();
-}
-
-absl::Status CheckLength(absl::string_view field, const std::string& value, size_t max_bytes) {
-  if (value.size() > max_bytes) {
+// The checks below name the field by FieldPath(prefix, field), built only for an error.
+absl::Status CheckRange(absl::string_view prefix, absl::string_view field, int64_t value,
+                        int64_t lo, int64_t hi) {
+  if (value < lo || value > hi) {
     return absl::InvalidArgumentError(
-        absl::StrCat(field, ": ", value.size(), " bytes; at most ", max_bytes));
+        absl::StrCat(FieldPath(prefix, field), ": ", value, "; must be in [", lo, ", ", hi, "]"));
   }
   return absl::OkStatus();
 }
 
-absl::Status CheckDivides(absl::string_view field, int64_t n_head_kv, int64_t n_head) {
+absl::Status CheckLength(absl::string_view prefix, absl::string_view field,
+                         const std::string& value, size_t max_bytes) {
+  if (value.size() > max_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(FieldPath(prefix, field), ": ", value.size(), " bytes; at most ", max_bytes));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckDivides(absl::string_view prefix, absl::string_view field, int64_t n_head_kv,
+                          int64_t n_head) {
   if (n_head % n_head_kv != 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat(field, ": ", n_head_kv, " does not divide n_head ", n_head,
+        absl::StrCat(FieldPath(prefix, field), ": ", n_head_kv, " does not divide n_head ", n_head,
                      "; each key/value head must serve a whole group of query heads"));
   }
   return absl::OkStatus();
@@ -118,69 +120,73 @@ std::optional<int64_t> StorageBytes(KvDType dtype, int64_t values) {
   return std::nullopt;
 }
 
-absl::StatusOr<ModelSpec> CanonicalModel(const ModelSpec& model) {
+absl::StatusOr<ModelSpec> CanonicalModel(const ModelSpec& model, absl::string_view field_prefix) {
+  const absl::string_view p = field_prefix;
   ModelSpec m = model;
-  ATTEND_RETURN_IF_ERROR(CheckLength("name", m.name, kMaxNameBytes));
-  ATTEND_RETURN_IF_ERROR(CheckLength("display_name", m.display_name, kMaxNameBytes));
-  ATTEND_RETURN_IF_ERROR(CheckLength("source", m.source, kMaxSourceBytes));
-  ATTEND_RETURN_IF_ERROR(CheckLength("architecture", m.architecture, kMaxNameBytes));
-  ATTEND_RETURN_IF_ERROR(CheckLength("parameters_source", m.parameters_source, kMaxSourceBytes));
-  ATTEND_RETURN_IF_ERROR(CheckRange("layers", m.layers, 1, kMaxLayers));
-  ATTEND_RETURN_IF_ERROR(CheckRange("n_head", m.n_head, 1, kMaxHeads));
+  ATTEND_RETURN_IF_ERROR(CheckLength(p, "name", m.name, kMaxNameBytes));
+  ATTEND_RETURN_IF_ERROR(CheckLength(p, "display_name", m.display_name, kMaxNameBytes));
+  ATTEND_RETURN_IF_ERROR(CheckLength(p, "source", m.source, kMaxSourceBytes));
+  ATTEND_RETURN_IF_ERROR(CheckLength(p, "architecture", m.architecture, kMaxNameBytes));
+  ATTEND_RETURN_IF_ERROR(CheckLength(p, "parameters_source", m.parameters_source, kMaxSourceBytes));
+  ATTEND_RETURN_IF_ERROR(CheckRange(p, "layers", m.layers, 1, kMaxLayers));
+  ATTEND_RETURN_IF_ERROR(CheckRange(p, "n_head", m.n_head, 1, kMaxHeads));
   if (m.n_head_kv == 0) m.n_head_kv = m.n_head;
-  ATTEND_RETURN_IF_ERROR(CheckRange("n_head_kv", m.n_head_kv, 1, m.n_head));
-  ATTEND_RETURN_IF_ERROR(CheckDivides("n_head_kv", m.n_head_kv, m.n_head));
-  ATTEND_RETURN_IF_ERROR(CheckRange("head_dim", m.head_dim, 1, kMaxHeadDim));
+  ATTEND_RETURN_IF_ERROR(CheckRange(p, "n_head_kv", m.n_head_kv, 1, m.n_head));
+  ATTEND_RETURN_IF_ERROR(CheckDivides(p, "n_head_kv", m.n_head_kv, m.n_head));
+  ATTEND_RETURN_IF_ERROR(CheckRange(p, "head_dim", m.head_dim, 1, kMaxHeadDim));
   if (m.head_dim_v == 0) m.head_dim_v = m.head_dim;
-  ATTEND_RETURN_IF_ERROR(CheckRange("head_dim_v", m.head_dim_v, 1, kMaxHeadDim));
-  ATTEND_RETURN_IF_ERROR(CheckRange("d_model", m.d_model, 0, kMaxDModel));
-  ATTEND_RETURN_IF_ERROR(CheckRange("vocab_size", m.vocab_size, 0, kMaxVocab));
-  ATTEND_RETURN_IF_ERROR(CheckRange("intermediate_size", m.intermediate_size, 0, kMaxIntermediate));
-  ATTEND_RETURN_IF_ERROR(CheckRange("experts", m.experts, 0, kMaxExperts));
+  ATTEND_RETURN_IF_ERROR(CheckRange(p, "head_dim_v", m.head_dim_v, 1, kMaxHeadDim));
+  ATTEND_RETURN_IF_ERROR(CheckRange(p, "d_model", m.d_model, 0, kMaxDModel));
+  ATTEND_RETURN_IF_ERROR(CheckRange(p, "vocab_size", m.vocab_size, 0, kMaxVocab));
+  ATTEND_RETURN_IF_ERROR(
+      CheckRange(p, "intermediate_size", m.intermediate_size, 0, kMaxIntermediate));
+  ATTEND_RETURN_IF_ERROR(CheckRange(p, "experts", m.experts, 0, kMaxExperts));
   if (m.experts <= 1) {
-    ATTEND_RETURN_IF_ERROR(CheckRange("experts_active", m.experts_active, 0, 1));
+    ATTEND_RETURN_IF_ERROR(CheckRange(p, "experts_active", m.experts_active, 0, 1));
     m.experts_active = m.experts;
   } else {
-    ATTEND_RETURN_IF_ERROR(CheckRange("experts_active", m.experts_active, 1, m.experts));
+    ATTEND_RETURN_IF_ERROR(CheckRange(p, "experts_active", m.experts_active, 1, m.experts));
   }
   ATTEND_RETURN_IF_ERROR(
-      CheckRange("parameters", m.parameters, 0, std::numeric_limits<int64_t>::max()));
-  ATTEND_RETURN_IF_ERROR(CheckRange("active_parameters", m.active_parameters, 0, m.parameters));
+      CheckRange(p, "parameters", m.parameters, 0, std::numeric_limits<int64_t>::max()));
+  ATTEND_RETURN_IF_ERROR(CheckRange(p, "active_parameters", m.active_parameters, 0, m.parameters));
   if (m.active_parameters == 0) {
     if (m.experts > 1 && m.parameters > 0) {
       return absl::InvalidArgumentError(
-          "active_parameters: 0 for a mixture-of-experts model; give the parameters a token uses");
+          absl::StrCat(FieldPath(p, "active_parameters"),
+                       ": 0 for a mixture-of-experts model; give the parameters a token uses"));
     }
     m.active_parameters = m.parameters;
   }
   ATTEND_RETURN_IF_ERROR(
-      CheckRange("max_context_tokens", m.max_context_tokens, 0, kMaxContextTokens));
+      CheckRange(p, "max_context_tokens", m.max_context_tokens, 0, kMaxContextTokens));
   if (!m.weights_dtype.empty()) {
-    ATTEND_ASSIGN_OR_RETURN(const KvDType w, ParseDType(m.weights_dtype, "weights_dtype"));
+    ATTEND_ASSIGN_OR_RETURN(const KvDType w,
+                            ParseDType(m.weights_dtype, FieldPath(p, "weights_dtype")));
     m.weights_dtype = std::string(DTypeName(w));
   }
   if (!m.layer_specs.empty()) {
     if (static_cast<int64_t>(m.layer_specs.size()) != m.layers) {
-      return absl::InvalidArgumentError(absl::StrCat("layer_specs: ", m.layer_specs.size(),
-                                                     " entries for ", m.layers,
-                                                     " layers; give none or one per layer"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(FieldPath(p, "layer_specs"), ": ", m.layer_specs.size(), " entries for ",
+                       m.layers, " layers; give none or one per layer"));
     }
     for (size_t i = 0; i < m.layer_specs.size(); ++i) {
       LayerSpec& l = m.layer_specs[i];
-      const std::string field = absl::StrCat("layer_specs[", i, "]");
+      const std::string layer = FieldPath(p, absl::StrCat("layer_specs[", i, "]"));
       if (l.n_head_kv == 0) l.n_head_kv = m.n_head_kv;
+      ATTEND_RETURN_IF_ERROR(CheckRange(layer, "n_head_kv", l.n_head_kv, 1, m.n_head));
+      ATTEND_RETURN_IF_ERROR(CheckDivides(layer, "n_head_kv", l.n_head_kv, m.n_head));
       ATTEND_RETURN_IF_ERROR(
-          CheckRange(absl::StrCat(field, ".n_head_kv"), l.n_head_kv, 1, m.n_head));
-      ATTEND_RETURN_IF_ERROR(
-          CheckDivides(absl::StrCat(field, ".n_head_kv"), l.n_head_kv, m.n_head));
-      ATTEND_RETURN_IF_ERROR(
-          CheckRange(absl::StrCat(field, ".window_tokens"), l.window_tokens, 0, kMaxContextTokens));
+          CheckRange(layer, "window_tokens", l.window_tokens, 0, kMaxContextTokens));
     }
   }
   return m;
 }
 
-absl::Status ValidateModel(const ModelSpec& model) { return CanonicalModel(model).status(); }
+absl::Status ValidateModel(const ModelSpec& model, absl::string_view field_prefix) {
+  return CanonicalModel(model, field_prefix).status();
+}
 
 int64_t LayerKvHeads(const ModelSpec& model, int64_t layer) {
   if (model.layer_specs.empty()) return model.n_head_kv;
@@ -220,6 +226,10 @@ std::string FormatCount(int64_t value) {
     out.push_back(digits[i]);
   }
   return negative ? absl::StrCat("-", out) : out;
+}
+
+std::string FieldPath(absl::string_view prefix, absl::string_view field) {
+  return prefix.empty() ? std::string(field) : absl::StrCat(prefix, ".", field);
 }
 
 std::string QuoteForError(absl::string_view text, size_t max_bytes) {

@@ -89,9 +89,12 @@ struct ModelSpec {
 // canonical name) after checking every field against the bounds above: layers, heads and head
 // sizes >= 1; n_head_kv divides n_head (per layer too); layer_specs empty or one per layer;
 // windows >= 0; counts >= 0; active parameters <= parameters; name/source lengths.
-// INVALID_ARGUMENT names the field, e.g. "n_head_kv: 3 does not divide n_head 32".
-absl::StatusOr<ModelSpec> CanonicalModel(const ModelSpec& model);
-absl::Status ValidateModel(const ModelSpec& model);
+// INVALID_ARGUMENT names the field by its path under `field_prefix` (FieldPath), e.g.
+// "n_head_kv: 3 does not divide n_head 32", or with field_prefix "model.spec",
+// "model.spec.n_head_kv: 3 does not divide n_head 32".
+absl::StatusOr<ModelSpec> CanonicalModel(const ModelSpec& model,
+                                         absl::string_view field_prefix = "");
+absl::Status ValidateModel(const ModelSpec& model, absl::string_view field_prefix = "");
 
 // Key/value heads and window of layer `layer`. REQUIRES: `model` is canonical and
 // 0 <= layer < model.layers.
@@ -104,6 +107,10 @@ bool HasSlidingWindows(const ModelSpec& model);
 std::string FormatBytes(int64_t bytes);
 // "4,194,304".
 std::string FormatCount(int64_t value);
+// The path of `field` inside the struct or message at `prefix`, for error messages:
+// "prefix.field", or `field` alone when `prefix` is empty ("model.spec" and "layer_specs[2]" give
+// "model.spec.layer_specs[2]").
+std::string FieldPath(absl::string_view prefix, absl::string_view field);
 // Quotes untrusted text for an error message: escapes non-printable bytes and cuts it at
 // `max_bytes` (with "...").
 std::string QuoteForError(absl::string_view text, size_t max_bytes = 64);

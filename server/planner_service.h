@@ -1,13 +1,15 @@
 // attend.v1.Planner on the gRPC callback API: the model catalog, config.json / GGUF import,
-// KV-cache plans and cost estimates. The math lives in planner/; this file converts proto <->
-// core, names the request field in every error (e.g. "model.spec.n_head_kv: ..." or
-// "custom.memory_bandwidth_bytes_per_second: ...") and bounds imports before parsing them.
+// KV-cache plans and cost estimates. The math lives in planner/ and the proto <-> planner
+// conversions in planner_convert.h; the service resolves the model and hardware a request names,
+// has every error name the request field (it passes the field's path to the planner, e.g.
+// "model.spec.n_head_kv: ..." or "custom.memory_bandwidth_bytes_per_second: ...") and bounds
+// imports before parsing them.
 //
 // The "local" hardware profile is measured once per process (a few hundred milliseconds to a
 // second of every core, and a 256 MiB buffer). The service starts that measurement on a thread
 // of its own shortly after it is built, so that the first EstimateCost with profile "local"
 // finds it done; a request that arrives earlier waits for the same measurement (a
-// function-local static in core).
+// function-local static in the planner).
 //
 // Thread-safety: handlers run concurrently; the service holds only immutable state, thread-safe
 // collaborators and its measurement thread.
@@ -18,12 +20,9 @@
 #include <thread>
 
 #include "absl/status/status.h"
-#include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "attend/v1/planner.grpc.pb.h"
-#include "planner/hardware.h"
-#include "planner/model.h"
 #include "server/call_gate.h"
 #include "server/metrics.h"
 #include "server/worker_pool.h"
@@ -92,20 +91,6 @@ class PlannerService final : public v1::Planner::CallbackService {
   absl::Notification local_measured_;  // LocalHardware() has returned on measure_thread_
   std::thread measure_thread_;
 };
-
-// Proto <-> core conversion of the planner's types. The core structs mirror the protos field by
-// field; KvDType's core value is the proto value minus 1 (KV_DTYPE_UNSPECIFIED means float16).
-//
-// ModelFromProto bounds the repeated field (layer_specs) before copying it; every other check is
-// CanonicalModel's. Its errors, and the caller's, name fields relative to `spec`.
-absl::StatusOr<planner::ModelSpec> ModelFromProto(const v1::ModelSpec& spec);
-void ModelToProto(const planner::ModelSpec& model, v1::ModelSpec* out);
-// INVALID_ARGUMENT naming `field` for a value that is not a KvDType (proto3 enums are open: any
-// int32 arrives).
-absl::StatusOr<planner::KvDType> KvDTypeFromProto(int value, absl::string_view field);
-v1::KvDType KvDTypeToProto(planner::KvDType dtype);
-planner::HardwareProfile HardwareFromProto(const v1::HardwareProfile& profile);
-void HardwareToProto(const planner::HardwareProfile& profile, v1::HardwareProfile* out);
 
 }  // namespace attend::server
 

@@ -76,6 +76,23 @@ TEST(ValidateHardware, RejectsBadCustomProfiles) {
               StatusIs(absl::StatusCode::kInvalidArgument, {"hardware.name: 1000 bytes"}));
 }
 
+// A custom profile nested in a request is checked under its path; a name from a request field
+// gets the field as the subject of its error.
+TEST(ValidateHardware, NamesFieldsUnderTheGivenPath) {
+  HardwareProfile h;
+  h.peak_flops_bf16 = 1e12;
+  h.memory_bandwidth_bytes_per_second = 0;
+  EXPECT_THAT(ValidateHardware(h, "custom"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       {"custom.memory_bandwidth_bytes_per_second: must be > 0"}));
+  h.memory_bandwidth_bytes_per_second = 1e11;
+  h.peak_flops_bf16 = 0;
+  EXPECT_THAT(ValidateHardware(h, "custom"), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                      {"custom: every peak FLOP/s figure is 0"}));
+  EXPECT_THAT(FindHardware("tpu-v5", "profile"),
+              StatusIs(absl::StatusCode::kNotFound, {"profile: hardware 'tpu-v5' is not"}));
+}
+
 TEST(HardwareMeasure, RejectsBadArguments) {
   EXPECT_THAT(MeasureMatmulFlops(8, 1, false),
               StatusIs(absl::StatusCode::kInvalidArgument, {"n: 8"}));

@@ -8,26 +8,9 @@
 #include <string>
 #include <vector>
 
-namespace attend::planner::testing {
+#include "planner/import/gguf_format.h"
 
-// GGUF value types, from the format's specification.
-namespace gguf {
-enum Type : uint32_t {
-  kU8 = 0,
-  kI8 = 1,
-  kU16 = 2,
-  kI16 = 3,
-  kU32 = 4,
-  kI32 = 5,
-  kF32 = 6,
-  kBool = 7,
-  kString = 8,
-  kArray = 9,
-  kU64 = 10,
-  kI64 = 11,
-  kF64 = 12,
-};
-}  // namespace gguf
+namespace attend::planner::testing {
 
 // Writes little GGUF headers: "GGUF", version, tensor_count, kv_count, then the key/values.
 class GgufWriter {
@@ -84,7 +67,7 @@ class GgufWriter {
     return Header(version, tensor_count, count_) + body_;
   }
   static std::string Header(uint32_t version, uint64_t tensor_count, uint64_t kv_count) {
-    std::string out = "GGUF";
+    std::string out(gguf::kMagic);
     Put(&out, version);
     Put(&out, tensor_count);
     Put(&out, kv_count);

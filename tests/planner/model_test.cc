@@ -126,6 +126,27 @@ TEST(CanonicalModel, RejectsBadShapesNamingTheField) {
   EXPECT_THAT(ValidateModel(m), StatusIs(kInvalid, {"max_context_tokens: -1"}));
 }
 
+// A caller that checks a model nested in a request passes its path: every field is named under it.
+TEST(CanonicalModel, NamesFieldsUnderTheGivenPrefix) {
+  EXPECT_THAT(ValidateModel(Shape(4, 32, 3, 32), "model.spec"),
+              StatusIs(kInvalid, {"model.spec.n_head_kv: 3 does not divide n_head 32"}));
+  ModelSpec m = Shape(4, 8, 2, 32);
+  m.layer_specs = {{2, 0}, {2, -1}, {2, 0}, {2, 0}};
+  EXPECT_THAT(CanonicalModel(m, "model.spec"),
+              StatusIs(kInvalid, {"model.spec.layer_specs[1].window_tokens: -1"}));
+  m = Shape(4, 8, 2, 32);
+  m.weights_dtype = "float64";
+  EXPECT_THAT(ValidateModel(m, "spec"), StatusIs(kInvalid, {"spec.weights_dtype: 'float64'"}));
+  m = Shape(4, 8, 2, 32);
+  m.experts = 8;
+  m.experts_active = 2;
+  m.parameters = 10;
+  EXPECT_THAT(ValidateModel(m, "spec"),
+              StatusIs(kInvalid, {"spec.active_parameters: 0 for a mixture-of-experts model"}));
+  EXPECT_EQ(FieldPath("", "layers"), "layers");
+  EXPECT_EQ(FieldPath("model.spec", "layer_specs[2]"), "model.spec.layer_specs[2]");
+}
+
 // Lesson 3, Example 10: the per-layer projections of the 8B shape, and the parameter count built
 // on them.
 TEST(ComputeParameters, LessonPerLayerProjections) {

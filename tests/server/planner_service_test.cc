@@ -1,123 +1,35 @@
-// attend.v1.Planner through a real channel: the lessons' numbers through the API, import of a
-// real config.json and of a GGUF header built here, every kind of bad input (with the code and
-// the field named), the request bounds, and the background measurement of the "local" profile.
+// attend.v1.Planner through a real channel: the catalog and the lessons' numbers through the
+// API (KV-cache plans, cost estimates), every kind of bad input (with the code and the field
+// named), concurrent calls, and the background measurement of the "local" profile. ImportModel
+// has its own file, planner_service_import_test.cc.
 #include "server/planner_service.h"
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cmath>
 #include <limits>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "attend/v1/planner.grpc.pb.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "planner/catalog.h"
 #include "planner/hardware.h"
-#include "tests/planner/model_files.h"
+#include "server/planner_convert.h"
+#include "tests/server/planner_service_fixture.h"
 #include "tests/server/server_fixture.h"
 #include "tests/test_util.h"
 
 namespace attend {
 namespace {
 
-using ::attend::planner::testing::GgufWriter;
-using ::attend::planner::testing::kLlama3_8BConfig;
-using ::attend::planner::testing::TinyGguf;
+using ::attend::testing::DirectPlanner;
+using ::attend::testing::kGiB;
+using ::attend::testing::kKiB;
+using ::attend::testing::PlannerServiceTest;
 using ::google::protobuf::util::MessageDifferencer;
-
-constexpr int64_t kKiB = 1024;
-constexpr int64_t kGiB = int64_t{1} << 30;
-
-// Expects the shape-bearing fields of two specs to agree (names and sources may differ).
-void ExpectSameShape(const v1::ModelSpec& actual, const v1::ModelSpec& expected) {
-  v1::ModelSpec a = actual, e = expected;
-  for (v1::ModelSpec* m : {&a, &e}) {
-    m->clear_name();
-    m->clear_display_name();
-    m->clear_source();
-    m->clear_parameters_source();
-  }
-  EXPECT_TRUE(MessageDifferencer::Equals(a, e)) << "actual:\n"
-                                                << a.DebugString() << "expected:\n"
-                                                << e.DebugString();
-}
-
-class PlannerServiceTest : public ::attend::testing::ServerSuite {
- protected:
-  void SetUp() override { stub_ = v1::Planner::NewStub(::attend::testing::ChannelTo(*server_)); }
-  // Every test ends by proving the server still answers.
-  void TearDown() override {
-    v1::ListModelsResponse response;
-    grpc::ClientContext context;
-    EXPECT_TRUE(stub_->ListModels(&context, v1::ListModelsRequest(), &response).ok())
-        << "server stopped serving";
-  }
-
-  v1::ModelSpec Model(const std::string& name) {
-    v1::GetModelRequest request;
-    request.set_name(name);
-    v1::ModelSpec spec;
-    grpc::ClientContext context;
-    const grpc::Status status = stub_->GetModel(&context, request, &spec);
-    EXPECT_TRUE(status.ok()) << status.error_message();
-    return spec;
-  }
-  grpc::Status Plan(const v1::PlanKvCacheRequest& request, v1::PlanKvCacheResponse* response) {
-    grpc::ClientContext context;
-    return stub_->PlanKvCache(&context, request, response);
-  }
-  v1::PlanKvCacheResponse PlanOk(const v1::PlanKvCacheRequest& request) {
-    v1::PlanKvCacheResponse response;
-    const grpc::Status status = Plan(request, &response);
-    EXPECT_TRUE(status.ok()) << status.error_message();
-    return response;
-  }
-  grpc::Status Cost(const v1::EstimateCostRequest& request, v1::EstimateCostResponse* response) {
-    grpc::ClientContext context;
-    return stub_->EstimateCost(&context, request, response);
-  }
-  grpc::Status Import(const v1::ImportModelRequest& request, v1::ModelSpec* response) {
-    grpc::ClientContext context;
-    return stub_->ImportModel(&context, request, response);
-  }
-
-  static v1::PlanKvCacheRequest PlanOf(const std::string& model, int64_t context, int64_t batch = 0,
-                                       v1::KvDType dtype = v1::KV_FLOAT16) {
-    v1::PlanKvCacheRequest request;
-    request.mutable_model()->set_name(model);
-    request.set_context_tokens(context);
-    request.set_batch(batch);
-    request.set_kv_dtype(dtype);
-    return request;
-  }
-  // The lessons' Example 12 shape: Llama 3 8B's layers and heads with P = 8e9, on an H100.
-  static v1::EstimateCostRequest LessonCost(int64_t prompt) {
-    v1::EstimateCostRequest request;
-    request.mutable_model()->set_name("llama-3-8b");
-    request.set_prompt_tokens(prompt);
-    request.set_parameters(8'000'000'000);
-    request.set_profile("h100");
-    return request;
-  }
-
-  template <typename Status>
-  static void ExpectError(const Status& status, grpc::StatusCode code,
-                          const std::vector<std::string>& substrings) {
-    EXPECT_EQ(status.error_code(), code) << status.error_message();
-    for (const std::string& s : substrings) {
-      EXPECT_NE(status.error_message().find(s), std::string::npos)
-          << "\"" << status.error_message() << "\" lacks \"" << s << "\"";
-    }
-  }
-
-  std::unique_ptr<v1::Planner::Stub> stub_;
-};
 
 // --- ListModels / GetModel ----------------------------------------------------------------------
 
@@ -159,21 +71,21 @@ TEST_F(PlannerServiceTest, ListModelsReturnsEveryPresetWithItsSource) {
 TEST_F(PlannerServiceTest, ModelConversionRoundTripsEveryPreset) {
   for (const planner::ModelSpec& preset : planner::Catalog()) {
     v1::ModelSpec proto;
-    server::ModelToProto(preset, &proto);
-    absl::StatusOr<planner::ModelSpec> back = server::ModelFromProto(proto);
+    server::ToProto(preset, &proto);
+    absl::StatusOr<planner::ModelSpec> back = server::FromProto(proto);
     ASSERT_OK(back);
     v1::ModelSpec again;
-    server::ModelToProto(*back, &again);
+    server::ToProto(*back, &again);
     EXPECT_TRUE(MessageDifferencer::Equals(proto, again)) << preset.name;
     EXPECT_EQ(back->layer_specs.size(), preset.layer_specs.size()) << preset.name;
     EXPECT_EQ(back->parameters_source, preset.parameters_source) << preset.name;
   }
   for (int v = 1; v <= 7; ++v) {
-    absl::StatusOr<planner::KvDType> d = server::KvDTypeFromProto(v, "kv_dtype");
+    absl::StatusOr<planner::KvDType> d = server::FromProto(static_cast<v1::KvDType>(v), "kv_dtype");
     ASSERT_OK(d);
-    EXPECT_EQ(server::KvDTypeToProto(*d), v);
+    EXPECT_EQ(server::ToProto(*d), v);
   }
-  EXPECT_EQ(*server::KvDTypeFromProto(0, "kv_dtype"), planner::KvDType::kFloat16);
+  EXPECT_EQ(*server::FromProto(v1::KV_DTYPE_UNSPECIFIED, "kv_dtype"), planner::KvDType::kFloat16);
 }
 
 TEST_F(PlannerServiceTest, GetModelIsCaseInsensitiveAndMatchesTheList) {
@@ -628,113 +540,7 @@ TEST_F(PlannerServiceTest, CostOnTheLocalProfile) {
   EXPECT_EQ(e.peak_flops(), e.hardware().peak_flops_f32());
 }
 
-// --- ImportModel --------------------------------------------------------------------------------
-
-TEST_F(PlannerServiceTest, ImportOfTheRealConfigJsonReproducesThePreset) {
-  v1::ImportModelRequest request;
-  request.set_hf_config_json(kLlama3_8BConfig);
-  request.set_name("my-llama");
-  v1::ModelSpec spec;
-  const grpc::Status status = Import(request, &spec);
-  ASSERT_TRUE(status.ok()) << status.error_message();
-  EXPECT_EQ(spec.name(), "my-llama");
-  EXPECT_NE(spec.source().find("config.json"), std::string::npos) << spec.source();
-  ExpectSameShape(spec, Model("llama-3-8b"));
-
-  // The imported spec plans like the preset.
-  v1::PlanKvCacheRequest plan;
-  *plan.mutable_model()->mutable_spec() = spec;
-  const v1::PlanKvCacheResponse p = PlanOk(plan);
-  EXPECT_EQ(p.context_tokens(), 8192);
-  EXPECT_EQ(p.bytes_per_token(), 131072);
-  EXPECT_EQ(p.bytes_per_sequence(), kGiB);
-}
-
-TEST_F(PlannerServiceTest, ImportOfAGgufHeaderReproducesTheTinyModel) {
-  v1::ImportModelRequest request;
-  // Trailing bytes (tensor infos and data) are not read.
-  request.set_gguf(TinyGguf().Build() + std::string(4096, '\x5a'));
-  v1::ModelSpec spec;
-  const grpc::Status status = Import(request, &spec);
-  ASSERT_TRUE(status.ok()) << status.error_message();
-  EXPECT_EQ(spec.name(), "tiny-lesson-model");
-  EXPECT_EQ(spec.display_name(), "Tiny Lesson Model");
-  ExpectSameShape(spec, Model("tiny"));
-
-  v1::PlanKvCacheRequest plan;
-  *plan.mutable_model()->mutable_spec() = spec;
-  EXPECT_EQ(PlanOk(plan).bytes_per_sequence(), 4194304);
-}
-
-TEST_F(PlannerServiceTest, ImportRejectsBadInputNamingTheField) {
-  v1::ModelSpec response;
-  v1::ImportModelRequest request;
-  ExpectError(Import(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
-              {"source: neither hf_config_json", "gguf"});
-
-  request.set_hf_config_json(R"({"num_hidden_layers": 32, "num_attention_heads": )");
-  ExpectError(Import(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
-              {"hf_config_json: config.json: line 1, column 50: unexpected end of input"});
-  request.set_hf_config_json("[1, 2]");
-  ExpectError(Import(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
-              {"hf_config_json: config.json: the top level is not an object"});
-  request.set_hf_config_json(R"({"num_attention_heads": 32, "hidden_size": 4096})");
-  ExpectError(Import(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
-              {"hf_config_json", "num_hidden_layers"});
-  request.set_hf_config_json(std::string(100000, '[') + std::string(100000, ']'));
-  ExpectError(Import(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
-              {"hf_config_json: config.json: line 1, column 65: nesting deeper than 64 levels"});
-
-  const std::string gguf = TinyGguf().Build();
-  request.set_gguf(gguf.substr(0, gguf.size() - 3));  // the last value cut short
-  ExpectError(Import(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
-              {"gguf: ", "runs past the end"});
-  request.set_gguf(gguf.substr(0, 10));
-  ExpectError(Import(request, &response), grpc::StatusCode::INVALID_ARGUMENT, {"gguf: "});
-  request.set_gguf("");
-  ExpectError(Import(request, &response), grpc::StatusCode::INVALID_ARGUMENT, {"gguf: "});
-  // A string length of 2^40 in a 200-byte input.
-  std::string huge_length;
-  GgufWriter::Put(&huge_length, uint32_t{8});
-  GgufWriter::Put(&huge_length, uint64_t{1} << 40);
-  request.set_gguf(TinyGguf().Raw("general.name", huge_length).Build());
-  ExpectError(Import(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
-              {"gguf: ", "1099511627776"});
-
-  request.set_gguf(gguf);
-  request.set_name(std::string(300, 'n'));
-  ExpectError(Import(request, &response), grpc::StatusCode::INVALID_ARGUMENT,
-              {"name: 300 bytes; at most 256"});
-}
-
-// Random corruption of a valid header never crashes the server and always gets an answer.
-TEST_F(PlannerServiceTest, ImportSurvivesCorruptGguf) {
-  const std::string gguf = TinyGguf().Build();
-  std::mt19937_64 rng(11);
-  int refused = 0;
-  for (int trial = 0; trial < 200; ++trial) {
-    std::string bad = gguf;
-    for (int k = 0; k < 4; ++k) {
-      bad[rng() % bad.size()] = static_cast<char>(rng());
-    }
-    v1::ImportModelRequest request;
-    request.set_gguf(bad);
-    v1::ModelSpec response;
-    const grpc::Status status = Import(request, &response);
-    ASSERT_TRUE(status.ok() || status.error_code() == grpc::StatusCode::INVALID_ARGUMENT)
-        << status.error_code() << ": " << status.error_message();
-    refused += status.ok() ? 0 : 1;
-  }
-  EXPECT_GT(refused, 0);
-}
-
-// The server's message limit (1 MiB here) refuses larger imports before any handler runs.
-TEST_F(PlannerServiceTest, ImportOverTheMessageLimitIsRefused) {
-  v1::ImportModelRequest request;
-  request.set_gguf(std::string((1 << 20) + 10, 'G'));
-  v1::ModelSpec response;
-  EXPECT_EQ(Import(request, &response).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
-}
+// --- Concurrency --------------------------------------------------------------------------------
 
 TEST_F(PlannerServiceTest, ConcurrentCallsAllSucceed) {
   std::vector<std::thread> threads;
@@ -758,72 +564,6 @@ TEST_F(PlannerServiceTest, ConcurrentCallsAllSucceed) {
 }
 
 // --- The service on its own, with options ---------------------------------------------------
-
-// A gRPC server holding only a PlannerService built with `options`.
-class DirectPlanner {
- public:
-  explicit DirectPlanner(server::PlannerOptions options) : pool_(2, 16) {
-    service_ = std::make_unique<server::PlannerService>(&pool_, &metrics_, &gate_, options);
-    grpc::ServerBuilder builder;
-    builder.RegisterService(service_.get());
-    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> gates;
-    gates.push_back(gate_.NewInterceptorFactory());
-    builder.experimental().SetInterceptorCreators(std::move(gates));
-    server_ = builder.BuildAndStart();
-    grpc::ChannelArguments args;
-    args.SetMaxSendMessageSize(-1);
-    stub_ = v1::Planner::NewStub(server_->InProcessChannel(args));
-  }
-  ~DirectPlanner() {
-    server_->Shutdown();
-    server_.reset();
-  }
-
-  server::PlannerService& service() { return *service_; }
-  v1::Planner::Stub& stub() { return *stub_; }
-
- private:
-  server::Metrics metrics_;
-  server::WorkerPool pool_;
-  server::CallGate gate_;
-  std::unique_ptr<server::PlannerService> service_;
-  std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<v1::Planner::Stub> stub_;
-};
-
-TEST(PlannerServiceOptions, BoundsImportSizesBeforeParsing) {
-  server::PlannerOptions options;
-  options.measure_local_after = absl::InfiniteDuration();
-  options.max_hf_config_json_bytes = 1000;
-  options.max_gguf_bytes = 2000;
-  DirectPlanner planner(options);
-  v1::ImportModelRequest request;
-  request.set_hf_config_json(std::string(1001, ' '));
-  v1::ModelSpec response;
-  {
-    grpc::ClientContext context;
-    const grpc::Status status = planner.stub().ImportModel(&context, request, &response);
-    EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
-    EXPECT_NE(status.error_message().find("hf_config_json: 1001 bytes, over the limit of 1000"),
-              std::string::npos)
-        << status.error_message();
-  }
-  request.set_gguf(TinyGguf().Build() + std::string(2000, '\0'));
-  {
-    grpc::ClientContext context;
-    const grpc::Status status = planner.stub().ImportModel(&context, request, &response);
-    EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
-    EXPECT_NE(status.error_message().find("gguf: "), std::string::npos) << status.error_message();
-    EXPECT_NE(status.error_message().find("over the limit of 2000"), std::string::npos);
-  }
-  // At the limit it is parsed.
-  request.set_gguf(TinyGguf().Build());
-  ASSERT_LE(request.gguf().size(), 2000u);
-  {
-    grpc::ClientContext context;
-    EXPECT_TRUE(planner.stub().ImportModel(&context, request, &response).ok());
-  }
-}
 
 // The service measures the machine on its own, without a request, and the first EstimateCost
 // with profile "local" then finds the figures ready.

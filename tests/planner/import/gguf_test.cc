@@ -1,8 +1,10 @@
+#include "planner/import/gguf.h"
+
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "planner/import/import.h"
+#include "planner/import/gguf_format.h"
 #include "planner/kv_plan.h"
 #include "tests/planner/model_files.h"
 #include "tests/planner/planner_test_util.h"
@@ -13,7 +15,6 @@ namespace {
 
 using ::attend::planner::testing::ExpectSameShape;
 using ::attend::planner::testing::GgufWriter;
-namespace gguf = ::attend::planner::testing::gguf;
 using ::attend::planner::testing::Preset;
 using ::attend::testing::StatusIs;
 

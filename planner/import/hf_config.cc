@@ -1,0 +1,370 @@
+#include "planner/import/hf_config.h"
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "core/base/status_macros.h"
+#include "planner/import/imported_model.h"
+
+namespace attend::planner {
+namespace {
+
+// Typed access to the keys of one config object, with errors naming the key (after `prefix`,
+// "text_config." for a multimodal config's text model).
+class ConfigReader {
+ public:
+  ConfigReader(const json::Value& object, std::string prefix)
+      : object_(object), prefix_(std::move(prefix)) {}
+
+  std::string Field(absl::string_view key) const { return absl::StrCat(prefix_, key); }
+
+  // Absent and null both mean "not given".
+  const json::Value* Get(absl::string_view key) const {
+    const json::Value* v = object_.Find(key);
+    return v == nullptr || v->is_null() ? nullptr : v;
+  }
+
+  absl::StatusOr<std::optional<int64_t>> Int(absl::string_view key, int64_t lo, int64_t hi) const {
+    const json::Value* v = Get(key);
+    if (v == nullptr) return std::optional<int64_t>();
+    ATTEND_ASSIGN_OR_RETURN(const int64_t value, json::AsInt64(*v, Field(key)));
+    if (value < lo || value > hi) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Field(key), ": ", value, "; must be in [", lo, ", ", hi, "]"));
+    }
+    return std::optional<int64_t>(value);
+  }
+
+  absl::StatusOr<int64_t> RequiredInt(absl::string_view key, int64_t lo, int64_t hi) const {
+    ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> value, Int(key, lo, hi));
+    if (!value) return absl::InvalidArgumentError(absl::StrCat(Field(key), " is missing"));
+    return *value;
+  }
+
+  absl::StatusOr<std::optional<bool>> Bool(absl::string_view key) const {
+    const json::Value* v = Get(key);
+    if (v == nullptr) return std::optional<bool>();
+    if (!v->is_bool()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Field(key), ": expected a boolean, got ", v->type_name()));
+    }
+    return std::optional<bool>(v->bool_value());
+  }
+
+  absl::StatusOr<std::optional<std::string>> String(absl::string_view key) const {
+    const json::Value* v = Get(key);
+    if (v == nullptr) return std::optional<std::string>();
+    if (!v->is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Field(key), ": expected a string, got ", v->type_name()));
+    }
+    return std::optional<std::string>(v->string_value());
+  }
+
+ private:
+  const json::Value& object_;
+  std::string prefix_;
+};
+
+// Falcon's model_type; its first releases, for their own modelling code, said RefinedWebModel
+// (falcon-7b) and RefinedWeb (falcon-40b).
+bool IsFalconModelType(absl::string_view model_type) {
+  return model_type == "falcon" || model_type == "RefinedWebModel" || model_type == "RefinedWeb";
+}
+
+// `key` when the config gives it, else `alias` when that is given, else `key` (so that an error
+// about a missing value names the current spelling).
+std::string KeyOrAlias(const ConfigReader& r, absl::string_view key, absl::string_view alias) {
+  if (r.Get(key) == nullptr && r.Get(alias) != nullptr) return std::string(alias);
+  return std::string(key);
+}
+
+// Falcon's key/value heads, as Transformers' FalconAttention decides them: the new decoder
+// architecture (falcon-40b, falcon-180B) groups the query heads by num_kv_heads (n_head_kv in
+// RefinedWeb configs; default one per query head); otherwise multi_query (default true, as in
+// Transformers' FalconConfig) shares one key/value head, and without it every query head has its
+// own, whatever num_kv_heads says (the fused projection is then 3 x hidden_size wide). The
+// RefinedWeb modelling code always used the new architecture, so its configs lack the flag.
+// Sets *field to the key the count came from, for errors.
+absl::StatusOr<int64_t> FalconKvHeads(const ConfigReader& r, absl::string_view model_type,
+                                      int64_t n_head, std::string* field) {
+  ATTEND_ASSIGN_OR_RETURN(std::optional<bool> new_architecture, r.Bool("new_decoder_architecture"));
+  ATTEND_ASSIGN_OR_RETURN(std::optional<bool> multi_query, r.Bool("multi_query"));
+  if (new_architecture.value_or(model_type == "RefinedWeb")) {
+    *field = KeyOrAlias(r, "num_kv_heads", "n_head_kv");
+    ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> kv, r.Int(*field, 1, kMaxHeads));
+    return kv.value_or(n_head);
+  }
+  *field = "multi_query";
+  return multi_query.value_or(true) ? 1 : n_head;
+}
+
+// Windows from layer_types: `window` (the config's sliding_window, 0 when absent) on every
+// "sliding_attention" layer, 0 on every "full_attention" one.
+absl::StatusOr<std::vector<int64_t>> LayerTypeWindows(const ConfigReader& r,
+                                                      const json::Value& types, int64_t layers,
+                                                      int64_t window) {
+  if (!types.is_array()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(r.Field("layer_types"), ": expected an array, got ", types.type_name()));
+  }
+  if (static_cast<int64_t>(types.size()) != layers) {
+    return absl::InvalidArgumentError(absl::StrCat(r.Field("layer_types"), ": ", types.size(),
+                                                   " entries for ", layers, " layers"));
+  }
+  // The parser keeps an array of numbers only as doubles (no Values): every element, the
+  // first included, is then a number where a string belongs.
+  if (types.all_numbers() && types.size() > 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(r.Field("layer_types"), "[0]: expected a string, got a number"));
+  }
+  std::vector<int64_t> windows(static_cast<size_t>(layers), 0);
+  for (size_t i = 0; i < types.size(); ++i) {
+    const json::Value& t = types.items()[i];
+    const std::string field = absl::StrCat(r.Field("layer_types"), "[", i, "]");
+    if (!t.is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": expected a string, got ", t.type_name()));
+    }
+    if (t.string_value() == "full_attention") continue;
+    if (t.string_value() != "sliding_attention") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": ", QuoteForError(t.string_value()),
+                       " is not supported (expected sliding_attention or full_attention)"));
+    }
+    if (window == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ": sliding_attention but ",
+                                                     r.Field("sliding_window"), " is not set"));
+    }
+    windows[i] = window;
+  }
+  return windows;
+}
+
+// Which layers slide, per the precedence documented in hf_config.h: each layer's window, 0 for
+// full attention.
+absl::StatusOr<std::vector<int64_t>> HfWindows(const ConfigReader& r, int64_t layers,
+                                               const std::string& model_type) {
+  ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> window_opt,
+                          r.Int("sliding_window", 0, kMaxContextTokens));
+  const int64_t window = window_opt.value_or(0);
+  if (const json::Value* types = r.Get("layer_types")) {
+    return LayerTypeWindows(r, *types, layers, window);
+  }
+  std::vector<int64_t> windows(static_cast<size_t>(layers), 0);
+  if (window == 0) return windows;
+
+  ATTEND_ASSIGN_OR_RETURN(std::optional<bool> use_window, r.Bool("use_sliding_window"));
+  if (use_window.has_value()) {
+    if (!*use_window) return windows;
+    // Transformers' Qwen2: the first max_window_layers layers attend fully, the rest slide.
+    ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> full_layers,
+                            r.Int("max_window_layers", 0, kMaxLayers));
+    for (int64_t i = full_layers.value_or(0); i < layers; ++i) {
+      windows[static_cast<size_t>(i)] = window;
+    }
+    return windows;
+  }
+  ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> pattern,
+                          r.Int("sliding_window_pattern", 1, kMaxLayers));
+  if (!pattern && model_type == "gemma2") pattern = 2;
+  for (int64_t i = 0; i < layers; ++i) {
+    const bool global = pattern && (i + 1) % *pattern == 0;
+    windows[static_cast<size_t>(i)] = global ? 0 : window;
+  }
+  return windows;
+}
+
+// The parsed text, which must be an object. Parser errors keep their position and say that they
+// are about config.json.
+absl::StatusOr<json::Value> ParseConfig(absl::string_view text) {
+  absl::StatusOr<json::Value> parsed = json::Parse(text, HfConfigJsonLimits());
+  if (!parsed.ok()) {
+    // The parser's message says where; this says what was being read.
+    return absl::Status(parsed.status().code(),
+                        absl::StrCat("config.json: ", parsed.status().message()));
+  }
+  if (!parsed->is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.json: the top level is not an object (got ", parsed->type_name(), ")"));
+  }
+  return parsed;
+}
+
+// Layers, query and key/value heads, hidden size and head size. `model_type` is the config's
+// (sanitised); `falcon` whether it is one of Falcon's.
+absl::Status ReadAttentionShape(const ConfigReader& r, const std::string& model_type, bool falcon,
+                                ModelSpec* m) {
+  // Falcon's first configs say n_layer and n_head, as GPT-2's do.
+  const std::string layers_key =
+      falcon ? KeyOrAlias(r, "num_hidden_layers", "n_layer") : "num_hidden_layers";
+  const std::string heads_key =
+      falcon ? KeyOrAlias(r, "num_attention_heads", "n_head") : "num_attention_heads";
+  ATTEND_ASSIGN_OR_RETURN(m->layers, r.RequiredInt(layers_key, 1, kMaxLayers));
+  ATTEND_ASSIGN_OR_RETURN(m->n_head, r.RequiredInt(heads_key, 1, kMaxHeads));
+  std::string kv_field = "num_key_value_heads";
+  if (falcon) {
+    ATTEND_ASSIGN_OR_RETURN(m->n_head_kv, FalconKvHeads(r, model_type, m->n_head, &kv_field));
+  } else {
+    ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> kv, r.Int(kv_field, 1, kMaxHeads));
+    m->n_head_kv = kv.value_or(m->n_head);
+  }
+  if (m->n_head_kv > m->n_head || m->n_head % m->n_head_kv != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        r.Field(kv_field), ": ", m->n_head_kv, " does not divide num_attention_heads ", m->n_head));
+  }
+  ATTEND_ASSIGN_OR_RETURN(m->d_model, r.RequiredInt("hidden_size", 1, kMaxDModel));
+  ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> head_dim, r.Int("head_dim", 1, kMaxHeadDim));
+  if (!head_dim) {
+    if (m->d_model % m->n_head != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(r.Field("hidden_size"), " ", m->d_model,
+                                                     " is not a multiple of num_attention_heads ",
+                                                     m->n_head, " and head_dim is not given"));
+    }
+    head_dim = m->d_model / m->n_head;
+  }
+  m->head_dim = *head_dim;
+  m->head_dim_v = *head_dim;
+  return absl::OkStatus();
+}
+
+// Vocabulary, MLP width and context length.
+absl::Status ReadSizes(const ConfigReader& r, bool falcon, ModelSpec* m) {
+  ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> vocab, r.Int("vocab_size", 0, kMaxVocab));
+  m->vocab_size = vocab.value_or(0);
+  if (falcon) {
+    // Falcon's MLP is 4 x hidden_size wide unless ffn_hidden_size says otherwise (Transformers'
+    // FalconConfig); its configs have no intermediate_size. 4 x kMaxDModel <= kMaxIntermediate.
+    ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> ffn,
+                            r.Int("ffn_hidden_size", 0, kMaxIntermediate));
+    m->intermediate_size = ffn.value_or(4 * m->d_model);
+  } else {
+    ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> inter,
+                            r.Int("intermediate_size", 0, kMaxIntermediate));
+    m->intermediate_size = inter.value_or(0);
+  }
+  ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> context,
+                          r.Int("max_position_embeddings", 0, kMaxContextTokens));
+  m->max_context_tokens = context.value_or(0);
+  return absl::OkStatus();
+}
+
+// The weights' dtype and whether the embeddings are tied; a multimodal config may give either at
+// its top level instead of in text_config.
+absl::Status ReadWeights(const ConfigReader& r, const ConfigReader& top, bool falcon,
+                         ModelSpec* m) {
+  ATTEND_ASSIGN_OR_RETURN(std::optional<std::string> dtype, r.String("torch_dtype"));
+  if (!dtype) {
+    ATTEND_ASSIGN_OR_RETURN(dtype, r.String("dtype"));
+  }
+  if (!dtype) {
+    ATTEND_ASSIGN_OR_RETURN(dtype, top.String("torch_dtype"));
+  }
+  if (dtype) {
+    ATTEND_ASSIGN_OR_RETURN(const KvDType w, ParseDType(*dtype, r.Field("torch_dtype")));
+    m->weights_dtype = std::string(DTypeName(w));
+  }
+  // Transformers' LlamaConfig, MistralConfig, MixtralConfig and Qwen2Config default to untied
+  // embeddings; the Gemma configs default to tied ones, and so does FalconConfig (it keeps
+  // PretrainedConfig's default, and FalconForCausalLM ties lm_head to the word embeddings).
+  ATTEND_ASSIGN_OR_RETURN(std::optional<bool> tied, r.Bool("tie_word_embeddings"));
+  if (!tied) {
+    ATTEND_ASSIGN_OR_RETURN(tied, top.Bool("tie_word_embeddings"));
+  }
+  m->tied_embeddings = tied.value_or(absl::StartsWith(m->architecture, "gemma") || falcon);
+  return absl::OkStatus();
+}
+
+// Mixture of experts: a model with more than one expert must say how many a token uses.
+absl::Status ReadExperts(const ConfigReader& r, ModelSpec* m) {
+  ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> experts,
+                          r.Int("num_local_experts", 0, kMaxExperts));
+  if (!experts) {
+    ATTEND_ASSIGN_OR_RETURN(experts, r.Int("num_experts", 0, kMaxExperts));
+  }
+  m->experts = experts.value_or(0);
+  if (m->experts <= 1) {
+    m->experts_active = m->experts;
+    return absl::OkStatus();
+  }
+  ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> per_token,
+                          r.Int("num_experts_per_tok", 1, m->experts));
+  if (!per_token) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        r.Field("num_experts_per_tok"), " is missing for a model with ", m->experts, " experts"));
+  }
+  m->experts_active = *per_token;
+  return absl::OkStatus();
+}
+
+// What the model is called in the config: the last part of _name_or_path, else the architecture.
+absl::StatusOr<std::string> ReadLabel(const ConfigReader& top, const std::string& architecture) {
+  ATTEND_ASSIGN_OR_RETURN(std::optional<std::string> path, top.String("_name_or_path"));
+  std::string label = path.value_or("");
+  if (const size_t slash = label.find_last_of('/'); slash != std::string::npos) {
+    label = label.substr(slash + 1);
+  }
+  if (label.empty()) label = architecture;
+  return label;
+}
+
+}  // namespace
+
+json::Limits HfConfigJsonLimits() {
+  json::Limits limits;
+  limits.max_input_bytes = size_t{1} << 20;  // config.json files are a few KiB
+  limits.max_depth = 64;
+  limits.max_string_bytes = size_t{1} << 16;
+  limits.max_number_chars = 256;  // longer numbers are not plausible and would only cost time
+  limits.max_array_elements = size_t{1} << 16;
+  limits.max_object_members = size_t{1} << 14;
+  limits.max_values = size_t{1} << 16;
+  return limits;
+}
+
+absl::StatusOr<ModelSpec> ImportHfConfig(absl::string_view text, absl::string_view name) {
+  ATTEND_ASSIGN_OR_RETURN(const json::Value root, ParseConfig(text));
+  // A multimodal config keeps its text model's keys in text_config.
+  const json::Value* config = &root;
+  std::string prefix;
+  const json::Value* text_config = root.Find("text_config");
+  if (root.Find("num_hidden_layers") == nullptr && text_config != nullptr &&
+      text_config->is_object()) {
+    config = text_config;
+    prefix = "text_config.";
+  }
+  const ConfigReader r(*config, prefix);
+  const ConfigReader top(root, "");
+
+  ATTEND_ASSIGN_OR_RETURN(std::optional<std::string> model_type, r.String("model_type"));
+  if (!model_type) {
+    ATTEND_ASSIGN_OR_RETURN(model_type, top.String("model_type"));
+  }
+  const std::string given_type = SanitizeText(model_type.value_or(""));
+  // Every Falcon config is one architecture, "falcon" as in Transformers and GGUF, so that the
+  // parameter count applies Falcon's rules (HasGatedMlp) whichever model_type it was saved with.
+  const bool falcon = IsFalconModelType(given_type);
+  ModelSpec m;
+  m.architecture = falcon ? "falcon" : given_type;
+  ATTEND_RETURN_IF_ERROR(ReadAttentionShape(r, given_type, falcon, &m));
+  ATTEND_RETURN_IF_ERROR(ReadSizes(r, falcon, &m));
+  ATTEND_RETURN_IF_ERROR(ReadWeights(r, top, falcon, &m));
+  ATTEND_RETURN_IF_ERROR(ReadExperts(r, &m));
+
+  ATTEND_ASSIGN_OR_RETURN(std::vector<int64_t> windows, HfWindows(r, m.layers, m.architecture));
+  m.layer_specs.resize(static_cast<size_t>(m.layers));
+  for (size_t i = 0; i < windows.size(); ++i) m.layer_specs[i] = LayerSpec{m.n_head_kv, windows[i]};
+
+  ATTEND_ASSIGN_OR_RETURN(const std::string label, ReadLabel(top, m.architecture));
+  NameImportedModel(name, label, "imported", &m);
+  m.source = given_type.empty()
+                 ? "Hugging Face config.json"
+                 : absl::StrCat("Hugging Face config.json (model_type ", given_type, ")");
+  return FinishImportedModel(std::move(m));
+}
+
+}  // namespace attend::planner
