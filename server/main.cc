@@ -96,23 +96,9 @@ std::string HugePagesNote(bool requested) {
   return absl::StrCat("on (host THP mode ", mode, ")");
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "Serves transformer attention, KV caches and capacity planning over gRPC.\n"
-      "Every flag can also be set with ATTEND_<FLAG>, e.g. ATTEND_ADDRESS=0.0.0.0:50051.");
-  if (!ApplyEnvironment()) return 2;
-  absl::ParseCommandLine(argc, argv);
-
-  // Block the shutdown signals in every thread (gRPC's and oneDNN's threads inherit this mask)
-  // so that only the sigwait below receives them.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-
+// The server's options from the flags; INVALID_ARGUMENT naming the flag when one is out of range
+// or the TLS or token files cannot be used.
+absl::StatusOr<attend::server::ServerOptions> OptionsFromFlags() {
   attend::server::ServerOptions options;
   options.address = absl::GetFlag(FLAGS_address);
   options.metrics_address = absl::GetFlag(FLAGS_metrics_address);
@@ -139,20 +125,17 @@ int main(int argc, char** argv) {
   } else if (eviction == "ttl") {
     options.kv_cache.eviction = attend::kv::EvictionPolicy::kTtl;
   } else {
-    std::cerr << "attend-server: --kv_eviction must be none, lru or ttl, got '" << eviction
-              << "'\n";
-    return 2;
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv_eviction must be none, lru or ttl, got '", eviction, "'"));
   }
   if (options.kv_cache.block_bytes < 64 || options.kv_cache.block_bytes % 64 != 0 ||
       options.kv_cache.block_bytes > (int64_t{1} << 30)) {
-    std::cerr << "attend-server: --kv_block_bytes must be a multiple of 64 between 64 and 2^30, "
-                 "got "
-              << options.kv_cache.block_bytes << "\n";
-    return 2;
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv_block_bytes must be a multiple of 64 between 64 and 2^30, got ",
+                     options.kv_cache.block_bytes));
   }
   if (options.kv_cache.idle_ttl_ms < 1) {
-    std::cerr << "attend-server: --kv_idle_ttl must be positive\n";
-    return 2;
+    return absl::InvalidArgumentError("--kv_idle_ttl must be positive");
   }
   for (const auto& [name, value] :
        {std::pair<const char*, int64_t>{"max_queued_requests", options.max_queued_requests},
@@ -163,18 +146,14 @@ int main(int argc, char** argv) {
         {"max_tensor_elements", options.limits.attention.max_tensor_elements},
         {"max_score_elements", options.limits.attention.max_score_elements}}) {
     if (value < 1) {
-      std::cerr << "attend-server: --" << name << " must be >= 1, got " << value << "\n";
-      return 2;
+      return absl::InvalidArgumentError(absl::StrCat("--", name, " must be >= 1, got ", value));
     }
   }
 
   absl::StatusOr<attend::server::TlsServerOptions> tls =
       attend::server::LoadTlsFiles(absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
                                    absl::GetFlag(FLAGS_tls_client_ca));
-  if (!tls.ok()) {
-    std::cerr << "attend-server: " << tls.status().message() << "\n";
-    return 2;
-  }
+  if (!tls.ok()) return tls.status();
   options.tls = *std::move(tls);
   if (const std::string path = absl::GetFlag(FLAGS_auth_token_file); !path.empty()) {
     absl::StatusOr<std::string> text = attend::server::ReadSecretFile(path, "--auth_token_file");
@@ -182,31 +161,31 @@ int main(int argc, char** argv) {
         text.ok() ? attend::server::ParseTokenFile(*text)
                   : absl::StatusOr<std::vector<std::string>>(text.status());
     if (!tokens.ok()) {
-      std::cerr << "attend-server: --auth_token_file: " << tokens.status().message() << "\n";
-      return 2;
+      return absl::InvalidArgumentError(
+          absl::StrCat("--auth_token_file: ", tokens.status().message()));
     }
     options.auth_tokens = *std::move(tokens);
   }
+  return options;
+}
 
-  auto server = attend::server::AttendServer::Start(options);
-  if (!server.ok()) {
-    std::cerr << "attend-server: " << server.status().message() << "\n";
-    // Options that cannot work together (a token without TLS) are usage errors too.
-    return server.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
-  }
+// The start-up line: where the server listens, its security, and what it runs on. Scripts and
+// tests read the ports from it.
+void PrintStartupLine(const attend::server::ServerOptions& options,
+                      const attend::server::AttendServer& server) {
   const std::string host = options.address.substr(0, options.address.rfind(':'));
-  std::cout << "attend-server listening on " << host << ":" << (*server)->port();
-  if ((*server)->metrics_port() != 0) {
+  std::cout << "attend-server listening on " << host << ":" << server.port();
+  if (server.metrics_port() != 0) {
     const std::string metrics_host =
         options.metrics_address.substr(0, options.metrics_address.rfind(':'));
-    std::cout << ", metrics on http://" << metrics_host << ":" << (*server)->metrics_port()
+    std::cout << ", metrics on http://" << metrics_host << ":" << server.metrics_port()
               << "/metrics";
   }
   std::cout << (options.tls.cert_chain_pem.empty()
                     ? ", plaintext"
                     : (options.tls.client_ca_pem.empty() ? ", TLS" : ", mutual TLS"))
             << (options.auth_tokens.empty() ? "" : ", bearer token required (health open)");
-  const int compute_threads = (*server)->compute_threads();
+  const int compute_threads = server.compute_threads();
   std::cout << " (cpu " << attend::CpuIsaName() << ", bf16 matmul "
             << (attend::HasBf16Matmul() ? "native" : "emulated") << ", KV cache "
             << absl::StrFormat("%.1f", static_cast<double>(options.kv_cache.capacity_bytes) /
@@ -214,6 +193,37 @@ int main(int argc, char** argv) {
             << " GiB, huge pages " << HugePagesNote(options.kv_cache.huge_pages) << ", "
             << compute_threads << (compute_threads == 1 ? " compute thread)" : " compute threads)")
             << std::endl;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Serves transformer attention, KV caches and capacity planning over gRPC.\n"
+      "Every flag can also be set with ATTEND_<FLAG>, e.g. ATTEND_ADDRESS=0.0.0.0:50051.");
+  if (!ApplyEnvironment()) return 2;
+  absl::ParseCommandLine(argc, argv);
+
+  // Block the shutdown signals in every thread (gRPC's and oneDNN's threads inherit this mask)
+  // so that only the sigwait below receives them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  absl::StatusOr<attend::server::ServerOptions> options = OptionsFromFlags();
+  if (!options.ok()) {
+    std::cerr << "attend-server: " << options.status().message() << "\n";
+    return 2;
+  }
+  auto server = attend::server::AttendServer::Start(*options);
+  if (!server.ok()) {
+    std::cerr << "attend-server: " << server.status().message() << "\n";
+    // Options that cannot work together (a token without TLS) are usage errors too.
+    return server.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  PrintStartupLine(*options, **server);
 
   int received = 0;
   sigwait(&signals, &received);
