@@ -169,6 +169,12 @@ absl::Status CheckFigure(absl::string_view prefix, absl::string_view field, doub
     return absl::InvalidArgumentError(
         absl::StrCat(FieldPath(prefix, field), ": ", value, "; must be finite and >= 0"));
   }
+  // Below 1 FLOP/s or 1 byte/s is no machine, and a denormal figure makes every time infinite
+  // and every price NaN.
+  if (value > 0.0 && value < 1.0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(FieldPath(prefix, field), ": ", value, "; must be 0 (none) or at least 1"));
+  }
   return absl::OkStatus();
 }
 

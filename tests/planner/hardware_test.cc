@@ -11,6 +11,9 @@
 #include "absl/strings/str_format.h"
 #include "core/kernels/cpu_features.h"
 #include "core/kernels/onednn.h"
+#include "planner/catalog.h"
+#include "planner/cost.h"
+#include "tests/planner/planner_test_util.h"
 #include "tests/test_util.h"
 
 namespace attend::planner {
@@ -74,6 +77,43 @@ TEST(ValidateHardware, RejectsBadCustomProfiles) {
   bad.name = std::string(1000, 'x');
   EXPECT_THAT(ValidateHardware(bad),
               StatusIs(absl::StatusCode::kInvalidArgument, {"hardware.name: 1000 bytes"}));
+}
+
+// Figures below 1 FLOP/s or 1 byte/s describe no machine, and denormal ones made the roofline
+// times infinite and the price NaN in an OK answer: 0 (absent) or at least 1.
+TEST(ValidateHardware, RejectsFiguresBelowOne) {
+  HardwareProfile h;
+  h.peak_flops_f32 = 1e12;
+  h.memory_bandwidth_bytes_per_second = 1e11;
+  for (double tiny : {5e-324, 1e-300, 0.5}) {
+    HardwareProfile bad = h;
+    bad.peak_flops_f32 = tiny;
+    EXPECT_THAT(ValidateHardware(bad, "custom"),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         {"custom.peak_flops_f32", "0 (none) or at least 1"}));
+    bad = h;
+    bad.memory_bandwidth_bytes_per_second = tiny;
+    EXPECT_THAT(
+        ValidateHardware(bad, "custom"),
+        StatusIs(absl::StatusCode::kInvalidArgument, {"custom.memory_bandwidth_bytes_per_second"}));
+  }
+  // The smallest accepted figures still give finite answers for a large model and prompt.
+  HardwareProfile slow;
+  slow.peak_flops_f32 = 1;
+  slow.peak_flops_bf16 = 1;
+  slow.memory_bandwidth_bytes_per_second = 1;
+  ASSERT_OK(ValidateHardware(slow));
+  CostRequest r;
+  r.prompt_tokens = 1 << 20;
+  r.batch = 1024;
+  r.price_per_hour_usd = 1e9;
+  absl::StatusOr<CostEstimate> e = EstimateCost(testing::Preset("llama-3-70b"), r, slow);
+  ASSERT_OK(e);
+  for (const PhaseCost* phase : {&e->prefill, &e->decode}) {
+    EXPECT_TRUE(std::isfinite(phase->roofline_seconds));
+    EXPECT_TRUE(std::isfinite(phase->usd_per_million_tokens));
+    EXPECT_TRUE(std::isfinite(phase->tokens_per_second));
+  }
 }
 
 // A custom profile nested in a request is checked under its path; a name from a request field
