@@ -32,6 +32,20 @@ absl::Status CheckLength(absl::string_view prefix, absl::string_view field,
   return absl::OkStatus();
 }
 
+// Names are printed to terminals and echoed in answers: no control characters.
+absl::Status CheckPrintable(absl::string_view prefix, absl::string_view field,
+                            absl::string_view value) {
+  for (size_t i = 0; i < value.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(value[i]);
+    if (c < 0x20 || c == 0x7F) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          FieldPath(prefix, field), ": ", QuoteForError(value), " has a control character (",
+          absl::StrFormat("0x%02x", c), ") at byte ", i, "; names are printable text"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckDivides(absl::string_view prefix, absl::string_view field, int64_t n_head_kv,
                           int64_t n_head) {
   if (n_head % n_head_kv != 0) {
@@ -125,6 +139,8 @@ absl::StatusOr<ModelSpec> CanonicalModel(const ModelSpec& model, absl::string_vi
   ModelSpec m = model;
   ATTEND_RETURN_IF_ERROR(CheckLength(p, "name", m.name, kMaxNameBytes));
   ATTEND_RETURN_IF_ERROR(CheckLength(p, "display_name", m.display_name, kMaxNameBytes));
+  ATTEND_RETURN_IF_ERROR(CheckPrintable(p, "name", m.name));
+  ATTEND_RETURN_IF_ERROR(CheckPrintable(p, "display_name", m.display_name));
   ATTEND_RETURN_IF_ERROR(CheckLength(p, "source", m.source, kMaxSourceBytes));
   ATTEND_RETURN_IF_ERROR(CheckLength(p, "architecture", m.architecture, kMaxNameBytes));
   ATTEND_RETURN_IF_ERROR(CheckLength(p, "parameters_source", m.parameters_source, kMaxSourceBytes));

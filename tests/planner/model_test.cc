@@ -147,6 +147,25 @@ TEST(CanonicalModel, NamesFieldsUnderTheGivenPrefix) {
   EXPECT_EQ(FieldPath("model.spec", "layer_specs[2]"), "model.spec.layer_specs[2]");
 }
 
+// Names are printed by the CLI and echoed in answers: control characters (escape sequences,
+// newlines) are refused, as they are in sequence ids; other UTF-8 text is kept.
+TEST(CanonicalModel, RejectsControlCharactersInNames) {
+  for (const std::string& name : {std::string("\x1b[2J\x1b[31mpwned"), std::string("a\r\nb"),
+                                  std::string("tab\there"), std::string("del\x7f")}) {
+    ModelSpec m = Shape(4, 8, 2, 32);
+    m.name = name;
+    EXPECT_THAT(ValidateModel(m, "model.spec"),
+                StatusIs(kInvalid, {"model.spec.name", "control character"}));
+    m = Shape(4, 8, 2, 32);
+    m.display_name = name;
+    EXPECT_THAT(ValidateModel(m), StatusIs(kInvalid, {"display_name", "control character"}));
+  }
+  ModelSpec m = Shape(4, 8, 2, 32);
+  m.name = "my-model";
+  m.display_name = "Modèle 8B (été)";
+  EXPECT_OK(ValidateModel(m));
+}
+
 // Lesson 3, Example 10: the per-layer projections of the 8B shape, and the parameter count built
 // on them.
 TEST(ComputeParameters, LessonPerLayerProjections) {
