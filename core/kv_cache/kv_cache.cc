@@ -21,7 +21,6 @@ constexpr int64_t kMaxLayers = 4096;
 constexpr int64_t kMaxHeads = 4096;
 constexpr int64_t kMaxHeadDim = 16384;
 constexpr size_t kMaxWarmShapes = 1024;
-constexpr size_t kMaxPageTokenBytes = 128;
 
 // A byte count in binary units, from bytes to ZiB.
 std::string Bytes(double bytes) {
@@ -612,7 +611,8 @@ absl::StatusOr<ListPage> KvCache::List(int64_t page_size, absl::string_view page
     return absl::InvalidArgumentError(
         absl::StrCat("page_size: ", page_size, "; must be between 1 and 1000 (0 = 100)"));
   }
-  if (page_token.size() > kMaxPageTokenBytes) {
+  // A token is the id of the last sequence of the previous page.
+  if (!page_token.empty() && !CheckSequenceId(page_token, "page_token").ok()) {
     return absl::InvalidArgumentError("page_token: not a token this server returned");
   }
   bool more = false;

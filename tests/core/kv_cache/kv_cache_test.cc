@@ -595,6 +595,11 @@ TEST(KvCache, ListPagesInIdOrder) {
   EXPECT_EQ(last->sequences.size(), 1u);
   EXPECT_EQ(last->next_page_token, "");
   EXPECT_THAT(cache.List(5000, ""), StatusIs(absl::StatusCode::kInvalidArgument, {"page_size"}));
+  // Tokens are ids: anything else was not returned by the cache.
+  for (const std::string& token :
+       {std::string("\0garbage", 8), std::string("a b"), std::string(200, 'z')}) {
+    EXPECT_THAT(cache.List(3, token), StatusIs(absl::StatusCode::kInvalidArgument, {"page_token"}));
+  }
 }
 
 TEST(KvCache, SequenceLimit) {
