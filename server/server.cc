@@ -13,8 +13,12 @@
 #include <mutex>
 #include <thread>
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/attention/attention_engine.h"
+#include "core/base/status_macros.h"
 #include "core/kv_cache/kv_cache.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -100,6 +104,82 @@ std::string BindProblem(const std::string& address) {
   return problem;
 }
 
+// OK when `address` (the option `option`) is host:port or [v6]:port with a port from 0 to 65535
+// (0: any free port), or a unix: path; gRPC would otherwise take a port like 99999 modulo 65536.
+absl::Status CheckListenAddress(absl::string_view option, const std::string& address) {
+  if (absl::StartsWith(address, "unix:") || absl::StartsWith(address, "unix-abstract:")) {
+    return absl::OkStatus();
+  }
+  const size_t colon = address.rfind(':');
+  const absl::string_view port =
+      colon == std::string::npos ? "" : absl::string_view(address).substr(colon + 1);
+  int value = 0;
+  const bool digits =
+      !port.empty() && port.size() <= 5 &&
+      std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (!digits || !absl::SimpleAtoi(port, &value) || value > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(option, ": '", absl::CHexEscape(address.substr(0, 128)),
+                     "' is not host:port with a port from 0 to 65535 (0: any free port)"));
+  }
+  return absl::OkStatus();
+}
+
+// The Prometheus exposer on `address`: enough threads that idle or slow connections (each holds
+// one until it sends a request or the request timeout ends) cannot keep a scrape waiting, and a
+// request timeout well under Prometheus's scrape timeout.
+absl::StatusOr<std::unique_ptr<prometheus::Exposer>> StartExposer(const std::string& address) {
+  const std::vector<std::string> civetweb_options = {
+      "listening_ports", address, "num_threads", "64", "request_timeout_ms", "2000"};
+  try {
+    return std::make_unique<prometheus::Exposer>(civetweb_options);
+  } catch (const std::exception& e) {
+    const std::string problem = BindProblem(address);
+    return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", address, ": ",
+                                               problem.empty() ? e.what() : problem));
+  }
+}
+
+// The gRPC server of `services` on options.address with `interceptors`, health and reflection;
+// `*port` receives the bound port. UNAVAILABLE saying why when it cannot listen.
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
+    const ServerOptions& options, const std::shared_ptr<grpc::ServerCredentials>& credentials,
+    std::initializer_list<grpc::Service*> services,
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+        interceptors,
+    int* port) {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.address, credentials, port);
+  // gRPC sets SO_REUSEPORT by default, which lets a second server share a busy port and split a
+  // client's sequences between two processes: refuse the port instead.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Keepalive pings from clients: accepted every 10 s, idle connections included, so that a
+  // client watching a long DecodeStream (or a quiet channel) is not sent GOAWAY for pinging
+  // (gRPC's default allows one every 5 minutes).
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  const int max_message = static_cast<int>(
+      std::min<int64_t>(options.limits.max_message_bytes, std::numeric_limits<int>::max()));
+  builder.SetMaxReceiveMessageSize(max_message);
+  builder.SetMaxSendMessageSize(max_message);
+  for (grpc::Service* service : services) builder.RegisterService(service);
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server && *port != 0) return server;
+  const std::string problem = BindProblem(options.address);
+  if (!problem.empty()) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", options.address, ": ", problem));
+  }
+  return absl::UnavailableError(
+      absl::StrCat("cannot listen on ", options.address, " (not a valid host:port",
+                   options.tls.cert_chain_pem.empty()
+                       ? ")"
+                       : "; or the TLS certificate and key are not valid PEM or do not match)"));
+}
+
 }  // namespace
 
 int64_t DefaultKvCacheBytes() {
@@ -141,6 +221,10 @@ AttendServer::AttendServer() : parts_(std::make_unique<Parts>()) {}
 AttendServer::~AttendServer() { Shutdown(absl::ZeroDuration()); }
 
 absl::StatusOr<std::unique_ptr<AttendServer>> AttendServer::Start(const ServerOptions& options) {
+  ATTEND_RETURN_IF_ERROR(CheckListenAddress("address", options.address));
+  if (!options.metrics_address.empty()) {
+    ATTEND_RETURN_IF_ERROR(CheckListenAddress("metrics_address", options.metrics_address));
+  }
   std::unique_ptr<AttendServer> self(new AttendServer());
   Parts& p = *self->parts_;
   const int cpus = DefaultThreads();
@@ -167,21 +251,7 @@ absl::StatusOr<std::unique_ptr<AttendServer>> AttendServer::Start(const ServerOp
   p.matmul_collector = std::make_shared<MatmulCacheCollector>();
   onednn::SetMatmulCacheCapacity(options.matmul_cache_entries);
   if (!options.metrics_address.empty()) {
-    // Enough threads that idle or slow connections (each holds one until it sends a request or
-    // the request timeout ends) cannot keep a scrape waiting, and a request timeout well under
-    // Prometheus's scrape timeout.
-    const std::vector<std::string> civetweb_options = {
-        "listening_ports",    options.metrics_address,
-        "num_threads",        "16",
-        "request_timeout_ms", "3000"};
-    try {
-      p.exposer = std::make_unique<prometheus::Exposer>(civetweb_options);
-    } catch (const std::exception& e) {
-      const std::string problem = BindProblem(options.metrics_address);
-      return absl::UnavailableError(absl::StrCat("cannot serve metrics on ",
-                                                 options.metrics_address, ": ",
-                                                 problem.empty() ? e.what() : problem));
-    }
+    ATTEND_ASSIGN_OR_RETURN(p.exposer, StartExposer(options.metrics_address));
     p.exposer->RegisterCollectable(p.metrics->registry());
     p.exposer->RegisterCollectable(p.cache_collector);
     p.exposer->RegisterCollectable(p.matmul_collector);
@@ -213,44 +283,15 @@ absl::StatusOr<std::unique_ptr<AttendServer>> AttendServer::Start(const ServerOp
   // so that neither start-up nor health waits for it.
   p.planner = std::make_unique<PlannerService>(p.pool.get(), p.metrics.get(), p.gate.get());
 
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.address, *credentials, &self->port_);
-  // gRPC sets SO_REUSEPORT by default, which lets a second server share a busy port and split a
-  // client's sequences between two processes: refuse the port instead.
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  // Keepalive pings from clients: accepted every 10 s, idle connections included, so that a
-  // client watching a long DecodeStream (or a quiet channel) is not sent GOAWAY for pinging
-  // (gRPC's default allows one every 5 minutes).
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  const int max_message = static_cast<int>(
-      std::min<int64_t>(options.limits.max_message_bytes, std::numeric_limits<int>::max()));
-  builder.SetMaxReceiveMessageSize(max_message);
-  builder.SetMaxSendMessageSize(max_message);
-  builder.RegisterService(p.attention.get());
-  builder.RegisterService(p.kv_cache.get());
-  builder.RegisterService(p.planner.get());
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
   // In this order: the parse-error interceptor rewrites a status before the metrics count it.
   creators.push_back(p.gate->NewInterceptorFactory());
   creators.push_back(NewParseErrorInterceptorFactory());
   creators.push_back(p.metrics->NewInterceptorFactory());
-  builder.experimental().SetInterceptorCreators(std::move(creators));
-  p.server = builder.BuildAndStart();
-  if (!p.server || self->port_ == 0) {
-    const std::string problem = BindProblem(options.address);
-    if (!problem.empty()) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot listen on ", options.address, ": ", problem));
-    }
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", options.address, " (not a valid host:port",
-                     options.tls.cert_chain_pem.empty()
-                         ? ")"
-                         : "; or the TLS certificate and key are not valid PEM or do not match)"));
-  }
+  ATTEND_ASSIGN_OR_RETURN(
+      p.server,
+      StartGrpcServer(options, *credentials, {p.attention.get(), p.kv_cache.get(), p.planner.get()},
+                      std::move(creators), &self->port_));
   grpc::HealthCheckServiceInterface* health = p.server->GetHealthCheckService();
   health->SetServingStatus(true);
   for (const char* name : kServiceNames) health->SetServingStatus(name, true);

@@ -595,7 +595,7 @@ TEST(AttentionServiceShutdown, StopsServingAfterShutdown) {
 
 TEST(AttentionServiceStart, ReportsAnAddressThatCannotBeBound) {
   server::ServerOptions options = ::attend::testing::SmallServerOptions();
-  options.address = "256.1.1.1:99999";
+  options.address = "256.1.1.1:5000";  // not an address this machine has
   auto server = server::AttendServer::Start(options);
   EXPECT_FALSE(server.ok());
   EXPECT_EQ(server.status().code(), absl::StatusCode::kUnavailable);
