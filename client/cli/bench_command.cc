@@ -63,9 +63,9 @@ Summary Summarise(std::vector<double> values) {
 }
 
 std::string SummaryJson(const Summary& s) {
-  return absl::StrFormat(
-      "{\"mean\": %.9g, \"p50\": %.9g, \"p90\": %.9g, \"p99\": %.9g, \"max\": %.9g}", s.mean, s.p50,
-      s.p90, s.p99, s.max);
+  return absl::StrCat("{\"mean\": ", JsonNumber(s.mean), ", \"p50\": ", JsonNumber(s.p50),
+                      ", \"p90\": ", JsonNumber(s.p90), ", \"p99\": ", JsonNumber(s.p99),
+                      ", \"max\": ", JsonNumber(s.max), "}");
 }
 
 std::vector<std::string> SummaryRow(const std::string& name, const Summary& s) {
@@ -305,15 +305,15 @@ int RunBench(Context& c) {
            << ", \"target\": " << JsonString(c.connection.target)
            << ", \"shape\": " << JsonString(work.shape) << ", \"requests\": " << done
            << ", \"warmup\": " << *warmup << ", \"concurrency\": " << workers
-           << absl::StrFormat(", \"wall_seconds\": %.9g, \"requests_per_second\": %.9g", wall, rate)
+           << ", \"wall_seconds\": " << JsonNumber(wall)
+           << ", \"requests_per_second\": " << JsonNumber(rate)
            << ", \"latency_seconds\": " << SummaryJson(lat);
     if (!compute.empty()) {
       *c.out << ", \"server_compute_seconds\": " << SummaryJson(comp)
              << ", \"server_queue_seconds\": " << SummaryJson(que)
              << ", \"overhead_seconds\": " << SummaryJson(over)
-             << ", \"attention_flops\": " << flops
-             << absl::StrFormat(", \"server_flops_per_second\": %.9g",
-                                compute_total > 0 ? static_cast<double>(flops) / compute_total : 0);
+             << ", \"attention_flops\": " << flops << ", \"server_flops_per_second\": "
+             << JsonNumber(compute_total > 0 ? static_cast<double>(flops) / compute_total : 0);
     } else {
       *c.out << ", \"server_compute_seconds\": null, \"server_queue_seconds\": null, "
                 "\"overhead_seconds\": null";

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "client/cli/command.h"
+#include "client/cli/format.h"
 
 namespace attend::cli {
 namespace {
@@ -146,9 +147,7 @@ std::string Overview(const std::vector<Command>& commands) {
       "attend: talk to an attend server (attention, KV caches, capacity planning).\n\n"
       "usage: attend [global flags] <command> [flags] [args]\n\ncommands:\n";
   for (const Command& c : commands) {
-    std::string name = "  " + c.name;
-    if (name.size() < 12) name.resize(12, ' ');
-    absl::StrAppend(&out, name, " ", c.summary, "\n");
+    absl::StrAppend(&out, PadRight("  " + c.name, 12), " ", c.summary, "\n");
   }
   absl::StrAppend(&out, "\nglobal flags:\n", FlagsHelp(GlobalFlags()),
                   "\nexit codes: 0 ok, 1 local file error, 2 usage, 3 server unreachable, "

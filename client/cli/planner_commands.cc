@@ -16,7 +16,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "client/cli/command.h"
 #include "client/cli/format.h"
@@ -28,12 +27,6 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-// "1.00 GiB (1,073,741,824 bytes)".
-std::string BytesWithCount(int64_t bytes) {
-  if (std::abs(static_cast<double>(bytes)) < 1024.0) return BinaryBytes(bytes);
-  return absl::StrCat(BinaryBytes(bytes), " (", Count(bytes), " bytes)");
-}
-
 // "8.03B", "19.4M".
 std::string Parameters(int64_t n) {
   if (n <= 0) return "unknown";
@@ -41,42 +34,6 @@ std::string Parameters(int64_t n) {
   if (v >= 1e9) return absl::StrFormat("%.3gB", v / 1e9);
   if (v >= 1e6) return absl::StrFormat("%.3gM", v / 1e6);
   return Count(n);
-}
-
-// Tokens per second and similar rates: whole numbers with separators, small ones with three
-// significant digits.
-std::string Rate(double v) {
-  if (!std::isfinite(v)) return "-";
-  if (v >= 1000.0) return Count(static_cast<int64_t>(std::llround(v)));
-  return absl::StrFormat("%.3g", v);
-}
-
-// SI-scaled with four significant digits at most, as the lessons print FLOPs: "17.6 TFLOP",
-// "131.6 TFLOP", "4.29 GFLOP", "989.5 TFLOP/s".
-std::string SiFine(double value, const std::string& unit) {
-  const char* prefixes[] = {"", "k", "M", "G", "T", "P", "E", "Z"};
-  int i = 0;
-  double v = value;
-  while (std::abs(v) >= 1000.0 && i < 7) {
-    v /= 1000.0;
-    ++i;
-  }
-  return absl::StrFormat("%.*f %s%s", std::abs(v) >= 10.0 ? 1 : 2, v, prefixes[i], unit);
-}
-
-// `text` broken into lines of at most `width` characters (words longer than that stay whole),
-// each starting with `indent`.
-std::string Wrap(const std::string& text, size_t width, const std::string& indent) {
-  std::string out, line;
-  for (absl::string_view word : absl::StrSplit(text, ' ', absl::SkipEmpty())) {
-    if (!line.empty() && indent.size() + line.size() + 1 + word.size() > width) {
-      absl::StrAppend(&out, indent, line, "\n");
-      line.clear();
-    }
-    absl::StrAppend(&line, line.empty() ? "" : " ", word);
-  }
-  if (!line.empty()) absl::StrAppend(&out, indent, line, "\n");
-  return out;
 }
 
 // A kv-dtype flag value: the short names of the issue (f16, bf16, f32, fp8, int8, q8_0, q4_0)
@@ -218,11 +175,6 @@ std::string WindowSummary(const v1::ModelSpec& m) {
   return absl::StrCat(joined, " on ", windowed, "/", m.layers());
 }
 
-std::string Shorten(const std::string& text, size_t max_chars) {
-  if (text.size() <= max_chars) return text;
-  return text.substr(0, max_chars - 3) + "...";
-}
-
 // Layer indices as "0, 2, 4, ..., 40" (all of them when there are few).
 std::string LayerList(const std::vector<int>& layers) {
   if (layers.size() <= 8) return absl::StrJoin(layers, ", ");
@@ -254,10 +206,11 @@ std::vector<std::string> LayerGroups(const v1::ModelSpec& m) {
   return lines;
 }
 
+// The variant's name; grouped-query says how many query heads share a key/value head.
 std::string AttentionKind(int64_t n_head, int64_t n_head_kv) {
-  if (n_head_kv == n_head) return "multi-head";
-  if (n_head_kv == 1) return "multi-query";
-  return absl::StrCat("grouped-query, ", n_head / n_head_kv, " query heads per key/value head");
+  const std::string variant = AttentionVariantName(n_head, n_head_kv);
+  if (n_head_kv == n_head || n_head_kv == 1) return variant;
+  return absl::StrCat(variant, ", ", n_head / n_head_kv, " query heads per key/value head");
 }
 
 // --- models / model ---------------------------------------------------------------------------

@@ -18,8 +18,6 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "absl/time/clock.h"
-#include "absl/time/time.h"
 #include "client/cli/command.h"
 #include "client/cli/format.h"
 #include "client/kv_cache_client.h"
@@ -29,23 +27,6 @@ namespace attend::cli {
 namespace {
 
 using client::FloatTensor;
-
-std::string Quoted(const std::string& id) { return absl::StrCat("'", id, "'"); }
-
-// How long ago a Unix time in milliseconds was: "0 s", "42 s", "5 min", "3 h", "2 d".
-std::string Ago(int64_t unix_ms) {
-  const double s =
-      std::max(0.0, absl::ToDoubleSeconds(absl::Now() - absl::FromUnixMillis(unix_ms)));
-  if (s < 60) return absl::StrFormat("%.0f s", s);
-  if (s < 3600) return absl::StrFormat("%.0f min", s / 60);
-  if (s < 86400) return absl::StrFormat("%.0f h", s / 3600);
-  return absl::StrFormat("%.0f d", s / 86400);
-}
-
-std::string UtcTime(int64_t unix_ms) {
-  return absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", absl::FromUnixMillis(unix_ms),
-                          absl::UTCTimeZone());
-}
 
 std::string ShortDTypeName(v1::DType dtype) {
   switch (dtype) {
@@ -98,14 +79,7 @@ Table LayerTokensTable(const v1::SequenceInfo& info) {
 }
 
 std::string ShapeSummary(const v1::SequenceConfig& c) {
-  std::string kind;
-  if (c.n_head_kv() == c.n_head()) {
-    kind = "multi-head";
-  } else if (c.n_head_kv() == 1) {
-    kind = "multi-query";
-  } else {
-    kind = "grouped-query";
-  }
+  const std::string kind = AttentionVariantName(c.n_head(), c.n_head_kv());
   std::string dims = c.head_dim_v() == c.head_dim()
                          ? absl::StrCat("head_dim ", c.head_dim())
                          : absl::StrCat("head_dim ", c.head_dim(), ", head_dim_v ", c.head_dim_v());
@@ -130,10 +104,7 @@ void PrintSequence(Context& c, const v1::SequenceInfo& info, const std::string& 
   f.Add("tokens", absl::StrCat(Count(info.tokens()), " in every layer"));
   f.Add("blocks", absl::StrCat(Count(info.blocks()), ", ", Count(info.shared_blocks()),
                                " shared copy-on-write"));
-  f.Add(
-      "bytes",
-      absl::StrCat(BinaryBytes(info.bytes()),
-                   info.bytes() >= 1024 ? absl::StrCat(" (", Count(info.bytes()), " bytes)") : ""));
+  f.Add("bytes", BytesWithCount(info.bytes()));
   if (info.reserved_tokens() > 0) {
     f.Add("reserved", absl::StrCat(Count(info.reserved_tokens()), " tokens per layer"));
   }
@@ -447,7 +418,7 @@ int RunDecode(Context& c) {
           ", \"output_first\": ", JsonNumbers(absl::MakeConstSpan(it->second.output_first)), "}"));
     }
     absl::StrAppend(&json_steps, step ? ", " : "", "{\"step\": ", step,
-                    ", \"latency_seconds\": ", absl::StrFormat("%.9g", seconds), ", \"results\": [",
+                    ", \"latency_seconds\": ", JsonNumber(seconds), ", \"results\": [",
                     absl::StrJoin(json_results, ", "), "]}");
   }
   if (stream) {
@@ -459,8 +430,8 @@ int RunDecode(Context& c) {
     for (const std::string& id : ids) quoted.push_back(JsonString(id));
     *c.out << "{\"mode\": \"" << mode << "\", \"sequences\": [" << absl::StrJoin(quoted, ", ")
            << "], \"layers\": [" << absl::StrJoin(layers, ", ") << "], \"steps\": [" << json_steps
-           << "], \"calls\": " << calls
-           << ", \"total_seconds\": " << absl::StrFormat("%.9g", total_seconds) << "}\n";
+           << "], \"calls\": " << calls << ", \"total_seconds\": " << JsonNumber(total_seconds)
+           << "}\n";
     return kExitOk;
   }
   std::vector<std::string> quoted;
@@ -798,9 +769,7 @@ std::vector<Command> SeqCommands() {
   std::map<std::string, std::vector<std::pair<std::string, FlagSpec>>> users;
   std::string list;
   for (const Command& s : subs) {
-    std::string name = "  " + s.name;
-    name.resize(std::max<size_t>(name.size(), 11), ' ');
-    absl::StrAppend(&list, name, " ", s.summary, "\n");
+    absl::StrAppend(&list, PadRight("  " + s.name, 11), " ", s.summary, "\n");
     for (const FlagSpec& f : s.flags) {
       if (users[f.name].empty()) order.push_back(f.name);
       users[f.name].emplace_back(s.name, f);

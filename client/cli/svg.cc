@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "client/cli/format.h"
 #include "common/utf8.h"
 
 namespace attend::cli {
@@ -65,14 +66,7 @@ std::string TickLabel(double value, double step) {
   }
   if (std::abs(value) < std::abs(step) * 1e-9) value = 0.0;
   if (decimals > 0 || std::abs(value) >= 1e15) return absl::StrFormat("%.*f", decimals, value);
-  const int64_t whole = static_cast<int64_t>(std::llround(value));
-  std::string digits = absl::StrCat(whole < 0 ? -whole : whole);
-  std::string out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return whole < 0 ? "-" + out : out;
+  return Count(static_cast<int64_t>(std::llround(value)));
 }
 
 std::string XmlEscape(absl::string_view text) {
