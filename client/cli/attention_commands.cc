@@ -17,7 +17,7 @@
 #include "client/attention_client.h"
 #include "client/cli/command.h"
 #include "client/cli/format.h"
-#include "client/cli/svg.h"
+#include "client/cli/svg_heatmap.h"
 #include "client/json_input.h"
 #include "client/npy.h"
 

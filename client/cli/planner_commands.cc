@@ -19,7 +19,7 @@
 #include "absl/strings/strip.h"
 #include "client/cli/command.h"
 #include "client/cli/format.h"
-#include "client/cli/svg.h"
+#include "client/cli/svg_chart.h"
 #include "client/planner_client.h"
 
 namespace attend::cli {
