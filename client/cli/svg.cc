@@ -98,6 +98,15 @@ std::string XmlEscape(absl::string_view text) {
 
 std::string SvgNumber(double value) { return absl::StrFormat("%.2f", value); }
 
+std::string SvgStart(absl::string_view width, absl::string_view height, int font_size,
+                     absl::string_view title) {
+  return absl::StrCat("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n",
+                      "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"", width,
+                      "\" height=\"", height, "\" viewBox=\"0 0 ", width, " ", height,
+                      "\" font-family=\"Helvetica, Arial, sans-serif\" font-size=\"", font_size,
+                      "\">\n<title>", XmlEscape(title), "</title>\n");
+}
+
 size_t LabelChars(const std::string& label) {
   size_t chars = 0;
   for (size_t i = 0; i < label.size(); ++chars) {

@@ -1,6 +1,6 @@
 // What the CLI's SVG writers (svg_chart.h: line charts, svg_heatmap.h: heatmaps) share: text
-// escaped for XML, coordinates, "nice" axis ticks and their labels, and the length of labels in
-// characters.
+// escaped for XML, the start of a document, coordinates, "nice" axis ticks and their labels, and
+// the length of labels in characters.
 //
 // The documents are self-contained (no scripts, fonts or external references) and well-formed
 // XML: every piece of text goes through XmlEscape, which replaces bytes that are not valid
@@ -31,6 +31,17 @@ std::string XmlEscape(absl::string_view text);
 
 // A coordinate or length in pixels as the documents write them, with two decimals: "12.50".
 std::string SvgNumber(double value);
+
+// The XML declaration, the <svg> element's start tag (size, viewBox, a sans-serif font of
+// `font_size` px) and the document's <title> (escaped): what every document starts with.
+// `width` and `height` are written as given.
+std::string SvgStart(absl::string_view width, absl::string_view height, int font_size,
+                     absl::string_view title);
+
+// A white rectangle over the whole picture, drawn first so that viewers with a dark background
+// show the document as it is meant to look.
+inline constexpr char kSvgWhiteBackground[] =
+    "<rect x=\"0\" y=\"0\" width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n";
 
 // The number of characters of a label (UTF-8 sequences; a stray byte counts as one).
 size_t LabelChars(const std::string& label);
