@@ -378,8 +378,8 @@ std::vector<Command> BenchCommands() {
         {"batch", "decode: sequences per DecodeBatch call", false, "1"},
         {"causal", "attend: causal mask", true},
         {"kv_dtype", "decode: the cache's storage, bf16, f32 or int8", false, "bf16"},
-        {"precision", "f32 or bf16 products", false, "f32 (bf16 when inputs are bf16)"},
-        {"wire", "how tensors travel: f32, bf16, f16 or values", false, "f32"},
+        PrecisionFlag(),
+        WireFlag(),
         {"seed", "seed of the random inputs", false, "1"}},
        RunBench},
   };

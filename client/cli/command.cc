@@ -101,6 +101,14 @@ absl::StatusOr<v1::Precision> ParsePrecision(const Args& args) {
   return absl::InvalidArgumentError(absl::StrCat("--precision: '", p, "'; use f32 or bf16"));
 }
 
+FlagSpec PrecisionFlag() {
+  return {"precision", "f32 or bf16 products", false, "f32 (bf16 when inputs are bf16)"};
+}
+
+FlagSpec WireFlag() {
+  return {"wire", "how tensors travel: f32, bf16, f16 or values", false, "f32"};
+}
+
 client::FloatTensor RandomTensor(std::mt19937_64& rng, std::vector<int64_t> shape, float stddev) {
   client::FloatTensor t;
   t.shape = std::move(shape);

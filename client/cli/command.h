@@ -86,6 +86,11 @@ absl::StatusOr<int64_t> IntFlag(const Args& args, const std::string& flag, int64
 // --precision: "" (unspecified), f32/float32 or bf16/bfloat16.
 absl::StatusOr<v1::Precision> ParsePrecision(const Args& args);
 
+// --precision and --wire (read by ParsePrecision and client::ParseWire) as every command that
+// sends tensors declares them.
+FlagSpec PrecisionFlag();
+FlagSpec WireFlag();
+
 // A tensor of `shape` with standard normal values (times `stddev`) drawn from `rng`.
 client::FloatTensor RandomTensor(std::mt19937_64& rng, std::vector<int64_t> shape,
                                  float stddev = 1.0f);
