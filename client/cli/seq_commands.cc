@@ -159,6 +159,92 @@ int RunCreate(Context& c) {
   return kExitOk;
 }
 
+// The append flags that choose the tokens, checked together: .npy files (--k and --v, --q
+// optional) or random tokens (--n, --seed, --no_q), and --out or --weights only with queries.
+absl::Status CheckAppendSource(const Args& args) {
+  const bool no_q = args.GetBool("no_q");
+  const bool from_files = args.Has("q") || args.Has("k") || args.Has("v");
+  if (from_files) {
+    if (!args.Has("k") || !args.Has("v")) {
+      return absl::InvalidArgumentError("--k and --v go together (--q optional)");
+    }
+    if (args.Has("n") || args.Has("seed")) {
+      return absl::InvalidArgumentError(
+          "--n and --seed make random tokens; not with --q/--k/--v files");
+    }
+    if (no_q && args.Has("q")) {
+      return absl::InvalidArgumentError("--no_q and --q contradict each other");
+    }
+  }
+  const bool has_q = from_files ? args.Has("q") : !no_q;
+  if (!has_q && (args.GetBool("weights") || args.Has("out"))) {
+    return absl::InvalidArgumentError(
+        "without queries (--no_q, or --k/--v without --q) there is no output for --out or "
+        "--weights");
+  }
+  return absl::OkStatus();
+}
+
+// Fills input->q/k/v from the .npy files the flags name, or with random tokens shaped like the
+// sequence (which the server is asked for). Returns kExitOk, or prints the problem and returns
+// its exit code.
+int FillAppendTokens(Context& c, const client::KvCacheClient& kv, client::AppendInput* input) {
+  if (c.args.Has("q") || c.args.Has("k") || c.args.Has("v")) {
+    for (const char* flag : {"q", "k", "v"}) {
+      if (!c.args.Has(flag)) continue;
+      absl::StatusOr<FloatTensor> t = client::ReadNpyFile(c.args.GetString(flag));
+      if (!t.ok()) return LocalError(c, t.status());
+      if (flag[0] == 'q') input->q = *std::move(t);
+      if (flag[0] == 'k') input->k = *std::move(t);
+      if (flag[0] == 'v') input->v = *std::move(t);
+    }
+    return kExitOk;
+  }
+  absl::StatusOr<int64_t> n = IntFlag(c.args, "n", 1, 1, 1 << 20);
+  absl::StatusOr<int64_t> seed = IntFlag(c.args, "seed", 1, 0, INT64_MAX);
+  if (!n.ok()) return UsageError(c, n.status());
+  if (!seed.ok()) return UsageError(c, seed.status());
+  absl::StatusOr<v1::SequenceInfo> info = kv.GetSequence(input->sequence_id);
+  if (!info.ok()) return ReportError(c, info.status());
+  const v1::SequenceConfig& config = info->config();
+  std::mt19937_64 rng(static_cast<uint64_t>(*seed));
+  // The queries are drawn even with --no_q: the keys and values a seed gives do not depend on it.
+  FloatTensor q = RandomTensor(rng, {*n, config.n_head(), config.head_dim()});
+  input->k = RandomTensor(rng, {*n, config.n_head_kv(), config.head_dim()});
+  input->v = RandomTensor(rng, {*n, config.n_head_kv(), config.head_dim_v()});
+  if (!c.args.GetBool("no_q")) input->q = std::move(q);
+  return kExitOk;
+}
+
+// What an append of `n` tokens did, and with queries their attention output.
+void PrintAppended(Context& c, const client::AppendInput& input, int64_t n,
+                   const client::AppendOutput& r) {
+  const std::string& id = input.sequence_id;
+  if (c.json) {
+    *c.out << "{\"sequence_id\": " << JsonString(id) << ", \"layer\": " << input.layer
+           << ", \"appended\": " << n << ", \"first_position\": " << r.first_position
+           << ", \"layer_tokens\": " << r.layer_tokens;
+    if (input.q) *c.out << ", \"output\": " << JsonTensor(r.output);
+    if (r.weights) *c.out << ", \"weights\": " << JsonTensor(*r.weights);
+    if (input.q) *c.out << ", \"stats\": " << ToJson(r.stats);
+    *c.out << "}\n";
+    return;
+  }
+  *c.out << "appended " << Plural(n, "token", "tokens")
+         << (input.q ? "" : " (keys and values only)") << " to layer " << input.layer << " of "
+         << Quoted(id) << " at position"
+         << (n == 1 ? absl::StrCat(" ", r.first_position)
+                    : absl::StrCat("s ", r.first_position, "-", r.first_position + n - 1))
+         << "; the layer holds " << Plural(r.layer_tokens, "token", "tokens") << "\n";
+  if (!input.q) return;
+  *c.out << "output " << ShapeString(r.output.shape) << " = [n_new, n_head, head_dim_v]:\n";
+  PrintHeadRows(*c.out, r.output, "position", r.first_position);
+  if (r.weights) {
+    PrintWeights(*c.out, *r.weights, "new query position", "cached key", r.first_position);
+  }
+  PrintStats(*c.out, r.stats);
+}
+
 int RunAppend(Context& c) {
   absl::StatusOr<std::string> id = RequiredId(c.args, "append");
   if (!id.ok()) return UsageError(c, id.status());
@@ -168,26 +254,7 @@ int RunAppend(Context& c) {
   if (!precision.ok()) return UsageError(c, precision.status());
   absl::StatusOr<client::Wire> wire = client::ParseWire(c.args.GetString("wire", "f32"));
   if (!wire.ok()) return UsageError(c, wire.status());
-  const bool no_q = c.args.GetBool("no_q");
-  const bool from_files = c.args.Has("q") || c.args.Has("k") || c.args.Has("v");
-  if (from_files) {
-    if (!c.args.Has("k") || !c.args.Has("v")) {
-      return UsageError(c, absl::InvalidArgumentError("--k and --v go together (--q optional)"));
-    }
-    if (c.args.Has("n") || c.args.Has("seed")) {
-      return UsageError(c, absl::InvalidArgumentError(
-                               "--n and --seed make random tokens; not with --q/--k/--v files"));
-    }
-    if (no_q && c.args.Has("q")) {
-      return UsageError(c, absl::InvalidArgumentError("--no_q and --q contradict each other"));
-    }
-  }
-  const bool has_q = from_files ? c.args.Has("q") : !no_q;
-  if (!has_q && (c.args.GetBool("weights") || c.args.Has("out"))) {
-    return UsageError(c, absl::InvalidArgumentError(
-                             "without queries (--no_q, or --k/--v without --q) there is no output "
-                             "for --out or --weights"));
-  }
+  if (absl::Status s = CheckAppendSource(c.args); !s.ok()) return UsageError(c, s);
 
   client::KvCacheClient kv(c.Channel(), c.connection);
   client::AppendInput input;
@@ -196,30 +263,7 @@ int RunAppend(Context& c) {
   input.precision = *precision;
   input.wire = *wire;
   input.return_weights = c.args.GetBool("weights");
-  if (from_files) {
-    for (const char* flag : {"q", "k", "v"}) {
-      if (!c.args.Has(flag)) continue;
-      absl::StatusOr<FloatTensor> t = client::ReadNpyFile(c.args.GetString(flag));
-      if (!t.ok()) return LocalError(c, t.status());
-      if (flag[0] == 'q') input.q = *std::move(t);
-      if (flag[0] == 'k') input.k = *std::move(t);
-      if (flag[0] == 'v') input.v = *std::move(t);
-    }
-  } else {
-    absl::StatusOr<int64_t> n = IntFlag(c.args, "n", 1, 1, 1 << 20);
-    absl::StatusOr<int64_t> seed = IntFlag(c.args, "seed", 1, 0, INT64_MAX);
-    if (!n.ok()) return UsageError(c, n.status());
-    if (!seed.ok()) return UsageError(c, seed.status());
-    // Random tokens take the sequence's shape.
-    absl::StatusOr<v1::SequenceInfo> info = kv.GetSequence(*id);
-    if (!info.ok()) return ReportError(c, info.status());
-    const v1::SequenceConfig& config = info->config();
-    std::mt19937_64 rng(static_cast<uint64_t>(*seed));
-    FloatTensor q = RandomTensor(rng, {*n, config.n_head(), config.head_dim()});
-    input.k = RandomTensor(rng, {*n, config.n_head_kv(), config.head_dim()});
-    input.v = RandomTensor(rng, {*n, config.n_head_kv(), config.head_dim_v()});
-    if (!no_q) input.q = std::move(q);
-  }
+  if (int code = FillAppendTokens(c, kv, &input); code != kExitOk) return code;
   const int64_t n = input.k.shape.empty() ? 0 : input.k.shape[0];
   absl::StatusOr<client::AppendOutput> r = kv.Append(input);
   if (!r.ok()) return ReportError(c, r.status());
@@ -231,29 +275,7 @@ int RunAppend(Context& c) {
                                                             "appended: the sequence holds them)")));
     }
   }
-  if (c.json) {
-    *c.out << "{\"sequence_id\": " << JsonString(*id) << ", \"layer\": " << *layer
-           << ", \"appended\": " << n << ", \"first_position\": " << r->first_position
-           << ", \"layer_tokens\": " << r->layer_tokens;
-    if (input.q) *c.out << ", \"output\": " << JsonTensor(r->output);
-    if (r->weights) *c.out << ", \"weights\": " << JsonTensor(*r->weights);
-    if (input.q) *c.out << ", \"stats\": " << ToJson(r->stats);
-    *c.out << "}\n";
-    return kExitOk;
-  }
-  *c.out << "appended " << Plural(n, "token", "tokens")
-         << (input.q ? "" : " (keys and values only)") << " to layer " << *layer << " of "
-         << Quoted(*id) << " at position"
-         << (n == 1 ? absl::StrCat(" ", r->first_position)
-                    : absl::StrCat("s ", r->first_position, "-", r->first_position + n - 1))
-         << "; the layer holds " << Plural(r->layer_tokens, "token", "tokens") << "\n";
-  if (!input.q) return kExitOk;
-  *c.out << "output " << ShapeString(r->output.shape) << " = [n_new, n_head, head_dim_v]:\n";
-  PrintHeadRows(*c.out, r->output, "position", r->first_position);
-  if (r->weights) {
-    PrintWeights(*c.out, *r->weights, "new query position", "cached key", r->first_position);
-  }
-  PrintStats(*c.out, r->stats);
+  PrintAppended(c, input, n, *r);
   return kExitOk;
 }
 
@@ -405,55 +427,66 @@ int RunStats(Context& c) {
   return kExitOk;
 }
 
+// --id of the subcommands about one existing sequence.
+FlagSpec SequenceIdFlag() { return {"id", "the sequence"}; }
+
+Command CreateSubcommand() {
+  return {
+      "create",
+      "create a sequence of a given shape",
+      "attend seq create [--id ID] [--layers L --n_head H --n_head_kv G --head_dim D] "
+      "[--kv_dtype f32|bf16|int8] [--window W] [--reserve N]",
+      "The shape is fixed for the sequence's life. --reserve takes the blocks of N tokens in\n"
+      "every layer now, so that appends up to that length cannot fail for lack of room.\n"
+      "Examples:\n  attend seq create --id chat-1\n"
+      "  attend seq create --id llama-like --layers 32 --n_head 32 --n_head_kv 8 --head_dim 128\n"
+      "  attend seq create --id local --kv_dtype f32 --window 4096 --reserve 1024\n",
+      {{"id", "sequence id, 1-128 of [A-Za-z0-9._:-]", false, "generated by the server"},
+       {"layers", "layers", false, "2"},
+       {"n_head", "query heads", false, "4"},
+       {"n_head_kv", "key/value heads (divides n_head)", false, "n_head"},
+       {"head_dim", "query/key head size", false, "16"},
+       {"head_dim_v", "value head size", false, "head_dim"},
+       {"kv_dtype", "storage of keys and values: f32, bf16 or int8", false, "bf16"},
+       {"window", "sliding window in tokens (0 = unlimited)", false, "0"},
+       {"reserve", "tokens to reserve in every layer", false, "0"}},
+      RunCreate};
+}
+
+Command AppendSubcommand() {
+  return {
+      "append",
+      "append one layer's new tokens and print the attention of their queries",
+      "attend seq append --id ID [--layer L] [--n N [--seed S] | --k k.npy --v v.npy [--q q.npy]] "
+      "[--no_q] [--weights] [--out o.npy]",
+      "Random tokens (standard normal, shaped like the sequence) unless --k/--v name .npy files\n"
+      "([n, n_head_kv, head_dim] and [n, n_head_kv, head_dim_v]; --q is [n, n_head, head_dim]).\n"
+      "The output is causal attention of the new queries over every token the layer holds.\n"
+      "With --no_q (or --k/--v without --q) the tokens are only cached.\n"
+      "Examples:\n  attend seq append --id chat-1 --layer 0 --n 16\n"
+      "  attend seq append --id chat-1 --layer 1 --n 16 --no_q\n"
+      "  attend seq append --id chat-1 --layer 0 --n 2 --weights\n"
+      "  attend seq append --id chat-1 --q q.npy --k k.npy --v v.npy --out o.npy\n",
+      {SequenceIdFlag(),
+       {"layer", "layer to append to", false, "0"},
+       {"n", "random tokens", false, "1"},
+       RandomTokensSeedFlag(),
+       {"q", ".npy file of the queries [n, n_head, head_dim]"},
+       {"k", ".npy file of the keys [n, n_head_kv, head_dim]"},
+       {"v", ".npy file of the values [n, n_head_kv, head_dim_v]"},
+       {"no_q", "send no queries: only cache the keys and values", true},
+       {"weights", "also print the attention weights per head", true},
+       {"out", "write the output [n, n_head, head_dim_v] to this .npy file"},
+       WireFlag(),
+       PrecisionFlag()},
+      RunAppend};
+}
+
 std::vector<Command> Subcommands() {
-  const FlagSpec id = {"id", "the sequence"};
+  const FlagSpec id = SequenceIdFlag();
   std::vector<Command> subs;
-  subs.push_back(
-      {"create",
-       "create a sequence of a given shape",
-       "attend seq create [--id ID] [--layers L --n_head H --n_head_kv G --head_dim D] "
-       "[--kv_dtype f32|bf16|int8] [--window W] [--reserve N]",
-       "The shape is fixed for the sequence's life. --reserve takes the blocks of N tokens in\n"
-       "every layer now, so that appends up to that length cannot fail for lack of room.\n"
-       "Examples:\n  attend seq create --id chat-1\n"
-       "  attend seq create --id llama-like --layers 32 --n_head 32 --n_head_kv 8 --head_dim 128\n"
-       "  attend seq create --id local --kv_dtype f32 --window 4096 --reserve 1024\n",
-       {{"id", "sequence id, 1-128 of [A-Za-z0-9._:-]", false, "generated by the server"},
-        {"layers", "layers", false, "2"},
-        {"n_head", "query heads", false, "4"},
-        {"n_head_kv", "key/value heads (divides n_head)", false, "n_head"},
-        {"head_dim", "query/key head size", false, "16"},
-        {"head_dim_v", "value head size", false, "head_dim"},
-        {"kv_dtype", "storage of keys and values: f32, bf16 or int8", false, "bf16"},
-        {"window", "sliding window in tokens (0 = unlimited)", false, "0"},
-        {"reserve", "tokens to reserve in every layer", false, "0"}},
-       RunCreate});
-  subs.push_back(
-      {"append",
-       "append one layer's new tokens and print the attention of their queries",
-       "attend seq append --id ID [--layer L] [--n N [--seed S] | --k k.npy --v v.npy [--q q.npy]] "
-       "[--no_q] [--weights] [--out o.npy]",
-       "Random tokens (standard normal, shaped like the sequence) unless --k/--v name .npy files\n"
-       "([n, n_head_kv, head_dim] and [n, n_head_kv, head_dim_v]; --q is [n, n_head, head_dim]).\n"
-       "The output is causal attention of the new queries over every token the layer holds.\n"
-       "With --no_q (or --k/--v without --q) the tokens are only cached.\n"
-       "Examples:\n  attend seq append --id chat-1 --layer 0 --n 16\n"
-       "  attend seq append --id chat-1 --layer 1 --n 16 --no_q\n"
-       "  attend seq append --id chat-1 --layer 0 --n 2 --weights\n"
-       "  attend seq append --id chat-1 --q q.npy --k k.npy --v v.npy --out o.npy\n",
-       {id,
-        {"layer", "layer to append to", false, "0"},
-        {"n", "random tokens", false, "1"},
-        RandomTokensSeedFlag(),
-        {"q", ".npy file of the queries [n, n_head, head_dim]"},
-        {"k", ".npy file of the keys [n, n_head_kv, head_dim]"},
-        {"v", ".npy file of the values [n, n_head_kv, head_dim_v]"},
-        {"no_q", "send no queries: only cache the keys and values", true},
-        {"weights", "also print the attention weights per head", true},
-        {"out", "write the output [n, n_head, head_dim_v] to this .npy file"},
-        WireFlag(),
-        PrecisionFlag()},
-       RunAppend});
+  subs.push_back(CreateSubcommand());
+  subs.push_back(AppendSubcommand());
   subs.push_back(SeqDecodeSubcommand());
   subs.push_back(
       {"fork",
@@ -539,25 +572,13 @@ int RunSeq(Context& c) {
   return sub->run(c);
 }
 
-}  // namespace
-
-FlagSpec RandomTokensSeedFlag() { return {"seed", "seed of the random tokens", false, "1"}; }
-
-std::vector<Command> SeqSubcommands() {
-  std::vector<Command> subs = Subcommands();
-  for (Command& s : subs) s.name = "seq " + s.name;
-  return subs;
-}
-
-std::vector<Command> SeqCommands() {
-  const std::vector<Command> subs = Subcommands();
-  // The group accepts every subcommand's flags (RunSeq refuses the ones of other subcommands);
-  // its help says which subcommands take each, and what it means to each when that differs.
+// The group's flags: every subcommand's (RunSeq refuses the ones of other subcommands), each
+// once, in the order they first appear. The help says which subcommands take a flag, and what
+// it means to each when that differs.
+std::vector<FlagSpec> GroupFlags(const std::vector<Command>& subs) {
   std::vector<std::string> order;
   std::map<std::string, std::vector<std::pair<std::string, FlagSpec>>> users;
-  std::string list;
   for (const Command& s : subs) {
-    absl::StrAppend(&list, PadRight("  " + s.name, 11), " ", s.summary, "\n");
     for (const FlagSpec& f : s.flags) {
       if (users[f.name].empty()) order.push_back(f.name);
       users[f.name].emplace_back(s.name, f);
@@ -600,6 +621,26 @@ std::vector<Command> SeqCommands() {
     }
     flags.push_back(flag);
   }
+  return flags;
+}
+
+}  // namespace
+
+FlagSpec RandomTokensSeedFlag() { return {"seed", "seed of the random tokens", false, "1"}; }
+
+std::vector<Command> SeqSubcommands() {
+  std::vector<Command> subs = Subcommands();
+  for (Command& s : subs) s.name = "seq " + s.name;
+  return subs;
+}
+
+std::vector<Command> SeqCommands() {
+  const std::vector<Command> subs = Subcommands();
+  std::string list;
+  for (const Command& s : subs) {
+    absl::StrAppend(&list, PadRight("  " + s.name, 11), " ", s.summary, "\n");
+  }
+  const std::vector<FlagSpec> flags = GroupFlags(subs);
   std::vector<Command> commands;
   commands.push_back(
       {"seq", "sequences in the server's KV cache: create, append, decode, fork, get, stats, ...",
