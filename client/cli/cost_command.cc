@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -155,79 +157,91 @@ absl::StatusOr<LineChart> CostChart(const client::PlannerClient& planner,
   return chart;
 }
 
-int RunCost(Context& c) {
-  v1::EstimateCostRequest request;
-  absl::StatusOr<int64_t> prompt = c.args.GetInt("prompt", 0);
-  absl::StatusOr<int64_t> context = c.args.GetInt("context", 0);
-  absl::StatusOr<int64_t> batch = c.args.GetInt("batch", 0);
-  for (const auto* v : {&prompt, &context, &batch}) {
-    if (!v->ok()) return UsageError(c, v->status());
+// The hardware of --hardware, or a custom profile (named by --hardware) when any hardware figure
+// is on the command line. INVALID_ARGUMENT for a figure that is not a number or byte size.
+absl::Status HardwareFromFlags(const Args& args, v1::EstimateCostRequest* request) {
+  const bool custom = args.Has("peak_flops") || args.Has("peak_flops_f32") ||
+                      args.Has("peak_flops_fp8") || args.Has("bandwidth") || args.Has("memory");
+  if (!custom) {
+    request->set_profile(args.GetString("hardware", "h100"));
+    return absl::OkStatus();
   }
-  if (!c.args.Has("prompt") && !c.args.Has("context")) {
-    return UsageError(c, absl::InvalidArgumentError(
-                             "give --prompt N (the prefill length) and/or --context N (the cache "
-                             "length of a decode step)"));
+  v1::HardwareProfile* h = request->mutable_custom();
+  h->set_name(args.GetString("hardware", "custom"));
+  for (const auto& [flag, setter] :
+       {std::pair<const char*, void (v1::HardwareProfile::*)(double)>{
+            "peak_flops", &v1::HardwareProfile::set_peak_flops_bf16},
+        {"peak_flops_f32", &v1::HardwareProfile::set_peak_flops_f32},
+        {"peak_flops_fp8", &v1::HardwareProfile::set_peak_flops_fp8}}) {
+    if (!args.Has(flag)) continue;
+    absl::StatusOr<double> v = ParseRate(args, flag);
+    if (!v.ok()) return v.status();
+    (h->*setter)(*v);
+  }
+  for (const auto& [flag, setter] :
+       {std::pair<const char*, void (v1::HardwareProfile::*)(double)>{
+            "bandwidth", &v1::HardwareProfile::set_memory_bandwidth_bytes_per_second},
+        {"memory", &v1::HardwareProfile::set_memory_bytes}}) {
+    if (!args.Has(flag)) continue;
+    absl::StatusOr<int64_t> v = ParseByteSize(args.GetString(flag), absl::StrCat("--", flag));
+    if (!v.ok()) return v.status();
+    (h->*setter)(static_cast<double>(*v));
+  }
+  return absl::OkStatus();
+}
+
+// The request the flags describe, the model aside. INVALID_ARGUMENT for the first flag that is
+// wrong, or when neither --prompt nor --context is given.
+absl::StatusOr<v1::EstimateCostRequest> CostRequestFromFlags(const Args& args) {
+  v1::EstimateCostRequest request;
+  absl::StatusOr<int64_t> prompt = args.GetInt("prompt", 0);
+  absl::StatusOr<int64_t> context = args.GetInt("context", 0);
+  absl::StatusOr<int64_t> batch = args.GetInt("batch", 0);
+  for (const auto* v : {&prompt, &context, &batch}) {
+    if (!v->ok()) return v->status();
+  }
+  if (!args.Has("prompt") && !args.Has("context")) {
+    return absl::InvalidArgumentError(
+        "give --prompt N (the prefill length) and/or --context N (the cache length of a decode "
+        "step)");
   }
   request.set_prompt_tokens(*prompt);
   request.set_context_tokens(*context);
   request.set_batch(*batch);
-  request.set_non_causal(c.args.GetBool("non_causal"));
-  request.set_compute_dtype(c.args.GetString("compute_dtype"));
-  request.set_weights_dtype(c.args.GetString("weights_dtype"));
-  absl::StatusOr<v1::KvDType> dtype = ParseKvDType(c.args.GetString("kv_dtype"));
-  if (!dtype.ok()) return UsageError(c, dtype.status());
+  request.set_non_causal(args.GetBool("non_causal"));
+  request.set_compute_dtype(args.GetString("compute_dtype"));
+  request.set_weights_dtype(args.GetString("weights_dtype"));
+  absl::StatusOr<v1::KvDType> dtype = ParseKvDType(args.GetString("kv_dtype"));
+  if (!dtype.ok()) return dtype.status();
   request.set_kv_dtype(*dtype);
-  if (c.args.Has("parameters")) {
-    absl::StatusOr<int64_t> p = ParseCount(c.args, "parameters");
-    if (!p.ok()) return UsageError(c, p.status());
+  if (args.Has("parameters")) {
+    absl::StatusOr<int64_t> p = ParseCount(args, "parameters");
+    if (!p.ok()) return p.status();
     request.set_parameters(*p);
   }
-  if (c.args.Has("price")) {
-    absl::StatusOr<double> price = ParseRate(c.args, "price");
-    if (!price.ok()) return UsageError(c, price.status());
+  if (args.Has("price")) {
+    absl::StatusOr<double> price = ParseRate(args, "price");
+    if (!price.ok()) return price.status();
     request.set_price_per_hour_usd(*price);
   }
-  // Any hardware figure on the command line makes a custom profile.
-  const bool custom = c.args.Has("peak_flops") || c.args.Has("peak_flops_f32") ||
-                      c.args.Has("peak_flops_fp8") || c.args.Has("bandwidth") ||
-                      c.args.Has("memory");
-  if (custom) {
-    v1::HardwareProfile* h = request.mutable_custom();
-    h->set_name(c.args.GetString("hardware", "custom"));
-    for (const auto& [flag, setter] :
-         {std::pair<const char*, void (v1::HardwareProfile::*)(double)>{
-              "peak_flops", &v1::HardwareProfile::set_peak_flops_bf16},
-          {"peak_flops_f32", &v1::HardwareProfile::set_peak_flops_f32},
-          {"peak_flops_fp8", &v1::HardwareProfile::set_peak_flops_fp8}}) {
-      if (!c.args.Has(flag)) continue;
-      absl::StatusOr<double> v = ParseRate(c.args, flag);
-      if (!v.ok()) return UsageError(c, v.status());
-      (h->*setter)(*v);
-    }
-    for (const auto& [flag, setter] :
-         {std::pair<const char*, void (v1::HardwareProfile::*)(double)>{
-              "bandwidth", &v1::HardwareProfile::set_memory_bandwidth_bytes_per_second},
-          {"memory", &v1::HardwareProfile::set_memory_bytes}}) {
-      if (!c.args.Has(flag)) continue;
-      absl::StatusOr<int64_t> v = ParseByteSize(c.args.GetString(flag), absl::StrCat("--", flag));
-      if (!v.ok()) return UsageError(c, v.status());
-      (h->*setter)(static_cast<double>(*v));
-    }
-  } else {
-    request.set_profile(c.args.GetString("hardware", "h100"));
-  }
+  if (absl::Status s = HardwareFromFlags(args, &request); !s.ok()) return s;
+  return request;
+}
 
+int RunCost(Context& c) {
+  absl::StatusOr<v1::EstimateCostRequest> request = CostRequestFromFlags(c.args);
+  if (!request.ok()) return UsageError(c, request.status());
   client::PlannerClient planner(c.Channel(), c.connection);
-  if (int code = ResolveModel(c, planner, request.mutable_model()); code != kExitOk) return code;
-  absl::StatusOr<v1::EstimateCostResponse> r = planner.EstimateCost(request);
+  if (int code = ResolveModel(c, planner, request->mutable_model()); code != kExitOk) return code;
+  absl::StatusOr<v1::EstimateCostResponse> r = planner.EstimateCost(*request);
   if (!r.ok()) return ReportError(c, r.status());
   if (c.json) {
     *c.out << ToJson(*r);
   } else {
-    PrintCost(*c.out, *r, request.price_per_hour_usd() > 0);
+    PrintCost(*c.out, *r, request->price_per_hour_usd() > 0);
   }
   if (c.args.Has("plot")) {
-    absl::StatusOr<LineChart> chart = CostChart(planner, request, *r);
+    absl::StatusOr<LineChart> chart = CostChart(planner, *request, *r);
     if (!chart.ok()) return ReportError(c, chart.status());
     const std::string path = c.args.GetString("plot");
     if (absl::Status s = WriteTextFile(path, RenderSvg(*chart)); !s.ok()) return LocalError(c, s);

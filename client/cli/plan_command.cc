@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/cli/command.h"
@@ -51,7 +53,8 @@ std::string KibPerToken(int64_t bytes) {
   return absl::StrFormat("%.2f", static_cast<double>(bytes) / 1024.0);
 }
 
-void PrintPlan(std::ostream& out, const v1::PlanKvCacheResponse& p) {
+// The model's shape, the cache's type and size, and a note when the context is beyond the model.
+void PrintPlanHeadline(std::ostream& out, const v1::PlanKvCacheResponse& p) {
   const v1::ModelSpec& m = p.model();
   const std::string dtype = KvDTypeName(p.kv_dtype());
   out << m.display_name() << " (" << m.name() << "): " << Plural(m.layers(), "layer", "layers")
@@ -68,7 +71,10 @@ void PrintPlan(std::ostream& out, const v1::PlanKvCacheResponse& p) {
         << " tokens; " << Count(p.context_tokens()) << " is beyond it\n";
   }
   out << "\n";
+}
 
+// Bytes per token, per sequence and in total, and what paging allocates.
+void PrintPlanSizes(std::ostream& out, const v1::PlanKvCacheResponse& p) {
   Fields f;
   f.Add("bytes per token", BytesWithCount(p.bytes_per_token()));
   if (p.full_attention_bytes_per_token() != p.bytes_per_token()) {
@@ -88,51 +94,63 @@ void PrintPlan(std::ostream& out, const v1::PlanKvCacheResponse& p) {
                        BinaryBytes(pg.waste_bytes()), " unused"));
   }
   out << f.Render();
+}
 
-  if (p.has_budget()) {
-    const v1::BudgetPlan& b = p.budget();
-    out << "\nbudget " << BytesWithCount(b.budget_bytes());
-    if (b.weights_bytes() > 0) {
-      out << " - weights " << BinaryBytes(b.weights_bytes()) << " = "
-          << BinaryBytes(b.available_bytes()) << " for the cache";
-    }
-    out << ": " << (b.fits() ? "fits" : "does not fit") << "\n" << Wrap(b.explanation(), 100, "  ");
-    if (b.available_bytes() >= 0) {
-      Fields bf;
-      bf.Add(absl::StrCat("longest context, ", Plural(p.batch(), "sequence", "sequences")),
-             b.context_unbounded() ? "unbounded (every layer is windowed)"
-                                   : absl::StrCat(Count(b.max_context_tokens()), " tokens"));
-      if (p.batch() > 1) {
-        bf.Add("longest context, one sequence",
-               absl::StrCat(Count(b.max_context_tokens_one_sequence()), " tokens"));
-      }
-      bf.Add(absl::StrCat("most sequences of ", Count(p.context_tokens()), " tokens"),
-             Count(b.max_sequences()));
-      out << bf.Render("  ");
-    }
+// Whether the batch fits the budget, why, and the longest context and most sequences that do.
+void PrintPlanBudget(std::ostream& out, const v1::PlanKvCacheResponse& p) {
+  if (!p.has_budget()) return;
+  const v1::BudgetPlan& b = p.budget();
+  out << "\nbudget " << BytesWithCount(b.budget_bytes());
+  if (b.weights_bytes() > 0) {
+    out << " - weights " << BinaryBytes(b.weights_bytes()) << " = "
+        << BinaryBytes(b.available_bytes()) << " for the cache";
   }
+  out << ": " << (b.fits() ? "fits" : "does not fit") << "\n" << Wrap(b.explanation(), 100, "  ");
+  if (b.available_bytes() >= 0) {
+    Fields bf;
+    bf.Add(absl::StrCat("longest context, ", Plural(p.batch(), "sequence", "sequences")),
+           b.context_unbounded() ? "unbounded (every layer is windowed)"
+                                 : absl::StrCat(Count(b.max_context_tokens()), " tokens"));
+    if (p.batch() > 1) {
+      bf.Add("longest context, one sequence",
+             absl::StrCat(Count(b.max_context_tokens_one_sequence()), " tokens"));
+    }
+    bf.Add(absl::StrCat("most sequences of ", Count(p.context_tokens()), " tokens"),
+           Count(b.max_sequences()));
+    out << bf.Render("  ");
+  }
+}
 
-  if (p.variants_size() > 0) {
-    std::vector<std::string> header = {"variant", "kv heads", "group", "KiB/token",
-                                       absl::StrCat("GiB at ", p.context_tokens(), " tokens")};
-    if (p.batch() > 1) header.push_back(absl::StrCat("GiB x ", p.batch()));
-    Table table(header);
-    bool marked = false;
-    for (const v1::VariantRow& v : p.variants()) {
-      std::vector<std::string> row = {
-          absl::StrCat(VariantLabel(v.variant()), v.is_model() ? " *" : ""), Count(v.n_head_kv()),
-          Count(v.group_size()), KibPerToken(v.bytes_per_token()),
-          absl::StrFormat("%.2f", static_cast<double>(v.bytes_per_sequence()) / kGiB)};
-      if (p.batch() > 1) {
-        row.push_back(absl::StrFormat(
-            "%.2f", static_cast<double>(v.bytes_per_sequence()) * p.batch() / kGiB));
-      }
-      marked = marked || v.is_model();
-      table.AddRow(std::move(row));
+// The same layers and heads as multi-head, grouped-query and multi-query attention; the model's
+// own row is marked.
+void PrintPlanVariants(std::ostream& out, const v1::PlanKvCacheResponse& p) {
+  if (p.variants_size() == 0) return;
+  std::vector<std::string> header = {"variant", "kv heads", "group", "KiB/token",
+                                     absl::StrCat("GiB at ", p.context_tokens(), " tokens")};
+  if (p.batch() > 1) header.push_back(absl::StrCat("GiB x ", p.batch()));
+  Table table(header);
+  bool marked = false;
+  for (const v1::VariantRow& v : p.variants()) {
+    std::vector<std::string> row = {
+        absl::StrCat(VariantLabel(v.variant()), v.is_model() ? " *" : ""), Count(v.n_head_kv()),
+        Count(v.group_size()), KibPerToken(v.bytes_per_token()),
+        absl::StrFormat("%.2f", static_cast<double>(v.bytes_per_sequence()) / kGiB)};
+    if (p.batch() > 1) {
+      row.push_back(
+          absl::StrFormat("%.2f", static_cast<double>(v.bytes_per_sequence()) * p.batch() / kGiB));
     }
-    out << "\n" << table.Render();
-    if (marked) out << "* the model's own key/value heads\n";
+    marked = marked || v.is_model();
+    table.AddRow(std::move(row));
   }
+  out << "\n" << table.Render();
+  if (marked) out << "* the model's own key/value heads\n";
+}
+
+void PrintPlan(std::ostream& out, const v1::PlanKvCacheResponse& p) {
+  PrintPlanHeadline(out, p);
+  PrintPlanSizes(out, p);
+  PrintPlanBudget(out, p);
+  PrintPlanVariants(out, p);
 }
 
 // Contexts at which to sample a KV-size curve up to `max_context`: evenly spaced points plus
@@ -151,7 +169,65 @@ std::vector<int64_t> KvSamples(const v1::ModelSpec& m, int64_t max_context) {
   return std::vector<int64_t>(xs.begin(), xs.end());
 }
 
-// Asks the server for the KV size of each variant (or each KV type) at a series of contexts.
+// One line per attention variant of the plan (the same layers and heads with other key/value
+// heads): the KV size of the batch at each context of `xs`, from the server.
+absl::Status AddVariantSeries(const client::PlannerClient& planner, v1::PlanKvCacheRequest request,
+                              const v1::PlanKvCacheResponse& plan, const std::vector<int64_t>& xs,
+                              LineChart* chart) {
+  chart->subtitle = absl::StrCat(KvDTypeName(plan.kv_dtype()),
+                                 " cache; one line per attention variant (same layers and heads)");
+  for (const v1::VariantRow& v : plan.variants()) {
+    ChartSeries s;
+    s.name = absl::StrCat(v.variant(), ": ", Plural(v.n_head_kv(), "KV head", "KV heads"),
+                          v.is_model() ? " (the model)" : "");
+    chart->series.push_back(std::move(s));
+  }
+  for (int64_t x : xs) {
+    request.set_context_tokens(x);
+    absl::StatusOr<v1::PlanKvCacheResponse> r = planner.PlanKvCache(request);
+    if (!r.ok()) return r.status();
+    if (r->variants_size() != static_cast<int>(chart->series.size())) {
+      return absl::InternalError("the server's variant rows changed between calls");
+    }
+    for (int i = 0; i < r->variants_size(); ++i) {
+      chart->series[i].x.push_back(static_cast<double>(x));
+      chart->series[i].y.push_back(static_cast<double>(r->variants(i).bytes_per_sequence()) *
+                                   static_cast<double>(r->batch()) / kGiB);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// One line per KV cache type: the total KV size at each context of `xs`, from the server.
+absl::Status AddDTypeSeries(const client::PlannerClient& planner, v1::PlanKvCacheRequest request,
+                            const v1::ModelSpec& m, const std::vector<int64_t>& xs,
+                            LineChart* chart) {
+  chart->subtitle = absl::StrCat(Plural(m.n_head_kv(), "key/value head", "key/value heads"),
+                                 "; one line per KV cache type");
+  // bfloat16 sizes as float16 and int8 as fp8: one line each.
+  const std::pair<v1::KvDType, const char*> types[] = {{v1::KV_FLOAT32, "float32"},
+                                                       {v1::KV_FLOAT16, "float16 / bfloat16"},
+                                                       {v1::KV_FP8, "fp8 / int8"},
+                                                       {v1::KV_Q8_0, "q8_0"},
+                                                       {v1::KV_Q4_0, "q4_0"}};
+  for (const auto& [dtype, name] : types) {
+    ChartSeries s;
+    s.name = name;
+    request.set_kv_dtype(dtype);
+    for (int64_t x : xs) {
+      request.set_context_tokens(x);
+      absl::StatusOr<v1::PlanKvCacheResponse> r = planner.PlanKvCache(request);
+      if (!r.ok()) return r.status();
+      s.x.push_back(static_cast<double>(x));
+      s.y.push_back(static_cast<double>(r->total_bytes()) / kGiB);
+    }
+    chart->series.push_back(std::move(s));
+  }
+  return absl::OkStatus();
+}
+
+// Asks the server for the KV size of each variant (or each KV type) at a series of contexts,
+// and adds the budget as a dashed line and the window edges as markers.
 absl::StatusOr<LineChart> KvChart(const client::PlannerClient& planner,
                                   const v1::PlanKvCacheRequest& base,
                                   const v1::PlanKvCacheResponse& plan, bool by_dtype) {
@@ -166,51 +242,9 @@ absl::StatusOr<LineChart> KvChart(const client::PlannerClient& planner,
   request.clear_memory_budget_bytes();
   request.clear_block_tokens();
   request.set_subtract_weights(false);
-  if (!by_dtype) {
-    chart.subtitle = absl::StrCat(KvDTypeName(plan.kv_dtype()),
-                                  " cache; one line per attention variant (same layers and heads)");
-    for (const v1::VariantRow& v : plan.variants()) {
-      ChartSeries s;
-      s.name = absl::StrCat(v.variant(), ": ", Plural(v.n_head_kv(), "KV head", "KV heads"),
-                            v.is_model() ? " (the model)" : "");
-      chart.series.push_back(std::move(s));
-    }
-    for (int64_t x : xs) {
-      request.set_context_tokens(x);
-      absl::StatusOr<v1::PlanKvCacheResponse> r = planner.PlanKvCache(request);
-      if (!r.ok()) return r.status();
-      if (r->variants_size() != static_cast<int>(chart.series.size())) {
-        return absl::InternalError("the server's variant rows changed between calls");
-      }
-      for (int i = 0; i < r->variants_size(); ++i) {
-        chart.series[i].x.push_back(static_cast<double>(x));
-        chart.series[i].y.push_back(static_cast<double>(r->variants(i).bytes_per_sequence()) *
-                                    static_cast<double>(r->batch()) / kGiB);
-      }
-    }
-  } else {
-    chart.subtitle = absl::StrCat(Plural(m.n_head_kv(), "key/value head", "key/value heads"),
-                                  "; one line per KV cache type");
-    // bfloat16 sizes as float16 and int8 as fp8: one line each.
-    const std::pair<v1::KvDType, const char*> types[] = {{v1::KV_FLOAT32, "float32"},
-                                                         {v1::KV_FLOAT16, "float16 / bfloat16"},
-                                                         {v1::KV_FP8, "fp8 / int8"},
-                                                         {v1::KV_Q8_0, "q8_0"},
-                                                         {v1::KV_Q4_0, "q4_0"}};
-    for (const auto& [dtype, name] : types) {
-      ChartSeries s;
-      s.name = name;
-      request.set_kv_dtype(dtype);
-      for (int64_t x : xs) {
-        request.set_context_tokens(x);
-        absl::StatusOr<v1::PlanKvCacheResponse> r = planner.PlanKvCache(request);
-        if (!r.ok()) return r.status();
-        s.x.push_back(static_cast<double>(x));
-        s.y.push_back(static_cast<double>(r->total_bytes()) / kGiB);
-      }
-      chart.series.push_back(std::move(s));
-    }
-  }
+  const absl::Status added = by_dtype ? AddDTypeSeries(planner, request, m, xs, &chart)
+                                      : AddVariantSeries(planner, request, plan, xs, &chart);
+  if (!added.ok()) return added;
   if (plan.has_budget() && plan.budget().available_bytes() > 0) {
     ChartSeries budget;
     budget.name =
