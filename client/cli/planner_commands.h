@@ -21,8 +21,9 @@
 
 namespace attend::cli {
 
-// A kv-dtype flag value: the short names of the issue (f16, bf16, f32, fp8, int8, q8_0, q4_0)
-// and the planner's long ones.
+// A --kv_dtype value, case-insensitive: a short name (f16, bf16, f32, fp8, int8, q8_0, q4_0,
+// with aliases such as fp16 or q4) or the planner's long one (float16, bfloat16, ...); empty is
+// float16. INVALID_ARGUMENT naming the flag and the short names otherwise.
 absl::StatusOr<v1::KvDType> ParseKvDType(const std::string& text);
 
 // The model a planner command is about: a catalog name (the positional argument), or a model
