@@ -1,5 +1,9 @@
 // The CLI's command table: each command declares its flags, help and examples, and runs with
 // the parsed arguments and a connection. Exit codes are shared by every command.
+//
+// Thread-safety: a Context belongs to one run of one command, on one thread. The commands keep
+// no state between runs, so runs with their own Contexts may go on concurrently. The helpers
+// are pure functions, except RandomTensor, which advances the generator it is given.
 #ifndef ATTEND_CLIENT_CLI_COMMAND_H_
 #define ATTEND_CLIENT_CLI_COMMAND_H_
 

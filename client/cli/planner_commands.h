@@ -6,7 +6,7 @@
 // Every number the commands print comes from the server (the planner's source of truth); the
 // CLI only formats it, and for --plot asks the server for the points of each curve.
 //
-// Thread-safety: as command.h's commands, each call uses one Context.
+// Thread-safety: as for every command (command.h), a call uses its Context alone.
 #ifndef ATTEND_CLIENT_CLI_PLANNER_COMMANDS_H_
 #define ATTEND_CLIENT_CLI_PLANNER_COMMANDS_H_
 

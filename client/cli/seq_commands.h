@@ -8,7 +8,7 @@
 // refuses the flags that are not its own, so that a flag meant for another subcommand is a usage
 // error rather than silently ignored.
 //
-// Thread-safety: as command.h's commands, each call uses one Context.
+// Thread-safety: as for every command (command.h), a call uses its Context alone.
 #ifndef ATTEND_CLIENT_CLI_SEQ_COMMANDS_H_
 #define ATTEND_CLIENT_CLI_SEQ_COMMANDS_H_
 
