@@ -50,7 +50,8 @@ std::string PadRight(std::string text, size_t width);
 // `text` broken into lines of at most `width` characters (words longer than that stay whole),
 // each starting with `indent` and ending in a newline.
 std::string Wrap(const std::string& text, size_t width, const std::string& indent);
-// At most `max_chars` bytes of `text` (>= 3), the last three "..." when it is cut.
+// At most `max_chars` bytes of `text`, the last three "..." when it is cut.
+// REQUIRES: max_chars >= 3.
 std::string Shorten(const std::string& text, size_t max_chars);
 // `text` in single quotes, as the commands name sequences: "'chat-1'".
 std::string Quoted(const std::string& text);
@@ -59,7 +60,7 @@ std::string Quoted(const std::string& text);
 std::string Fixed(double value, int decimals);
 // SI-scaled with a unit: 1.3e9 FLOP -> "1.30 GFLOP".
 std::string Si(double value, const std::string& unit);
-// SI-scaled with at most four significant digits, as the planner prints FLOPs and bytes:
+// SI-scaled with one decimal from 10 on and two below, as the planner prints FLOPs and bytes:
 // "17.6 TFLOP", "131.6 TFLOP", "4.29 GFLOP", "989.5 TFLOP/s".
 std::string SiFine(double value, const std::string& unit);
 // Tokens per second and similar rates: whole numbers with separators from 1,000 on, smaller ones
