@@ -3,6 +3,8 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -46,9 +48,9 @@ absl::StatusOr<std::string> HeaderValue(absl::string_view header, absl::string_v
   return std::string(absl::StripAsciiWhitespace(header.substr(pos, end - pos)));
 }
 
-}  // namespace
-
-absl::StatusOr<FloatTensor> ParseNpy(absl::string_view bytes) {
+// The header dict of a .npy file's bytes (format versions 1-3); *data_offset is where the
+// array's bytes start.
+absl::StatusOr<absl::string_view> NpyHeader(absl::string_view bytes, size_t* data_offset) {
   if (bytes.size() < 10 || bytes.substr(0, 6) != kMagic) {
     return absl::InvalidArgumentError("not a .npy file (missing the \\x93NUMPY magic)");
   }
@@ -70,75 +72,98 @@ absl::StatusOr<FloatTensor> ParseNpy(absl::string_view bytes) {
   if (header_len > bytes.size() - offset) {
     return absl::InvalidArgumentError("npy: header runs past the end of the file");
   }
-  const absl::string_view header = bytes.substr(offset, header_len);
-  offset += header_len;
+  *data_offset = offset + header_len;
+  return bytes.substr(offset, header_len);
+}
 
-  absl::StatusOr<std::string> descr = HeaderValue(header, "descr");
-  if (!descr.ok()) return descr.status();
-  absl::StatusOr<std::string> fortran = HeaderValue(header, "fortran_order");
-  if (!fortran.ok()) return fortran.status();
-  absl::StatusOr<std::string> shape_text = HeaderValue(header, "shape");
-  if (!shape_text.ok()) return shape_text.status();
-  if (*fortran != "False") {
-    return absl::InvalidArgumentError(
-        "npy: Fortran-ordered arrays are not supported; save with "
-        "numpy.ascontiguousarray");
-  }
-  std::string d = *descr;
+// The bytes per element of the header's 'descr': 4, 8 or 2 for little-endian (or native)
+// float32, float64 and float16.
+absl::StatusOr<size_t> ElementWidth(const std::string& descr) {
+  std::string d = descr;
   absl::StripAsciiWhitespace(&d);
   if (d.size() >= 2 && (d.front() == '\'' || d.front() == '"')) d = d.substr(1, d.size() - 2);
-  size_t width;
-  if (d == "<f4" || d == "=f4" || d == "f4") {
-    width = 4;
-  } else if (d == "<f8" || d == "=f8" || d == "f8") {
-    width = 8;
-  } else if (d == "<f2" || d == "=f2" || d == "f2") {
-    width = 2;
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("npy: dtype '", d,
-                     "' is not supported; use little-endian float32, float64 "
-                     "or float16"));
-  }
+  if (d == "<f4" || d == "=f4" || d == "f4") return 4;
+  if (d == "<f8" || d == "=f8" || d == "f8") return 8;
+  if (d == "<f2" || d == "=f2" || d == "f2") return 2;
+  return absl::InvalidArgumentError(
+      absl::StrCat("npy: dtype '", d,
+                   "' is not supported; use little-endian float32, float64 "
+                   "or float16"));
+}
 
-  absl::string_view s = *shape_text;
+// The dimensions of the header's 'shape' tuple, whose element count may not exceed
+// `file_size` (a cheap bound that keeps the product from overflowing).
+absl::StatusOr<std::vector<int64_t>> NpyShape(const std::string& shape_text, size_t file_size) {
+  absl::string_view s = shape_text;
   if (!absl::ConsumePrefix(&s, "(") || !absl::ConsumeSuffix(&s, ")")) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("npy: shape '", *shape_text, "' is not a tuple"));
+    return absl::InvalidArgumentError(absl::StrCat("npy: shape '", shape_text, "' is not a tuple"));
   }
-  FloatTensor out;
+  std::vector<int64_t> shape;
   int64_t count = 1;
   for (absl::string_view part : absl::StrSplit(s, ',', absl::SkipWhitespace())) {
     int64_t dim;
     if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &dim) || dim < 0) {
       return absl::InvalidArgumentError(absl::StrCat("npy: bad dimension '", part, "'"));
     }
-    if (dim > 0 && count > static_cast<int64_t>(bytes.size()) / dim) {
+    if (dim > 0 && count > static_cast<int64_t>(file_size) / dim) {
       return absl::InvalidArgumentError("npy: shape is larger than the file");
     }
     count *= dim;
-    out.shape.push_back(dim);
+    shape.push_back(dim);
   }
-  if (static_cast<size_t>(count) * width != bytes.size() - offset) {
-    return absl::InvalidArgumentError(absl::StrCat("npy: shape needs ", count * width,
-                                                   " bytes of data, the file has ",
-                                                   bytes.size() - offset));
-  }
-  out.values.resize(static_cast<size_t>(count));
-  const char* data = bytes.data() + offset;
+  return shape;
+}
+
+// `count` elements of `width` bytes each (see ElementWidth) as floats.
+std::vector<float> ToFloats(const char* data, int64_t count, size_t width) {
+  std::vector<float> values(static_cast<size_t>(count));
   for (int64_t i = 0; i < count; ++i) {
     if (width == 4) {
-      std::memcpy(&out.values[i], data + 4 * i, 4);
+      std::memcpy(&values[i], data + 4 * i, 4);
     } else if (width == 8) {
       double x;
       std::memcpy(&x, data + 8 * i, 8);
-      out.values[i] = static_cast<float>(x);
+      values[i] = static_cast<float>(x);
     } else {
       uint16_t h;
       std::memcpy(&h, data + 2 * i, 2);
-      out.values[i] = HalfToFloat(h);
+      values[i] = HalfToFloat(h);
     }
   }
+  return values;
+}
+
+}  // namespace
+
+absl::StatusOr<FloatTensor> ParseNpy(absl::string_view bytes) {
+  size_t offset = 0;
+  absl::StatusOr<absl::string_view> header = NpyHeader(bytes, &offset);
+  if (!header.ok()) return header.status();
+  absl::StatusOr<std::string> descr = HeaderValue(*header, "descr");
+  if (!descr.ok()) return descr.status();
+  absl::StatusOr<std::string> fortran = HeaderValue(*header, "fortran_order");
+  if (!fortran.ok()) return fortran.status();
+  absl::StatusOr<std::string> shape_text = HeaderValue(*header, "shape");
+  if (!shape_text.ok()) return shape_text.status();
+  if (*fortran != "False") {
+    return absl::InvalidArgumentError(
+        "npy: Fortran-ordered arrays are not supported; save with "
+        "numpy.ascontiguousarray");
+  }
+  absl::StatusOr<size_t> width = ElementWidth(*descr);
+  if (!width.ok()) return width.status();
+  absl::StatusOr<std::vector<int64_t>> shape = NpyShape(*shape_text, bytes.size());
+  if (!shape.ok()) return shape.status();
+  int64_t count = 1;
+  for (int64_t dim : *shape) count *= dim;
+  if (static_cast<size_t>(count) * *width != bytes.size() - offset) {
+    return absl::InvalidArgumentError(absl::StrCat("npy: shape needs ", count * *width,
+                                                   " bytes of data, the file has ",
+                                                   bytes.size() - offset));
+  }
+  FloatTensor out;
+  out.shape = *std::move(shape);
+  out.values = ToFloats(bytes.data() + offset, count, *width);
   return out;
 }
 

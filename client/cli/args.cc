@@ -3,6 +3,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "client/cli/format.h"
 
 namespace attend::cli {
 
@@ -102,9 +103,8 @@ absl::StatusOr<std::vector<int64_t>> Args::GetIntList(const std::string& name) c
 std::string FlagsHelp(const std::vector<FlagSpec>& specs) {
   std::string out;
   for (const FlagSpec& s : specs) {
-    std::string left = absl::StrCat("  --", s.name, s.is_bool ? "" : "=<value>");
-    if (left.size() < 26) left.resize(26, ' ');
-    absl::StrAppend(&out, left, " ", s.help);
+    absl::StrAppend(&out, PadRight(absl::StrCat("  --", s.name, s.is_bool ? "" : "=<value>"), 26),
+                    " ", s.help);
     if (!s.default_value.empty()) absl::StrAppend(&out, " (default: ", s.default_value, ")");
     out += "\n";
   }

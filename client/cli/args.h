@@ -1,6 +1,8 @@
 // Command-line arguments of the attend CLI: `--name=value`, `--name value`, boolean `--name`,
 // and positional arguments (which may be negative numbers such as -1.5). Each command declares
 // its flags; unknown flags are usage errors.
+//
+// Thread-safety: Args and FlagSpec are values; Parse and FlagsHelp are pure functions.
 #ifndef ATTEND_CLIENT_CLI_ARGS_H_
 #define ATTEND_CLIENT_CLI_ARGS_H_
 

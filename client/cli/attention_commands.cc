@@ -17,7 +17,7 @@
 #include "client/attention_client.h"
 #include "client/cli/command.h"
 #include "client/cli/format.h"
-#include "client/cli/svg.h"
+#include "client/cli/svg_heatmap.h"
 #include "client/json_input.h"
 #include "client/npy.h"
 
@@ -31,8 +31,8 @@ std::vector<FlagSpec> CommonAttentionFlags() {
       {"causal", "hide keys after each query's position", true},
       {"window", "sliding window in tokens (0 = unlimited)", false, "0"},
       {"scale", "multiplies q.k before softmax", false, "1/sqrt(head_dim)"},
-      {"precision", "f32 or bf16 products", false, "f32 (bf16 when inputs are bf16)"},
-      {"wire", "how tensors travel: f32, bf16, f16 or values", false, "f32"},
+      PrecisionFlag(),
+      WireFlag(),
       {"seed", "seed of the random inputs", false, "1"},
       {"input", "read the request from this JSON file (see --help)"},
       {"weights", "print the attention weights per head", true},
@@ -313,10 +313,43 @@ int RunSoftmax(Context& c) {
   return kExitOk;
 }
 
-int RunAttend(Context& c) {
+// Standard normal q/k/v of the sizes the flags give, from --seed; INVALID_ARGUMENT for sizes
+// that are not numbers or out of range.
+absl::StatusOr<client::AttendInput> RandomAttendInput(const Args& args) {
+  absl::StatusOr<int64_t> n_q = args.GetInt("n_q", 4);
+  absl::StatusOr<int64_t> n_kv = args.GetInt("n_kv", n_q.ok() ? *n_q : 4);
+  absl::StatusOr<int64_t> n_head = args.GetInt("n_head", 2);
+  absl::StatusOr<int64_t> n_head_kv = args.GetInt("n_head_kv", n_head.ok() ? *n_head : 2);
+  absl::StatusOr<int64_t> head_dim = args.GetInt("head_dim", 8);
+  absl::StatusOr<int64_t> head_dim_v = args.GetInt("head_dim_v", head_dim.ok() ? *head_dim : 8);
+  absl::StatusOr<int64_t> seed = args.GetInt("seed", 1);
+  for (const auto* s : {&n_q, &n_kv, &n_head, &n_head_kv, &head_dim, &head_dim_v, &seed}) {
+    if (!s->ok()) return s->status();
+  }
+  for (int64_t d : {*n_q, *n_kv, *n_head, *n_head_kv, *head_dim, *head_dim_v}) {
+    if (d < 1 || d > (int64_t{1} << 24)) {
+      return absl::InvalidArgumentError("sizes must be between 1 and 2^24 for random inputs");
+    }
+  }
+  std::mt19937_64 rng(static_cast<uint64_t>(*seed));
+  client::AttendInput input;
+  input.q = RandomTensor(rng, {*n_q, *n_head, *head_dim});
+  input.k = RandomTensor(rng, {*n_kv, *n_head_kv, *head_dim});
+  input.v = RandomTensor(rng, {*n_kv, *n_head_kv, *head_dim_v});
+  return input;
+}
+
+// What `attend attend` sends, with the names and title its heatmap takes.
+struct AttendRequest {
   client::AttendInput input;
   std::vector<std::string> key_labels, query_labels;
   std::string title = "attention weights";
+};
+
+// The inputs from one source: --example, --input, --q/--k/--v, or random sizes. The mask,
+// scale, precision and wire flags are applied afterwards. Returns kExitOk, or prints the problem
+// and returns its exit code.
+int AttendRequestFromFlags(Context& c, AttendRequest* request) {
   const bool from_files = c.args.Has("q") || c.args.Has("k") || c.args.Has("v");
   const std::vector<std::string> random_flags = {"n_q",      "n_kv",       "n_head", "n_head_kv",
                                                  "head_dim", "head_dim_v", "seed"};
@@ -330,10 +363,10 @@ int RunAttend(Context& c) {
     }
     absl::StatusOr<Example> example = FindExample(c.args.GetString("example"));
     if (!example.ok()) return UsageError(c, example.status());
-    input = std::move(example->input);
-    key_labels = std::move(example->key_labels);
-    query_labels = std::move(example->query_labels);
-    title = absl::StrCat("attention weights: example '", c.args.GetString("example"), "'");
+    request->input = std::move(example->input);
+    request->key_labels = std::move(example->key_labels);
+    request->query_labels = std::move(example->query_labels);
+    request->title = absl::StrCat("attention weights: example '", c.args.GetString("example"), "'");
     if (!c.json) *c.out << "example: " << example->description << "\n";
   } else if (c.args.Has("input")) {
     if (absl::Status s = OnlyOneSource(c.args, "--input", not_with_source); !s.ok()) {
@@ -342,8 +375,8 @@ int RunAttend(Context& c) {
     absl::StatusOr<client::AttendInput> parsed =
         ReadJsonRequest(c.args, &client::AttendInputFromJson);
     if (!parsed.ok()) return LocalError(c, parsed.status());
-    input = *std::move(parsed);
-    title = absl::StrCat("attention weights: ", c.args.GetString("input"));
+    request->input = *std::move(parsed);
+    request->title = absl::StrCat("attention weights: ", c.args.GetString("input"));
   } else if (from_files) {
     if (!c.args.Has("q") || !c.args.Has("k") || !c.args.Has("v")) {
       return UsageError(c, absl::InvalidArgumentError("--q, --k and --v go together"));
@@ -351,33 +384,24 @@ int RunAttend(Context& c) {
     if (absl::Status s = OnlyOneSource(c.args, "--q/--k/--v", random_flags); !s.ok()) {
       return UsageError(c, s);
     }
+    client::AttendInput& input = request->input;
     for (auto [flag, target] : {std::pair{"q", &input.q}, {"k", &input.k}, {"v", &input.v}}) {
       absl::StatusOr<FloatTensor> t = client::ReadNpyFile(c.args.GetString(flag));
       if (!t.ok()) return LocalError(c, t.status());
       *target = *std::move(t);
     }
   } else {
-    absl::StatusOr<int64_t> n_q = c.args.GetInt("n_q", 4);
-    absl::StatusOr<int64_t> n_kv = c.args.GetInt("n_kv", n_q.ok() ? *n_q : 4);
-    absl::StatusOr<int64_t> n_head = c.args.GetInt("n_head", 2);
-    absl::StatusOr<int64_t> n_head_kv = c.args.GetInt("n_head_kv", n_head.ok() ? *n_head : 2);
-    absl::StatusOr<int64_t> head_dim = c.args.GetInt("head_dim", 8);
-    absl::StatusOr<int64_t> head_dim_v = c.args.GetInt("head_dim_v", head_dim.ok() ? *head_dim : 8);
-    absl::StatusOr<int64_t> seed = c.args.GetInt("seed", 1);
-    for (const auto* s : {&n_q, &n_kv, &n_head, &n_head_kv, &head_dim, &head_dim_v, &seed}) {
-      if (!s->ok()) return UsageError(c, s->status());
-    }
-    for (int64_t d : {*n_q, *n_kv, *n_head, *n_head_kv, *head_dim, *head_dim_v}) {
-      if (d < 1 || d > (int64_t{1} << 24)) {
-        return UsageError(
-            c, absl::InvalidArgumentError("sizes must be between 1 and 2^24 for random inputs"));
-      }
-    }
-    std::mt19937_64 rng(static_cast<uint64_t>(*seed));
-    input.q = RandomTensor(rng, {*n_q, *n_head, *head_dim});
-    input.k = RandomTensor(rng, {*n_kv, *n_head_kv, *head_dim});
-    input.v = RandomTensor(rng, {*n_kv, *n_head_kv, *head_dim_v});
+    absl::StatusOr<client::AttendInput> random = RandomAttendInput(c.args);
+    if (!random.ok()) return UsageError(c, random.status());
+    request->input = *std::move(random);
   }
+  return kExitOk;
+}
+
+int RunAttend(Context& c) {
+  AttendRequest request;
+  if (int code = AttendRequestFromFlags(c, &request); code != kExitOk) return code;
+  client::AttendInput& input = request.input;
   if (absl::Status s =
           ApplyCommon(c.args, &input.mask, &input.scale, &input.precision, &input.wire);
       !s.ok()) {
@@ -406,10 +430,43 @@ int RunAttend(Context& c) {
     PrintStats(*c.out, r->stats);
   }
   if (c.args.Has("heatmap") && r->weights) {
-    return WriteHeatmap(c, *r->weights, input.mask, std::move(key_labels), std::move(query_labels),
-                        title);
+    return WriteHeatmap(c, *r->weights, input.mask, std::move(request.key_labels),
+                        std::move(request.query_labels), request.title);
   }
   return kExitOk;
+}
+
+// A random layer of the sizes the flags give, from --seed: standard normal x and weights scaled
+// by 1/sqrt(d_model). INVALID_ARGUMENT for sizes that are not numbers or out of range.
+absl::StatusOr<client::MultiHeadInput> RandomMultiHeadInput(const Args& args) {
+  absl::StatusOr<int64_t> n = args.GetInt("n", 4);
+  absl::StatusOr<int64_t> d_model = args.GetInt("d_model", 8);
+  absl::StatusOr<int64_t> n_head = args.GetInt("n_head", 2);
+  absl::StatusOr<int64_t> n_head_kv = args.GetInt("n_head_kv", n_head.ok() ? *n_head : 2);
+  absl::StatusOr<int64_t> seed = args.GetInt("seed", 1);
+  for (const auto* s : {&n, &d_model, &n_head, &n_head_kv, &seed}) {
+    if (!s->ok()) return s->status();
+  }
+  absl::StatusOr<int64_t> head_dim = args.GetInt("head_dim", *n_head > 0 ? *d_model / *n_head : 1);
+  absl::StatusOr<int64_t> d_out = args.GetInt("d_out", *d_model);
+  if (!head_dim.ok()) return head_dim.status();
+  if (!d_out.ok()) return d_out.status();
+  for (int64_t d : {*n, *d_model, *n_head, *n_head_kv, *head_dim}) {
+    if (d < 1 || d > (int64_t{1} << 20)) {
+      return absl::InvalidArgumentError("sizes must be between 1 and 2^20");
+    }
+  }
+  std::mt19937_64 rng(static_cast<uint64_t>(*seed));
+  const float init = 1.0f / std::sqrt(static_cast<float>(*d_model));
+  client::MultiHeadInput input;
+  input.x = RandomTensor(rng, {*n, *d_model});
+  input.wq = RandomTensor(rng, {*d_model, *n_head * *head_dim}, init);
+  input.wk = RandomTensor(rng, {*d_model, *n_head_kv * *head_dim}, init);
+  input.wv = RandomTensor(rng, {*d_model, *n_head_kv * *head_dim}, init);
+  if (*d_out > 0) input.wo = RandomTensor(rng, {*n_head * *head_dim, *d_out}, init);
+  input.n_head = static_cast<int32_t>(*n_head);
+  input.n_head_kv = static_cast<int32_t>(*n_head_kv);
+  return input;
 }
 
 int RunMultiHead(Context& c) {
@@ -427,33 +484,9 @@ int RunMultiHead(Context& c) {
     input = *std::move(parsed);
     title = absl::StrCat("attention weights: ", c.args.GetString("input"));
   } else {
-    absl::StatusOr<int64_t> n = c.args.GetInt("n", 4);
-    absl::StatusOr<int64_t> d_model = c.args.GetInt("d_model", 8);
-    absl::StatusOr<int64_t> n_head = c.args.GetInt("n_head", 2);
-    absl::StatusOr<int64_t> n_head_kv = c.args.GetInt("n_head_kv", n_head.ok() ? *n_head : 2);
-    absl::StatusOr<int64_t> seed = c.args.GetInt("seed", 1);
-    for (const auto* s : {&n, &d_model, &n_head, &n_head_kv, &seed}) {
-      if (!s->ok()) return UsageError(c, s->status());
-    }
-    absl::StatusOr<int64_t> head_dim =
-        c.args.GetInt("head_dim", *n_head > 0 ? *d_model / *n_head : 1);
-    absl::StatusOr<int64_t> d_out = c.args.GetInt("d_out", *d_model);
-    if (!head_dim.ok()) return UsageError(c, head_dim.status());
-    if (!d_out.ok()) return UsageError(c, d_out.status());
-    for (int64_t d : {*n, *d_model, *n_head, *n_head_kv, *head_dim}) {
-      if (d < 1 || d > (int64_t{1} << 20)) {
-        return UsageError(c, absl::InvalidArgumentError("sizes must be between 1 and 2^20"));
-      }
-    }
-    std::mt19937_64 rng(static_cast<uint64_t>(*seed));
-    const float init = 1.0f / std::sqrt(static_cast<float>(*d_model));
-    input.x = RandomTensor(rng, {*n, *d_model});
-    input.wq = RandomTensor(rng, {*d_model, *n_head * *head_dim}, init);
-    input.wk = RandomTensor(rng, {*d_model, *n_head_kv * *head_dim}, init);
-    input.wv = RandomTensor(rng, {*d_model, *n_head_kv * *head_dim}, init);
-    if (*d_out > 0) input.wo = RandomTensor(rng, {*n_head * *head_dim, *d_out}, init);
-    input.n_head = static_cast<int32_t>(*n_head);
-    input.n_head_kv = static_cast<int32_t>(*n_head_kv);
+    absl::StatusOr<client::MultiHeadInput> random = RandomMultiHeadInput(c.args);
+    if (!random.ok()) return UsageError(c, random.status());
+    input = *std::move(random);
   }
   if (absl::Status s =
           ApplyCommon(c.args, &input.mask, &input.scale, &input.precision, &input.wire);
@@ -536,6 +569,70 @@ int RunScaling(Context& c) {
   return kExitOk;
 }
 
+Command AttendCommand() {
+  std::vector<FlagSpec> attend_flags = {
+      {"q", ".npy file [n_q, n_head, head_dim] (with --k and --v)"},
+      {"k", ".npy file [n_kv, n_head_kv, head_dim]"},
+      {"v", ".npy file [n_kv, n_head_kv, head_dim_v]"},
+      {"n_q", "random queries", false, "4"},
+      {"n_kv", "random keys and values", false, "n_q"},
+      {"n_head", "query heads", false, "2"},
+      {"n_head_kv", "key/value heads (divides n_head)", false, "n_head"},
+      {"head_dim", "query/key head size", false, "8"},
+      {"head_dim_v", "value head size", false, "head_dim"},
+  };
+  attend_flags.push_back(
+      {"example",
+       "a worked example of the lessons: it (\"it\" over animal/tired/street) or "
+       "causal (\"The cat sat down\")"});
+  for (FlagSpec& f : CommonAttentionFlags()) attend_flags.push_back(f);
+  return {
+      "attend",
+      "scaled dot-product attention of q over k/v (random, .npy, JSON or an example)",
+      "attend attend [--q=q.npy --k=k.npy --v=v.npy | --input=request.json | --example=it|causal "
+      "| --n_q=N --n_kv=N --n_head=H ...] [--causal] [--weights] [--heatmap=w.svg]",
+      "Without files, q/k/v are standard normal from --seed.\n"
+      "--input reads {\"q\": T, \"k\": T, \"v\": T, \"mask\": {\"causal\": true, "
+      "\"window_tokens\": 0}, \"scale\": 0.5}\n"
+      "where each T is {\"shape\": [..], \"values\": [..]} as --json prints tensors; "
+      "mask and scale\nare optional, and --causal, --window and --scale override them.\n"
+      "--heatmap draws the weights, one panel per head (rows are queries, columns keys; masked\n"
+      "cells hatched grey; hover a cell for its value). At most 8 heads of 48 x 48 cells are\n"
+      "drawn (the first ones), and the picture says so when that leaves some out.\n"
+      "Examples:\n  attend attend --n_q 4 --causal --weights\n"
+      "  attend attend --example it --heatmap it.svg\n"
+      "  attend attend --example causal --heatmap causal.svg --labels The,cat,sat,down\n"
+      "  attend attend --n_q 1 --n_kv 4096 --n_head 32 --n_head_kv 8 --head_dim 128\n"
+      "  attend attend --q q.npy --k k.npy --v v.npy --out o.npy\n"
+      "  attend attend --input request.json --heatmap w.svg\n",
+      attend_flags,
+      RunAttend};
+}
+
+Command MultiHeadCommand() {
+  std::vector<FlagSpec> mha_flags = {
+      {"n", "tokens", false, "4"},
+      {"d_model", "model width", false, "8"},
+      {"n_head", "query heads", false, "2"},
+      {"n_head_kv", "key/value heads", false, "n_head"},
+      {"head_dim", "head size", false, "d_model / n_head"},
+      {"d_out", "columns of Wo; 0 = no Wo", false, "d_model"},
+  };
+  for (FlagSpec& f : CommonAttentionFlags()) mha_flags.push_back(f);
+  return {"mha",
+          "a whole attention layer (Wq, Wk, Wv, Wo) on random or JSON inputs",
+          "attend mha [--n=N --d_model=D --n_head=H --n_head_kv=G] [--causal] [--weights]",
+          "Random inputs from --seed, or --input request.json: {\"x\": T, \"wq\": T, \"wk\": T, "
+          "\"wv\": T,\n\"wo\": T, \"n_head\": 2, \"n_head_kv\": 1, \"mask\": {...}, "
+          "\"scale\": 0.5} (wo, n_head_kv, mask and\nscale optional; T as in 'attend attend "
+          "--help').\n"
+          "Examples:\n  attend mha --n 4 --d_model 8 --n_head 2 --causal --weights\n"
+          "  attend mha --n 6 --n_head 4 --causal --heatmap mha.svg --labels a,b,c,d,e,f\n"
+          "  attend mha --d_model 4096 --n_head 32 --n_head_kv 8 --n 16\n",
+          mha_flags,
+          RunMultiHead};
+}
+
 }  // namespace
 
 std::vector<Command> AttentionCommands() {
@@ -555,61 +652,8 @@ std::vector<Command> AttentionCommands() {
                       {{"jacobian", "also print diag(p) - p p^T", true},
                        {"temperature", "divide the scores first", false, "1"}},
                       RunSoftmax});
-  std::vector<FlagSpec> attend_flags = {
-      {"q", ".npy file [n_q, n_head, head_dim] (with --k and --v)"},
-      {"k", ".npy file [n_kv, n_head_kv, head_dim]"},
-      {"v", ".npy file [n_kv, n_head_kv, head_dim_v]"},
-      {"n_q", "random queries", false, "4"},
-      {"n_kv", "random keys and values", false, "n_q"},
-      {"n_head", "query heads", false, "2"},
-      {"n_head_kv", "key/value heads (divides n_head)", false, "n_head"},
-      {"head_dim", "query/key head size", false, "8"},
-      {"head_dim_v", "value head size", false, "head_dim"},
-  };
-  attend_flags.push_back(
-      {"example",
-       "a worked example of the lessons: it (\"it\" over animal/tired/street) or "
-       "causal (\"The cat sat down\")"});
-  for (FlagSpec& f : CommonAttentionFlags()) attend_flags.push_back(f);
-  commands.push_back(
-      {"attend", "scaled dot-product attention of q over k/v (random, .npy, JSON or an example)",
-       "attend attend [--q=q.npy --k=k.npy --v=v.npy | --input=request.json | --example=it|causal "
-       "| --n_q=N --n_kv=N --n_head=H ...] [--causal] [--weights] [--heatmap=w.svg]",
-       "Without files, q/k/v are standard normal from --seed.\n"
-       "--input reads {\"q\": T, \"k\": T, \"v\": T, \"mask\": {\"causal\": true, "
-       "\"window_tokens\": 0}, \"scale\": 0.5}\n"
-       "where each T is {\"shape\": [..], \"values\": [..]} as --json prints tensors; "
-       "mask and scale\nare optional, and --causal, --window and --scale override them.\n"
-       "--heatmap draws the weights, one panel per head (rows are queries, columns keys; masked\n"
-       "cells hatched grey; hover a cell for its value). At most 8 heads of 48 x 48 cells are\n"
-       "drawn (the first ones), and the picture says so when that leaves some out.\n"
-       "Examples:\n  attend attend --n_q 4 --causal --weights\n"
-       "  attend attend --example it --heatmap it.svg\n"
-       "  attend attend --example causal --heatmap causal.svg --labels The,cat,sat,down\n"
-       "  attend attend --n_q 1 --n_kv 4096 --n_head 32 --n_head_kv 8 --head_dim 128\n"
-       "  attend attend --q q.npy --k k.npy --v v.npy --out o.npy\n"
-       "  attend attend --input request.json --heatmap w.svg\n",
-       attend_flags, RunAttend});
-  std::vector<FlagSpec> mha_flags = {
-      {"n", "tokens", false, "4"},
-      {"d_model", "model width", false, "8"},
-      {"n_head", "query heads", false, "2"},
-      {"n_head_kv", "key/value heads", false, "n_head"},
-      {"head_dim", "head size", false, "d_model / n_head"},
-      {"d_out", "columns of Wo; 0 = no Wo", false, "d_model"},
-  };
-  for (FlagSpec& f : CommonAttentionFlags()) mha_flags.push_back(f);
-  commands.push_back(
-      {"mha", "a whole attention layer (Wq, Wk, Wv, Wo) on random or JSON inputs",
-       "attend mha [--n=N --d_model=D --n_head=H --n_head_kv=G] [--causal] [--weights]",
-       "Random inputs from --seed, or --input request.json: {\"x\": T, \"wq\": T, \"wk\": T, "
-       "\"wv\": T,\n\"wo\": T, \"n_head\": 2, \"n_head_kv\": 1, \"mask\": {...}, "
-       "\"scale\": 0.5} (wo, n_head_kv, mask and\nscale optional; T as in 'attend attend "
-       "--help').\n"
-       "Examples:\n  attend mha --n 4 --d_model 8 --n_head 2 --causal --weights\n"
-       "  attend mha --n 6 --n_head 4 --causal --heatmap mha.svg --labels a,b,c,d,e,f\n"
-       "  attend mha --d_model 4096 --n_head 32 --n_head_kv 8 --n 16\n",
-       mha_flags, RunMultiHead});
+  commands.push_back(AttendCommand());
+  commands.push_back(MultiHeadCommand());
   commands.push_back(
       {"scaling",
        "the sqrt(d_head) experiment: why scores are scaled",

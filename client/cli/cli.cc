@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "client/cli/command.h"
+#include "client/cli/format.h"
 
 namespace attend::cli {
 namespace {
@@ -55,6 +56,62 @@ std::string FlagOrEnv(const Args& args, const char* flag, const char* env) {
   return args.Has(flag) ? args.GetString(flag) : Env(env);
 }
 
+// --tls, the PEM files of --ca_cert, --client_cert and --client_key (which need --tls), and
+// --tls_server_name, each else from its ATTEND_* variable. Returns kExitOk, or reports the
+// problem and returns its exit code.
+int TlsFromFlags(Context& c) {
+  const Args& args = c.args;
+  client::TlsOptions& tls_options = c.connection.tls;
+  if (args.Has("tls")) {
+    tls_options.enabled = args.GetBool("tls");
+  } else if (!Env("ATTEND_TLS").empty()) {
+    const std::string tls = absl::AsciiStrToLower(Env("ATTEND_TLS"));
+    if (tls != "1" && tls != "0" && tls != "true" && tls != "false") {
+      return UsageError(c, absl::InvalidArgumentError("ATTEND_TLS must be 1, 0, true or false"));
+    }
+    tls_options.enabled = tls == "1" || tls == "true";
+  }
+  for (const auto& [flag, env, target] :
+       {std::tuple{"ca_cert", "ATTEND_CA_CERT", &tls_options.ca_cert_pem},
+        std::tuple{"client_cert", "ATTEND_CLIENT_CERT", &tls_options.client_cert_pem},
+        std::tuple{"client_key", "ATTEND_CLIENT_KEY", &tls_options.client_key_pem}}) {
+    const std::string path = FlagOrEnv(args, flag, env);
+    if (path.empty()) continue;
+    if (!tls_options.enabled) {
+      return UsageError(
+          c, absl::InvalidArgumentError(absl::StrCat("--", flag, " (or ", env, ") needs --tls")));
+    }
+    absl::StatusOr<std::string> pem = client::ReadPemFile(path, absl::StrCat("--", flag));
+    if (!pem.ok()) return LocalError(c, pem.status());
+    *target = *std::move(pem);
+  }
+  tls_options.server_name = FlagOrEnv(args, "tls_server_name", "ATTEND_TLS_SERVER_NAME");
+  return kExitOk;
+}
+
+// The bearer token: read from --token_file, or --token itself, each else from its ATTEND_*
+// variable; giving both is a usage error. Returns kExitOk, or reports the problem and returns its
+// exit code.
+int TokenFromFlags(Context& c) {
+  const Args& args = c.args;
+  client::ConnectionOptions& o = c.connection;
+  const std::string token_file = FlagOrEnv(args, "token_file", "ATTEND_TOKEN_FILE");
+  const std::string token = args.Has("token") ? args.GetString("token") : Env("ATTEND_TOKEN");
+  if (!token_file.empty() && !token.empty()) {
+    return UsageError(c, absl::InvalidArgumentError(
+                             "give the token once: --token_file (ATTEND_TOKEN_FILE) or --token "
+                             "(ATTEND_TOKEN)"));
+  }
+  if (!token_file.empty()) {
+    absl::StatusOr<std::string> read = client::ReadTokenFile(token_file);
+    if (!read.ok()) return LocalError(c, read.status());
+    o.bearer_token = *std::move(read);
+  } else {
+    o.bearer_token = token;
+  }
+  return kExitOk;
+}
+
 // The connection options from the global flags and their ATTEND_* variables (a flag wins).
 // Returns kExitOk, or reports the problem and returns its exit code: usage for flags that do
 // not fit together, local error for files that cannot be read.
@@ -85,45 +142,8 @@ int ConnectionFromFlags(Context& c) {
     return UsageError(c, absl::InvalidArgumentError("--max_message_bytes must be >= 1"));
   o.max_message_bytes = *max;
 
-  if (args.Has("tls")) {
-    o.tls.enabled = args.GetBool("tls");
-  } else if (!Env("ATTEND_TLS").empty()) {
-    const std::string tls = absl::AsciiStrToLower(Env("ATTEND_TLS"));
-    if (tls != "1" && tls != "0" && tls != "true" && tls != "false") {
-      return UsageError(c, absl::InvalidArgumentError("ATTEND_TLS must be 1, 0, true or false"));
-    }
-    o.tls.enabled = tls == "1" || tls == "true";
-  }
-  for (const auto& [flag, env, target] :
-       {std::tuple{"ca_cert", "ATTEND_CA_CERT", &o.tls.ca_cert_pem},
-        std::tuple{"client_cert", "ATTEND_CLIENT_CERT", &o.tls.client_cert_pem},
-        std::tuple{"client_key", "ATTEND_CLIENT_KEY", &o.tls.client_key_pem}}) {
-    const std::string path = FlagOrEnv(args, flag, env);
-    if (path.empty()) continue;
-    if (!o.tls.enabled) {
-      return UsageError(
-          c, absl::InvalidArgumentError(absl::StrCat("--", flag, " (or ", env, ") needs --tls")));
-    }
-    absl::StatusOr<std::string> pem = client::ReadPemFile(path, absl::StrCat("--", flag));
-    if (!pem.ok()) return LocalError(c, pem.status());
-    *target = *std::move(pem);
-  }
-  o.tls.server_name = FlagOrEnv(args, "tls_server_name", "ATTEND_TLS_SERVER_NAME");
-
-  const std::string token_file = FlagOrEnv(args, "token_file", "ATTEND_TOKEN_FILE");
-  const std::string token = args.Has("token") ? args.GetString("token") : Env("ATTEND_TOKEN");
-  if (!token_file.empty() && !token.empty()) {
-    return UsageError(c, absl::InvalidArgumentError(
-                             "give the token once: --token_file (ATTEND_TOKEN_FILE) or --token "
-                             "(ATTEND_TOKEN)"));
-  }
-  if (!token_file.empty()) {
-    absl::StatusOr<std::string> read = client::ReadTokenFile(token_file);
-    if (!read.ok()) return LocalError(c, read.status());
-    o.bearer_token = *std::move(read);
-  } else {
-    o.bearer_token = token;
-  }
+  if (int code = TlsFromFlags(c); code != kExitOk) return code;
+  if (int code = TokenFromFlags(c); code != kExitOk) return code;
 
   double keepalive = 0;
   if (!Env("ATTEND_KEEPALIVE_SECONDS").empty() &&
@@ -146,9 +166,7 @@ std::string Overview(const std::vector<Command>& commands) {
       "attend: talk to an attend server (attention, KV caches, capacity planning).\n\n"
       "usage: attend [global flags] <command> [flags] [args]\n\ncommands:\n";
   for (const Command& c : commands) {
-    std::string name = "  " + c.name;
-    if (name.size() < 12) name.resize(12, ' ');
-    absl::StrAppend(&out, name, " ", c.summary, "\n");
+    absl::StrAppend(&out, PadRight("  " + c.name, 12), " ", c.summary, "\n");
   }
   absl::StrAppend(&out, "\nglobal flags:\n", FlagsHelp(GlobalFlags()),
                   "\nexit codes: 0 ok, 1 local file error, 2 usage, 3 server unreachable, "

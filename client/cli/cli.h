@@ -7,6 +7,9 @@
 // max_message_bytes, tls, ca_cert, client_cert, client_key, tls_server_name, token,
 // token_file, keepalive_seconds) also read ATTEND_<FLAG> from the environment; a flag given on
 // the command line wins.
+//
+// Thread-safety: RunCli keeps no state between calls; calls may run concurrently when each has
+// its own streams and nothing changes the environment meanwhile.
 #ifndef ATTEND_CLIENT_CLI_CLI_H_
 #define ATTEND_CLIENT_CLI_CLI_H_
 

@@ -1,5 +1,9 @@
 // The CLI's command table: each command declares its flags, help and examples, and runs with
 // the parsed arguments and a connection. Exit codes are shared by every command.
+//
+// Thread-safety: a Context belongs to one run of one command, on one thread. The commands keep
+// no state between runs, so runs with their own Contexts may go on concurrently. The helpers
+// are pure functions, except RandomTensor, which advances the generator it is given.
 #ifndef ATTEND_CLIENT_CLI_COMMAND_H_
 #define ATTEND_CLIENT_CLI_COMMAND_H_
 
@@ -85,6 +89,11 @@ absl::StatusOr<int64_t> IntFlag(const Args& args, const std::string& flag, int64
 
 // --precision: "" (unspecified), f32/float32 or bf16/bfloat16.
 absl::StatusOr<v1::Precision> ParsePrecision(const Args& args);
+
+// --precision and --wire (read by ParsePrecision and client::ParseWire) as every command that
+// sends tensors declares them.
+FlagSpec PrecisionFlag();
+FlagSpec WireFlag();
 
 // A tensor of `shape` with standard normal values (times `stddev`) drawn from `rng`.
 client::FloatTensor RandomTensor(std::mt19937_64& rng, std::vector<int64_t> shape,

@@ -8,6 +8,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace attend::cli {
@@ -25,11 +28,7 @@ std::string Numbers(absl::Span<const T> values) {
   std::string out = "[";
   for (size_t i = 0; i < values.size(); ++i) {
     if (i) out += ", ";
-    if (!std::isfinite(values[i])) {
-      out += "null";
-    } else {
-      out += absl::StrFormat("%.9g", static_cast<double>(values[i]));
-    }
+    out += JsonNumber(static_cast<double>(values[i]));
   }
   return out + "]";
 }
@@ -74,6 +73,31 @@ std::string Fields::Render(const std::string& indent) const {
   return out;
 }
 
+std::string PadRight(std::string text, size_t width) {
+  if (text.size() < width) text.resize(width, ' ');
+  return text;
+}
+
+std::string Wrap(const std::string& text, size_t width, const std::string& indent) {
+  std::string out, line;
+  for (absl::string_view word : absl::StrSplit(text, ' ', absl::SkipEmpty())) {
+    if (!line.empty() && indent.size() + line.size() + 1 + word.size() > width) {
+      absl::StrAppend(&out, indent, line, "\n");
+      line.clear();
+    }
+    absl::StrAppend(&line, line.empty() ? "" : " ", word);
+  }
+  if (!line.empty()) absl::StrAppend(&out, indent, line, "\n");
+  return out;
+}
+
+std::string Shorten(const std::string& text, size_t max_chars) {
+  if (text.size() <= max_chars) return text;
+  return text.substr(0, max_chars - 3) + "...";
+}
+
+std::string Quoted(const std::string& text) { return absl::StrCat("'", text, "'"); }
+
 std::string Fixed(double value, int decimals) { return absl::StrFormat("%.*f", decimals, value); }
 
 std::string Si(double value, const std::string& unit) {
@@ -87,10 +111,41 @@ std::string Si(double value, const std::string& unit) {
   return absl::StrFormat("%.3g %s%s", v, prefixes[i], unit);
 }
 
+std::string SiFine(double value, const std::string& unit) {
+  const char* prefixes[] = {"", "k", "M", "G", "T", "P", "E", "Z"};
+  int i = 0;
+  double v = value;
+  while (std::abs(v) >= 1000.0 && i < 7) {
+    v /= 1000.0;
+    ++i;
+  }
+  return absl::StrFormat("%.*f %s%s", std::abs(v) >= 10.0 ? 1 : 2, v, prefixes[i], unit);
+}
+
+std::string Rate(double value) {
+  if (!std::isfinite(value)) return "-";
+  if (value >= 1000.0) return Count(static_cast<int64_t>(std::llround(value)));
+  return absl::StrFormat("%.3g", value);
+}
+
 std::string Duration(double seconds) {
   if (seconds < 1e-3) return absl::StrFormat("%.1f us", seconds * 1e6);
   if (seconds < 1.0) return absl::StrFormat("%.2f ms", seconds * 1e3);
   return absl::StrFormat("%.2f s", seconds);
+}
+
+std::string Ago(int64_t unix_ms) {
+  const double s =
+      std::max(0.0, absl::ToDoubleSeconds(absl::Now() - absl::FromUnixMillis(unix_ms)));
+  if (s < 60) return absl::StrFormat("%.0f s", s);
+  if (s < 3600) return absl::StrFormat("%.0f min", s / 60);
+  if (s < 86400) return absl::StrFormat("%.0f h", s / 3600);
+  return absl::StrFormat("%.0f d", s / 86400);
+}
+
+std::string UtcTime(int64_t unix_ms) {
+  return absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", absl::FromUnixMillis(unix_ms),
+                          absl::UTCTimeZone());
 }
 
 std::string ShapeString(absl::Span<const int64_t> shape) {
@@ -124,6 +179,22 @@ std::string BinaryBytes(int64_t bytes) {
     ++i;
   }
   return absl::StrFormat("%.2f %s", v, units[i]);
+}
+
+std::string BytesWithCount(int64_t bytes) {
+  if (std::abs(static_cast<double>(bytes)) < 1024.0) return BinaryBytes(bytes);
+  return absl::StrCat(BinaryBytes(bytes), " (", Count(bytes), " bytes)");
+}
+
+std::string AttentionVariantName(int64_t n_head, int64_t n_head_kv) {
+  if (n_head_kv == n_head) return "multi-head";
+  if (n_head_kv == 1) return "multi-query";
+  return "grouped-query";
+}
+
+std::string JsonNumber(double value) {
+  if (!std::isfinite(value)) return "null";
+  return absl::StrFormat("%.9g", value);
 }
 
 std::string JsonNumbers(absl::Span<const float> values) { return Numbers(values); }

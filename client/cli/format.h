@@ -1,8 +1,9 @@
 // Human-readable output of the CLI, shared by every command: aligned tables and label/value
-// fields, compact and grouped numbers, binary byte sizes, tensor previews (rows by head, weight
-// matrices, compute stats), and the JSON pieces that --json prints.
+// fields, padded and wrapped text, compact and grouped numbers, binary byte sizes, times,
+// tensor previews (rows by head, weight matrices, compute stats), and the JSON pieces that
+// --json prints.
 //
-// Thread-safety: pure functions and value types.
+// Thread-safety: pure functions and value types (Ago reads the clock, nothing else).
 #ifndef ATTEND_CLIENT_CLI_FORMAT_H_
 #define ATTEND_CLIENT_CLI_FORMAT_H_
 
@@ -44,12 +45,34 @@ class Fields {
   std::vector<std::pair<std::string, std::string>> rows_;
 };
 
+// `text` followed by spaces up to `width` characters (bytes); longer text is left whole.
+std::string PadRight(std::string text, size_t width);
+// `text` broken into lines of at most `width` characters (words longer than that stay whole),
+// each starting with `indent` and ending in a newline.
+std::string Wrap(const std::string& text, size_t width, const std::string& indent);
+// At most `max_chars` bytes of `text`, the last three "..." when it is cut.
+// REQUIRES: max_chars >= 3.
+std::string Shorten(const std::string& text, size_t max_chars);
+// `text` in single quotes, as the commands name sequences: "'chat-1'".
+std::string Quoted(const std::string& text);
+
 // Fixed-point with `decimals` digits ("0.6285").
 std::string Fixed(double value, int decimals);
 // SI-scaled with a unit: 1.3e9 FLOP -> "1.30 GFLOP".
 std::string Si(double value, const std::string& unit);
+// SI-scaled with one decimal from 10 on and two below, as the planner prints FLOPs and bytes:
+// "17.6 TFLOP", "131.6 TFLOP", "4.29 GFLOP", "989.5 TFLOP/s".
+std::string SiFine(double value, const std::string& unit);
+// Tokens per second and similar rates: whole numbers with separators from 1,000 on, smaller ones
+// with three significant digits; "-" when not finite.
+std::string Rate(double value);
 // Seconds as "12.3 us", "4.56 ms", "1.20 s".
 std::string Duration(double seconds);
+// How long ago a Unix time in milliseconds was, from the clock: "0 s", "42 s", "5 min", "3 h",
+// "2 d". Times in the future count as now.
+std::string Ago(int64_t unix_ms);
+// A Unix time in milliseconds as "2024-05-01 12:30:00 UTC".
+std::string UtcTime(int64_t unix_ms);
 // "[2, 8, 64]".
 std::string ShapeString(absl::Span<const int64_t> shape);
 // Thousands separators: "4,194,304", "-1,500".
@@ -59,8 +82,15 @@ std::string Plural(int64_t n, const std::string& one, const std::string& many);
 // Binary units with two decimals, as the planner prints them: "1.00 GiB", "512.00 KiB"; below
 // 1 KiB, "100 bytes".
 std::string BinaryBytes(int64_t bytes);
+// BinaryBytes with the exact count from 1 KiB on: "1.00 GiB (1,073,741,824 bytes)", "100 bytes".
+std::string BytesWithCount(int64_t bytes);
+// The attention variant that `n_head_kv` key/value heads for `n_head` query heads make:
+// "multi-head" (as many), "multi-query" (one) or "grouped-query".
+std::string AttentionVariantName(int64_t n_head, int64_t n_head_kv);
 
-// A JSON array of numbers, shortest round-trip form; NaN/inf as null.
+// A JSON number with nine significant digits ("%.9g", enough for a float); NaN/inf as null.
+std::string JsonNumber(double value);
+// A JSON array of numbers, each as JsonNumber writes it.
 std::string JsonNumbers(absl::Span<const float> values);
 std::string JsonNumbers(absl::Span<const double> values);
 std::string JsonString(const std::string& s);

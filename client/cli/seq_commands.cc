@@ -1,11 +1,6 @@
-// The `attend seq <subcommand>` group: sequences of the server's KV cache (create, append,
-// decode, fork, truncate, release, get, list, stats). The dispatcher matches one word, so the
-// group is one command, `seq`, that accepts the flags of every subcommand and dispatches on its
-// first positional argument; each subcommand then refuses the flags that are not its own, so
-// that a flag meant for another subcommand is a usage error rather than silently ignored.
+#include "client/cli/seq_commands.h"
+
 #include <algorithm>
-#include <chrono>
-#include <cmath>
 #include <map>
 #include <optional>
 #include <random>
@@ -17,9 +12,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
-#include "absl/time/clock.h"
-#include "absl/time/time.h"
 #include "client/cli/command.h"
 #include "client/cli/format.h"
 #include "client/kv_cache_client.h"
@@ -29,23 +21,6 @@ namespace attend::cli {
 namespace {
 
 using client::FloatTensor;
-
-std::string Quoted(const std::string& id) { return absl::StrCat("'", id, "'"); }
-
-// How long ago a Unix time in milliseconds was: "0 s", "42 s", "5 min", "3 h", "2 d".
-std::string Ago(int64_t unix_ms) {
-  const double s =
-      std::max(0.0, absl::ToDoubleSeconds(absl::Now() - absl::FromUnixMillis(unix_ms)));
-  if (s < 60) return absl::StrFormat("%.0f s", s);
-  if (s < 3600) return absl::StrFormat("%.0f min", s / 60);
-  if (s < 86400) return absl::StrFormat("%.0f h", s / 3600);
-  return absl::StrFormat("%.0f d", s / 86400);
-}
-
-std::string UtcTime(int64_t unix_ms) {
-  return absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", absl::FromUnixMillis(unix_ms),
-                          absl::UTCTimeZone());
-}
 
 std::string ShortDTypeName(v1::DType dtype) {
   switch (dtype) {
@@ -98,14 +73,7 @@ Table LayerTokensTable(const v1::SequenceInfo& info) {
 }
 
 std::string ShapeSummary(const v1::SequenceConfig& c) {
-  std::string kind;
-  if (c.n_head_kv() == c.n_head()) {
-    kind = "multi-head";
-  } else if (c.n_head_kv() == 1) {
-    kind = "multi-query";
-  } else {
-    kind = "grouped-query";
-  }
+  const std::string kind = AttentionVariantName(c.n_head(), c.n_head_kv());
   std::string dims = c.head_dim_v() == c.head_dim()
                          ? absl::StrCat("head_dim ", c.head_dim())
                          : absl::StrCat("head_dim ", c.head_dim(), ", head_dim_v ", c.head_dim_v());
@@ -130,10 +98,7 @@ void PrintSequence(Context& c, const v1::SequenceInfo& info, const std::string& 
   f.Add("tokens", absl::StrCat(Count(info.tokens()), " in every layer"));
   f.Add("blocks", absl::StrCat(Count(info.blocks()), ", ", Count(info.shared_blocks()),
                                " shared copy-on-write"));
-  f.Add(
-      "bytes",
-      absl::StrCat(BinaryBytes(info.bytes()),
-                   info.bytes() >= 1024 ? absl::StrCat(" (", Count(info.bytes()), " bytes)") : ""));
+  f.Add("bytes", BytesWithCount(info.bytes()));
   if (info.reserved_tokens() > 0) {
     f.Add("reserved", absl::StrCat(Count(info.reserved_tokens()), " tokens per layer"));
   }
@@ -194,6 +159,92 @@ int RunCreate(Context& c) {
   return kExitOk;
 }
 
+// The append flags that choose the tokens, checked together: .npy files (--k and --v, --q
+// optional) or random tokens (--n, --seed, --no_q), and --out or --weights only with queries.
+absl::Status CheckAppendSource(const Args& args) {
+  const bool no_q = args.GetBool("no_q");
+  const bool from_files = args.Has("q") || args.Has("k") || args.Has("v");
+  if (from_files) {
+    if (!args.Has("k") || !args.Has("v")) {
+      return absl::InvalidArgumentError("--k and --v go together (--q optional)");
+    }
+    if (args.Has("n") || args.Has("seed")) {
+      return absl::InvalidArgumentError(
+          "--n and --seed make random tokens; not with --q/--k/--v files");
+    }
+    if (no_q && args.Has("q")) {
+      return absl::InvalidArgumentError("--no_q and --q contradict each other");
+    }
+  }
+  const bool has_q = from_files ? args.Has("q") : !no_q;
+  if (!has_q && (args.GetBool("weights") || args.Has("out"))) {
+    return absl::InvalidArgumentError(
+        "without queries (--no_q, or --k/--v without --q) there is no output for --out or "
+        "--weights");
+  }
+  return absl::OkStatus();
+}
+
+// Fills input->q/k/v from the .npy files the flags name, or with random tokens shaped like the
+// sequence (which the server is asked for). Returns kExitOk, or prints the problem and returns
+// its exit code.
+int FillAppendTokens(Context& c, const client::KvCacheClient& kv, client::AppendInput* input) {
+  if (c.args.Has("q") || c.args.Has("k") || c.args.Has("v")) {
+    for (const char* flag : {"q", "k", "v"}) {
+      if (!c.args.Has(flag)) continue;
+      absl::StatusOr<FloatTensor> t = client::ReadNpyFile(c.args.GetString(flag));
+      if (!t.ok()) return LocalError(c, t.status());
+      if (flag[0] == 'q') input->q = *std::move(t);
+      if (flag[0] == 'k') input->k = *std::move(t);
+      if (flag[0] == 'v') input->v = *std::move(t);
+    }
+    return kExitOk;
+  }
+  absl::StatusOr<int64_t> n = IntFlag(c.args, "n", 1, 1, 1 << 20);
+  absl::StatusOr<int64_t> seed = IntFlag(c.args, "seed", 1, 0, INT64_MAX);
+  if (!n.ok()) return UsageError(c, n.status());
+  if (!seed.ok()) return UsageError(c, seed.status());
+  absl::StatusOr<v1::SequenceInfo> info = kv.GetSequence(input->sequence_id);
+  if (!info.ok()) return ReportError(c, info.status());
+  const v1::SequenceConfig& config = info->config();
+  std::mt19937_64 rng(static_cast<uint64_t>(*seed));
+  // The queries are drawn even with --no_q: the keys and values a seed gives do not depend on it.
+  FloatTensor q = RandomTensor(rng, {*n, config.n_head(), config.head_dim()});
+  input->k = RandomTensor(rng, {*n, config.n_head_kv(), config.head_dim()});
+  input->v = RandomTensor(rng, {*n, config.n_head_kv(), config.head_dim_v()});
+  if (!c.args.GetBool("no_q")) input->q = std::move(q);
+  return kExitOk;
+}
+
+// What an append of `n` tokens did, and with queries their attention output.
+void PrintAppended(Context& c, const client::AppendInput& input, int64_t n,
+                   const client::AppendOutput& r) {
+  const std::string& id = input.sequence_id;
+  if (c.json) {
+    *c.out << "{\"sequence_id\": " << JsonString(id) << ", \"layer\": " << input.layer
+           << ", \"appended\": " << n << ", \"first_position\": " << r.first_position
+           << ", \"layer_tokens\": " << r.layer_tokens;
+    if (input.q) *c.out << ", \"output\": " << JsonTensor(r.output);
+    if (r.weights) *c.out << ", \"weights\": " << JsonTensor(*r.weights);
+    if (input.q) *c.out << ", \"stats\": " << ToJson(r.stats);
+    *c.out << "}\n";
+    return;
+  }
+  *c.out << "appended " << Plural(n, "token", "tokens")
+         << (input.q ? "" : " (keys and values only)") << " to layer " << input.layer << " of "
+         << Quoted(id) << " at position"
+         << (n == 1 ? absl::StrCat(" ", r.first_position)
+                    : absl::StrCat("s ", r.first_position, "-", r.first_position + n - 1))
+         << "; the layer holds " << Plural(r.layer_tokens, "token", "tokens") << "\n";
+  if (!input.q) return;
+  *c.out << "output " << ShapeString(r.output.shape) << " = [n_new, n_head, head_dim_v]:\n";
+  PrintHeadRows(*c.out, r.output, "position", r.first_position);
+  if (r.weights) {
+    PrintWeights(*c.out, *r.weights, "new query position", "cached key", r.first_position);
+  }
+  PrintStats(*c.out, r.stats);
+}
+
 int RunAppend(Context& c) {
   absl::StatusOr<std::string> id = RequiredId(c.args, "append");
   if (!id.ok()) return UsageError(c, id.status());
@@ -203,26 +254,7 @@ int RunAppend(Context& c) {
   if (!precision.ok()) return UsageError(c, precision.status());
   absl::StatusOr<client::Wire> wire = client::ParseWire(c.args.GetString("wire", "f32"));
   if (!wire.ok()) return UsageError(c, wire.status());
-  const bool no_q = c.args.GetBool("no_q");
-  const bool from_files = c.args.Has("q") || c.args.Has("k") || c.args.Has("v");
-  if (from_files) {
-    if (!c.args.Has("k") || !c.args.Has("v")) {
-      return UsageError(c, absl::InvalidArgumentError("--k and --v go together (--q optional)"));
-    }
-    if (c.args.Has("n") || c.args.Has("seed")) {
-      return UsageError(c, absl::InvalidArgumentError(
-                               "--n and --seed make random tokens; not with --q/--k/--v files"));
-    }
-    if (no_q && c.args.Has("q")) {
-      return UsageError(c, absl::InvalidArgumentError("--no_q and --q contradict each other"));
-    }
-  }
-  const bool has_q = from_files ? c.args.Has("q") : !no_q;
-  if (!has_q && (c.args.GetBool("weights") || c.args.Has("out"))) {
-    return UsageError(c, absl::InvalidArgumentError(
-                             "without queries (--no_q, or --k/--v without --q) there is no output "
-                             "for --out or --weights"));
-  }
+  if (absl::Status s = CheckAppendSource(c.args); !s.ok()) return UsageError(c, s);
 
   client::KvCacheClient kv(c.Channel(), c.connection);
   client::AppendInput input;
@@ -231,30 +263,7 @@ int RunAppend(Context& c) {
   input.precision = *precision;
   input.wire = *wire;
   input.return_weights = c.args.GetBool("weights");
-  if (from_files) {
-    for (const char* flag : {"q", "k", "v"}) {
-      if (!c.args.Has(flag)) continue;
-      absl::StatusOr<FloatTensor> t = client::ReadNpyFile(c.args.GetString(flag));
-      if (!t.ok()) return LocalError(c, t.status());
-      if (flag[0] == 'q') input.q = *std::move(t);
-      if (flag[0] == 'k') input.k = *std::move(t);
-      if (flag[0] == 'v') input.v = *std::move(t);
-    }
-  } else {
-    absl::StatusOr<int64_t> n = IntFlag(c.args, "n", 1, 1, 1 << 20);
-    absl::StatusOr<int64_t> seed = IntFlag(c.args, "seed", 1, 0, INT64_MAX);
-    if (!n.ok()) return UsageError(c, n.status());
-    if (!seed.ok()) return UsageError(c, seed.status());
-    // Random tokens take the sequence's shape.
-    absl::StatusOr<v1::SequenceInfo> info = kv.GetSequence(*id);
-    if (!info.ok()) return ReportError(c, info.status());
-    const v1::SequenceConfig& config = info->config();
-    std::mt19937_64 rng(static_cast<uint64_t>(*seed));
-    FloatTensor q = RandomTensor(rng, {*n, config.n_head(), config.head_dim()});
-    input.k = RandomTensor(rng, {*n, config.n_head_kv(), config.head_dim()});
-    input.v = RandomTensor(rng, {*n, config.n_head_kv(), config.head_dim_v()});
-    if (!no_q) input.q = std::move(q);
-  }
+  if (int code = FillAppendTokens(c, kv, &input); code != kExitOk) return code;
   const int64_t n = input.k.shape.empty() ? 0 : input.k.shape[0];
   absl::StatusOr<client::AppendOutput> r = kv.Append(input);
   if (!r.ok()) return ReportError(c, r.status());
@@ -266,214 +275,7 @@ int RunAppend(Context& c) {
                                                             "appended: the sequence holds them)")));
     }
   }
-  if (c.json) {
-    *c.out << "{\"sequence_id\": " << JsonString(*id) << ", \"layer\": " << *layer
-           << ", \"appended\": " << n << ", \"first_position\": " << r->first_position
-           << ", \"layer_tokens\": " << r->layer_tokens;
-    if (input.q) *c.out << ", \"output\": " << JsonTensor(r->output);
-    if (r->weights) *c.out << ", \"weights\": " << JsonTensor(*r->weights);
-    if (input.q) *c.out << ", \"stats\": " << ToJson(r->stats);
-    *c.out << "}\n";
-    return kExitOk;
-  }
-  *c.out << "appended " << Plural(n, "token", "tokens")
-         << (input.q ? "" : " (keys and values only)") << " to layer " << *layer << " of "
-         << Quoted(*id) << " at position"
-         << (n == 1 ? absl::StrCat(" ", r->first_position)
-                    : absl::StrCat("s ", r->first_position, "-", r->first_position + n - 1))
-         << "; the layer holds " << Plural(r->layer_tokens, "token", "tokens") << "\n";
-  if (!input.q) return kExitOk;
-  *c.out << "output " << ShapeString(r->output.shape) << " = [n_new, n_head, head_dim_v]:\n";
-  PrintHeadRows(*c.out, r->output, "position", r->first_position);
-  if (r->weights) {
-    PrintWeights(*c.out, *r->weights, "new query position", "cached key", r->first_position);
-  }
-  PrintStats(*c.out, r->stats);
-  return kExitOk;
-}
-
-// One sequence's part of a decode run.
-struct DecodeTarget {
-  std::string id;
-  v1::SequenceConfig config;
-};
-
-// What a decode step produced for one sequence: its last layer's output and tokens.
-struct StepResult {
-  int64_t layer_tokens = 0;
-  std::vector<float> output_first;  // the first values of the output
-};
-
-int RunDecode(Context& c) {
-  if (c.args.Has("id") == c.args.Has("ids")) {
-    return UsageError(c, absl::InvalidArgumentError("give --id <id> or --ids a,b,c (one of them)"));
-  }
-  std::vector<std::string> ids;
-  if (c.args.Has("id")) {
-    ids.push_back(c.args.GetString("id"));
-  } else {
-    for (absl::string_view id : absl::StrSplit(c.args.GetString("ids"), ',', absl::SkipEmpty())) {
-      ids.emplace_back(id);
-    }
-  }
-  if (ids.empty() || ids[0].empty()) {
-    return UsageError(c, absl::InvalidArgumentError("--id/--ids: no sequence id given"));
-  }
-  if (std::set<std::string>(ids.begin(), ids.end()).size() != ids.size()) {
-    return UsageError(c, absl::InvalidArgumentError(
-                             "--ids: a sequence appears twice (a decode step takes each once)"));
-  }
-  absl::StatusOr<int64_t> steps = IntFlag(c.args, "steps", 1, 1, 1 << 20);
-  absl::StatusOr<int64_t> seed = IntFlag(c.args, "seed", 1, 0, INT64_MAX);
-  if (!steps.ok()) return UsageError(c, steps.status());
-  if (!seed.ok()) return UsageError(c, seed.status());
-  std::optional<int32_t> only_layer;
-  if (c.args.Has("layer")) {
-    absl::StatusOr<int64_t> layer = IntFlag(c.args, "layer", 0, 0, 1 << 16);
-    if (!layer.ok()) return UsageError(c, layer.status());
-    only_layer = static_cast<int32_t>(*layer);
-  }
-  absl::StatusOr<v1::Precision> precision = ParsePrecision(c.args);
-  if (!precision.ok()) return UsageError(c, precision.status());
-  absl::StatusOr<client::Wire> wire = client::ParseWire(c.args.GetString("wire", "f32"));
-  if (!wire.ok()) return UsageError(c, wire.status());
-  const bool stream_mode = c.args.GetBool("stream");
-
-  client::KvCacheClient kv(c.Channel(), c.connection);
-  std::vector<DecodeTarget> targets;
-  int32_t max_layers = 0;
-  for (const std::string& id : ids) {
-    absl::StatusOr<v1::SequenceInfo> info = kv.GetSequence(id);
-    if (!info.ok()) return ReportError(c, info.status());
-    targets.push_back({id, info->config()});
-    max_layers = std::max(max_layers, info->config().layers());
-  }
-  std::vector<int32_t> layers;
-  if (only_layer) {
-    layers.push_back(*only_layer);
-  } else {
-    for (int32_t l = 0; l < max_layers; ++l) layers.push_back(l);
-  }
-
-  // Every message of a step: one per layer, covering the sequences that have that layer (a
-  // layer no sequence has goes to the server anyway, which says why it is refused).
-  std::mt19937_64 rng(static_cast<uint64_t>(*seed));
-  auto make_messages = [&]() {
-    std::vector<client::DecodeBatchInput> messages;
-    for (int32_t layer : layers) {
-      client::DecodeBatchInput message;
-      message.layer = layer;
-      message.precision = *precision;
-      message.wire = *wire;
-      for (const DecodeTarget& t : targets) {
-        if (layer >= t.config.layers() && layers.size() > 1) continue;
-        client::DecodeStep step;
-        step.sequence_id = t.id;
-        step.q = RandomTensor(rng, {1, t.config.n_head(), t.config.head_dim()});
-        step.k = RandomTensor(rng, {1, t.config.n_head_kv(), t.config.head_dim()});
-        step.v = RandomTensor(rng, {1, t.config.n_head_kv(), t.config.head_dim_v()});
-        message.steps.push_back(std::move(step));
-      }
-      messages.push_back(std::move(message));
-    }
-    return messages;
-  };
-
-  std::unique_ptr<client::DecodeStream> stream;
-  if (stream_mode) stream = kv.OpenDecodeStream();
-  Table table({"step", "sequence", "tokens", "latency", "out[0]", "out[1]", "out[2]", "out[3]"});
-  std::string json_steps;
-  double total_seconds = 0;
-  int64_t calls = 0;
-  for (int64_t step = 0; step < *steps; ++step) {
-    const std::vector<client::DecodeBatchInput> messages = make_messages();
-    std::map<std::string, StepResult> results;
-    const auto keep = [&](const client::DecodeBatchOutput& output) {
-      for (const client::DecodeResult& r : output.results) {
-        StepResult& s = results[r.sequence_id];
-        s.layer_tokens = r.layer_tokens;
-        s.output_first.assign(
-            r.output.values.begin(),
-            r.output.values.begin() + std::min<size_t>(4, r.output.values.size()));
-      }
-    };
-    const auto start = std::chrono::steady_clock::now();
-    if (stream_mode) {
-      // The layers of one step are independent messages: write them all, then read the
-      // answers, so that the server always has the next one at hand.
-      for (const client::DecodeBatchInput& message : messages) {
-        absl::StatusOr<uint64_t> written = stream->Write(message);
-        if (!written.ok()) return ReportError(c, written.status());
-      }
-      for (size_t i = 0; i < messages.size(); ++i) {
-        absl::StatusOr<client::DecodeStreamReply> reply = stream->Read();
-        if (!reply.ok()) return ReportError(c, reply.status());
-        if (!reply->result.ok()) {
-          return ReportError(
-              c, absl::Status(reply->result.status().code(),
-                              absl::StrCat("step ", step, ", layer ", messages[i].layer, ": ",
-                                           reply->result.status().message())));
-        }
-        keep(*reply->result);
-      }
-    } else {
-      for (const client::DecodeBatchInput& message : messages) {
-        absl::StatusOr<client::DecodeBatchOutput> output = kv.DecodeBatch(message);
-        if (!output.ok()) {
-          return ReportError(c, absl::Status(output.status().code(),
-                                             absl::StrCat("step ", step, ", layer ", message.layer,
-                                                          ": ", output.status().message())));
-        }
-        keep(*output);
-      }
-    }
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    total_seconds += seconds;
-    calls += static_cast<int64_t>(messages.size());
-    std::vector<std::string> json_results;
-    for (const DecodeTarget& t : targets) {
-      const auto it = results.find(t.id);
-      if (it == results.end()) continue;
-      std::vector<std::string> row = {absl::StrCat(step), t.id, Count(it->second.layer_tokens),
-                                      Duration(seconds)};
-      for (size_t j = 0; j < 4; ++j) {
-        row.push_back(j < it->second.output_first.size() ? Fixed(it->second.output_first[j], 4)
-                                                         : "");
-      }
-      table.AddRow(row);
-      json_results.push_back(absl::StrCat(
-          "{\"sequence_id\": ", JsonString(t.id), ", \"layer_tokens\": ", it->second.layer_tokens,
-          ", \"output_first\": ", JsonNumbers(absl::MakeConstSpan(it->second.output_first)), "}"));
-    }
-    absl::StrAppend(&json_steps, step ? ", " : "", "{\"step\": ", step,
-                    ", \"latency_seconds\": ", absl::StrFormat("%.9g", seconds), ", \"results\": [",
-                    absl::StrJoin(json_results, ", "), "]}");
-  }
-  if (stream) {
-    if (absl::Status s = stream->Finish(); !s.ok()) return ReportError(c, s);
-  }
-  const std::string mode = stream_mode ? "stream" : "batch";
-  if (c.json) {
-    std::vector<std::string> quoted;
-    for (const std::string& id : ids) quoted.push_back(JsonString(id));
-    *c.out << "{\"mode\": \"" << mode << "\", \"sequences\": [" << absl::StrJoin(quoted, ", ")
-           << "], \"layers\": [" << absl::StrJoin(layers, ", ") << "], \"steps\": [" << json_steps
-           << "], \"calls\": " << calls
-           << ", \"total_seconds\": " << absl::StrFormat("%.9g", total_seconds) << "}\n";
-    return kExitOk;
-  }
-  std::vector<std::string> quoted;
-  for (const std::string& id : ids) quoted.push_back(Quoted(id));
-  *c.out << "decoding " << Plural(*steps, "step", "steps") << " of "
-         << Plural(static_cast<int64_t>(layers.size()), "layer", "layers") << " for "
-         << absl::StrJoin(quoted, ", ")
-         << (stream_mode ? " over one DecodeStream (a message per layer)"
-                         : " with DecodeBatch (a call per layer)")
-         << "; out[] = first values of the last layer's output\n"
-         << table.Render() << Plural(*steps, "step", "steps") << ", "
-         << Plural(calls, stream_mode ? "message" : "call", stream_mode ? "messages" : "calls")
-         << ", " << Duration(total_seconds / static_cast<double>(*steps)) << " per step\n";
+  PrintAppended(c, input, n, *r);
   return kExitOk;
 }
 
@@ -625,79 +427,67 @@ int RunStats(Context& c) {
   return kExitOk;
 }
 
+// --id of the subcommands about one existing sequence.
+FlagSpec SequenceIdFlag() { return {"id", "the sequence"}; }
+
+Command CreateSubcommand() {
+  return {
+      "create",
+      "create a sequence of a given shape",
+      "attend seq create [--id ID] [--layers L --n_head H --n_head_kv G --head_dim D] "
+      "[--kv_dtype f32|bf16|int8] [--window W] [--reserve N]",
+      "The shape is fixed for the sequence's life. --reserve takes the blocks of N tokens in\n"
+      "every layer now, so that appends up to that length cannot fail for lack of room.\n"
+      "Examples:\n  attend seq create --id chat-1\n"
+      "  attend seq create --id llama-like --layers 32 --n_head 32 --n_head_kv 8 --head_dim 128\n"
+      "  attend seq create --id local --kv_dtype f32 --window 4096 --reserve 1024\n",
+      {{"id", "sequence id, 1-128 of [A-Za-z0-9._:-]", false, "generated by the server"},
+       {"layers", "layers", false, "2"},
+       {"n_head", "query heads", false, "4"},
+       {"n_head_kv", "key/value heads (divides n_head)", false, "n_head"},
+       {"head_dim", "query/key head size", false, "16"},
+       {"head_dim_v", "value head size", false, "head_dim"},
+       {"kv_dtype", "storage of keys and values: f32, bf16 or int8", false, "bf16"},
+       {"window", "sliding window in tokens (0 = unlimited)", false, "0"},
+       {"reserve", "tokens to reserve in every layer", false, "0"}},
+      RunCreate};
+}
+
+Command AppendSubcommand() {
+  return {
+      "append",
+      "append one layer's new tokens and print the attention of their queries",
+      "attend seq append --id ID [--layer L] [--n N [--seed S] | --k k.npy --v v.npy [--q q.npy]] "
+      "[--no_q] [--weights] [--out o.npy]",
+      "Random tokens (standard normal, shaped like the sequence) unless --k/--v name .npy files\n"
+      "([n, n_head_kv, head_dim] and [n, n_head_kv, head_dim_v]; --q is [n, n_head, head_dim]).\n"
+      "The output is causal attention of the new queries over every token the layer holds.\n"
+      "With --no_q (or --k/--v without --q) the tokens are only cached.\n"
+      "Examples:\n  attend seq append --id chat-1 --layer 0 --n 16\n"
+      "  attend seq append --id chat-1 --layer 1 --n 16 --no_q\n"
+      "  attend seq append --id chat-1 --layer 0 --n 2 --weights\n"
+      "  attend seq append --id chat-1 --q q.npy --k k.npy --v v.npy --out o.npy\n",
+      {SequenceIdFlag(),
+       {"layer", "layer to append to", false, "0"},
+       {"n", "random tokens", false, "1"},
+       RandomTokensSeedFlag(),
+       {"q", ".npy file of the queries [n, n_head, head_dim]"},
+       {"k", ".npy file of the keys [n, n_head_kv, head_dim]"},
+       {"v", ".npy file of the values [n, n_head_kv, head_dim_v]"},
+       {"no_q", "send no queries: only cache the keys and values", true},
+       {"weights", "also print the attention weights per head", true},
+       {"out", "write the output [n, n_head, head_dim_v] to this .npy file"},
+       WireFlag(),
+       PrecisionFlag()},
+      RunAppend};
+}
+
 std::vector<Command> Subcommands() {
-  const FlagSpec id = {"id", "the sequence"};
-  const FlagSpec wire = {"wire", "how tensors travel: f32, bf16, f16 or values", false, "f32"};
-  const FlagSpec precision = {"precision", "f32 or bf16 products", false,
-                              "f32 (bf16 when inputs are bf16)"};
-  const FlagSpec seed = {"seed", "seed of the random tokens", false, "1"};
+  const FlagSpec id = SequenceIdFlag();
   std::vector<Command> subs;
-  subs.push_back(
-      {"create",
-       "create a sequence of a given shape",
-       "attend seq create [--id ID] [--layers L --n_head H --n_head_kv G --head_dim D] "
-       "[--kv_dtype f32|bf16|int8] [--window W] [--reserve N]",
-       "The shape is fixed for the sequence's life. --reserve takes the blocks of N tokens in\n"
-       "every layer now, so that appends up to that length cannot fail for lack of room.\n"
-       "Examples:\n  attend seq create --id chat-1\n"
-       "  attend seq create --id llama-like --layers 32 --n_head 32 --n_head_kv 8 --head_dim 128\n"
-       "  attend seq create --id local --kv_dtype f32 --window 4096 --reserve 1024\n",
-       {{"id", "sequence id, 1-128 of [A-Za-z0-9._:-]", false, "generated by the server"},
-        {"layers", "layers", false, "2"},
-        {"n_head", "query heads", false, "4"},
-        {"n_head_kv", "key/value heads (divides n_head)", false, "n_head"},
-        {"head_dim", "query/key head size", false, "16"},
-        {"head_dim_v", "value head size", false, "head_dim"},
-        {"kv_dtype", "storage of keys and values: f32, bf16 or int8", false, "bf16"},
-        {"window", "sliding window in tokens (0 = unlimited)", false, "0"},
-        {"reserve", "tokens to reserve in every layer", false, "0"}},
-       RunCreate});
-  subs.push_back(
-      {"append",
-       "append one layer's new tokens and print the attention of their queries",
-       "attend seq append --id ID [--layer L] [--n N [--seed S] | --k k.npy --v v.npy [--q q.npy]] "
-       "[--no_q] [--weights] [--out o.npy]",
-       "Random tokens (standard normal, shaped like the sequence) unless --k/--v name .npy files\n"
-       "([n, n_head_kv, head_dim] and [n, n_head_kv, head_dim_v]; --q is [n, n_head, head_dim]).\n"
-       "The output is causal attention of the new queries over every token the layer holds.\n"
-       "With --no_q (or --k/--v without --q) the tokens are only cached.\n"
-       "Examples:\n  attend seq append --id chat-1 --layer 0 --n 16\n"
-       "  attend seq append --id chat-1 --layer 1 --n 16 --no_q\n"
-       "  attend seq append --id chat-1 --layer 0 --n 2 --weights\n"
-       "  attend seq append --id chat-1 --q q.npy --k k.npy --v v.npy --out o.npy\n",
-       {id,
-        {"layer", "layer to append to", false, "0"},
-        {"n", "random tokens", false, "1"},
-        seed,
-        {"q", ".npy file of the queries [n, n_head, head_dim]"},
-        {"k", ".npy file of the keys [n, n_head_kv, head_dim]"},
-        {"v", ".npy file of the values [n, n_head_kv, head_dim_v]"},
-        {"no_q", "send no queries: only cache the keys and values", true},
-        {"weights", "also print the attention weights per head", true},
-        {"out", "write the output [n, n_head, head_dim_v] to this .npy file"},
-        wire,
-        precision},
-       RunAppend});
-  subs.push_back(
-      {"decode",
-       "run decode steps: one random token per layer per sequence",
-       "attend seq decode --id ID | --ids A,B,C [--steps N] [--layer L] [--stream] [--seed S]",
-       "Each step sends every layer 0..L-1 in order (only --layer with --layer), each layer's\n"
-       "tokens of all the sequences as one batch: a DecodeBatch call per layer, or with --stream\n"
-       "a message per layer over one DecodeStream. Prints each step's latency, the tokens\n"
-       "cached and the first values of the last layer's attention output.\n"
-       "Examples:\n  attend seq decode --id chat-1 --steps 4\n"
-       "  attend seq decode --ids chat-1,chat-2 --steps 8 --stream\n"
-       "  attend seq decode --id chat-1 --layer 0 --json\n",
-       {{"id", "the sequence (or --ids)"},
-        {"ids", "comma-separated sequences, decoded as one batch"},
-        {"layer", "decode only this layer", false, "every layer"},
-        {"steps", "decode steps", false, "1"},
-        {"stream", "use one DecodeStream instead of DecodeBatch calls", true},
-        seed,
-        wire,
-        precision},
-       RunDecode});
+  subs.push_back(CreateSubcommand());
+  subs.push_back(AppendSubcommand());
+  subs.push_back(SeqDecodeSubcommand());
   subs.push_back(
       {"fork",
        "fork a sequence copy-on-write (e.g. to branch a conversation)",
@@ -782,25 +572,13 @@ int RunSeq(Context& c) {
   return sub->run(c);
 }
 
-}  // namespace
-
-std::vector<Command> SeqSubcommands() {
-  std::vector<Command> subs = Subcommands();
-  for (Command& s : subs) s.name = "seq " + s.name;
-  return subs;
-}
-
-std::vector<Command> SeqCommands() {
-  const std::vector<Command> subs = Subcommands();
-  // The group accepts every subcommand's flags (RunSeq refuses the ones of other subcommands);
-  // its help says which subcommands take each, and what it means to each when that differs.
+// The group's flags: every subcommand's (RunSeq refuses the ones of other subcommands), each
+// once, in the order they first appear. The help says which subcommands take a flag, and what
+// it means to each when that differs.
+std::vector<FlagSpec> GroupFlags(const std::vector<Command>& subs) {
   std::vector<std::string> order;
   std::map<std::string, std::vector<std::pair<std::string, FlagSpec>>> users;
-  std::string list;
   for (const Command& s : subs) {
-    std::string name = "  " + s.name;
-    name.resize(std::max<size_t>(name.size(), 11), ' ');
-    absl::StrAppend(&list, name, " ", s.summary, "\n");
     for (const FlagSpec& f : s.flags) {
       if (users[f.name].empty()) order.push_back(f.name);
       users[f.name].emplace_back(s.name, f);
@@ -843,6 +621,26 @@ std::vector<Command> SeqCommands() {
     }
     flags.push_back(flag);
   }
+  return flags;
+}
+
+}  // namespace
+
+FlagSpec RandomTokensSeedFlag() { return {"seed", "seed of the random tokens", false, "1"}; }
+
+std::vector<Command> SeqSubcommands() {
+  std::vector<Command> subs = Subcommands();
+  for (Command& s : subs) s.name = "seq " + s.name;
+  return subs;
+}
+
+std::vector<Command> SeqCommands() {
+  const std::vector<Command> subs = Subcommands();
+  std::string list;
+  for (const Command& s : subs) {
+    absl::StrAppend(&list, PadRight("  " + s.name, 11), " ", s.summary, "\n");
+  }
+  const std::vector<FlagSpec> flags = GroupFlags(subs);
   std::vector<Command> commands;
   commands.push_back(
       {"seq", "sequences in the server's KV cache: create, append, decode, fork, get, stats, ...",

@@ -15,6 +15,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "client/cli/svg_chart.h"
+#include "client/cli/svg_heatmap.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/client/xml_check.h"

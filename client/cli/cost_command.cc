@@ -1,0 +1,291 @@
+// `attend cost`: prefill and decode FLOPs, bytes moved and roofline times of a model on some
+// hardware, the attention crossover, and with --plot prefill FLOPs against the prompt length.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <ostream>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/cli/command.h"
+#include "client/cli/format.h"
+#include "client/cli/planner_commands.h"
+#include "client/cli/svg_chart.h"
+
+namespace attend::cli {
+namespace {
+
+// A count flag that may be written in scientific notation ("8e9"), rounded to a whole number.
+absl::StatusOr<int64_t> ParseCount(const Args& args, const std::string& flag) {
+  const std::string text = args.GetString(flag);
+  double value;
+  if (!absl::SimpleAtod(text, &value) || !std::isfinite(value) || value < 0 || value >= 9.2e18) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--", flag, " needs a non-negative count such as 8030261248 or 8e9, got '", text, "'"));
+  }
+  return static_cast<int64_t>(std::llround(value));
+}
+
+absl::StatusOr<double> ParseRate(const Args& args, const std::string& flag) {
+  const std::string text = args.GetString(flag);
+  double value;
+  if (!absl::SimpleAtod(text, &value) || !std::isfinite(value)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, " needs a number such as 989.5e12, got '", text, "'"));
+  }
+  return value;
+}
+
+void PrintCost(std::ostream& out, const v1::EstimateCostResponse& e, bool priced) {
+  const v1::ModelSpec& m = e.model();
+  const v1::HardwareProfile& h = e.hardware();
+  out << m.display_name() << " (" << m.name() << ") on " << (h.name().empty() ? "custom" : h.name())
+      << ": prompt " << Count(e.prompt_tokens()) << " tokens, decode at "
+      << Count(e.context_tokens()) << " tokens of context, "
+      << Plural(e.batch(), "sequence", "sequences") << "\n"
+      << "P = " << Count(e.parameters()) << " parameters (2P FLOPs per token); "
+      << e.compute_dtype() << " at " << SiFine(e.peak_flops(), "FLOP/s") << ", memory "
+      << SiFine(h.memory_bandwidth_bytes_per_second(), "B/s") << "\n\n";
+  Table table({"phase", "attention FLOPs", "weight FLOPs", "bytes moved", "FLOP/byte", "time",
+               "bound", "tokens/s", "$/Mtok"});
+  for (const auto& [name, p] :
+       {std::pair<const char*, const v1::PhaseCost*>{"prefill", &e.prefill()},
+        {"decode", &e.decode()}}) {
+    if (p->bound().empty()) {
+      table.AddRow({name, "-", "-", "-", "-", "-", "-", "-", "-"});
+      continue;
+    }
+    table.AddRow({name, SiFine(p->attention_flops(), "FLOP"), SiFine(p->weight_flops(), "FLOP"),
+                  SiFine(p->bytes_moved(), "B"), Rate(p->arithmetic_intensity()),
+                  Duration(p->roofline_seconds()), p->bound(), Rate(p->tokens_per_second()),
+                  priced ? absl::StrFormat("%.4g", p->usd_per_million_tokens()) : "-"});
+  }
+  out << table.Render();
+  if (!e.prefill().bound().empty()) {
+    out << "prefill: the prompt's KV cache written (" << SiFine(e.prefill().kv_bytes(), "B")
+        << ") and the weights read once (" << SiFine(e.prefill().weight_bytes(), "B") << ")\n";
+  }
+  out << "decode: one token per sequence; the whole cache read ("
+      << SiFine(e.decode().kv_bytes(), "B") << ") and the weights ("
+      << SiFine(e.decode().weight_bytes(), "B") << ")\n";
+  out << "crossover: ";
+  if (e.prefill_crossover_tokens() > 0) {
+    out << "a prompt's attention FLOPs exceed its weight FLOPs from "
+        << Count(e.prefill_crossover_tokens()) << " tokens";
+  } else {
+    out << "a prompt's attention FLOPs never exceed its weight FLOPs (every layer windowed)";
+  }
+  if (e.decode_crossover_tokens() > 0) {
+    out << "; a decode step's from " << Count(e.decode_crossover_tokens())
+        << " tokens of context\n";
+  } else {
+    out << "; a decode step's never do\n";
+  }
+  if (!h.note().empty()) out << "hardware: " << h.note() << "\n";
+}
+
+// Picks the FLOP unit that keeps the largest value of a chart between 1 and 1000.
+std::pair<double, std::string> FlopUnit(double largest) {
+  const std::pair<double, const char*> units[] = {
+      {1e18, "EFLOP"}, {1e15, "PFLOP"}, {1e12, "TFLOP"}, {1e9, "GFLOP"}, {1e6, "MFLOP"}};
+  for (const auto& [scale, name] : units) {
+    if (largest >= scale) return {scale, name};
+  }
+  return {1.0, "FLOP"};
+}
+
+absl::StatusOr<LineChart> CostChart(const client::PlannerClient& planner,
+                                    const v1::EstimateCostRequest& base,
+                                    const v1::EstimateCostResponse& e) {
+  const int64_t crossover = e.prefill_crossover_tokens();
+  int64_t x_max = std::max(e.prompt_tokens(), e.context_tokens());
+  if (crossover > 0) {
+    x_max = std::max(x_max, static_cast<int64_t>(std::ceil(1.25 * static_cast<double>(crossover))));
+  }
+  constexpr int kPoints = 32;
+  std::set<int64_t> xs = {1};
+  for (int i = 1; i <= kPoints; ++i) {
+    xs.insert(std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(x_max) * i / kPoints)));
+  }
+  ChartSeries attention{"prefill attention", {}, {}};
+  ChartSeries weights{"prefill weights (2P per token)", {}, {}};
+  v1::EstimateCostRequest request = base;
+  request.clear_context_tokens();
+  for (int64_t x : xs) {
+    request.set_prompt_tokens(x);
+    absl::StatusOr<v1::EstimateCostResponse> r = planner.EstimateCost(request);
+    if (!r.ok()) return r.status();
+    attention.x.push_back(static_cast<double>(x));
+    attention.y.push_back(r->prefill().attention_flops());
+    weights.x.push_back(static_cast<double>(x));
+    weights.y.push_back(r->prefill().weight_flops());
+  }
+  double largest = 0;
+  for (const ChartSeries* s : {&attention, &weights}) {
+    for (double y : s->y) largest = std::max(largest, y);
+  }
+  const auto [scale, unit] = FlopUnit(largest);
+  for (ChartSeries* s : {&attention, &weights}) {
+    for (double& y : s->y) y /= scale;
+  }
+  LineChart chart;
+  chart.title = absl::StrCat(e.model().display_name(), ": prefill FLOPs against prompt length");
+  chart.subtitle = absl::StrCat(
+      Plural(e.batch(), "sequence", "sequences"), ", P = ", Count(e.parameters()),
+      base.non_causal() ? ", non-causal" : "",
+      crossover > 0
+          ? absl::StrCat("; attention overtakes the weights at ", Count(crossover), " tokens")
+          : "; attention never overtakes the weights");
+  chart.x_label = "prompt (tokens)";
+  chart.y_label = absl::StrCat("FLOPs (", unit, ")");
+  chart.series = {std::move(attention), std::move(weights)};
+  if (crossover > 0) {
+    chart.markers.push_back(
+        {static_cast<double>(crossover), absl::StrCat("crossover ", Count(crossover))});
+  }
+  if (e.prompt_tokens() > 0 && e.prompt_tokens() != crossover) {
+    chart.markers.push_back({static_cast<double>(e.prompt_tokens()),
+                             absl::StrCat("prompt ", Count(e.prompt_tokens()))});
+  }
+  return chart;
+}
+
+// The hardware of --hardware, or a custom profile (named by --hardware) when any hardware figure
+// is on the command line. INVALID_ARGUMENT for a figure that is not a number or byte size.
+absl::Status HardwareFromFlags(const Args& args, v1::EstimateCostRequest* request) {
+  const bool custom = args.Has("peak_flops") || args.Has("peak_flops_f32") ||
+                      args.Has("peak_flops_fp8") || args.Has("bandwidth") || args.Has("memory");
+  if (!custom) {
+    request->set_profile(args.GetString("hardware", "h100"));
+    return absl::OkStatus();
+  }
+  v1::HardwareProfile* h = request->mutable_custom();
+  h->set_name(args.GetString("hardware", "custom"));
+  for (const auto& [flag, setter] :
+       {std::pair<const char*, void (v1::HardwareProfile::*)(double)>{
+            "peak_flops", &v1::HardwareProfile::set_peak_flops_bf16},
+        {"peak_flops_f32", &v1::HardwareProfile::set_peak_flops_f32},
+        {"peak_flops_fp8", &v1::HardwareProfile::set_peak_flops_fp8}}) {
+    if (!args.Has(flag)) continue;
+    absl::StatusOr<double> v = ParseRate(args, flag);
+    if (!v.ok()) return v.status();
+    (h->*setter)(*v);
+  }
+  for (const auto& [flag, setter] :
+       {std::pair<const char*, void (v1::HardwareProfile::*)(double)>{
+            "bandwidth", &v1::HardwareProfile::set_memory_bandwidth_bytes_per_second},
+        {"memory", &v1::HardwareProfile::set_memory_bytes}}) {
+    if (!args.Has(flag)) continue;
+    absl::StatusOr<int64_t> v = ParseByteSize(args.GetString(flag), absl::StrCat("--", flag));
+    if (!v.ok()) return v.status();
+    (h->*setter)(static_cast<double>(*v));
+  }
+  return absl::OkStatus();
+}
+
+// The request the flags describe, the model aside. INVALID_ARGUMENT for the first flag that is
+// wrong, or when neither --prompt nor --context is given.
+absl::StatusOr<v1::EstimateCostRequest> CostRequestFromFlags(const Args& args) {
+  v1::EstimateCostRequest request;
+  absl::StatusOr<int64_t> prompt = args.GetInt("prompt", 0);
+  absl::StatusOr<int64_t> context = args.GetInt("context", 0);
+  absl::StatusOr<int64_t> batch = args.GetInt("batch", 0);
+  for (const auto* v : {&prompt, &context, &batch}) {
+    if (!v->ok()) return v->status();
+  }
+  if (!args.Has("prompt") && !args.Has("context")) {
+    return absl::InvalidArgumentError(
+        "give --prompt N (the prefill length) and/or --context N (the cache length of a decode "
+        "step)");
+  }
+  request.set_prompt_tokens(*prompt);
+  request.set_context_tokens(*context);
+  request.set_batch(*batch);
+  request.set_non_causal(args.GetBool("non_causal"));
+  request.set_compute_dtype(args.GetString("compute_dtype"));
+  request.set_weights_dtype(args.GetString("weights_dtype"));
+  absl::StatusOr<v1::KvDType> dtype = ParseKvDType(args.GetString("kv_dtype"));
+  if (!dtype.ok()) return dtype.status();
+  request.set_kv_dtype(*dtype);
+  if (args.Has("parameters")) {
+    absl::StatusOr<int64_t> p = ParseCount(args, "parameters");
+    if (!p.ok()) return p.status();
+    request.set_parameters(*p);
+  }
+  if (args.Has("price")) {
+    absl::StatusOr<double> price = ParseRate(args, "price");
+    if (!price.ok()) return price.status();
+    request.set_price_per_hour_usd(*price);
+  }
+  if (absl::Status s = HardwareFromFlags(args, &request); !s.ok()) return s;
+  return request;
+}
+
+int RunCost(Context& c) {
+  absl::StatusOr<v1::EstimateCostRequest> request = CostRequestFromFlags(c.args);
+  if (!request.ok()) return UsageError(c, request.status());
+  client::PlannerClient planner(c.Channel(), c.connection);
+  if (int code = ResolveModel(c, planner, request->mutable_model()); code != kExitOk) return code;
+  absl::StatusOr<v1::EstimateCostResponse> r = planner.EstimateCost(*request);
+  if (!r.ok()) return ReportError(c, r.status());
+  if (c.json) {
+    *c.out << ToJson(*r);
+  } else {
+    PrintCost(*c.out, *r, request->price_per_hour_usd() > 0);
+  }
+  if (c.args.Has("plot")) {
+    absl::StatusOr<LineChart> chart = CostChart(planner, *request, *r);
+    if (!chart.ok()) return ReportError(c, chart.status());
+    const std::string path = c.args.GetString("plot");
+    if (absl::Status s = WriteTextFile(path, RenderSvg(*chart)); !s.ok()) return LocalError(c, s);
+    if (!c.json) *c.out << "\nwrote " << path << "\n";
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+Command CostCommand() {
+  std::vector<FlagSpec> cost_flags = {
+      {"prompt", "prefill length in tokens"},
+      {"context", "cache length of a decode step", false, "--prompt"},
+      {"batch", "sequences", false, "1"},
+      {"hardware", "h100, h200, a100, cpu-socket or local (this server, measured)", false, "h100"},
+      {"price", "price per hour in USD, for $ per million tokens"},
+      {"compute_dtype", "bfloat16, float32 or fp8", false, "bfloat16"},
+      {"kv_dtype", "f16, bf16, f32, fp8, int8, q8_0 or q4_0", false, "f16"},
+      {"weights_dtype", "type of the weights read", false, "the model's"},
+      {"parameters", "P for weight FLOPs, e.g. 8e9", false, "the model's active parameters"},
+      {"non_causal", "count n^2 prefill pairs instead of n(n+1)/2", true},
+      {"peak_flops", "custom hardware: bf16/f16 peak FLOP/s, e.g. 989.5e12"},
+      {"peak_flops_f32", "custom hardware: f32 peak FLOP/s"},
+      {"peak_flops_fp8", "custom hardware: fp8/int8 peak FLOP/s"},
+      {"bandwidth", "custom hardware: memory bytes per second, e.g. 3.35e12 or 3.35TB"},
+      {"memory", "custom hardware: memory capacity, e.g. 80GiB"},
+      {"plot", "also write an SVG of prefill FLOPs against prompt length to this file"},
+  };
+  for (FlagSpec& f : ModelSourceFlags()) cost_flags.push_back(f);
+  return {
+      "cost",
+      "prefill and decode FLOPs, bytes, roofline time and the attention crossover",
+      "attend cost <model> --prompt N [--context N] [--batch B] [--hardware h100] [--price 2.5]",
+      "FLOPs count 2 x (head_dim + head_dim_v) per attention pair and head, and 2P per token\n"
+      "for the weights; time is the roofline max(FLOPs / peak, bytes / bandwidth).\n"
+      "Any of --peak_flops, --bandwidth, ... makes a custom profile (named by --hardware).\n"
+      "Examples:\n  attend cost llama-3-8b --prompt 8192 --hardware h100\n"
+      "  attend cost llama-3-8b --prompt 8192 --parameters 8e9 --plot cost.svg\n"
+      "  attend cost llama-3-70b --prompt 2048 --context 32768 --batch 32 --price 2.5\n"
+      "  attend cost llama-3-8b --prompt 1024 --hardware local\n"
+      "  attend cost llama-3-8b --prompt 1024 --peak_flops 100e12 --bandwidth 1TB\n",
+      cost_flags,
+      RunCost};
+}
+
+}  // namespace attend::cli

@@ -1,0 +1,218 @@
+// `attend models` and `attend model`: the catalog's presets, and one model (a preset or an
+// imported config.json / GGUF) in full.
+#include <algorithm>
+#include <cstdint>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "client/cli/command.h"
+#include "client/cli/format.h"
+#include "client/cli/planner_commands.h"
+
+namespace attend::cli {
+namespace {
+
+// "8.03B", "19.4M".
+std::string Parameters(int64_t n) {
+  if (n <= 0) return "unknown";
+  const double v = static_cast<double>(n);
+  if (v >= 1e9) return absl::StrFormat("%.3gB", v / 1e9);
+  if (v >= 1e6) return absl::StrFormat("%.3gM", v / 1e6);
+  return Count(n);
+}
+
+// "4,096" when every layer slides with that window, "4,096 on 21/42" when some do, "-" when
+// none does.
+std::string WindowSummary(const v1::ModelSpec& m) {
+  std::set<int64_t> windows;
+  int windowed = 0;
+  for (const v1::LayerSpec& l : m.layer_specs()) {
+    if (l.window_tokens() > 0) {
+      windows.insert(l.window_tokens());
+      ++windowed;
+    }
+  }
+  if (windowed == 0) return "-";
+  std::vector<std::string> sizes;
+  for (int64_t w : windows) sizes.push_back(Count(w));
+  const std::string joined = absl::StrJoin(sizes, "/");
+  if (windowed == m.layers()) return joined;
+  return absl::StrCat(joined, " on ", windowed, "/", m.layers());
+}
+
+// Layer indices as "0, 2, 4, ..., 40" (all of them when there are few).
+std::string LayerList(const std::vector<int>& layers) {
+  if (layers.size() <= 8) return absl::StrJoin(layers, ", ");
+  return absl::StrCat(layers[0], ", ", layers[1], ", ", layers[2], ", ..., ", layers.back());
+}
+
+// The distinct per-layer shapes of a model, one line each.
+std::vector<std::string> LayerGroups(const v1::ModelSpec& m) {
+  std::vector<std::pair<std::pair<int64_t, int64_t>, std::vector<int>>> groups;
+  for (int i = 0; i < m.layer_specs_size(); ++i) {
+    const std::pair<int64_t, int64_t> key{m.layer_specs(i).n_head_kv(),
+                                          m.layer_specs(i).window_tokens()};
+    auto it =
+        std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == key; });
+    if (it == groups.end()) {
+      groups.push_back({key, {i}});
+    } else {
+      it->second.push_back(i);
+    }
+  }
+  std::vector<std::string> lines;
+  for (const auto& [key, layers] : groups) {
+    lines.push_back(absl::StrCat(
+        Plural(static_cast<int64_t>(layers.size()), "layer", "layers"), " (", LayerList(layers),
+        "): ", Plural(key.first, "key/value head", "key/value heads"), ", ",
+        key.second > 0 ? absl::StrCat("sliding window of ", Count(key.second), " tokens")
+                       : "full attention"));
+  }
+  return lines;
+}
+
+// The variant's name; grouped-query says how many query heads share a key/value head.
+std::string AttentionKind(int64_t n_head, int64_t n_head_kv) {
+  const std::string variant = AttentionVariantName(n_head, n_head_kv);
+  if (n_head_kv == n_head || n_head_kv == 1) return variant;
+  return absl::StrCat(variant, ", ", n_head / n_head_kv, " query heads per key/value head");
+}
+
+int PrintModelDetails(Context& c, const client::PlannerClient& planner, const v1::ModelSpec& m) {
+  if (c.json) {
+    *c.out << ToJson(m);
+    return kExitOk;
+  }
+  Fields f;
+  f.Add("name", m.name());
+  if (!m.architecture().empty()) f.Add("architecture", m.architecture());
+  f.Add("layers", Count(m.layers()));
+  f.Add("query heads", Count(m.n_head()));
+  f.Add("key/value heads",
+        absl::StrCat(Count(m.n_head_kv()), " (", AttentionKind(m.n_head(), m.n_head_kv()), ")"));
+  f.Add("head size", m.head_dim_v() == m.head_dim()
+                         ? Count(m.head_dim())
+                         : absl::StrCat(Count(m.head_dim()), " (keys and queries), ",
+                                        Count(m.head_dim_v()), " (values)"));
+  if (m.d_model() > 0) f.Add("d_model", Count(m.d_model()));
+  if (m.vocab_size() > 0) f.Add("vocabulary", Count(m.vocab_size()));
+  if (m.intermediate_size() > 0) f.Add("MLP width", Count(m.intermediate_size()));
+  if (m.experts() > 1) {
+    f.Add("experts", absl::StrCat(m.experts(), " per layer, ", m.experts_active(), " per token"));
+  }
+  std::string params = m.parameters() > 0 ? absl::StrCat(Count(m.parameters()), " (",
+                                                         Parameters(m.parameters()), ")")
+                                          : "unknown";
+  if (m.active_parameters() > 0 && m.active_parameters() != m.parameters()) {
+    absl::StrAppend(&params, "; ", Count(m.active_parameters()), " (",
+                    Parameters(m.active_parameters()), ") active per token");
+  }
+  f.Add("parameters", params);
+  if (!m.parameters_source().empty()) f.Add("parameter count", m.parameters_source());
+  f.Add("max context", m.max_context_tokens() > 0
+                           ? absl::StrCat(Count(m.max_context_tokens()), " tokens")
+                           : "unknown");
+  f.Add("weights", m.weights_dtype().empty() ? "unknown type" : m.weights_dtype());
+  f.Add("tied embeddings", m.tied_embeddings() ? "yes" : "no");
+  const std::vector<std::string> groups = LayerGroups(m);
+  if (groups.empty()) {
+    f.Add("attention", absl::StrCat("every layer full attention with ",
+                                    Plural(m.n_head_kv(), "key/value head", "key/value heads")));
+  } else {
+    for (size_t i = 0; i < groups.size(); ++i) f.Add(i == 0 ? "attention" : "", groups[i]);
+  }
+  // What the cache costs, from the server: bytes per token do not depend on the context.
+  v1::PlanKvCacheRequest request;
+  *request.mutable_model()->mutable_spec() = m;
+  request.set_context_tokens(m.max_context_tokens() > 0 ? 0 : 1);
+  absl::StatusOr<v1::PlanKvCacheResponse> plan = planner.PlanKvCache(request);
+  if (!plan.ok()) return ReportError(c, plan.status());
+  std::string kv = absl::StrCat(BinaryBytes(plan->bytes_per_token()), " per token");
+  if (m.max_context_tokens() > 0) {
+    absl::StrAppend(&kv, ", ", BinaryBytes(plan->bytes_per_sequence()), " at ",
+                    Count(m.max_context_tokens()), " tokens");
+  }
+  f.Add("KV cache (float16)", kv);
+  f.Add("source", m.source());
+  *c.out << m.display_name() << "\n" << f.Render("  ");
+  return kExitOk;
+}
+
+int RunModel(Context& c) {
+  client::PlannerClient planner(c.Channel(), c.connection);
+  if (c.args.Has("config") || c.args.Has("gguf")) {
+    v1::ModelRef ref;
+    if (int code = ResolveModel(c, planner, &ref); code != kExitOk) return code;
+    return PrintModelDetails(c, planner, ref.spec());
+  }
+  if (c.args.positional().size() != 1) {
+    return UsageError(c, absl::InvalidArgumentError(
+                             "give one model name (see 'attend models'), or --config / --gguf"));
+  }
+  absl::StatusOr<v1::ModelSpec> m = planner.GetModel(c.args.positional()[0]);
+  if (!m.ok()) return ReportError(c, m.status());
+  return PrintModelDetails(c, planner, *m);
+}
+
+int RunModels(Context& c) {
+  if (!c.args.positional().empty() || c.args.Has("config") || c.args.Has("gguf")) {
+    return RunModel(c);
+  }
+  client::PlannerClient planner(c.Channel(), c.connection);
+  absl::StatusOr<v1::ListModelsResponse> r = planner.ListModels();
+  if (!r.ok()) return ReportError(c, r.status());
+  if (c.json) {
+    *c.out << ToJson(*r);
+    return kExitOk;
+  }
+  Table table({"name", "layers", "heads", "kv heads", "head dim", "window", "params", "max context",
+               "source"});
+  for (const v1::ModelSpec& m : r->models()) {
+    std::string params = Parameters(m.parameters());
+    if (m.active_parameters() > 0 && m.active_parameters() != m.parameters()) {
+      absl::StrAppend(&params, " (", Parameters(m.active_parameters()), " active)");
+    }
+    table.AddRow({m.name(), Count(m.layers()), Count(m.n_head()), Count(m.n_head_kv()),
+                  m.head_dim_v() == m.head_dim() ? Count(m.head_dim())
+                                                 : absl::StrCat(m.head_dim(), "/", m.head_dim_v()),
+                  WindowSummary(m), params,
+                  m.max_context_tokens() > 0 ? Count(m.max_context_tokens()) : "-",
+                  Shorten(m.source(), 60)});
+  }
+  *c.out << table.Render()
+         << "'attend model <name>' shows one in full; 'attend plan <name>' sizes its KV cache.\n";
+  return kExitOk;
+}
+
+}  // namespace
+
+Command ModelsCommand() {
+  return {"models",
+          "list the model presets, or show one ('attend models <name>')",
+          "attend models [<name>] [--json]",
+          "Presets of published configurations; each names its source. With a name, the same as\n"
+          "'attend model <name>'.\n"
+          "Examples:\n  attend models\n  attend models llama-3-8b\n  attend --json models\n",
+          ModelSourceFlags(),
+          RunModels};
+}
+
+Command ModelCommand() {
+  return {
+      "model",
+      "show one model preset (or an imported config.json / GGUF) in full",
+      "attend model <name> | attend model --config config.json | --gguf model.gguf [<name>]",
+      "Shape, parameter count and its source, per-layer attention (sliding windows) and the KV\n"
+      "cache per token.\n"
+      "Examples:\n  attend model llama-3-70b\n  attend model gemma-2-9b\n"
+      "  attend model --config ~/models/Llama-3-8B/config.json\n",
+      ModelSourceFlags(),
+      RunModel};
+}
+
+}  // namespace attend::cli

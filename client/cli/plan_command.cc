@@ -1,0 +1,356 @@
+// `attend plan`: the KV cache of a model, per token, per sequence, for a batch and against a
+// memory budget, by attention variant, and with --plot its size against the context.
+#include <cstdint>
+#include <ostream>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/cli/command.h"
+#include "client/cli/format.h"
+#include "client/cli/planner_commands.h"
+#include "client/cli/svg_chart.h"
+
+namespace attend::cli {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+std::string KvDTypeName(v1::KvDType dtype) {
+  switch (dtype) {
+    case v1::KV_FLOAT32:
+      return "float32";
+    case v1::KV_BFLOAT16:
+      return "bfloat16";
+    case v1::KV_FP8:
+      return "fp8";
+    case v1::KV_INT8:
+      return "int8";
+    case v1::KV_Q8_0:
+      return "q8_0";
+    case v1::KV_Q4_0:
+      return "q4_0";
+    default:
+      return "float16";
+  }
+}
+
+std::string VariantLabel(const std::string& variant) {
+  if (variant == "MHA") return "multi-head (MHA)";
+  if (variant == "GQA") return "grouped-query (GQA)";
+  if (variant == "MQA") return "multi-query (MQA)";
+  return variant;
+}
+
+// KiB per token as the lesson prints it (a whole number), with decimals only when needed.
+std::string KibPerToken(int64_t bytes) {
+  if (bytes % 1024 == 0) return Count(bytes / 1024);
+  return absl::StrFormat("%.2f", static_cast<double>(bytes) / 1024.0);
+}
+
+// The model's shape, the cache's type and size, and a note when the context is beyond the model.
+void PrintPlanHeadline(std::ostream& out, const v1::PlanKvCacheResponse& p) {
+  const v1::ModelSpec& m = p.model();
+  const std::string dtype = KvDTypeName(p.kv_dtype());
+  out << m.display_name() << " (" << m.name() << "): " << Plural(m.layers(), "layer", "layers")
+      << ", " << Count(m.n_head()) << " query heads, "
+      << Plural(m.n_head_kv(), "key/value head", "key/value heads") << ", head size "
+      << m.head_dim() << (m.head_dim_v() != m.head_dim() ? absl::StrCat("/", m.head_dim_v()) : "")
+      << "\n"
+      << "KV cache in " << dtype << " (" << absl::StrFormat("%g", p.bytes_per_value())
+      << (p.bytes_per_value() == 1.0 ? " byte" : " bytes") << " per value), "
+      << Count(p.context_tokens()) << " tokens x " << Plural(p.batch(), "sequence", "sequences")
+      << "\n";
+  if (m.max_context_tokens() > 0 && p.context_tokens() > m.max_context_tokens()) {
+    out << "note: " << m.display_name() << " accepts at most " << Count(m.max_context_tokens())
+        << " tokens; " << Count(p.context_tokens()) << " is beyond it\n";
+  }
+  out << "\n";
+}
+
+// Bytes per token, per sequence and in total, and what paging allocates.
+void PrintPlanSizes(std::ostream& out, const v1::PlanKvCacheResponse& p) {
+  Fields f;
+  f.Add("bytes per token", BytesWithCount(p.bytes_per_token()));
+  if (p.full_attention_bytes_per_token() != p.bytes_per_token()) {
+    f.Add("  once windows are full",
+          absl::StrCat(BytesWithCount(p.full_attention_bytes_per_token()),
+                       " per token (full-attention layers only)"));
+  }
+  f.Add(absl::StrCat("per sequence (", Count(p.context_tokens()), " tokens)"),
+        BytesWithCount(p.bytes_per_sequence()));
+  f.Add(absl::StrCat("total (", Plural(p.batch(), "sequence", "sequences"), ")"),
+        BytesWithCount(p.total_bytes()));
+  if (p.has_paged()) {
+    const v1::PagedPlan& pg = p.paged();
+    f.Add(absl::StrCat("paged (", Count(pg.block_tokens()), "-token blocks)"),
+          absl::StrCat(BytesWithCount(pg.allocated_bytes()), " allocated, ",
+                       Plural(pg.blocks_per_sequence(), "block", "blocks"), " per sequence, ",
+                       BinaryBytes(pg.waste_bytes()), " unused"));
+  }
+  out << f.Render();
+}
+
+// Whether the batch fits the budget, why, and the longest context and most sequences that do.
+void PrintPlanBudget(std::ostream& out, const v1::PlanKvCacheResponse& p) {
+  if (!p.has_budget()) return;
+  const v1::BudgetPlan& b = p.budget();
+  out << "\nbudget " << BytesWithCount(b.budget_bytes());
+  if (b.weights_bytes() > 0) {
+    out << " - weights " << BinaryBytes(b.weights_bytes()) << " = "
+        << BinaryBytes(b.available_bytes()) << " for the cache";
+  }
+  out << ": " << (b.fits() ? "fits" : "does not fit") << "\n" << Wrap(b.explanation(), 100, "  ");
+  if (b.available_bytes() >= 0) {
+    Fields bf;
+    bf.Add(absl::StrCat("longest context, ", Plural(p.batch(), "sequence", "sequences")),
+           b.context_unbounded() ? "unbounded (every layer is windowed)"
+                                 : absl::StrCat(Count(b.max_context_tokens()), " tokens"));
+    if (p.batch() > 1) {
+      bf.Add("longest context, one sequence",
+             absl::StrCat(Count(b.max_context_tokens_one_sequence()), " tokens"));
+    }
+    bf.Add(absl::StrCat("most sequences of ", Count(p.context_tokens()), " tokens"),
+           Count(b.max_sequences()));
+    out << bf.Render("  ");
+  }
+}
+
+// The same layers and heads as multi-head, grouped-query and multi-query attention; the model's
+// own row is marked.
+void PrintPlanVariants(std::ostream& out, const v1::PlanKvCacheResponse& p) {
+  if (p.variants_size() == 0) return;
+  std::vector<std::string> header = {"variant", "kv heads", "group", "KiB/token",
+                                     absl::StrCat("GiB at ", p.context_tokens(), " tokens")};
+  if (p.batch() > 1) header.push_back(absl::StrCat("GiB x ", p.batch()));
+  Table table(header);
+  bool marked = false;
+  for (const v1::VariantRow& v : p.variants()) {
+    std::vector<std::string> row = {
+        absl::StrCat(VariantLabel(v.variant()), v.is_model() ? " *" : ""), Count(v.n_head_kv()),
+        Count(v.group_size()), KibPerToken(v.bytes_per_token()),
+        absl::StrFormat("%.2f", static_cast<double>(v.bytes_per_sequence()) / kGiB)};
+    if (p.batch() > 1) {
+      row.push_back(
+          absl::StrFormat("%.2f", static_cast<double>(v.bytes_per_sequence()) * p.batch() / kGiB));
+    }
+    marked = marked || v.is_model();
+    table.AddRow(std::move(row));
+  }
+  out << "\n" << table.Render();
+  if (marked) out << "* the model's own key/value heads\n";
+}
+
+void PrintPlan(std::ostream& out, const v1::PlanKvCacheResponse& p) {
+  PrintPlanHeadline(out, p);
+  PrintPlanSizes(out, p);
+  PrintPlanBudget(out, p);
+  PrintPlanVariants(out, p);
+}
+
+// Contexts at which to sample a KV-size curve up to `max_context`: evenly spaced points plus
+// every window edge. Between those the size is linear in the context, so the polyline through
+// them is the exact curve.
+std::vector<int64_t> KvSamples(const v1::ModelSpec& m, int64_t max_context) {
+  std::set<int64_t> xs = {1, max_context};
+  constexpr int kSteps = 12;
+  for (int i = 1; i < kSteps; ++i) {
+    xs.insert(
+        std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(max_context) * i / kSteps)));
+  }
+  for (const v1::LayerSpec& l : m.layer_specs()) {
+    if (l.window_tokens() > 0 && l.window_tokens() < max_context) xs.insert(l.window_tokens());
+  }
+  return std::vector<int64_t>(xs.begin(), xs.end());
+}
+
+// One line per attention variant of the plan (the same layers and heads with other key/value
+// heads): the KV size of the batch at each context of `xs`, from the server.
+absl::Status AddVariantSeries(const client::PlannerClient& planner, v1::PlanKvCacheRequest request,
+                              const v1::PlanKvCacheResponse& plan, const std::vector<int64_t>& xs,
+                              LineChart* chart) {
+  chart->subtitle = absl::StrCat(KvDTypeName(plan.kv_dtype()),
+                                 " cache; one line per attention variant (same layers and heads)");
+  for (const v1::VariantRow& v : plan.variants()) {
+    ChartSeries s;
+    s.name = absl::StrCat(v.variant(), ": ", Plural(v.n_head_kv(), "KV head", "KV heads"),
+                          v.is_model() ? " (the model)" : "");
+    chart->series.push_back(std::move(s));
+  }
+  for (int64_t x : xs) {
+    request.set_context_tokens(x);
+    absl::StatusOr<v1::PlanKvCacheResponse> r = planner.PlanKvCache(request);
+    if (!r.ok()) return r.status();
+    if (r->variants_size() != static_cast<int>(chart->series.size())) {
+      return absl::InternalError("the server's variant rows changed between calls");
+    }
+    for (int i = 0; i < r->variants_size(); ++i) {
+      chart->series[i].x.push_back(static_cast<double>(x));
+      chart->series[i].y.push_back(static_cast<double>(r->variants(i).bytes_per_sequence()) *
+                                   static_cast<double>(r->batch()) / kGiB);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// One line per KV cache type: the total KV size at each context of `xs`, from the server.
+absl::Status AddDTypeSeries(const client::PlannerClient& planner, v1::PlanKvCacheRequest request,
+                            const v1::ModelSpec& m, const std::vector<int64_t>& xs,
+                            LineChart* chart) {
+  chart->subtitle = absl::StrCat(Plural(m.n_head_kv(), "key/value head", "key/value heads"),
+                                 "; one line per KV cache type");
+  // bfloat16 sizes as float16 and int8 as fp8: one line each.
+  const std::pair<v1::KvDType, const char*> types[] = {{v1::KV_FLOAT32, "float32"},
+                                                       {v1::KV_FLOAT16, "float16 / bfloat16"},
+                                                       {v1::KV_FP8, "fp8 / int8"},
+                                                       {v1::KV_Q8_0, "q8_0"},
+                                                       {v1::KV_Q4_0, "q4_0"}};
+  for (const auto& [dtype, name] : types) {
+    ChartSeries s;
+    s.name = name;
+    request.set_kv_dtype(dtype);
+    for (int64_t x : xs) {
+      request.set_context_tokens(x);
+      absl::StatusOr<v1::PlanKvCacheResponse> r = planner.PlanKvCache(request);
+      if (!r.ok()) return r.status();
+      s.x.push_back(static_cast<double>(x));
+      s.y.push_back(static_cast<double>(r->total_bytes()) / kGiB);
+    }
+    chart->series.push_back(std::move(s));
+  }
+  return absl::OkStatus();
+}
+
+// Asks the server for the KV size of each variant (or each KV type) at a series of contexts,
+// and adds the budget as a dashed line and the window edges as markers.
+absl::StatusOr<LineChart> KvChart(const client::PlannerClient& planner,
+                                  const v1::PlanKvCacheRequest& base,
+                                  const v1::PlanKvCacheResponse& plan, bool by_dtype) {
+  const v1::ModelSpec& m = plan.model();
+  const std::vector<int64_t> xs = KvSamples(m, plan.context_tokens());
+  LineChart chart;
+  chart.title = absl::StrCat(m.display_name(), ": KV cache against context");
+  chart.x_label = "context (tokens per sequence)";
+  chart.y_label =
+      absl::StrCat("KV cache (GiB, ", Plural(plan.batch(), "sequence", "sequences"), ")");
+  v1::PlanKvCacheRequest request = base;
+  request.clear_memory_budget_bytes();
+  request.clear_block_tokens();
+  request.set_subtract_weights(false);
+  const absl::Status added = by_dtype ? AddDTypeSeries(planner, request, m, xs, &chart)
+                                      : AddVariantSeries(planner, request, plan, xs, &chart);
+  if (!added.ok()) return added;
+  if (plan.has_budget() && plan.budget().available_bytes() > 0) {
+    ChartSeries budget;
+    budget.name =
+        absl::StrCat("budget: ", BinaryBytes(plan.budget().available_bytes()), " for the cache");
+    budget.dashed = true;
+    const double gib = static_cast<double>(plan.budget().available_bytes()) / kGiB;
+    budget.x = {0.0, static_cast<double>(plan.context_tokens())};
+    budget.y = {gib, gib};
+    chart.series.push_back(std::move(budget));
+  }
+  std::set<int64_t> windows;
+  for (const v1::LayerSpec& l : m.layer_specs()) {
+    if (l.window_tokens() > 0 && l.window_tokens() < plan.context_tokens()) {
+      windows.insert(l.window_tokens());
+    }
+  }
+  for (int64_t w : windows) {
+    chart.markers.push_back({static_cast<double>(w), absl::StrCat("window ", Count(w))});
+  }
+  return chart;
+}
+
+int RunPlan(Context& c) {
+  v1::PlanKvCacheRequest request;
+  absl::StatusOr<int64_t> context = c.args.GetInt("context", 0);
+  absl::StatusOr<int64_t> batch = c.args.GetInt("batch", 0);
+  absl::StatusOr<int64_t> block = c.args.GetInt("block_tokens", 0);
+  for (const auto* v : {&context, &batch, &block}) {
+    if (!v->ok()) return UsageError(c, v->status());
+  }
+  request.set_context_tokens(*context);
+  request.set_batch(*batch);
+  request.set_block_tokens(*block);
+  absl::StatusOr<v1::KvDType> dtype = ParseKvDType(c.args.GetString("kv_dtype"));
+  if (!dtype.ok()) return UsageError(c, dtype.status());
+  request.set_kv_dtype(*dtype);
+  if (c.args.Has("budget")) {
+    absl::StatusOr<int64_t> budget = ParseByteSize(c.args.GetString("budget"), "--budget");
+    if (!budget.ok()) return UsageError(c, budget.status());
+    request.set_memory_budget_bytes(*budget);
+  }
+  request.set_subtract_weights(c.args.GetBool("subtract_weights"));
+  if (c.args.Has("weights_bytes")) {
+    absl::StatusOr<int64_t> w = ParseByteSize(c.args.GetString("weights_bytes"), "--weights_bytes");
+    if (!w.ok()) return UsageError(c, w.status());
+    request.set_weights_bytes(*w);
+  }
+  request.set_weights_dtype(c.args.GetString("weights_dtype"));
+  const std::string plot_by = c.args.GetString("plot_by", "variant");
+  if (plot_by != "variant" && plot_by != "dtype") {
+    return UsageError(c, absl::InvalidArgumentError(absl::StrCat(
+                             "--plot_by: '", plot_by, "'; use variant (default) or dtype")));
+  }
+  if (c.args.Has("plot_by") && !c.args.Has("plot")) {
+    return UsageError(c, absl::InvalidArgumentError("--plot_by goes with --plot <file.svg>"));
+  }
+
+  client::PlannerClient planner(c.Channel(), c.connection);
+  if (int code = ResolveModel(c, planner, request.mutable_model()); code != kExitOk) return code;
+  absl::StatusOr<v1::PlanKvCacheResponse> r = planner.PlanKvCache(request);
+  if (!r.ok()) return ReportError(c, r.status());
+  if (c.json) {
+    *c.out << ToJson(*r);
+  } else {
+    PrintPlan(*c.out, *r);
+  }
+  if (c.args.Has("plot")) {
+    absl::StatusOr<LineChart> chart = KvChart(planner, request, *r, plot_by == "dtype");
+    if (!chart.ok()) return ReportError(c, chart.status());
+    const std::string path = c.args.GetString("plot");
+    if (absl::Status s = WriteTextFile(path, RenderSvg(*chart)); !s.ok()) return LocalError(c, s);
+    if (!c.json) *c.out << "\nwrote " << path << " (" << chart->series.size() << " lines)\n";
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+Command PlanCommand() {
+  std::vector<FlagSpec> plan_flags = {
+      {"context", "tokens per sequence", false, "the model's max context"},
+      {"batch", "concurrent sequences", false, "1"},
+      {"kv_dtype", "f16, bf16, f32, fp8, int8, q8_0 or q4_0", false, "f16"},
+      {"block_tokens", "paged allocation block size (0 = no paging)", false, "0"},
+      {"budget", "memory for the cache, e.g. 80GiB, 80GB, 512MiB, 1e9"},
+      {"subtract_weights", "take the weights out of the budget first", true},
+      {"weights_dtype", "type of the weights to subtract", false, "the model's"},
+      {"weights_bytes", "bytes of weights to subtract (instead of parameters x type)"},
+      {"plot", "also write an SVG of KV-cache size against context to this file"},
+      {"plot_by", "one line per 'variant' (MHA/GQA/MQA) or per KV 'dtype'", false, "variant"},
+  };
+  for (FlagSpec& f : ModelSourceFlags()) plan_flags.push_back(f);
+  return {"plan",
+          "KV-cache size of a model: per token, per sequence, batch, budget, MHA/GQA/MQA",
+          "attend plan <model> [--context N] [--batch B] [--kv_dtype fp8] [--budget 80GiB] "
+          "[--plot kv.svg]",
+          "Sizes in binary units (GiB = 2^30 bytes). With --budget, says whether the batch fits,\n"
+          "the longest context and the most sequences that do. Sliding-window layers stop growing\n"
+          "at their window.\n"
+          "Examples:\n  attend plan llama-3-8b --context 8192\n"
+          "  attend plan llama-3-70b --context 32768 --batch 16 --kv_dtype fp8 --budget 80GiB\n"
+          "  attend plan llama-3-8b --budget 80GB --subtract_weights --block_tokens 16\n"
+          "  attend plan mistral-7b --plot kv.svg\n"
+          "  attend plan --config config.json --context 32768 --plot kv.svg --plot_by dtype\n",
+          plan_flags,
+          RunPlan};
+}
+
+}  // namespace attend::cli

@@ -1,0 +1,56 @@
+// Heatmaps as SVG documents, for the attention weights of `attend attend --heatmap` and
+// `attend mha --heatmap`: one panel of cells per attention head, a colour scale with its
+// legend, masked cells hatched grey, and each cell's value in a <title> tooltip.
+//
+// Each cell carries data-head/-row/-col/-value (and data-masked="true"), so that tools and
+// tests can find them. Documents are self-contained and well-formed XML (see svg.h).
+//
+// Thread-safety: pure functions and value types.
+#ifndef ATTEND_CLIENT_CLI_SVG_HEATMAP_H_
+#define ATTEND_CLIENT_CLI_SVG_HEATMAP_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace attend::cli {
+
+// Heads of attention weights (or any [heads, rows, cols] values >= 0) as a grid of panels.
+struct Heatmap {
+  std::string title;
+  std::string subtitle;  // empty: none
+  std::string row_axis = "query";
+  std::string column_axis = "key";
+  int64_t heads = 0;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  std::vector<float> values;  // [heads, rows, cols], row-major
+  // [heads, rows, cols]: cells the mask hid, drawn hatched grey rather than in the colour of 0
+  // (a visible weight can be 0 too). Empty: none is masked.
+  std::vector<bool> masked;
+  // Names of the rows, columns and panels (e.g. tokens, "head 3"); empty: their indices and
+  // "head <h>". Labels longer than 16 characters are shortened in the picture, not in tooltips.
+  std::vector<std::string> row_labels;
+  std::vector<std::string> column_labels;
+  std::vector<std::string> panel_titles;
+  // The top of the colour scale; 0 = the first "nice" tick at or above the largest value drawn.
+  double value_max = 0.0;
+  // The most panels, rows and columns drawn: the first ones are; the picture says what was left
+  // out. Each at least 1.
+  int64_t max_panels = 8;
+  int64_t max_rows = 48;
+  int64_t max_cols = 48;
+};
+
+// The heatmap as an SVG document with one <rect class="cell"> per drawn cell. INVALID_ARGUMENT
+// when the sizes are not positive or disagree with `values`, `masked` or the label lists.
+absl::StatusOr<std::string> RenderHeatmapSvg(const Heatmap& heatmap);
+
+// True when the heatmap drawn would leave out heads, rows or columns.
+bool HeatmapTruncated(const Heatmap& heatmap);
+
+}  // namespace attend::cli
+
+#endif  // ATTEND_CLIENT_CLI_SVG_HEATMAP_H_
