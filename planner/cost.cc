@@ -87,6 +87,97 @@ double DecodeAttentionFlops(const ModelSpec& model, int64_t n) {
   return FlopsPerPair(model) * pairs;
 }
 
+namespace {
+
+// The peak a compute dtype runs at on `hardware`; sets e->compute_dtype.
+absl::StatusOr<double> PeakFlops(const CostRequest& request, const HardwareProfile& hardware,
+                                 CostEstimate* e) {
+  const std::string compute = request.compute_dtype.empty() ? "bfloat16" : request.compute_dtype;
+  ATTEND_ASSIGN_OR_RETURN(const KvDType compute_type, ParseDType(compute, "compute_dtype"));
+  double peak = 0.0;
+  switch (compute_type) {
+    case KvDType::kFloat32:
+      peak = hardware.peak_flops_f32;
+      break;
+    case KvDType::kFloat16:
+    case KvDType::kBFloat16:
+      peak = hardware.peak_flops_bf16;
+      break;
+    case KvDType::kFp8:
+    case KvDType::kInt8:
+      peak = hardware.peak_flops_fp8;
+      break;
+    case KvDType::kQ8_0:
+    case KvDType::kQ4_0:
+      return absl::InvalidArgumentError(
+          absl::StrCat("compute_dtype: ", DTypeName(compute_type),
+                       " is a storage format, not a compute type; use float32, bfloat16 or fp8"));
+  }
+  e->compute_dtype = std::string(DTypeName(compute_type));
+  if (peak <= 0.0) {
+    return absl::InvalidArgumentError(absl::StrCat("hardware ", QuoteForError(hardware.name),
+                                                   " has no peak FLOP/s for compute_dtype ",
+                                                   e->compute_dtype));
+  }
+  return peak;
+}
+
+// The weights a phase works with: P for its FLOPs, and the bytes it reads, which for a mixture
+// of experts depend on how many experts its tokens touch.
+struct Weights {
+  int64_t total = 0;
+  int64_t active = 0;  // P
+  bool mixture = false;
+  int64_t experts = 0;
+  int64_t experts_active = 0;
+  double bytes_per_weight = 0.0;
+
+  double BytesRead(double tokens) const {
+    double params = static_cast<double>(total);
+    if (mixture) {
+      const double per_expert =
+          static_cast<double>(total - active) / static_cast<double>(experts - experts_active);
+      const double touched =
+          std::min(static_cast<double>(experts), tokens * static_cast<double>(experts_active));
+      params = static_cast<double>(active) +
+               (touched - static_cast<double>(experts_active)) * per_expert;
+    }
+    return params * bytes_per_weight;
+  }
+};
+
+absl::StatusOr<Weights> WeightsOf(const ModelSpec& m, const CostRequest& request) {
+  Weights w;
+  w.total = m.parameters;
+  w.active = m.active_parameters;
+  w.mixture = m.experts > 1 && m.parameters > m.active_parameters;
+  w.experts = m.experts;
+  w.experts_active = m.experts_active;
+  if (request.parameters.has_value()) {
+    if (*request.parameters < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameters: ", *request.parameters, "; must be >= 1"));
+    }
+    w.total = w.active = *request.parameters;
+    w.mixture = false;
+  }
+  if (w.active <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "parameters: unknown for model ", QuoteForError(m.name), "; give the parameter count"));
+  }
+  const std::string weights_dtype =
+      request.weights_dtype.empty() ? m.weights_dtype : request.weights_dtype;
+  if (weights_dtype.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("weights_dtype: unknown for model ",
+                                                   QuoteForError(m.name), "; give weights_dtype"));
+  }
+  ATTEND_ASSIGN_OR_RETURN(const KvDType weights_type, ParseDType(weights_dtype, "weights_dtype"));
+  w.bytes_per_weight = BytesPerValue(weights_type);
+  return w;
+}
+
+}  // namespace
+
 absl::StatusOr<CostEstimate> EstimateCost(const ModelSpec& model, const CostRequest& request,
                                           const HardwareProfile& hardware) {
   CostEstimate e;
@@ -108,89 +199,26 @@ absl::StatusOr<CostEstimate> EstimateCost(const ModelSpec& model, const CostRequ
         "prompt_tokens and context_tokens are both 0; give a prompt or a context length");
   }
   e.batch = request.batch > 0 ? request.batch : 1;
+  ATTEND_ASSIGN_OR_RETURN(e.peak_flops, PeakFlops(request, hardware, &e));
+  ATTEND_ASSIGN_OR_RETURN(const Weights weights, WeightsOf(m, request));
+  e.parameters = weights.active;
 
-  // Compute type -> the hardware peak it runs at.
-  const std::string compute = request.compute_dtype.empty() ? "bfloat16" : request.compute_dtype;
-  ATTEND_ASSIGN_OR_RETURN(const KvDType compute_type, ParseDType(compute, "compute_dtype"));
-  switch (compute_type) {
-    case KvDType::kFloat32:
-      e.peak_flops = hardware.peak_flops_f32;
-      break;
-    case KvDType::kFloat16:
-    case KvDType::kBFloat16:
-      e.peak_flops = hardware.peak_flops_bf16;
-      break;
-    case KvDType::kFp8:
-    case KvDType::kInt8:
-      e.peak_flops = hardware.peak_flops_fp8;
-      break;
-    case KvDType::kQ8_0:
-    case KvDType::kQ4_0:
-      return absl::InvalidArgumentError(
-          absl::StrCat("compute_dtype: ", DTypeName(compute_type),
-                       " is a storage format, not a compute type; use float32, bfloat16 or fp8"));
-  }
-  e.compute_dtype = std::string(DTypeName(compute_type));
-  if (e.peak_flops <= 0.0) {
-    return absl::InvalidArgumentError(absl::StrCat("hardware ", QuoteForError(hardware.name),
-                                                   " has no peak FLOP/s for compute_dtype ",
-                                                   e.compute_dtype));
-  }
-
-  // P for FLOPs, and the parameters whose bytes a phase reads.
-  int64_t total_parameters = m.parameters;
-  int64_t active_parameters = m.active_parameters;
-  bool mixture = m.experts > 1 && m.parameters > m.active_parameters;
-  if (request.parameters.has_value()) {
-    if (*request.parameters < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("parameters: ", *request.parameters, "; must be >= 1"));
-    }
-    total_parameters = active_parameters = *request.parameters;
-    mixture = false;
-  }
-  if (active_parameters <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "parameters: unknown for model ", QuoteForError(m.name), "; give the parameter count"));
-  }
-  e.parameters = active_parameters;
-  const std::string weights_dtype =
-      request.weights_dtype.empty() ? m.weights_dtype : request.weights_dtype;
-  if (weights_dtype.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("weights_dtype: unknown for model ",
-                                                   QuoteForError(m.name), "; give weights_dtype"));
-  }
-  ATTEND_ASSIGN_OR_RETURN(const KvDType weights_type, ParseDType(weights_dtype, "weights_dtype"));
-  const double bytes_per_weight = BytesPerValue(weights_type);
-  const auto weight_bytes_read = [&](double tokens) {
-    double params = static_cast<double>(total_parameters);
-    if (mixture) {
-      const double per_expert = static_cast<double>(total_parameters - active_parameters) /
-                                static_cast<double>(m.experts - m.experts_active);
-      const double touched =
-          std::min(static_cast<double>(m.experts), tokens * static_cast<double>(m.experts_active));
-      params = static_cast<double>(active_parameters) +
-               (touched - static_cast<double>(m.experts_active)) * per_expert;
-    }
-    return params * bytes_per_weight;
-  };
-  const double p = static_cast<double>(active_parameters);
+  const double p = static_cast<double>(weights.active);
   const double batch = static_cast<double>(e.batch);
   const double bandwidth = hardware.memory_bandwidth_bytes_per_second;
   const bool causal = !request.non_causal;
-
   if (e.prompt_tokens > 0) {
     ATTEND_ASSIGN_OR_RETURN(const int64_t kv_one,
                             KvBytesPerSequence(m, request.kv_dtype, e.prompt_tokens));
     const double tokens = batch * static_cast<double>(e.prompt_tokens);
     e.prefill = Phase(batch * PrefillAttentionFlops(m, e.prompt_tokens, causal), 2.0 * p * tokens,
-                      weight_bytes_read(tokens), batch * static_cast<double>(kv_one), tokens,
+                      weights.BytesRead(tokens), batch * static_cast<double>(kv_one), tokens,
                       e.peak_flops, bandwidth, request.price_per_hour_usd);
   }
   ATTEND_ASSIGN_OR_RETURN(const int64_t kv_one,
                           KvBytesPerSequence(m, request.kv_dtype, e.context_tokens));
   e.decode = Phase(batch * DecodeAttentionFlops(m, e.context_tokens), 2.0 * p * batch,
-                   weight_bytes_read(batch), batch * static_cast<double>(kv_one), batch,
+                   weights.BytesRead(batch), batch * static_cast<double>(kv_one), batch,
                    e.peak_flops, bandwidth, request.price_per_hour_usd);
 
   // Attention per token grows with n (its pairs are convex in n), so "attention > weights" is

@@ -26,7 +26,8 @@ std::string StringOf(const grpc::ByteBuffer& buffer) {
   std::vector<grpc::Slice> slices;
   (void)buffer.Dump(&slices);
   std::string out;
-  for (const grpc::Slice& s : slices) out.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  for (const grpc::Slice& s : slices)
+    out.append(reinterpret_cast<const char*>(s.begin()), s.size());
   return out;
 }
 
