@@ -249,16 +249,17 @@ absl::Status AttentionEngine::Compute(const AttentionProblem& problem, absl::Spa
   }
   ATTEND_RETURN_IF_ERROR(tile::Run(works, options_.threads, cancel));
 
-  // A non-finite output means q.k * scale overflowed. A long prefill's output is megabytes:
-  // scanned by every compute thread.
+  // A non-finite output means q.k * scale, or the weighted sum of v (summed before it is divided
+  // by the weights' sum), overflowed. A long prefill's output is megabytes: scanned by every
+  // compute thread.
   const int64_t first_bad = FirstNonFiniteElement(
       TensorView{DType::kFloat32, {static_cast<int64_t>(output.size())}, output.data()},
       options_.threads);
   if (first_bad >= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("attention output element ", first_bad,
-                     " is not finite: q.k * scale overflowed float32; the inputs' magnitudes are "
-                     "too large (q ",
+                     " is not finite: the scores (q.k * scale) or the weighted sum of v "
+                     "overflowed float32; the inputs' magnitudes are too large (q ",
                      ShapeToString(q.shape), ", scale ", scale, ")"));
   }
   if (stats) {

@@ -97,14 +97,15 @@ absl::Status RunPagedAttention(absl::Span<const PagedProblem> problems, Precisio
     flops += visible * 2 * (layout.head_dim + layout.head_dim_v);
   }
   ATTEND_RETURN_IF_ERROR(tile::Run(works, threads, cancel));
-  // A non-finite output means q.k * scale overflowed. A prefill's output is megabytes: scanned
+  // A non-finite output means q.k * scale, or the weighted sum of v, overflowed. A prefill's
+  // output is megabytes: scanned
   // by every compute thread, and without an early exit so that the scan vectorises.
   for (const PagedProblem& p : problems) {
     const TensorView output{DType::kFloat32, {p.n * p.n_head * p.layout->head_dim_v}, p.output};
     if (FirstNonFiniteElement(output, threads) >= 0) {
       return absl::InvalidArgumentError(
-          "attention output is not finite: q.k * scale overflowed float32; the inputs' "
-          "magnitudes are too large");
+          "attention output is not finite: the scores (q.k * scale) or the weighted sum of v "
+          "overflowed float32; the inputs' magnitudes are too large");
     }
   }
   if (stats != nullptr) {

@@ -466,5 +466,21 @@ TEST(Engine, ReportsScoresThatOverflowFloat32) {
               StatusIs(absl::StatusCode::kInvalidArgument, {"overflowed float32"}));
 }
 
+// Small scores and huge values overflow in the weighted sum of v, which the message names
+// (it used to blame q.k * scale alone).
+TEST(Engine, ReportsValuesWhoseSumOverflowsFloat32) {
+  const float ones[4] = {1, 1, 1, 1};
+  const float huge[4] = {3e38f, 3e38f, 3e38f, 3e38f};
+  const TensorView qk{DType::kFloat32, {2, 1, 2}, ones};
+  const TensorView v{DType::kFloat32, {2, 1, 2}, huge};
+  std::vector<float> out(4);
+  AttentionOptions options;
+  options.scale = 1.0f;
+  // The softmax sums exp(s - max) x v before dividing by the weights' sum: 3e38 + 3e38 is more
+  // than float32 holds, although the average would not be.
+  EXPECT_THAT(AttentionEngine().Compute(qk, qk, v, options, {}, absl::MakeSpan(out), {}, nullptr),
+              StatusIs(absl::StatusCode::kInvalidArgument, {"weighted sum of v"}));
+}
+
 }  // namespace
 }  // namespace attend
