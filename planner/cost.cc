@@ -221,6 +221,25 @@ absl::StatusOr<CostEstimate> EstimateCost(const ModelSpec& model, const CostRequ
                    weights.BytesRead(batch), batch * static_cast<double>(kv_one), batch,
                    e.peak_flops, bandwidth, request.price_per_hour_usd);
 
+  for (const auto& [name, phase] :
+       {std::pair<const char*, const PhaseCost*>{"prefill", &e.prefill}, {"decode", &e.decode}}) {
+    for (double value : {phase->compute_seconds, phase->memory_seconds, phase->roofline_seconds,
+                         phase->tokens_per_second, phase->bytes_moved, phase->attention_flops,
+                         phase->weight_flops}) {
+      if (!std::isfinite(value)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("the ", name,
+                         " estimate overflows double: the model, batch or hardware figures are "
+                         "too large"));
+      }
+    }
+    if (!std::isfinite(phase->usd_per_million_tokens)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("price_per_hour_usd: ", request.price_per_hour_usd, " makes the ", name,
+                       " cost per million tokens overflow double"));
+    }
+  }
+
   // Attention per token grows with n (its pairs are convex in n), so "attention > weights" is
   // monotone in n and a binary search finds the first n.
   e.prefill_crossover_tokens = FirstTrue([&](int64_t n) {

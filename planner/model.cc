@@ -7,6 +7,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/utf8.h"
 #include "core/base/status_macros.h"
 #include "core/base/tensor.h"
 
@@ -32,16 +33,24 @@ absl::Status CheckLength(absl::string_view prefix, absl::string_view field,
   return absl::OkStatus();
 }
 
-// Names are printed to terminals and echoed in answers: no control characters.
+// Names are printed to terminals and echoed in answers: no control characters, C0 (below 0x20),
+// DEL or C1 (U+0080 to U+009F, which terminals also obey: U+009B is an escape sequence's
+// start).
 absl::Status CheckPrintable(absl::string_view prefix, absl::string_view field,
                             absl::string_view value) {
-  for (size_t i = 0; i < value.size(); ++i) {
-    const unsigned char c = static_cast<unsigned char>(value[i]);
-    if (c < 0x20 || c == 0x7F) {
+  for (size_t i = 0; i < value.size();) {
+    uint32_t c = 0;
+    const size_t n = utf8::SequenceAt(value, i, &c);
+    if (n == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          FieldPath(prefix, field), ": ", QuoteForError(value), " is not UTF-8 at byte ", i));
+    }
+    if (c < 0x20 || (c >= 0x7F && c <= 0x9F)) {
       return absl::InvalidArgumentError(absl::StrCat(
           FieldPath(prefix, field), ": ", QuoteForError(value), " has a control character (",
-          absl::StrFormat("0x%02x", c), ") at byte ", i, "; names are printable text"));
+          absl::StrFormat("U+%04X", c), ") at byte ", i, "; names are printable text"));
     }
+    i += n;
   }
   return absl::OkStatus();
 }

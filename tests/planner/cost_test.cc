@@ -310,5 +310,21 @@ TEST(EstimateCost, HugeContextsStayFinite) {
   EXPECT_THAT(EstimateCost(huge, r, TestHardware()), StatusIs(kInvalid, {"overflows int64"}));
 }
 
+// No OK answer carries an infinity: a price (or a size) whose costs overflow double is refused
+// naming what overflowed.
+TEST(EstimateCost, RefusesInputsWhoseCostsOverflow) {
+  CostRequest r;
+  r.prompt_tokens = 8192;
+  for (double price : {1.797e308, 1e308}) {
+    r.price_per_hour_usd = price;
+    EXPECT_THAT(EstimateCost(Preset("llama-3-70b"), r, TestHardware()),
+                StatusIs(kInvalid, {"price_per_hour_usd", "overflow"}));
+  }
+  r.price_per_hour_usd = 1e6;
+  absl::StatusOr<CostEstimate> e = EstimateCost(Preset("llama-3-70b"), r, TestHardware());
+  ASSERT_OK(e);
+  EXPECT_TRUE(std::isfinite(e->decode.usd_per_million_tokens));
+}
+
 }  // namespace
 }  // namespace attend::planner

@@ -151,7 +151,10 @@ TEST(CanonicalModel, NamesFieldsUnderTheGivenPrefix) {
 // newlines) are refused, as they are in sequence ids; other UTF-8 text is kept.
 TEST(CanonicalModel, RejectsControlCharactersInNames) {
   for (const std::string& name : {std::string("\x1b[2J\x1b[31mpwned"), std::string("a\r\nb"),
-                                  std::string("tab\there"), std::string("del\x7f")}) {
+                                  std::string("tab\there"), std::string("del\x7f"),
+                                  std::string("csi\xc2\x9b"
+                                              "2J"),
+                                  std::string("nel\xc2\x85")}) {
     ModelSpec m = Shape(4, 8, 2, 32);
     m.name = name;
     EXPECT_THAT(ValidateModel(m, "model.spec"),
