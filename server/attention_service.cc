@@ -111,6 +111,7 @@ absl::Status AttentionService::DoAttend(const v1::AttendRequest& request,
   ATTEND_RETURN_IF_ERROR(
       engine_->Compute(problem, absl::MakeSpan(output), absl::MakeSpan(weights), &stats, cancel));
   metrics_->AttentionComputed("Attend", stats);
+  ATTEND_RETURN_IF_ERROR(CheckEncodable(output, out_dtype, "output"));
   EncodeTensor(output, {s.n_q, s.n_head, s.head_dim_v}, q.from_values, out_dtype,
                response->mutable_output());
   if (request.return_weights()) {
@@ -178,6 +179,7 @@ absl::Status AttentionService::DoMultiHeadAttend(const v1::MultiHeadAttendReques
       layer.Forward(x.view, options, request.return_weights(), request.return_projections(),
                     *engine_, limits_.attention, cancel));
   metrics_->AttentionComputed("MultiHeadAttend", out.stats);
+  ATTEND_RETURN_IF_ERROR(CheckEncodable(out.output, out_dtype, "output"));
   EncodeTensor(out.output, {n, layer.d_out()}, x.from_values, out_dtype,
                response->mutable_output());
   if (request.return_weights()) {

@@ -228,7 +228,7 @@ absl::Status KvCacheService::DoAppend(const v1::AppendRequest& request,
   ATTEND_ASSIGN_OR_RETURN(
       kv::AppendResult result,
       cache_->Append(request.layer(), input, precision, request.return_weights() && input.q, &stats,
-                     std::max<int64_t>(weight_room, 0), cancel));
+                     std::max<int64_t>(weight_room, 0), cancel, out_dtype));
   if (input.q) {
     const int64_t n = input.k.dim(0);
     EncodeTensor(result.output, {n, input.q->dim(1), input.v.dim(2)}, as_values, out_dtype,
@@ -294,8 +294,9 @@ absl::Status KvCacheService::DoDecodeBatch(const v1::DecodeBatchRequest& request
   }
   ATTEND_RETURN_IF_ERROR(CheckResponseSize(output_bytes, limits_.max_message_bytes, "outputs"));
   AttentionStats stats;
-  ATTEND_ASSIGN_OR_RETURN(std::vector<kv::AppendResult> results,
-                          cache_->DecodeBatch(request.layer(), inputs, precision, &stats, cancel));
+  ATTEND_ASSIGN_OR_RETURN(
+      std::vector<kv::AppendResult> results,
+      cache_->DecodeBatch(request.layer(), inputs, precision, &stats, cancel, out_dtype));
   for (size_t i = 0; i < results.size(); ++i) {
     v1::DecodeResult* out = response->add_results();
     out->set_sequence_id(inputs[i].id);

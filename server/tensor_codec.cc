@@ -138,4 +138,8 @@ int64_t EncodedBytes(int64_t elements, bool as_values, DType dtype) {
   return elements * (as_values ? 4 : DTypeSize(dtype));
 }
 
+absl::Status CheckEncodable(absl::Span<const float> values, DType dtype, absl::string_view field) {
+  return CheckFitsDType(values, dtype, field, "; ask for output_dtype FLOAT32 (or BFLOAT16)");
+}
+
 }  // namespace attend::server

@@ -42,6 +42,10 @@ absl::StatusOr<Precision> DecodePrecision(v1::Precision precision);
 void EncodeTensor(absl::Span<const float> values, absl::Span<const int64_t> shape, bool as_values,
                   DType dtype, v1::Tensor* out);
 
+// OK when every value fits `dtype` (float16 holds up to 65504); INVALID_ARGUMENT naming `field`,
+// the element and what to ask for instead otherwise, so that no answer carries an infinity.
+absl::Status CheckEncodable(absl::Span<const float> values, DType dtype, absl::string_view field);
+
 // Bytes an encoded tensor of `elements` will occupy on the wire (payload only).
 int64_t EncodedBytes(int64_t elements, bool as_values, DType dtype);
 

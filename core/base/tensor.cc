@@ -140,52 +140,81 @@ namespace {
 // Below this many elements a parallel region costs more than the scan.
 constexpr int64_t kParallelCheckElements = int64_t{1} << 18;
 
-// The index of the first of n values whose exponent bits (`mask`) are all set (NaN or an
-// infinity), or -1. Chunks are scanned without branches, so that the compiler vectorises the scan
-// (an early-exit loop does not vectorise: 0.8 ns per value, about 5 ms for one 2048-token prefill's
-// q, k and v); only a chunk that holds such a value is searched again.
+// The index of the first of n values whose magnitude bits (all but the sign) are at least
+// `limit`, or -1: with the exponent-all-ones pattern as the limit, the first NaN or infinity.
+// Chunks are scanned without branches, so that the compiler vectorises the scan (an early-exit
+// loop does not vectorise: 0.8 ns per value, about 5 ms for one 2048-token prefill's q, k and v);
+// only a chunk that holds such a value is searched again.
 template <typename Bits>
-int64_t FirstNonFinite(const Bits* p, int64_t n, Bits mask) {
+int64_t FirstAtLeast(const Bits* p, int64_t n, Bits limit) {
+  constexpr Bits kMagnitude = static_cast<Bits>(~Bits{0}) >> 1;
   constexpr int64_t kChunk = 2048;
   for (int64_t begin = 0; begin < n; begin += kChunk) {
     const int64_t end = std::min(n, begin + kChunk);
     Bits found = 0;
-    for (int64_t i = begin; i < end; ++i) found |= static_cast<Bits>((p[i] & mask) == mask);
+    for (int64_t i = begin; i < end; ++i) found |= static_cast<Bits>((p[i] & kMagnitude) >= limit);
     if (found == 0) continue;
     for (int64_t i = begin; i < end; ++i) {
-      if ((p[i] & mask) == mask) return i;
+      if ((p[i] & kMagnitude) >= limit) return i;
     }
   }
   return -1;
 }
 
+// The bit pattern from which an element of `view` is not finite once stored as `storage`.
+// float32 values from 0x7f7f8000 (about 3.3962e38) round to bfloat16's infinity, and from
+// 0x477ff000 (65520) to float16's.
+uint32_t Limit(const TensorView& view, DType storage) {
+  switch (view.dtype) {
+    case DType::kFloat32:
+      if (storage == DType::kBFloat16) return 0x7f7f8000u;
+      if (storage == DType::kFloat16) return 0x477ff000u;
+      return 0x7f800000u;
+    case DType::kBFloat16:
+      return 0x7f80u;
+    default:
+      return 0x7c00u;  // float16 (its largest, 65504, fits every storage dtype)
+  }
+}
+
 }  // namespace
 
-int64_t FirstNonFiniteElement(const TensorView& view, int threads) {
+int64_t FirstElementNotFiniteAs(const TensorView& view, DType storage, int threads) {
   const int64_t n = view.num_elements();
   // Each thread scans one contiguous share; the first bad element is the smallest found. A
   // 2048-token prefill's q, k and v are 6M values, about 1.5 ms on one thread while the others
   // waited.
   if (threads <= 0) threads = omp_get_max_threads();
   if (n < kParallelCheckElements) threads = 1;
+  const uint32_t limit = Limit(view, storage);
   int64_t first = n;
 #pragma omp parallel num_threads(threads) reduction(min : first) if (threads > 1)
   {
     const int64_t parts = omp_get_num_threads(), part = omp_get_thread_num();
     const int64_t begin = n * part / parts, end = n * (part + 1) / parts;
-    int64_t bad = -1;
-    if (view.dtype == DType::kFloat32) {
-      bad = FirstNonFinite(static_cast<const uint32_t*>(view.data) + begin, end - begin,
-                           uint32_t{0x7f800000});
-    } else {
-      // Both 16-bit formats are non-finite exactly when every exponent bit is set.
-      const uint16_t exponent_mask = view.dtype == DType::kBFloat16 ? 0x7f80 : 0x7c00;
-      bad = FirstNonFinite(static_cast<const uint16_t*>(view.data) + begin, end - begin,
-                           exponent_mask);
-    }
+    const int64_t bad =
+        view.dtype == DType::kFloat32
+            ? FirstAtLeast(static_cast<const uint32_t*>(view.data) + begin, end - begin, limit)
+            : FirstAtLeast(static_cast<const uint16_t*>(view.data) + begin, end - begin,
+                           static_cast<uint16_t>(limit));
     if (bad >= 0) first = std::min(first, begin + bad);
   }
   return first == n ? -1 : first;
+}
+
+int64_t FirstNonFiniteElement(const TensorView& view, int threads) {
+  return FirstElementNotFiniteAs(view, DType::kFloat32, threads);
+}
+
+double LargestFinite(DType dtype) {
+  switch (dtype) {
+    case DType::kBFloat16:
+      return 3.3895313892515355e38;
+    case DType::kFloat16:
+      return 65504.0;
+    default:
+      return 3.4028234663852886e38;
+  }
 }
 
 absl::Status CheckFinite(const TensorView& view, absl::string_view field, int threads) {
@@ -196,6 +225,28 @@ absl::Status CheckFinite(const TensorView& view, absl::string_view field, int th
       absl::StrCat(field, " holds a non-finite value (",
                    std::isnan(value) ? "NaN" : (value > 0 ? "+inf" : "-inf"), ") at element ", bad,
                    " of ", ShapeToString(view.shape), "; attention inputs must be finite"));
+}
+
+absl::Status CheckStorable(const TensorView& view, absl::string_view field, DType storage,
+                           int threads) {
+  const int64_t bad = FirstElementNotFiniteAs(view, storage, threads);
+  if (bad < 0) return absl::OkStatus();
+  const float value = view.At(bad);
+  if (!std::isfinite(value)) return CheckFinite(view, field, threads);
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, " holds ", value, " at element ", bad, " of ", ShapeToString(view.shape),
+                   ", beyond what ", DTypeName(storage),
+                   " storage holds (its largest value is about ", LargestFinite(storage), ")"));
+}
+
+absl::Status CheckFitsDType(absl::Span<const float> values, DType dtype, absl::string_view field,
+                            absl::string_view advice) {
+  const TensorView view{DType::kFloat32, {static_cast<int64_t>(values.size())}, values.data()};
+  const int64_t bad = FirstElementNotFiniteAs(view, dtype);
+  if (bad < 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, ": element ", bad, " is ", values[static_cast<size_t>(bad)], ", beyond ",
+                   DTypeName(dtype), "'s range (largest ", LargestFinite(dtype), ")", advice));
 }
 
 }  // namespace attend

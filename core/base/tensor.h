@@ -72,10 +72,30 @@ void AppendEncoded(absl::Span<const float> values, DType dtype, std::string* out
 // calling thread.
 int64_t FirstNonFiniteElement(const TensorView& view, int threads = 1);
 
+// The index of the first element of `view` that is not finite once stored as `storage`
+// (kFloat32, kBFloat16, kFloat16, or kInt8, whose scales are float32), or -1: as
+// FirstNonFiniteElement, and for 16-bit storage also the finite float32 values that round to
+// its infinity.
+int64_t FirstElementNotFiniteAs(const TensorView& view, DType storage, int threads = 1);
+
+// The largest finite value of a floating-point dtype (float32's for kInt8, whose scales are).
+double LargestFinite(DType dtype);
+
+// OK when every value is finite in `dtype`; INVALID_ARGUMENT otherwise, "<field>: element 3 is
+// 1e+06, beyond float16's range (largest 65504)" followed by `advice` ("; ask for ...").
+absl::Status CheckFitsDType(absl::Span<const float> values, DType dtype, absl::string_view field,
+                            absl::string_view advice = "");
+
 // OK when every element is finite; otherwise INVALID_ARGUMENT naming `field` and the first bad
 // element ("k holds a non-finite value (NaN) at element 17 of [4, 2, 8]"). `threads` as in
 // FirstNonFiniteElement.
 absl::Status CheckFinite(const TensorView& view, absl::string_view field, int threads = 1);
+
+// CheckFinite for values about to be stored as `storage`: also INVALID_ARGUMENT for a finite
+// value that `storage` cannot hold ("v holds 3.4e+38 at element 13 of [4, 1, 8], beyond what
+// BFLOAT16 storage holds ...").
+absl::Status CheckStorable(const TensorView& view, absl::string_view field, DType storage,
+                           int threads = 1);
 
 }  // namespace attend
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <map>
 
@@ -63,6 +64,13 @@ absl::Status CheckShape(const TensorView& t, absl::string_view field, int64_t n,
                                                    ", ", dim, "] ", layout));
   }
   return absl::OkStatus();
+}
+
+// The outputs are encoded in `dtype` by the caller: one that does not fit fails the append.
+absl::Status CheckOutputFits(const std::vector<float>& output, DType dtype,
+                             absl::string_view field) {
+  return CheckFitsDType(output, dtype, field,
+                        "; ask for output_dtype FLOAT32 (or BFLOAT16); nothing was appended");
 }
 
 // One layer's append in flight: the new tokens are written, and what a failed (or cancelled)
@@ -301,6 +309,10 @@ absl::Status KvCache::TakeBlocks(const std::function<int64_t()>& need,
       ", eviction policy ", EvictionPolicyName(options_.eviction), ")"));
 }
 
+int64_t KvCache::EvictableBlocks() {
+  return options_.eviction == EvictionPolicy::kLru ? registry_->EvictableBlocks() : 0;
+}
+
 int64_t KvCache::EvictExpired() {
   if (options_.eviction != EvictionPolicy::kTtl) return 0;
   // Dropped here, outside the registry's lock: their blocks go back to the pool.
@@ -364,8 +376,8 @@ absl::Status KvCache::CheckAppend(const Sequence& s, int64_t layer, const Append
   } else if (decode) {
     return absl::InvalidArgumentError("q: missing; a decode step needs the new token's queries");
   }
-  ATTEND_RETURN_IF_ERROR(CheckFinite(input.k, "k", options_.compute_threads));
-  ATTEND_RETURN_IF_ERROR(CheckFinite(input.v, "v", options_.compute_threads));
+  ATTEND_RETURN_IF_ERROR(CheckStorable(input.k, "k", c.kv_dtype, options_.compute_threads));
+  ATTEND_RETURN_IF_ERROR(CheckStorable(input.v, "v", c.kv_dtype, options_.compute_threads));
   const int64_t tokens = s.layers[static_cast<size_t>(layer)].tokens;
   if (tokens + n > (int64_t{1} << 40)) {
     return absl::OutOfRangeError(
@@ -377,7 +389,7 @@ absl::Status KvCache::CheckAppend(const Sequence& s, int64_t layer, const Append
 absl::StatusOr<AppendResult> KvCache::Append(int64_t layer, const AppendInput& input,
                                              Precision precision, bool want_weights,
                                              AttentionStats* stats, int64_t max_weight_elements,
-                                             const Cancellation* cancel) {
+                                             const Cancellation* cancel, DType output_dtype) {
   ATTEND_ASSIGN_OR_RETURN(SequenceRegistry::Lease sequence, registry_->Acquire(input.id));
   MutexLock lock(&sequence->mu);
   ATTEND_RETURN_IF_ERROR(CheckAppend(*sequence, layer, input, /*decode=*/false));
@@ -399,7 +411,7 @@ absl::StatusOr<AppendResult> KvCache::Append(int64_t layer, const AppendInput& i
   const BlockLayout& layout = sequence->layout;
   const auto need = [&] { return BlocksToTake(target, layout, n); };
   ATTEND_RETURN_IF_ERROR(TakeBlocks(need, BlocksToCopy(target, layout, n), &fresh, [&] {
-    const int64_t room = pool_.free_blocks() * sequence->layout.tokens_per_block;
+    const int64_t room = (pool_.free_blocks() + EvictableBlocks()) * layout.tokens_per_block;
     return absl::StrCat("appending ", n, " tokens to layer ", layer, " of sequence ",
                         QuotedId(input.id), " (at most about ", room,
                         " more tokens fit in that layer now)");
@@ -415,8 +427,9 @@ absl::StatusOr<AppendResult> KvCache::Append(int64_t layer, const AppendInput& i
     if (want_weights) result.weights.resize(static_cast<size_t>(c.n_head * n * after));
     const PagedProblem problem =
         write.Problem(q, result.output.data(), want_weights ? result.weights.data() : nullptr);
-    const absl::Status status =
+    absl::Status status =
         RunPagedAttention({&problem, 1}, precision, options_.compute_threads, stats, cancel);
+    if (status.ok()) status = CheckOutputFits(result.output, output_dtype, "output");
     if (!status.ok()) {
       write.Rollback();
       return status;
@@ -426,11 +439,9 @@ absl::StatusOr<AppendResult> KvCache::Append(int64_t layer, const AppendInput& i
   return result;
 }
 
-absl::StatusOr<std::vector<AppendResult>> KvCache::DecodeBatch(int64_t layer,
-                                                               absl::Span<const AppendInput> inputs,
-                                                               Precision precision,
-                                                               AttentionStats* stats,
-                                                               const Cancellation* cancel) {
+absl::StatusOr<std::vector<AppendResult>> KvCache::DecodeBatch(
+    int64_t layer, absl::Span<const AppendInput> inputs, Precision precision, AttentionStats* stats,
+    const Cancellation* cancel, DType output_dtype) {
   if (inputs.empty()) return absl::InvalidArgumentError("steps: empty; give at least one sequence");
   std::map<std::string, size_t, std::less<>> order;  // id -> step index, sorted for locking
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -500,8 +511,12 @@ absl::StatusOr<std::vector<AppendResult>> KvCache::DecodeBatch(int64_t layer,
     problems.push_back(writes.back().Problem(QueryFloats(*inputs[i].q, &queries[i]),
                                              results[i].output.data(), nullptr));
   }
-  const absl::Status status =
+  absl::Status status =
       RunPagedAttention(problems, precision, options_.compute_threads, stats, cancel);
+  for (size_t i = 0; i < results.size() && status.ok(); ++i) {
+    status =
+        CheckOutputFits(results[i].output, output_dtype, absl::StrCat("steps[", i, "].output"));
+  }
   for (PendingWrite& write : writes) {
     if (status.ok()) {
       write.Commit();
@@ -535,12 +550,41 @@ absl::StatusOr<SequenceInfo> KvCache::Fork(absl::string_view source, absl::strin
                                            "fork at", QuotedId(from->id)));
     fork->config = from->config;
     fork->layout = from->layout;
-    const int64_t blocks = from->layout.blocks_for(length);
+    const BlockLayout& layout = from->layout;
+    const int64_t blocks = layout.blocks_for(length);
+    // A reservation promises the source's appends up to its length cannot fail for lack of
+    // memory. Sharing the partly written block at the fork point would make the source's next
+    // append copy it first, from the pool: the fork takes its own copy of that block now
+    // instead, in every layer where the source holds it alone.
+    const int64_t partial = length % layout.tokens_per_block != 0 ? blocks - 1 : -1;
+    const bool keep_reservation =
+        partial >= 0 && layout.blocks_for(from->reserved_tokens) > partial;
+    const auto private_copies = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      int64_t count = 0;
+      for (const CachedLayer& layer : from->layers) {
+        count += keep_reservation && layer.blocks[static_cast<size_t>(partial)].use_count() == 1;
+      }
+      return count;
+    };
+    std::vector<BlockRef> copies;
+    ATTEND_RETURN_IF_ERROR(TakeBlocks(private_copies, {}, &copies, [&] {
+      return absl::StrCat("forking ", QuotedId(source), " at ", length,
+                          " tokens (a copy of the partly written block the source's reservation "
+                          "covers, in each layer)");
+    }));
     layers.resize(from->layers.size());
     for (size_t l = 0; l < layers.size(); ++l) {
       const CachedLayer& src = from->layers[l];
       layers[l].blocks.assign(src.blocks.begin(), src.blocks.begin() + blocks);
       layers[l].tokens = length;
+      if (keep_reservation && src.blocks[static_cast<size_t>(partial)].use_count() == 2) {
+        // Held by the source and by the line above: give the fork its own copy.
+        BlockRef copy = std::move(copies.back());
+        copies.pop_back();
+        std::memcpy(copy->data, src.blocks[static_cast<size_t>(partial)]->data,
+                    static_cast<size_t>(pool_.block_bytes()));
+        layers[l].blocks[static_cast<size_t>(partial)] = std::move(copy);
+      }
     }
   }
   fork->created_ms = options_.clock();

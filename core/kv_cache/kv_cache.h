@@ -154,11 +154,13 @@ class KvCache {
   // All shapes must match the sequence's config; n >= 1. With `want_weights`, weights larger
   // than `max_weight_elements` (or the score limit) are refused before anything changes. When
   // `cancel` is set during the attention, it stops between tiles, the sequence is left as it
-  // was before the call, and the result is CANCELLED.
+  // was before the call, and the result is CANCELLED. An output that `output_dtype` (the dtype
+  // the caller will encode it in) cannot hold is INVALID_ARGUMENT, and changes nothing either.
   absl::StatusOr<AppendResult> Append(int64_t layer, const AppendInput& input, Precision precision,
                                       bool want_weights, AttentionStats* stats,
                                       int64_t max_weight_elements = int64_t{1} << 62,
-                                      const Cancellation* cancel = nullptr);
+                                      const Cancellation* cancel = nullptr,
+                                      DType output_dtype = DType::kFloat32);
 
   // One new token (n = 1) for each of several distinct sequences, in one layer, computed as one
   // batch; all or nothing (a cancelled batch changes nothing). Results are in the order of
@@ -166,7 +168,8 @@ class KvCache {
   absl::StatusOr<std::vector<AppendResult>> DecodeBatch(int64_t layer,
                                                         absl::Span<const AppendInput> inputs,
                                                         Precision precision, AttentionStats* stats,
-                                                        const Cancellation* cancel = nullptr);
+                                                        const Cancellation* cancel = nullptr,
+                                                        DType output_dtype = DType::kFloat32);
 
   // A new sequence sharing the first `tokens` (default: every layer's common length) of
   // `source`, copy-on-write.
@@ -202,6 +205,9 @@ class KvCache {
   absl::Status TakeBlocks(const std::function<int64_t()>& need,
                           const std::vector<const Block*>& copies, std::vector<BlockRef>* out,
                           const std::function<std::string()>& what);
+  // Blocks that evicting every idle sequence would free (0 unless the policy is kLru), for the
+  // "how much fits" of a refusal.
+  int64_t EvictableBlocks();
   // Creates the prefill primitives of a new shape once (see Create).
   void WarmUp(const BlockLayout& layout, int64_t n_head);
   // OK unless the sequence was released after it was looked up (then NOT_FOUND, as for an id

@@ -246,6 +246,28 @@ std::vector<std::shared_ptr<Sequence>> SequenceRegistry::EvictLruFor(
   return evicted;
 }
 
+int64_t SequenceRegistry::EvictableBlocks() {
+  MutexLock lock(&mu_);
+  std::vector<Candidate> candidates;
+  absl::flat_hash_map<const Block*, long> use_counts;
+  for (const auto& [id, sequence] : sequences_) {
+    if (sequence->in_use.load() != 0 || !sequence->mu.TryLock()) continue;
+    Candidate c{sequence.get(), {}};
+    for (const CachedLayer& layer : sequence->layers) {
+      for (const BlockRef& block : layer.blocks) {
+        if (!block) continue;
+        c.blocks.push_back(block.get());
+        use_counts.try_emplace(block.get(), block.use_count());
+      }
+    }
+    sequence->mu.Unlock();
+    candidates.push_back(std::move(c));
+  }
+  std::vector<const Candidate*> all;
+  for (const Candidate& c : candidates) all.push_back(&c);
+  return Gain(all, use_counts, {});
+}
+
 std::vector<std::shared_ptr<Sequence>> SequenceRegistry::EvictIdle(int64_t ttl_ms) {
   std::vector<std::shared_ptr<Sequence>> expired;
   MutexLock lock(&mu_);

@@ -97,6 +97,9 @@ class SequenceRegistry {
   std::vector<std::shared_ptr<Sequence>> EvictLruFor(int64_t count, const BlockPool& pool,
                                                      absl::Span<const Block* const> copies)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Blocks that evicting every idle sequence now would free (blocks shared with a sequence in
+  // use do not count).
+  int64_t EvictableBlocks() ABSL_LOCKS_EXCLUDED(mu_);
   // Removes the sequences idle for longer than `ttl_ms`, recording why; returns them.
   std::vector<std::shared_ptr<Sequence>> EvictIdle(int64_t ttl_ms) ABSL_LOCKS_EXCLUDED(mu_);
 

@@ -174,6 +174,13 @@ absl::StatusOr<MultiHeadAttention::Output> MultiHeadAttention::Forward(
     out.output.resize(static_cast<size_t>(n * d_out_));
     ATTEND_RETURN_IF_ERROR(
         Project(heads.data(), wo_.data(), n, n_head_ * head_dim_v_, d_out_, out.output.data()));
+    const int64_t bad = FirstNonFiniteElement(
+        TensorView{DType::kFloat32, {n, d_out_}, out.output.data()}, /*threads=*/0);
+    if (bad >= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "output element ", bad, " is not finite: the Wo projection overflowed float32; the ",
+          "magnitudes of wo (or of the attention output it mixes) are too large"));
+    }
   } else {
     out.output = std::move(heads);
   }

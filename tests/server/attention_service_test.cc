@@ -414,6 +414,35 @@ TEST_F(AttentionServiceTest, MultiHeadAttendRejectsNonFiniteInputsAndWeights) {
   }
 }
 
+// Outputs that overflow are refused, never answered as +inf: a value beyond the requested
+// output dtype (float16 holds up to 65504), and a Wo projection that overflows float32.
+TEST_F(AttentionServiceTest, OutputsThatOverflowAreRefused) {
+  v1::AttendRequest request = ValidRequest();
+  *request.mutable_v() = Filled({5, 2, 2}, 1e6f);
+  request.set_output_dtype(v1::FLOAT16);
+  ExpectError(request, grpc::StatusCode::INVALID_ARGUMENT,
+              {"output", "float16", "65504", "output_dtype"});
+  request.set_output_dtype(v1::BFLOAT16);  // holds 1e6
+  v1::AttendResponse response;
+  grpc::ClientContext ok_context;
+  EXPECT_TRUE(stub_->Attend(&ok_context, request, &response).ok());
+
+  v1::MultiHeadAttendRequest mha;
+  *mha.mutable_x() = Filled({4, 8});
+  *mha.mutable_wq() = Filled({8, 8});
+  *mha.mutable_wk() = Filled({8, 4});
+  *mha.mutable_wv() = Filled({8, 4});
+  *mha.mutable_wo() = Filled({8, 8}, 3e38f);
+  mha.set_n_head(2);
+  mha.set_n_head_kv(1);
+  v1::MultiHeadAttendResponse mha_response;
+  grpc::ClientContext context;
+  const grpc::Status s = stub_->MultiHeadAttend(&context, mha, &mha_response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("Wo"), std::string::npos) << s.error_message();
+  EXPECT_NE(s.error_message().find("overflow"), std::string::npos) << s.error_message();
+}
+
 TEST_F(AttentionServiceTest, MultiHeadAttendRejectsBadShapes) {
   v1::MultiHeadAttendRequest request;
   *request.mutable_x() = Filled({4, 8});

@@ -332,6 +332,12 @@ TEST_F(KvCacheServiceTest, BadInputIsRefusedAndChangesNothing) {
   v1::AppendRequest no_v = AppendOf("guarded", 0, t, 2, 1);
   no_v.clear_v();
   cases.push_back({"missing v", no_v, grpc::StatusCode::INVALID_ARGUMENT, "v: missing"});
+  // An output float16 cannot hold (v of 1e6 gives outputs of 1e6): refused, not appended.
+  v1::AppendRequest big = AppendOf("guarded", 0, t, 2, 1);
+  *big.mutable_v() = F32Data({1, kKvHeads, kDim}, std::vector<float>(kKvHeads * kDim, 1e6f));
+  big.set_output_dtype(v1::FLOAT16);
+  cases.push_back({"float16 output overflow", big, grpc::StatusCode::INVALID_ARGUMENT,
+                   "beyond float16's range"});
   for (const Case& c : cases) {
     v1::AppendResponse response;
     const grpc::Status s = Append(c.request, &response);

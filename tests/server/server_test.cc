@@ -26,7 +26,9 @@ TEST(AttendServer, RefusesPortsOutsideTheirRange) {
   server::ServerOptions options = ::attend::testing::SmallServerOptions();
   options.address = "[::1]:0";
   auto started = server::AttendServer::Start(options);
-  if (started.ok()) EXPECT_GT((*started)->port(), 0);  // IPv6 loopback may be unavailable here
+  if (started.ok()) {  // IPv6 loopback may be unavailable here
+    EXPECT_GT((*started)->port(), 0);
+  }
 }
 
 }  // namespace

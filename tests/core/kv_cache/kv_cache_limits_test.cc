@@ -1,0 +1,112 @@
+// What the KV cache promises at its limits: a value its storage dtype cannot hold is refused
+// before it is stored, a reservation holds for the sequence's own appends after a Fork, and a
+// refusal under LRU says how much eviction could make room for.
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "core/kv_cache/kv_cache.h"
+#include "tests/test_util.h"
+
+namespace attend::kv {
+namespace {
+
+using ::attend::testing::RandomFloats;
+using ::attend::testing::StatusIs;
+
+SequenceConfig Config(DType dtype) {
+  SequenceConfig c;
+  c.layers = 1;
+  c.n_head = 2;
+  c.n_head_kv = 1;
+  c.head_dim = 8;
+  c.kv_dtype = dtype;
+  return c;
+}
+
+KvCacheOptions Options(int64_t blocks, EvictionPolicy policy = EvictionPolicy::kNone) {
+  KvCacheOptions options;
+  options.capacity_bytes = blocks * 1024;
+  options.block_bytes = 1024;
+  options.eviction = policy;
+  options.compute_threads = 1;
+  return options;
+}
+
+struct Tokens {
+  std::vector<float> q, k, v;
+  AppendInput Input(const std::string& id, int64_t n, bool with_q) const {
+    AppendInput in;
+    in.id = id;
+    if (with_q) in.q = TensorView{DType::kFloat32, {n, 2, 8}, q.data()};
+    in.k = TensorView{DType::kFloat32, {n, 1, 8}, k.data()};
+    in.v = TensorView{DType::kFloat32, {n, 1, 8}, v.data()};
+    return in;
+  }
+};
+
+Tokens Random(int64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  return {RandomFloats(rng, n * 16), RandomFloats(rng, n * 8), RandomFloats(rng, n * 8)};
+}
+
+// 3.4e38 is a finite float32 that bfloat16 rounds to +inf: stored, it broke every later decode
+// of the sequence ("q.k * scale overflowed"). It is refused, and the sequence is unchanged.
+TEST(KvCacheLimits, ValuesBeyondTheStorageDtypeAreRefused) {
+  KvCache cache(Options(64));
+  ASSERT_OK(cache.Create(Config(DType::kBFloat16), "bf16", 0));
+  ASSERT_OK(cache.Create(Config(DType::kFloat32), "f32", 0));
+  for (const bool in_v : {false, true}) {
+    Tokens t = Random(4, 1);
+    (in_v ? t.v : t.k)[13] = 3.4e38f;
+    EXPECT_THAT(cache.Append(0, t.Input("bf16", 4, false), Precision::kAuto, false, nullptr),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         {in_v ? "v" : "k", "element 13", "bfloat16 storage"}));
+    EXPECT_EQ(cache.Get("bf16")->tokens, 0);
+    // float32 storage holds it.
+    EXPECT_OK(cache.Append(0, t.Input("f32", 4, false), Precision::kAuto, false, nullptr));
+  }
+  // The largest value bfloat16 holds is accepted, and decodes stay finite.
+  Tokens t = Random(4, 2);
+  t.v[0] = 3.38e38f;
+  ASSERT_OK(cache.Append(0, t.Input("bf16", 4, false), Precision::kAuto, false, nullptr));
+  Tokens step = Random(1, 3);
+  EXPECT_OK(cache.Append(0, step.Input("bf16", 1, true), Precision::kAuto, false, nullptr));
+}
+
+// A reservation covers the sequence's own appends also after a Fork shares its partly written
+// last block: the fork takes its own copy of that block at once, so the source never has to copy
+// it, however full the cache is by then.
+TEST(KvCacheLimits, AReservationHoldsAfterAFork) {
+  KvCache cache(Options(8));                                  // 16 tokens per block of this shape
+  ASSERT_OK(cache.Create(Config(DType::kFloat32), "r", 64));  // 4 blocks
+  const Tokens t = Random(64, 4);
+  ASSERT_OK(cache.Append(0, t.Input("r", 50, false), Precision::kAuto, false, nullptr));
+  ASSERT_OK(cache.Fork("r", "fork", std::nullopt));
+  ASSERT_OK(cache.Create(Config(DType::kFloat32), "other", 0));
+  const int64_t free = cache.Stats().blocks_free;
+  const Tokens fill = Random(16 * free, 5);
+  ASSERT_OK(
+      cache.Append(0, fill.Input("other", 16 * free, false), Precision::kAuto, false, nullptr));
+  ASSERT_EQ(cache.Stats().blocks_free, 0);
+  for (int i = 50; i < 64; ++i) {
+    ASSERT_OK(cache.Append(0, t.Input("r", 1, true), Precision::kAuto, false, nullptr))
+        << "token " << i;
+  }
+  ASSERT_OK(cache.CheckConsistency());
+}
+
+// Under LRU, a refusal's "how much fits" counts what evicting idle sequences would free.
+TEST(KvCacheLimits, LruRefusalsCountWhatEvictionWouldFree) {
+  KvCache cache(Options(8, EvictionPolicy::kLru));
+  const Tokens t = Random(200, 6);
+  ASSERT_OK(cache.Create(Config(DType::kFloat32), "idle", 0));
+  ASSERT_OK(cache.Append(0, t.Input("idle", 128, false), Precision::kAuto, false, nullptr));
+  ASSERT_OK(cache.Create(Config(DType::kFloat32), "s", 0));
+  EXPECT_THAT(cache.Append(0, t.Input("s", 200, false), Precision::kAuto, false, nullptr),
+              StatusIs(absl::StatusCode::kResourceExhausted, {"at most about 128 more tokens"}));
+  ASSERT_OK(cache.Append(0, t.Input("s", 128, false), Precision::kAuto, false, nullptr));
+}
+
+}  // namespace
+}  // namespace attend::kv
