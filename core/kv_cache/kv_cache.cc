@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "core/base/status_macros.h"
 #include "core/kv_cache/paged_attention.h"
+#include "core/kv_cache/pending_write.h"
 #include "core/kv_cache/sequence.h"
 #include "core/kv_cache/sequence_registry.h"
 #include "core/kv_cache/token_storage.h"
@@ -42,11 +43,6 @@ std::string BlockBytes(int64_t blocks, int64_t block_bytes) {
   return Bytes(static_cast<double>(blocks) * static_cast<double>(block_bytes));
 }
 
-// The sequence's q.k scale: its own, or 1 / sqrt(head_dim).
-float SoftmaxScale(const SequenceConfig& c) {
-  return c.scale ? *c.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
-}
-
 // A query tensor as float32 rows: read in place when it is float32 (the tiles pack their own
 // rows), else widened into `widened`.
 const float* QueryFloats(const TensorView& q, std::vector<float>* widened) {
@@ -72,77 +68,6 @@ absl::Status CheckOutputFits(const std::vector<float>& output, DType dtype,
   return CheckFitsDType(output, dtype, field,
                         "; ask for output_dtype FLOAT32 (or BFLOAT16); nothing was appended");
 }
-
-// One layer's append in flight: the new tokens are written, and what a failed (or cancelled)
-// attention must restore is kept: the block count and the shared blocks that writing replaced
-// with private copies (held here, they stay shared either way). Append and DecodeBatch both
-// write through it.
-class PendingWrite {
- public:
-  // Writes the input's k and v after the layer's tokens. REQUIRES: sequence.mu held for the
-  // object's lifetime; `fresh` holds BlocksToTake blocks for this input.
-  PendingWrite(Sequence& sequence, int64_t layer, const AppendInput& input, int64_t block_bytes,
-               int threads, std::vector<BlockRef>& fresh)
-      : sequence_(sequence), layer_(LayerOf(sequence, layer)), n_(input.k.dim(0)) {
-    first_position_ = layer_.tokens;
-    old_size_ = layer_.blocks.size();
-    const int64_t tpb = sequence.layout.tokens_per_block;
-    for (int64_t b = layer_.tokens / tpb; b < static_cast<int64_t>(old_size_); ++b) {
-      if (layer_.blocks[static_cast<size_t>(b)].use_count() > 1) {
-        replaced_.emplace_back(static_cast<size_t>(b), layer_.blocks[static_cast<size_t>(b)]);
-      }
-    }
-    WriteTokens(input.k, input.v, sequence.layout, block_bytes, threads, fresh, &layer_);
-    sequence.total_tokens += n_;
-  }
-
-  int64_t first_position() const { return first_position_; }
-  int64_t layer_tokens() const { return layer_.tokens; }
-
-  // The attention of `q` ([n, n_head, head_dim] f32) over the layer as it is now.
-  PagedProblem Problem(const float* q, float* output, float* weights) const {
-    const SequenceConfig& c = sequence_.config;
-    PagedProblem p;
-    p.layout = &sequence_.layout;
-    p.blocks = &layer_.blocks;
-    p.tokens = layer_.tokens;
-    p.mask = {/*causal=*/true, c.window};
-    p.scale = SoftmaxScale(c);
-    p.q = q;
-    p.n = n_;
-    p.n_head = c.n_head;
-    p.output = output;
-    p.weights = weights;
-    return p;
-  }
-
-  // Puts the layer and the sequence's token count back as they were.
-  void Rollback() {
-    layer_.tokens = first_position_;
-    sequence_.total_tokens -= n_;
-    layer_.blocks.resize(old_size_);
-    for (auto& [index, block] : replaced_) layer_.blocks[index] = std::move(block);
-  }
-
-  // Keeps the write, and releases the blocks the sliding window no longer needs.
-  void Commit() {
-    DropOutsideWindow(sequence_.config.window,
-                      sequence_.layout.blocks_for(sequence_.reserved_tokens), sequence_.layout,
-                      &layer_);
-  }
-
- private:
-  static CachedLayer& LayerOf(Sequence& s, int64_t layer) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    return s.layers[static_cast<size_t>(layer)];
-  }
-
-  Sequence& sequence_;
-  CachedLayer& layer_;
-  const int64_t n_;
-  int64_t first_position_ = 0;
-  size_t old_size_ = 0;
-  std::vector<std::pair<size_t, BlockRef>> replaced_;
-};
 
 }  // namespace
 
