@@ -266,11 +266,13 @@ class Client(threading.Thread):
                     continue
                 for s, tokens in list(self.own.items()):
                     if max(tokens) > MAX_TOKENS:
-                        self.truncate(s, self.rng.randint(0, 64))
+                        # Layers advance on their own (a refused append may fail one only).
+                        self.truncate(s, self.rng.randint(0, min(64, min(tokens))))
+                room = len(self.own) < MAX_OWN  # forks count too
                 op = self.rng.choices(
                     [self.create, self.append, self.decode_batch, self.decode_stream, self.fork,
                      self.truncate, self.release],
-                    weights=[2 if len(self.own) < MAX_OWN else 0, 6, 5, 3, 1, 1, 1])[0]
+                    weights=[2 if room else 0, 6, 5, 3, 1 if room else 0, 1, 1 if room else 3])[0]
                 op()
         except Exception as e:  # a bug in the client is a failed soak, not a hung one
             with self.tally.lock:
@@ -288,7 +290,7 @@ def main():
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--minutes", type=float, default=0, help="overrides --seconds")
     parser.add_argument("--clients", type=int, default=32)
-    parser.add_argument("--kv_cache_bytes", type=int, default=32 * MIB)
+    parser.add_argument("--kv_cache_bytes", type=int, default=8 * MIB)
     parser.add_argument("--kv_block_bytes", type=int, default=64 * 1024)
     parser.add_argument("--rss_slack_bytes", type=int, default=128 * MIB,
                         help="allowed above base + KV budget: the server's 64 MiB of large "
