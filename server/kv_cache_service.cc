@@ -42,6 +42,14 @@ absl::StatusOr<kv::SequenceConfig> FromProto(const v1::SequenceConfig& c) {
   return config;
 }
 
+// An id that names an existing sequence: empty is a missing field (ids have 1 to 128
+// characters), not an unknown sequence.
+absl::Status RequireId(absl::string_view id, absl::string_view field) {
+  if (!id.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, ": empty; give the id CreateSequence (or Fork) returned"));
+}
+
 void ToProto(const kv::SequenceInfo& info, v1::SequenceInfo* out) {
   out->set_sequence_id(info.id);
   v1::SequenceConfig* c = out->mutable_config();
@@ -200,6 +208,7 @@ absl::Status KvCacheService::DoAppend(const v1::AppendRequest& request,
     return absl::InvalidArgumentError(absl::StrCat(
         request.has_k() ? "v" : "k", ": missing; Append needs the new tokens' k and v"));
   }
+  ATTEND_RETURN_IF_ERROR(RequireId(request.sequence_id(), "sequence_id"));
   kv::AppendInput input;
   input.id = request.sequence_id();
   bool as_values = false;
@@ -276,6 +285,7 @@ absl::Status KvCacheService::DoDecodeBatch(const v1::DecodeBatchRequest& request
       return absl::InvalidArgumentError(
           absl::StrCat(field, ": q, k and v are required for a decode step"));
     }
+    ATTEND_RETURN_IF_ERROR(RequireId(step.sequence_id(), field + ".sequence_id"));
     kv::AppendInput& in = inputs[static_cast<size_t>(i)];
     in.id = step.sequence_id();
     ATTEND_ASSIGN_OR_RETURN(const DecodedTensor q,
@@ -356,6 +366,7 @@ grpc::ServerUnaryReactor* KvCacheService::Fork(grpc::CallbackServerContext* cont
                                                v1::SequenceInfo* response) {
   return RunOnPool(
       context, pool_, metrics_, gate_, [this, request, response](const CallWork&) -> absl::Status {
+        ATTEND_RETURN_IF_ERROR(RequireId(request->source_id(), "source_id"));
         std::optional<int64_t> tokens;
         if (request->has_tokens()) tokens = request->tokens();
         ATTEND_ASSIGN_OR_RETURN(const kv::SequenceInfo info,
@@ -370,6 +381,7 @@ grpc::ServerUnaryReactor* KvCacheService::Truncate(grpc::CallbackServerContext* 
                                                    v1::SequenceInfo* response) {
   return RunOnPool(
       context, pool_, metrics_, gate_, [this, request, response](const CallWork&) -> absl::Status {
+        ATTEND_RETURN_IF_ERROR(RequireId(request->sequence_id(), "sequence_id"));
         ATTEND_ASSIGN_OR_RETURN(const kv::SequenceInfo info,
                                 cache_->Truncate(request->sequence_id(), request->tokens()));
         ToProto(info, response);
@@ -382,6 +394,7 @@ grpc::ServerUnaryReactor* KvCacheService::Release(grpc::CallbackServerContext* c
                                                   v1::ReleaseResponse* response) {
   return RunOnPool(
       context, pool_, metrics_, gate_, [this, request, response](const CallWork&) -> absl::Status {
+        ATTEND_RETURN_IF_ERROR(RequireId(request->sequence_id(), "sequence_id"));
         ATTEND_ASSIGN_OR_RETURN(const int64_t freed, cache_->Release(request->sequence_id()));
         response->set_freed_bytes(freed);
         return absl::OkStatus();
@@ -393,6 +406,7 @@ grpc::ServerUnaryReactor* KvCacheService::GetSequence(grpc::CallbackServerContex
                                                       v1::SequenceInfo* response) {
   return RunOnPool(
       context, pool_, metrics_, gate_, [this, request, response](const CallWork&) -> absl::Status {
+        ATTEND_RETURN_IF_ERROR(RequireId(request->sequence_id(), "sequence_id"));
         ATTEND_ASSIGN_OR_RETURN(const kv::SequenceInfo info, cache_->Get(request->sequence_id()));
         ToProto(info, response);
         return absl::OkStatus();

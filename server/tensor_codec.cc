@@ -86,9 +86,15 @@ absl::StatusOr<DType> DecodeOutputDType(v1::DType dtype, absl::string_view field
       return DType::kBFloat16;
     case v1::FLOAT16:
       return DType::kFloat16;
-    default:
+    case v1::INT8:
       return absl::InvalidArgumentError(
-          absl::StrCat(field, ": unknown dtype value ", static_cast<int>(dtype)));
+          absl::StrCat(field,
+                       ": INT8 is a KV-cache storage type, not an output dtype; use "
+                       "FLOAT32, BFLOAT16 or FLOAT16"));
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(field, ": unknown dtype value ",
+                                                     static_cast<int>(dtype),
+                                                     "; use FLOAT32, BFLOAT16 or FLOAT16"));
   }
 }
 

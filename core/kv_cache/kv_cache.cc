@@ -456,6 +456,10 @@ absl::StatusOr<std::vector<AppendResult>> KvCache::DecodeBatch(
 absl::StatusOr<SequenceInfo> KvCache::Fork(absl::string_view source, absl::string_view new_id,
                                            std::optional<int64_t> tokens) {
   if (!new_id.empty()) ATTEND_RETURN_IF_ERROR(CheckSequenceId(new_id, "new_id"));
+  // Negative is bad input whatever the source holds (as for Truncate); past its end is not.
+  if (tokens && *tokens < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("tokens: ", *tokens, "; must be >= 0"));
+  }
   auto fork = std::make_shared<Sequence>();
   std::vector<CachedLayer> layers;
   int64_t length = 0;

@@ -172,7 +172,8 @@ class KvCache {
                                                         DType output_dtype = DType::kFloat32);
 
   // A new sequence sharing the first `tokens` (default: every layer's common length) of
-  // `source`, copy-on-write.
+  // `source`, copy-on-write. INVALID_ARGUMENT when `tokens` is negative, OUT_OF_RANGE past the
+  // source's common length.
   absl::StatusOr<SequenceInfo> Fork(absl::string_view source, absl::string_view new_id,
                                     std::optional<int64_t> tokens);
   // Drops every token at or after `tokens` in every layer; OUT_OF_RANGE past any layer's end.

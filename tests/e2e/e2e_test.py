@@ -41,10 +41,11 @@ def generate_stubs(proto_root, out_dir):
     sys.path.insert(0, out_dir)
     import grpc  # noqa: F401  (imported after the path change on purpose)
     from attend.v1 import attention_pb2, attention_pb2_grpc, kv_cache_pb2, kv_cache_pb2_grpc
-    from attend.v1 import tensor_pb2
+    from attend.v1 import planner_pb2, planner_pb2_grpc, tensor_pb2
     from std import health_pb2, health_pb2_grpc, reflection_pb2, reflection_pb2_grpc
     PB.update(attention=attention_pb2, attention_grpc=attention_pb2_grpc, tensor=tensor_pb2,
-              kv=kv_cache_pb2, kv_grpc=kv_cache_pb2_grpc, health=health_pb2,
+              kv=kv_cache_pb2, kv_grpc=kv_cache_pb2_grpc, planner=planner_pb2,
+              planner_grpc=planner_pb2_grpc, health=health_pb2,
               health_grpc=health_pb2_grpc, reflection=reflection_pb2,
               reflection_grpc=reflection_pb2_grpc)
 

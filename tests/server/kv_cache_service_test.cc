@@ -306,6 +306,8 @@ TEST_F(KvCacheServiceTest, BadInputIsRefusedAndChangesNothing) {
   std::vector<Case> cases;
   cases.push_back({"unknown id", AppendOf("missing", 0, t, 2, 1), grpc::StatusCode::NOT_FOUND,
                    "no sequence 'missing'"});
+  cases.push_back({"empty id", AppendOf("", 0, t, 2, 1), grpc::StatusCode::INVALID_ARGUMENT,
+                   "sequence_id: empty"});
   cases.push_back({"wrong layer", AppendOf("guarded", 5, t, 2, 1),
                    grpc::StatusCode::INVALID_ARGUMENT, "layer 5 is out of range"});
   cases.push_back({"negative layer", AppendOf("guarded", -1, t, 2, 1),

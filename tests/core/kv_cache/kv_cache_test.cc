@@ -221,6 +221,9 @@ TEST(KvCache, SlidingWindowReleasesBlocksBehindIt) {
   EXPECT_THAT(cache.Truncate("w", 294), StatusIs(absl::StatusCode::kOutOfRange,
                                                  {"released the keys before token 256", "295"}));
   EXPECT_THAT(cache.Fork("w", "f", 100), StatusIs(absl::StatusCode::kOutOfRange, {"fork at 100"}));
+  // A negative length is bad input, whatever the source holds.
+  EXPECT_THAT(cache.Fork("w", "f", -1),
+              StatusIs(absl::StatusCode::kInvalidArgument, {"tokens: -1", ">= 0"}));
   EXPECT_OK(cache.Truncate("w", 295));
 }
 
