@@ -124,7 +124,14 @@ class ErrorBound {
     const double terms = b.keys.size() + 2 * ((s.n_kv + 63) / 64 + 1) + 4;
     b.weight_relative = std::expm1(2 * b.score_error) + kExpError + terms * u;
     const double eta = b.weight_relative + (o_.bf16_probabilities ? kBf16Roundoff : 0.0);
-    b.output = b.values * (2 * eta / (1 - eta) + terms * u) + v_err * (1 + eta);
+    // Any weighted average of the values is within max|v| of the reference: the bound never
+    // needs to exceed 2 max|v| (reached when the score errors can reorder the softmax, as large
+    // scales over int8 keys can).
+    const double spread = 2 * b.values + v_err;
+    b.output =
+        eta >= 0.5
+            ? spread
+            : std::min(spread, b.values * (2 * eta / (1 - eta) + terms * u) + v_err * (1 + eta));
     return b;
   }
 
@@ -179,7 +186,9 @@ inline Mismatches CompareWeights(absl::Span<const float> got, absl::Span<const d
   for (int64_t h = 0; h < s.n_head; ++h) {
     for (int64_t i = 0; i < s.n_q; ++i) {
       const RowBound row = bound.Row(i, h);
-      const double relative = row.weight_relative / (1 - row.weight_relative);
+      // (Weights are in [0, 1]: a relative bound of 1 or more bounds nothing.)
+      const double relative =
+          row.weight_relative >= 0.5 ? 1.0 : row.weight_relative / (1 - row.weight_relative);
       for (int64_t j = 0; j < s.n_kv; ++j) {
         const int64_t e = (h * s.n_q + i) * s.n_kv + j;
         const bool visible = IsVisible(mask, s.n_q, s.n_kv, i, j);
