@@ -38,7 +38,7 @@ namespace {
 
 using ::attend::testing::RandomFloats;
 
-constexpr int64_t kDefaultCases = 40;
+constexpr int64_t kDefaultCases = 80;
 constexpr uint64_t kDefaultSeed = 0x6b76c0de;
 constexpr int64_t kOpsPerCase = 30;
 constexpr int64_t kMaxTokens = 300;  // per layer, to keep the reference affordable
@@ -239,9 +239,10 @@ class Walk {
   Precision RandomPrecision() { return kPrecisions[Uniform(rng_, 0, 2)]; }
   DType RandomInputDtype() { return kInputDtypes[Uniform(rng_, 0, 2)]; }
 
-  void AppendTo(const std::string& id) {
+  // Appends to `layer` of `id` (a random layer when negative).
+  void AppendTo(const std::string& id, int64_t layer = -1) {
     Model& m = models_[id];
-    const int64_t layer = Uniform(rng_, 0, config_.layers - 1);
+    if (layer < 0) layer = Uniform(rng_, 0, config_.layers - 1);
     const int64_t before = m.layers[static_cast<size_t>(layer)].tokens;
     if (before >= kMaxTokens) return TruncateSequence(id);
     const int64_t group = config_.n_head / config_.n_head_kv;
@@ -353,6 +354,14 @@ class Walk {
     }
     models_[id] = std::move(fork);
     Cover(length % tpb_ != 0 ? "fork inside a block" : "fork at a block boundary");
+    if (Uniform(rng_, 0, 1) == 0) {
+      // Both sides write into (and then read) the blocks they share: copy-on-write must keep
+      // each side's tokens its own.
+      const int64_t layer = Uniform(rng_, 0, config_.layers - 1);
+      AppendTo(id, layer);
+      if (!::testing::Test::HasFatalFailure()) AppendTo(source, layer);
+      Cover("appends to both sides of a fork");
+    }
   }
 
   void TruncateSequence(const std::string& id) {
