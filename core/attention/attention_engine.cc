@@ -165,7 +165,7 @@ class HeadTiles : public tile::KeyTiles {
 
 // Keys per tile: decode kernels stream any width; matmul tiles of up to 512 keys (each job's
 // last tile is cut to a multiple of 64) keep the products efficient and the shapes few.
-constexpr int64_t kKernelTile = 256;
+constexpr int64_t kKernelTile = AttentionEngine::kKernelKeyTile;
 constexpr int64_t kMatmulTile = AttentionEngine::kKeyTile;
 
 }  // namespace

@@ -68,8 +68,11 @@ class AttentionEngine {
   // OpenMP threads per call (0 = all), for PrepareAttention's scan of the inputs.
   int threads() const { return options_.threads; }
 
-  // Keys per matmul tile, exposed for tests of tile edges.
+  // Keys per matmul tile (prefill-sized calls), exposed for tests of tile edges.
   static constexpr int64_t kKeyTile = 512;
+  // Keys per tile of the vector kernels (decode-sized calls: tile::UsesKernels), exposed for the
+  // same reason.
+  static constexpr int64_t kKernelKeyTile = 256;
 
   // The copy buffers cached between calls (for tests and monitoring).
   const ScratchPool& scratch() const { return *scratch_; }
