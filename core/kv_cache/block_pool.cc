@@ -48,12 +48,15 @@ bool BlockPool::MapSlab(int64_t count) {
   return true;
 }
 
-bool BlockPool::TryAllocate(int64_t count, std::vector<BlockRef>* out) {
+bool BlockPool::TryAllocate(int64_t count, std::vector<BlockRef>* out, Refusal* refusal) {
   if (count <= 0) return count == 0;
   std::vector<Block*> fresh, reused;
   {
     MutexLock lock(&mu_);
-    if (total_blocks_ - used_ < count) return false;
+    if (total_blocks_ - used_ < count) {
+      if (refusal != nullptr) *refusal = Refusal{total_blocks_ - used_, false};
+      return false;
+    }
     // Returned blocks first, then never-used ones, then a new slab: memory already touched is
     // reused before any is added, so the process holds about the cache's peak use, not its
     // budget, and a warm block's memset costs less than faulting in a fresh page. Mapping a slab
@@ -71,6 +74,7 @@ bool BlockPool::TryAllocate(int64_t count, std::vector<BlockRef>* out) {
         // call stays, fresh, for later requests).
         fresh_.insert(fresh_.end(), fresh.rbegin(), fresh.rend());
         free_.insert(free_.end(), reused.rbegin(), reused.rend());
+        if (refusal != nullptr) *refusal = Refusal{total_blocks_ - used_, true};
         return false;
       }
     }

@@ -47,9 +47,17 @@ class BlockPool {
   int64_t used_blocks() const ABSL_LOCKS_EXCLUDED(mu_);
   int64_t free_blocks() const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Why a TryAllocate handed out nothing, as the pool stood at that moment (blocks returned
+  // since then do not change it, so an error built from it cannot contradict itself).
+  struct Refusal {
+    int64_t free_blocks = 0;     // free when the request was refused
+    bool out_of_memory = false;  // enough were free, but the system would not map more memory
+  };
+
   // Appends `count` zeroed blocks to `out`, or nothing (and returns false) when fewer than
-  // `count` are free or memory cannot be obtained.
-  bool TryAllocate(int64_t count, std::vector<BlockRef>* out) ABSL_LOCKS_EXCLUDED(mu_);
+  // `count` are free or memory cannot be obtained; then fills `*refusal` if given.
+  bool TryAllocate(int64_t count, std::vector<BlockRef>* out, Refusal* refusal = nullptr)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   void Return(Block* block) ABSL_LOCKS_EXCLUDED(mu_);

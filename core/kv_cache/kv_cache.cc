@@ -210,7 +210,8 @@ absl::Status KvCache::TakeBlocks(const std::function<int64_t()>& need,
                                  std::vector<BlockRef>* out,
                                  const std::function<std::string()>& what) {
   int64_t count = need();
-  if (pool_.TryAllocate(count, out)) return absl::OkStatus();
+  BlockPool::Refusal refusal;
+  if (pool_.TryAllocate(count, out, &refusal)) return absl::OkStatus();
   if (options_.eviction == EvictionPolicy::kLru) {
     // A concurrent taker may use the room an eviction made: plan again, a few times, each time
     // evicting only when that makes this request fit.
@@ -219,18 +220,23 @@ absl::Status KvCache::TakeBlocks(const std::function<int64_t()>& need,
       if (victims.empty()) break;
       victims.clear();  // frees their blocks (those no concurrent Get still describes)
       count = need();
-      if (pool_.TryAllocate(count, out)) return absl::OkStatus();
+      if (pool_.TryAllocate(count, out, &refusal)) return absl::OkStatus();
     }
   } else if (options_.eviction == EvictionPolicy::kTtl && EvictExpired() > 0) {
     count = need();
-    if (pool_.TryAllocate(count, out)) return absl::OkStatus();
+    if (pool_.TryAllocate(count, out, &refusal)) return absl::OkStatus();
   }
   rejections_++;
-  const int64_t free = pool_.free_blocks();
+  // The counts are those of the last refusal: blocks returned since then would make the message
+  // contradict itself ("needs 1 block; 1 is free").
+  const std::string free =
+      refusal.out_of_memory
+          ? absl::StrCat("the system refused memory for them although ", refusal.free_blocks)
+          : absl::StrCat(refusal.free_blocks);
   return absl::ResourceExhaustedError(absl::StrCat(
       what(), " needs ", count, " blocks (", BlockBytes(count, pool_.block_bytes()), "); ", free,
       " of ", pool_.total_blocks(), " blocks of ", BlockBytes(1, pool_.block_bytes()),
-      " are free (cache capacity ", BlockBytes(pool_.total_blocks(), pool_.block_bytes()),
+      " were free (cache capacity ", BlockBytes(pool_.total_blocks(), pool_.block_bytes()),
       ", eviction policy ", EvictionPolicyName(options_.eviction), ")"));
 }
 

@@ -580,7 +580,7 @@ class BadInput(unittest.TestCase):
                 "bi-x", reserve_tokens=1 << 40), RE, "blocks", "free"),
             row("create: reservation of every free block", lambda: self.budget_then(0), "OK"),
             row("create: reservation one token over the budget", lambda: self.budget_then(1), RE,
-                "reserving", "needs", "blocks of 16.00 KiB are free"),
+                "reserving", "needs", "blocks of 16.00 KiB were free"),
             row("create: --max_sequences sequences", lambda: self.fill_sequences_then(
                 lambda: None), "OK"),
             row("create: one over --max_sequences", lambda: self.fill_sequences_then(

@@ -175,6 +175,22 @@ TEST(BlockPool, ReusedBlocksAreZeroedAgain) {
   EXPECT_EQ(again.size(), 3u);  // a refused request appends nothing
 }
 
+// The error a caller builds from a refusal must describe the pool when it refused, not later:
+// another thread may return blocks in between.
+TEST(BlockPool, ARefusalSaysHowManyBlocksWereFreeWhenItWasRefused) {
+  const int64_t block = 64 * 1024;
+  kv::BlockPool pool(/*capacity_bytes=*/8 * block, block);
+  std::vector<kv::BlockRef> blocks;
+  ASSERT_TRUE(pool.TryAllocate(7, &blocks));
+  kv::BlockPool::Refusal refusal;
+  EXPECT_FALSE(pool.TryAllocate(2, &blocks, &refusal));
+  EXPECT_EQ(refusal.free_blocks, 1);
+  EXPECT_FALSE(refusal.out_of_memory);
+  blocks.clear();  // returned after the refusal: the refusal's account does not change
+  EXPECT_EQ(refusal.free_blocks, 1);
+  EXPECT_EQ(pool.free_blocks(), 8);
+}
+
 // Returned blocks are handed out again before never-used ones, so that a cache whose use comes
 // and goes holds about its peak in memory, not its whole budget.
 TEST(BlockPool, ReusesReturnedBlocksBeforeTouchingNewOnes) {
