@@ -24,6 +24,17 @@
 #include "core/kernels/onednn.h"
 #include "server/server.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#define ATTEND_HAS_LSAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ATTEND_HAS_LSAN 1
+#endif
+#endif
+#if ATTEND_HAS_LSAN
+#include <sanitizer/lsan_interface.h>
+#endif
+
 ABSL_FLAG(std::string, address, "0.0.0.0:50051", "gRPC listen address (host:port; port 0 = any)");
 ABSL_FLAG(std::string, metrics_address, "0.0.0.0:9464",
           "Prometheus /metrics listen address; empty disables metrics");
@@ -238,5 +249,10 @@ int main(int argc, char** argv) {
   // local hardware profile may be running, either of which would break the promise that the
   // process is gone within --shutdown_grace plus a second.
   std::fflush(nullptr);
+#if ATTEND_HAS_LSAN
+  // _Exit skips LeakSanitizer's check at exit; run it here so that the end-to-end tests of a
+  // sanitized build find leaks in the real binary too. It exits non-zero when it finds one.
+  __lsan_do_leak_check();
+#endif
   std::_Exit(0);
 }
