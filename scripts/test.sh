@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
-# Installs, builds and runs every test: unit, in-process server, CLI and end-to-end (Python),
-# then the concurrency tests again under ThreadSanitizer (a second build in build-tsan, label
-# tsan; ATTEND_SKIP_TSAN=1 skips it) and the KV cache and engine tests under AddressSanitizer
-# with UndefinedBehaviorSanitizer (build-asan, label asan; ATTEND_SKIP_ASAN=1 skips it).
+# Installs, builds and runs every test, then the nets for what tests written by hand miss:
+#   1. build/ (Release): unit, in-process server, CLI, fuzz corpora and end-to-end (Python) tests;
+#   2. a 60 s soak of the real server (scripts/soak.sh);
+#   3. the concurrent tests under ThreadSanitizer: the KV cache, the worker pool and the
+#      in-process server (build-tsan, label tsan; ATTEND_SKIP_TSAN=1 skips it);
+#   4. the whole suite, end-to-end tests included, under AddressSanitizer with
+#      UndefinedBehaviorSanitizer and LeakSanitizer (build-asan; ATTEND_SKIP_ASAN=1 skips it);
+#   5. each libFuzzer target for ATTEND_FUZZ_SECONDS (default 30) when clang is installed
+#      (scripts/fuzz.sh, build-fuzz; ATTEND_SKIP_FUZZ=1 skips it).
+# Sanitizer builds compile at -O1 -g1 and build no benchmarks, to keep all of it under 30 minutes
+# on two cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -10,26 +17,41 @@ build_dir=${ATTEND_BUILD_DIR:-build}
 jobs=${ATTEND_JOBS:-$(nproc)}
 ctest --test-dir "$build_dir" --output-on-failure -j "$jobs"
 
+if [ "${ATTEND_SKIP_SOAK:-0}" != 1 ]; then
+  bash scripts/soak.sh --server "$build_dir/server/attend-server" --seconds "${ATTEND_SOAK_SECONDS:-60}"
+fi
+
+lsan_options="suppressions=$PWD/tests/lsan.supp"
 if [ "${ATTEND_SKIP_TSAN:-0}" != 1 ]; then
   tsan_dir=${build_dir}-tsan
   cmake -S . -B "$tsan_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTEND_SANITIZE=thread \
     -DATTEND_BUILD_BENCH=OFF >/dev/null
-  cmake --build "$tsan_dir" -j "$jobs" --target kv_cache_test kv_cache_lifecycle_test kv_cache_limits_test \
-    scratch_pool_test
-  # One OpenMP thread: libgomp is not built with TSan (see tests/CMakeLists.txt).
+  cmake --build "$tsan_dir" -j "$jobs" --target \
+    kv_cache_test kv_cache_lifecycle_test kv_cache_limits_test scratch_pool_test \
+    server_worker_pool_test server_attention_service_test server_kv_cache_service_test \
+    server_planner_service_test server_cancellation_test server_protocol_test server_test \
+    client_kv_cache_client_test
+  # One OpenMP thread: libgomp is not built with TSan (see tests/CMakeLists.txt). Only the
+  # binaries built above have tests in the tsan label.
   OMP_NUM_THREADS=1 \
     TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp" \
     ctest --test-dir "$tsan_dir" -L tsan --output-on-failure -j "$jobs"
 fi
 
 if [ "${ATTEND_SKIP_ASAN:-0}" != 1 ]; then
-  # The KV cache and the engine under AddressSanitizer and UndefinedBehaviorSanitizer (label
-  # asan): use after release, reads past a tensor, leaked blocks.
   asan_dir=${build_dir}-asan
   cmake -S . -B "$asan_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTEND_SANITIZE=address,undefined \
     -DATTEND_BUILD_BENCH=OFF >/dev/null
-  cmake --build "$asan_dir" -j "$jobs" --target kv_cache_test kv_cache_lifecycle_test kv_cache_limits_test \
-    attention_engine_test
-  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-    ctest --test-dir "$asan_dir" -L asan --output-on-failure -j "$jobs"
+  cmake --build "$asan_dir" -j "$jobs"
+  ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS="$lsan_options" \
+    UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+    ctest --test-dir "$asan_dir" --output-on-failure -j "$jobs"
+fi
+
+if [ "${ATTEND_SKIP_FUZZ:-0}" != 1 ]; then
+  if command -v clang++ >/dev/null; then
+    bash scripts/fuzz.sh
+  else
+    echo "test: clang++ not found, no fuzzing (the corpora ran as regression tests above)"
+  fi
 fi
