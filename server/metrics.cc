@@ -166,14 +166,14 @@ Metrics::MethodSeries& Metrics::Series(absl::string_view full_method, absl::stri
 
 void Metrics::RpcStarted(absl::string_view full_method, absl::string_view type) {
   in_flight_->Increment();
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   Series(full_method, type).started->Increment();
 }
 
 void Metrics::RpcHandled(absl::string_view full_method, absl::string_view type, int code,
                          double seconds) {
   in_flight_->Decrement();
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   MethodSeries& series = Series(full_method, type);
   series.seconds->Observe(seconds);
   auto it = series.handled.find(code);

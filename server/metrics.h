@@ -26,8 +26,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
 #include "core/attention/attention.h"
+#include "core/base/mutex.h"
 #include "grpcpp/support/server_interceptor.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
@@ -74,7 +74,7 @@ class Metrics {
   prometheus::Family<prometheus::Counter>* pairs_;
   prometheus::Family<prometheus::Histogram>* compute_seconds_;
 
-  absl::Mutex mu_;
+  Mutex mu_;  // attend::Mutex: visible to TSan (core/base/mutex.h)
   absl::flat_hash_map<std::string, MethodSeries> series_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -20,9 +20,9 @@
 #include <thread>
 
 #include "absl/status/status.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "attend/v1/planner.grpc.pb.h"
+#include "core/base/mutex.h"
 #include "server/call_gate.h"
 #include "server/metrics.h"
 #include "server/worker_pool.h"
@@ -87,8 +87,8 @@ class PlannerService final : public v1::Planner::CallbackService {
   WorkerPool* pool_;
   Metrics* metrics_;
   CallGate* gate_;
-  absl::Notification stop_;            // the service is being destroyed
-  absl::Notification local_measured_;  // LocalHardware() has returned on measure_thread_
+  Notification stop_;            // the service is being destroyed
+  Notification local_measured_;  // LocalHardware() has returned on measure_thread_
   std::thread measure_thread_;
 };
 

@@ -12,21 +12,25 @@ WorkerPool::WorkerPool(int threads, int64_t max_queued) : max_queued_(max_queued
 
 WorkerPool::~WorkerPool() {
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
   }
+  work_or_stop_.SignalAll();
   for (std::thread& t : workers_) t.join();
 }
 
 bool WorkerPool::TrySubmit(std::function<void()> task) {
-  absl::MutexLock lock(&mu_);
-  if (stopping_ || static_cast<int64_t>(queue_.size()) >= max_queued_) return false;
-  queue_.push_back(std::move(task));
+  {
+    MutexLock lock(&mu_);
+    if (stopping_ || static_cast<int64_t>(queue_.size()) >= max_queued_) return false;
+    queue_.push_back(std::move(task));
+  }
+  work_or_stop_.Signal();
   return true;
 }
 
 int64_t WorkerPool::queued() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return static_cast<int64_t>(queue_.size());
 }
 
@@ -34,12 +38,10 @@ void WorkerPool::Run() {
   while (true) {
     std::function<void()> task;
     {
-      absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(
-          +[](WorkerPool* pool) ABSL_EXCLUSIVE_LOCKS_REQUIRED(pool->mu_) {
-            return pool->stopping_ || !pool->queue_.empty();
-          },
-          this));
+      MutexLock lock(&mu_);
+      work_or_stop_.Wait(&mu_, [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || !queue_.empty();
+      });
       if (queue_.empty()) return;  // stopping and drained
       task = std::move(queue_.front());
       queue_.pop_front();

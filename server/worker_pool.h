@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "core/base/mutex.h"
 
 namespace attend::server {
 
@@ -36,7 +36,9 @@ class WorkerPool {
   void Run() ABSL_LOCKS_EXCLUDED(mu_);
 
   const int64_t max_queued_;
-  mutable absl::Mutex mu_;
+  // attend::Mutex rather than absl::Mutex, whose Await TSan cannot see (core/base/mutex.h).
+  mutable Mutex mu_;
+  CondVar work_or_stop_;  // signalled when a task is queued or the pool stops
   std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> workers_;
