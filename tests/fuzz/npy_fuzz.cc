@@ -14,7 +14,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   namespace client = attend::client;
   const std::string bytes(reinterpret_cast<const char*>(data), size);
   absl::StatusOr<client::FloatTensor> t = client::ParseNpy(bytes);
-  attend::fuzz::CheckParseStatus("ParseNpy", t.status(), "npy: ");
+  attend::fuzz::CheckParseStatus("ParseNpy", t.status());
   if (!t.ok()) return 0;
   attend::fuzz::CheckTensor("the parsed array", *t, /*allow_empty=*/true);
   absl::StatusOr<client::FloatTensor> again = client::ParseNpy(client::SerializeNpy(*t));
