@@ -3,8 +3,8 @@
 
 Seeds are valid inputs that reach deep: serialized requests (python3-protobuf, with the
 proto/ files compiled by protoc into a temporary directory), config.json texts, GGUF headers,
-.npy files and KV-cache programs. Files the fuzzers found (crash-*, regress-*) are kept; seeds
-are rewritten. Run from anywhere: python3 tests/fuzz/make_corpus.py
+.npy files and KV-cache programs, and the minimal reproducers of what fuzzing found
+(regress-*). Other files in the corpora are kept; these are rewritten. Run from anywhere: python3 tests/fuzz/make_corpus.py
 """
 import json
 import os
@@ -35,10 +35,10 @@ def record(selector, message):
     return bytes([selector]) + struct.pack("<H", len(data)) + data
 
 
-def write(target, name, data):
+def write(target, name, data, prefix="seed-"):
     d = os.path.join(CORPUS, target)
     os.makedirs(d, exist_ok=True)
-    with open(os.path.join(d, "seed-" + name), "wb") as f:
+    with open(os.path.join(d, prefix + name), "wb") as f:
         f.write(data if isinstance(data, bytes) else data.encode())
 
 
@@ -136,6 +136,17 @@ def kv_service_seeds(kv, t):
           + append("q", 0, 2, dtype="f32") + decode(0, ["p", "q"]) + decode(0, ["p", "q"], 3))
     write("kv_cache_service", "reserve-too-much", create("r", reserve=1 << 20))
     write("kv_cache_service", "stats", record(9, kv.StatsRequest()))
+
+    # Found by fuzzing: int8 rows whose largest magnitude is below 127 / FLT_MAX were quantized
+    # by +inf (zeros became NaN, undefined when converted to int8; UBSan aborts).
+    tiny = [1e-38, 5e-39, 0.0, -1e-38]
+    c = kv.SequenceConfig(layers=1, n_head=1, n_head_kv=1, head_dim=4, kv_dtype=t.INT8)
+    r = kv.AppendRequest(sequence_id="t", q=t.Tensor(shape=[1, 1, 4], values=[0.0] * 4),
+                         k=t.Tensor(shape=[1, 1, 4], values=tiny),
+                         v=t.Tensor(shape=[1, 1, 4], values=tiny))
+    write("kv_cache_service", "int8-tiny-row",
+          record(0, kv.CreateSequenceRequest(config=c, sequence_id="t")) + record(1, r),
+          prefix="regress-")
 
 
 def hf_configs():
