@@ -1,17 +1,20 @@
 // core/kv_cache, statefully: the input is a cache configuration and then a program of
 // create / append / decode / fork / truncate / release operations on four ids, run against a
-// KvCache directly and against a model of every sequence's layer lengths.
+// KvCache directly and against a model of every sequence (each layer's length and v rows).
 //
 // Input: byte 0: bit 0 LRU eviction (else none), bits 1-2 storage (f32, bf16, int8, bf16),
-// bit 3 a sliding window of 1 + byte 3 % 16 tokens; byte 1: capacity in 4 KiB blocks (4 + b %
-// 64); byte 2: the shape (layers 1-2, n_head_kv 1-2, heads per kv head 1-2, head_dim 4 or 8).
+// bit 3 a sliding window; byte 1: capacity in 4 KiB blocks (4 + b % 64); byte 2: the shape
+// (layers 1-2, n_head_kv 1-2, heads per kv head 1-2, head_dim 4 or 8); byte 3: the window
+// (1 + b % 16 tokens) and the values' magnitude (2^(18 - 10 * (b / 16)): down to subnormals).
 // Then operations: an opcode byte (op = b % 8, id = b / 8 % 4) and two argument bytes.
 //
 // After every operation: CheckConsistency() (no block owned by nothing), every model sequence
 // is there with the model's lengths (unless LRU evicted it), nothing else is, and the used bytes
 // lie between the bytes the sequences hold alone and the bytes they reference (equal when no
-// block is shared). A failed operation must change nothing.
+// block is shared). A failed operation must change nothing. Every attention output must lie in
+// the range of its v column (outputs are convex combinations of the cached v rows).
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -75,6 +78,7 @@ class Program {
                                          DType::kBFloat16};
     config_.kv_dtype = kDTypes[(flags >> 1) & 3];
     config_.window = (flags & 8) ? 1 + window % 16 : 0;
+    exponent_ = 18 - 10 * (window >> 4);  // 2^18 down to 2^-132
     config_.layers = 1 + (shape & 1);
     config_.n_head_kv = 1 + ((shape >> 1) & 1);
     config_.n_head = config_.n_head_kv * (1 + ((shape >> 2) & 1));
@@ -110,7 +114,28 @@ class Program {
   }
 
  private:
-  using Lengths = std::vector<int64_t>;
+  // A layer of a modelled sequence: its length and the v rows appended to it (the stored
+  // values, up to the storage's rounding).
+  struct Layer {
+    int64_t tokens = 0;
+    std::vector<float> v;  // [tokens, n_head_kv, head_dim_v]
+  };
+  using Layers = std::vector<Layer>;
+
+  static std::vector<int64_t> TokensOf(const Layers& layers) {
+    std::vector<int64_t> tokens;
+    for (const Layer& l : layers) tokens.push_back(l.tokens);
+    return tokens;
+  }
+
+  // `layers` cut to their first `tokens` tokens (a Fork's or Truncate's result).
+  Layers Prefix(Layers layers, int64_t tokens) const {
+    for (Layer& l : layers) {
+      l.tokens = tokens;
+      l.v.resize(static_cast<size_t>(tokens * config_.n_head_kv * config_.head_dim_v));
+    }
+    return layers;
+  }
 
   static std::string Id(int i) { return absl::StrCat("s", i % kIds); }
 
@@ -137,16 +162,73 @@ class Program {
     }
   }
 
-  // Values in [-4, 4) from the input, so that attention sees more than constants.
+  // Values in [-4, 4) times 2^exponent_, so that attention sees more than constants, and
+  // storage sees magnitudes from 2^18 down to float32's subnormals.
   std::vector<float> Values(int64_t n) {
     std::vector<float> v(static_cast<size_t>(n));
-    for (float& x : v) x = (static_cast<int>(seed_ = seed_ * 33 + 7) % 256 - 128) / 32.0f;
+    for (float& x : v) {
+      x = std::ldexp((static_cast<int>(seed_ = seed_ * 33 + 7) % 256 - 128) / 32.0f, exponent_);
+    }
     return v;
+  }
+
+  // The error a stored value may have, for values of magnitude up to `value` in rows of largest
+  // magnitude `row`: none in float32, bfloat16's rounding (8 significant bits, and a spacing of
+  // 2^-133 among subnormals), or half an int8 step of the row.
+  double StorageError(double value, double row) const {
+    switch (config_.kv_dtype) {
+      case DType::kFloat32:
+        return 0.0;
+      case DType::kInt8:
+        return row / 254.0 * 1.02;
+      default:
+        return std::max(value * 0x1p-8, 0x1p-133);
+    }
+  }
+
+  // Each output of attention is a convex combination of its head's cached v rows: it must lie
+  // within the range of each column over the layer's tokens (a superset of those the query sees),
+  // widened by the storage's error and float32 arithmetic.
+  void CheckOutput(const char* op, const Layer& layer, const std::vector<float>& output,
+                   int64_t n) const {
+    const int64_t kv_heads = config_.n_head_kv, dv = config_.head_dim_v;
+    const int64_t group = config_.n_head / kv_heads;
+    for (int64_t kvh = 0; kvh < kv_heads; ++kvh) {
+      double row = 0.0;
+      for (int64_t t = 0; t < layer.tokens; ++t) {
+        for (int64_t d = 0; d < dv; ++d) row = std::max(row, std::abs(VAt(layer, t, kvh, d)));
+      }
+      for (int64_t d = 0; d < dv; ++d) {
+        double lo = INFINITY, hi = -INFINITY, largest = 0.0;
+        for (int64_t t = 0; t < layer.tokens; ++t) {
+          const double x = VAt(layer, t, kvh, d);
+          lo = std::min(lo, x);
+          hi = std::max(hi, x);
+          largest = std::max(largest, std::abs(x));
+        }
+        const double slack = StorageError(largest, row) + 1e-5 * largest + 1e-42;
+        for (int64_t i = 0; i < n; ++i) {
+          for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
+            const double out = output[static_cast<size_t>((i * config_.n_head + h) * dv + d)];
+            if (!(out >= lo - slack && out <= hi + slack)) {
+              Fail(absl::StrCat(op, ": output ", out, " of query ", i, ", head ", h, ", column ", d,
+                                " is outside its v column's range [", lo, ", ", hi, "] +- ",
+                                slack));
+            }
+          }
+        }
+      }
+    }
+  }
+
+  double VAt(const Layer& layer, int64_t t, int64_t kvh, int64_t d) const {
+    return layer.v[static_cast<size_t>((t * config_.n_head_kv + kvh) * config_.head_dim_v + d)];
   }
 
   void Create(const std::string& id, int64_t reserve) {
     absl::StatusOr<kv::SequenceInfo> info = cache_->Create(config_, id, reserve);
-    Settle("Create", info.status(), [&] { model_[id] = Lengths(config_.layers, 0); });
+    Settle("Create", info.status(),
+           [&] { model_[id] = Layers(static_cast<size_t>(config_.layers)); });
   }
 
   void Append(const std::string& id, int64_t layer, int64_t n, bool with_q) {
@@ -163,14 +245,16 @@ class Program {
     absl::StatusOr<kv::AppendResult> result =
         cache_->Append(layer, input, Precision::kAuto, /*want_weights=*/with_q && (n & 1), &stats);
     Settle("Append", result.status(), [&] {
-      Lengths& lengths = Model(id, "Append");
-      if (result->first_position != lengths[layer]) Fail("Append: wrong first_position");
-      lengths[layer] += n;
-      if (result->layer_tokens != lengths[layer]) Fail("Append: wrong layer_tokens");
-      if (with_q &&
-          static_cast<int64_t>(result->output.size()) != n * config_.n_head * config_.head_dim_v) {
+      Layer& modelled = Model(id, "Append")[static_cast<size_t>(layer)];
+      if (result->first_position != modelled.tokens) Fail("Append: wrong first_position");
+      modelled.tokens += n;
+      modelled.v.insert(modelled.v.end(), v.begin(), v.end());
+      if (result->layer_tokens != modelled.tokens) Fail("Append: wrong layer_tokens");
+      if (!with_q) return;
+      if (static_cast<int64_t>(result->output.size()) != n * config_.n_head * config_.head_dim_v) {
         Fail("Append: wrong output size");
       }
+      CheckOutput("Append", modelled, result->output, n);
     });
   }
 
@@ -203,23 +287,29 @@ class Program {
         cache_->DecodeBatch(layer, inputs, Precision::kAuto, &stats);
     Settle("DecodeBatch", results.status(), [&] {
       if (results->size() != ids.size()) Fail("DecodeBatch: wrong number of results");
-      for (const std::string& id : ids) ++Model(id, "DecodeBatch")[layer];
+      for (size_t i = 0; i < ids.size(); ++i) {
+        Layer& modelled = Model(ids[i], "DecodeBatch")[static_cast<size_t>(layer)];
+        ++modelled.tokens;
+        modelled.v.insert(modelled.v.end(), data[3 * i + 2].begin(), data[3 * i + 2].end());
+        CheckOutput("DecodeBatch", modelled, (*results)[i].output, 1);
+      }
     });
   }
 
   void Fork(const std::string& source, const std::string& id, std::optional<int64_t> tokens) {
     absl::StatusOr<kv::SequenceInfo> info = cache_->Fork(source, id, tokens);
     Settle("Fork", info.status(), [&] {
-      const Lengths& from = Model(source, "Fork");
-      const int64_t t = tokens ? *tokens : *std::min_element(from.begin(), from.end());
-      model_[id] = Lengths(config_.layers, t);
+      const Layers& from = Model(source, "Fork");
+      const std::vector<int64_t> lengths = TokensOf(from);
+      const int64_t t = tokens ? *tokens : *std::min_element(lengths.begin(), lengths.end());
+      model_[id] = Prefix(from, t);
     });
   }
 
   void Truncate(const std::string& id, int64_t tokens) {
     absl::StatusOr<kv::SequenceInfo> info = cache_->Truncate(id, tokens);
     Settle("Truncate", info.status(),
-           [&] { Model(id, "Truncate") = Lengths(config_.layers, tokens); });
+           [&] { Model(id, "Truncate") = Prefix(Model(id, "Truncate"), tokens); });
   }
 
   void Release(const std::string& id) {
@@ -243,7 +333,7 @@ class Program {
   }
 
   // The model of a sequence the cache just operated on successfully.
-  Lengths& Model(const std::string& id, const char* op) {
+  Layers& Model(const std::string& id, const char* op) {
     auto it = model_.find(id);
     if (it == model_.end()) Fail(absl::StrCat(op, " succeeded on '", id, "', not in the model"));
     return it->second;
@@ -270,7 +360,7 @@ class Program {
         continue;
       }
       if (it == model_.end()) Fail(absl::StrCat("after ", last_op_, ": '", id, "' exists"));
-      if (info->layer_tokens != it->second) {
+      if (info->layer_tokens != TokensOf(it->second)) {
         Fail(
             absl::StrCat("after ", last_op_, ": '", id, "' has other layer lengths than modelled"));
       }
@@ -295,7 +385,8 @@ class Program {
   bool lru_ = false;
   kv::SequenceConfig config_;
   std::optional<kv::KvCache> cache_;
-  std::map<std::string, Lengths> model_;
+  std::map<std::string, Layers> model_;
+  int exponent_ = 0;
   uint32_t seed_ = 1;
   const char* last_op_ = "start";
 };

@@ -318,21 +318,33 @@ def planner_seeds(p):
     write("planner_service", "cost-custom", record(4, r))
 
 
+# KV-cache programs: a header (flags, capacity, shape, window and magnitude), then
+# (op | id << 3, a, b) triples; see kv_cache_fuzz.cc.
+KV_CREATE, KV_APPEND, KV_DECODE, KV_FORK, KV_TRUNCATE, KV_RELEASE, KV_ALL_LAYERS, KV_LIST = range(8)
+
+
+def op(o, i, a=0, b=0):
+    return bytes([o | (i << 3), a, b])
+
+
+def kv_life():
+    return (op(KV_CREATE, 0, 4) + op(KV_APPEND, 0, 0, 0x83) + op(KV_ALL_LAYERS, 0, 5, 1)
+            + op(KV_DECODE, 0, 0, 0b0001) + op(KV_FORK, 0, 1) + op(KV_ALL_LAYERS, 1, 2, 1)
+            + op(KV_DECODE, 0, 1, 0b0011) + op(KV_TRUNCATE, 0, 2) + op(KV_LIST, 0, 1)
+            + op(KV_RELEASE, 0) + op(KV_ALL_LAYERS, 1, 1, 0))
+
+
 def kv_programs():
-    # header: flags, capacity, shape, window; then (op | id << 3, a, b) triples.
-    def op(o, i, a=0, b=0):
-        return bytes([o | (i << 3), a, b])
     create, append, decode, fork, trunc, release, all_layers, lst = range(8)
-    life = (op(create, 0, 4) + op(append, 0, 0, 0x83) + op(all_layers, 0, 5, 1)
-            + op(decode, 0, 0, 0b0001) + op(fork, 0, 1) + op(all_layers, 1, 2, 1)
-            + op(decode, 0, 1, 0b0011) + op(trunc, 0, 2) + op(lst, 0, 1)
-            + op(release, 0) + op(all_layers, 1, 1, 0))
+    life = kv_life()
     evict = b"".join(op(create, i) + op(all_layers, i, 15, 1) for i in range(4))
     return {
         "bf16-lifecycle": bytes([2, 60, 0b0111, 0]) + life,
         "int8-window": bytes([4 | 8, 60, 0b1011, 3]) + life,
         "f32-lru-evicts": bytes([1, 0, 0b1111, 0]) + evict,
         "none-full": bytes([0, 0, 0b1111, 0]) + evict,
+        "bf16-subnormal": bytes([2, 60, 0b1111, 0xF0]) + life,
+        "f32-large": bytes([0, 60, 0b0101, 0x00]) + life,
         "fork-prefix": bytes([2, 20, 1, 0]) + op(create, 2) + op(all_layers, 2, 9, 0)
         + op(fork, 2, 3, 0x80 | 4) + op(all_layers, 3, 1, 1) + op(fork, 3, 0, 0x80 | 40)
         + op(decode, 0, 0, 0b11100),
@@ -354,6 +366,8 @@ def main():
         write("json_input", name, data)
     for name, data in kv_programs().items():
         write("kv_cache", name, data)
+    # Found by fuzzing: int8 rows below 127 / FLT_MAX were stored as +-127 (and zeros as NaN).
+    write("kv_cache", "int8-tiny-values", bytes([4, 60, 0b0111, 0xF0]) + kv_life(), "regress-")
 
 
 if __name__ == "__main__":
