@@ -32,6 +32,16 @@ void Quantize(const TensorView& src, int64_t offset, int64_t count, int8_t* dst,
   for (int64_t i = 0; i < count; ++i) max = std::max(max, std::abs(x[i]));
   *scale = max / 127.0f;
   const float inverse = max > 0.0f ? 127.0f / max : 0.0f;
+  if (std::isinf(inverse)) {
+    // max < 127 / FLT_MAX (about 3.7e-37): 127 / max overflows float, and multiplying by +inf
+    // would store every nonzero value as +-127 and every zero as NaN (whose conversion to int8 is
+    // undefined). In double, 127 / max is finite for every float max > 0; such rows are rare.
+    const double exact = 127.0 / static_cast<double>(max);
+    for (int64_t i = 0; i < count; ++i) {
+      dst[i] = static_cast<int8_t>(std::clamp(std::nearbyint(x[i] * exact), -127.0, 127.0));
+    }
+    return;
+  }
   // Rounds half to even like std::nearbyint in the default rounding mode, without its library
   // call per value: adding 1.5 x 2^23 leaves no fraction bits, so the sum is rounded to an
   // integer; exact for |v| <= 2^22, and |v| <= 127 here. (This loop with nearbyint was 12.6% of

@@ -74,6 +74,24 @@ TEST(KvCacheLimits, ValuesBeyondTheStorageDtypeAreRefused) {
   EXPECT_OK(cache.Append(0, step.Input("bf16", 1, true), Precision::kAuto, false, nullptr));
 }
 
+// int8 storage of a row whose largest magnitude is below 127 / FLT_MAX (about 3.7e-37): 127 / max
+// overflows float, and quantizing by that +inf turned every nonzero value into +-127 and every
+// zero into NaN (undefined behaviour when converted to int8). A query of zeros attends equally
+// to the one token, so the output is the stored v as read back.
+TEST(KvCacheLimits, Int8StoresRowsOfTinyValues) {
+  KvCache cache(Options(64));
+  ASSERT_OK(cache.Create(Config(DType::kInt8), "tiny", 0));
+  const std::vector<float> row = {1e-38f, 5e-39f, 0.0f, -1e-38f, 2.5e-39f, 0.0f, 1e-45f, 7.5e-39f};
+  Tokens t{std::vector<float>(16, 0.0f), row, row};
+  auto result = cache.Append(0, t.Input("tiny", 1, true), Precision::kAuto, false, nullptr);
+  ASSERT_OK(result);
+  ASSERT_EQ(result->output.size(), 16u);
+  for (size_t i = 0; i < 16; ++i) {
+    // One int8 step of this row is 1e-38 / 127; half of it is the rounding error.
+    EXPECT_NEAR(result->output[i], row[i % 8], 1e-38 / 254 * 1.01) << "element " << i;
+  }
+}
+
 // A reservation covers the sequence's own appends also after a Fork shares its partly written
 // last block: the fork takes its own copy of that block at once, so the source never has to copy
 // it, however full the cache is by then.

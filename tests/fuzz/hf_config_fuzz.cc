@@ -1,0 +1,26 @@
+// planner/import/hf_config: ImportHfConfig on the input as config.json text. Errors must be
+// INVALID_ARGUMENT; a model it returns must pass ValidateModel (the planner sizes from it).
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+
+#include "absl/strings/string_view.h"
+#include "planner/import/hf_config.h"
+#include "planner/model.h"
+#include "tests/fuzz/parse_check.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  namespace planner = attend::planner;
+  const absl::string_view json(reinterpret_cast<const char*>(data), size);
+  absl::StatusOr<planner::ModelSpec> model = planner::ImportHfConfig(json, "");
+  attend::fuzz::CheckParseStatus("ImportHfConfig", model.status());
+  if (!model.ok()) return 0;
+  const absl::Status valid = planner::ValidateModel(*model);
+  if (!valid.ok()) {
+    std::fprintf(stderr, "fuzz: ImportHfConfig returned an invalid model: %s\n",
+                 valid.ToString().c_str());
+    std::abort();
+  }
+  return 0;
+}
