@@ -2,8 +2,8 @@
 # Installs, builds and runs every test, then the nets for what tests written by hand miss:
 #   1. build/ (Release): unit, in-process server, CLI, fuzz corpora and end-to-end (Python) tests;
 #   2. a 60 s soak of the real server (scripts/soak.sh);
-#   3. the concurrent tests under ThreadSanitizer: the KV cache, the worker pool and the
-#      in-process server (build-tsan, label tsan; ATTEND_SKIP_TSAN=1 skips it);
+#   3. the concurrent tests under ThreadSanitizer: the KV cache and the worker pool (build-tsan,
+#      label tsan; ATTEND_SKIP_TSAN=1 skips it);
 #   4. the whole suite, end-to-end tests included, under AddressSanitizer with
 #      UndefinedBehaviorSanitizer and LeakSanitizer (build-asan; ATTEND_SKIP_ASAN=1 skips it);
 #   5. each libFuzzer target for ATTEND_FUZZ_SECONDS (default 30) when clang is installed
@@ -26,11 +26,13 @@ if [ "${ATTEND_SKIP_TSAN:-0}" != 1 ]; then
   tsan_dir=${build_dir}-tsan
   cmake -S . -B "$tsan_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTEND_SANITIZE=thread \
     -DATTEND_BUILD_BENCH=OFF >/dev/null
+  # Not the in-process server tests: Debian's gRPC synchronises its threads with absl::Mutex
+  # and atomics inside prebuilt libraries, so every request handed from one gRPC thread to
+  # another reads as a race in attend's code too. The server's own concurrency (worker pool,
+  # KV cache) is tested here without gRPC.
   cmake --build "$tsan_dir" -j "$jobs" --target \
     kv_cache_test kv_cache_lifecycle_test kv_cache_limits_test scratch_pool_test \
-    server_worker_pool_test server_attention_service_test server_kv_cache_service_test \
-    server_planner_service_test server_cancellation_test server_protocol_test server_test \
-    client_kv_cache_client_test
+    server_worker_pool_test
   # One OpenMP thread: libgomp is not built with TSan (see tests/CMakeLists.txt). Only the
   # binaries built above have tests in the tsan label.
   OMP_NUM_THREADS=1 \
