@@ -447,6 +447,14 @@ absl::StatusOr<client::MultiHeadInput> RandomMultiHeadInput(const Args& args) {
   for (const auto* s : {&n, &d_model, &n_head, &n_head_kv, &seed}) {
     if (!s->ok()) return s->status();
   }
+  // head_dim defaults to d_model / n_head only where that divides: rounding it down would
+  // compute a smaller layer than the one asked for.
+  if (!args.Has("head_dim") && *n_head > 0 && *d_model % *n_head != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "d_model ", *d_model, " is not a multiple of n_head ", *n_head,
+        "; give --head_dim to choose each head's size (the projections are then d_model x "
+        "n_head*head_dim)"));
+  }
   absl::StatusOr<int64_t> head_dim = args.GetInt("head_dim", *n_head > 0 ? *d_model / *n_head : 1);
   absl::StatusOr<int64_t> d_out = args.GetInt("d_out", *d_model);
   if (!head_dim.ok()) return head_dim.status();

@@ -165,6 +165,19 @@ TEST_F(CliTest, MhaAndScaling) {
   EXPECT_NE(out_.str().find("0.576"), std::string::npos) << out_.str();
 }
 
+// d_model / n_head would round down (8 / 3 = 2) and compute a layer nobody asked for.
+TEST_F(CliTest, MhaRefusesHeadsThatDoNotDivideTheModelUnlessHeadDimIsGiven) {
+  EXPECT_EQ(Run({"mha", "--d_model", "8", "--n_head", "3"}), cli::kExitUsage);
+  EXPECT_NE(err_.str().find("d_model 8 is not a multiple of n_head 3"), std::string::npos)
+      << err_.str();
+  EXPECT_NE(err_.str().find("--head_dim"), std::string::npos) << err_.str();
+  EXPECT_EQ(Run({"mha", "--d_model", "8", "--n_head", "16"}), cli::kExitUsage);
+  EXPECT_NE(err_.str().find("d_model 8 is not a multiple of n_head 16"), std::string::npos)
+      << err_.str();
+  ASSERT_EQ(Run({"mha", "--d_model", "8", "--n_head", "3", "--head_dim", "2"}), cli::kExitOk)
+      << err_.str();
+}
+
 TEST_F(CliTest, ExitCodesTellFailuresApart) {
   EXPECT_EQ(Run({"softmax"}), cli::kExitUsage);
   EXPECT_EQ(Run({"softmax", "two"}), cli::kExitUsage);
