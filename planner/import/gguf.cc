@@ -64,7 +64,8 @@ struct GgufValue {
   uint32_t type = 0;
   // Scalars.
   std::optional<int64_t> integer;  // integer types and bool, when they fit in int64
-  bool integer_too_large = false;  // a uint64 above INT64_MAX
+  bool integer_too_large = false;  // a uint64 above INT64_MAX, kept in too_large for messages
+  uint64_t too_large = 0;
   std::optional<double> real;
   std::optional<std::string> text;  // strings up to kMaxKeptString bytes
   // Arrays.
@@ -172,6 +173,7 @@ class GgufReader {
     ATTEND_ASSIGN_OR_RETURN(const uint64_t v, Fixed<uint64_t>("uint64 value"));
     if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
       out->integer_too_large = true;
+      out->too_large = v;
     } else {
       out->integer = static_cast<int64_t>(v);
     }
@@ -283,7 +285,10 @@ class GgufMetadata {
     if (v->type == gguf::kArray || !gguf::IsInteger(v->type)) {
       return Bad(key, absl::StrCat("is a ", gguf::ValueTypeName(v->type), "; expected an integer"));
     }
-    if (v->integer_too_large) return Bad(key, "does not fit in 64 bits");
+    if (v->integer_too_large) {
+      return Bad(key,
+                 absl::StrCat(v->too_large, " is above 2^63 - 1; must be in [", lo, ", ", hi, "]"));
+    }
     ATTEND_RETURN_IF_ERROR(CheckRange(key, *v->integer, lo, hi));
     return v->integer;
   }
@@ -312,7 +317,10 @@ class GgufMetadata {
     if (static_cast<int64_t>(v->count) != layers || !v->integers) {
       return Bad(key, absl::StrCat("has ", v->count, " values for ", layers, " layers"));
     }
-    if (v->any_integer_too_large) return Bad(key, "holds a value that does not fit in 64 bits");
+    if (v->any_integer_too_large) {
+      return Bad(
+          key, absl::StrCat("holds a value above 2^63 - 1; each must be in [", lo, ", ", hi, "]"));
+    }
     for (size_t i = 0; i < v->integers->size(); ++i) {
       ATTEND_RETURN_IF_ERROR(CheckRange(absl::StrCat(key, "[", i, "]"), (*v->integers)[i], lo, hi));
     }
