@@ -1,5 +1,6 @@
 #include "client/cli/args.h"
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -74,13 +75,22 @@ absl::StatusOr<int64_t> Args::GetInt(const std::string& name, int64_t fallback) 
   return value;
 }
 
+bool ParseDecimal(absl::string_view text, double* value) {
+  absl::string_view digits = absl::StripAsciiWhitespace(text);
+  if (!digits.empty() && (digits[0] == '-' || digits[0] == '+')) digits.remove_prefix(1);
+  if (digits.size() >= 2 && digits[0] == '0' && (digits[1] == 'x' || digits[1] == 'X')) {
+    return false;
+  }
+  return absl::SimpleAtod(text, value);
+}
+
 absl::StatusOr<double> Args::GetDouble(const std::string& name, double fallback) const {
   auto it = values_.find(name);
   if (it == values_.end()) return fallback;
   double value;
-  if (!absl::SimpleAtod(it->second, &value)) {
+  if (!ParseDecimal(it->second, &value)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--", name, " needs a number, got '", it->second, "'"));
+        absl::StrCat("--", name, " needs a decimal number, got '", it->second, "'"));
   }
   return value;
 }

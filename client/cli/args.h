@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace attend::cli {
 
@@ -48,6 +49,10 @@ class Args {
   std::map<std::string, std::string> values_;
   std::vector<std::string> positional_;
 };
+
+// A decimal number as absl::SimpleAtod reads it ("1.5", "-2e3", "inf"), except that hexadecimal
+// ("0x10", which strtod-style parsers accept) is refused: on a command line it is a typo.
+bool ParseDecimal(absl::string_view text, double* value);
 
 // "--name=<value>  help (default: x)" lines for a command's help.
 std::string FlagsHelp(const std::vector<FlagSpec>& specs);

@@ -261,9 +261,9 @@ int RunSoftmax(Context& c) {
   std::vector<double> logits;
   for (const std::string& token : c.args.positional()) {
     double value;
-    if (!absl::SimpleAtod(token, &value)) {
-      return UsageError(c, absl::InvalidArgumentError(
-                               absl::StrCat("'", token, "' is not a number (use -inf to mask)")));
+    if (!ParseDecimal(token, &value)) {
+      return UsageError(c, absl::InvalidArgumentError(absl::StrCat(
+                               "'", token, "' is not a decimal number (use -inf to mask)")));
     }
     logits.push_back(value);
   }

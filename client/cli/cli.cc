@@ -121,8 +121,7 @@ int ConnectionFromFlags(Context& c) {
   o.target = args.Has("target") ? args.GetString("target")
                                 : (Env("ATTEND_TARGET").empty() ? o.target : Env("ATTEND_TARGET"));
   double deadline_seconds = 30;
-  if (!Env("ATTEND_DEADLINE").empty() &&
-      !absl::SimpleAtod(Env("ATTEND_DEADLINE"), &deadline_seconds)) {
+  if (!Env("ATTEND_DEADLINE").empty() && !ParseDecimal(Env("ATTEND_DEADLINE"), &deadline_seconds)) {
     return UsageError(c, absl::InvalidArgumentError("ATTEND_DEADLINE must be a number of seconds"));
   }
   absl::StatusOr<double> deadline = args.GetDouble("deadline", deadline_seconds);
@@ -147,7 +146,7 @@ int ConnectionFromFlags(Context& c) {
 
   double keepalive = 0;
   if (!Env("ATTEND_KEEPALIVE_SECONDS").empty() &&
-      !absl::SimpleAtod(Env("ATTEND_KEEPALIVE_SECONDS"), &keepalive)) {
+      !ParseDecimal(Env("ATTEND_KEEPALIVE_SECONDS"), &keepalive)) {
     return UsageError(
         c, absl::InvalidArgumentError("ATTEND_KEEPALIVE_SECONDS must be a number of seconds"));
   }

@@ -136,7 +136,7 @@ absl::StatusOr<int64_t> ParseByteSize(absl::string_view text, absl::string_view 
                      "; write a byte count such as 80GiB (2^30), 80GB (10^9), 512MiB or 1e9"));
   };
   double value;
-  if (number.empty() || !absl::SimpleAtod(number, &value) || !std::isfinite(value)) {
+  if (number.empty() || !ParseDecimal(number, &value) || !std::isfinite(value)) {
     return bad("is not a size");
   }
   if (value < 0) return bad("is negative");

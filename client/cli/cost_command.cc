@@ -26,7 +26,7 @@ namespace {
 absl::StatusOr<int64_t> ParseCount(const Args& args, const std::string& flag) {
   const std::string text = args.GetString(flag);
   double value;
-  if (!absl::SimpleAtod(text, &value) || !std::isfinite(value) || value < 0 || value >= 9.2e18) {
+  if (!ParseDecimal(text, &value) || !std::isfinite(value) || value < 0 || value >= 9.2e18) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--", flag, " needs a non-negative count such as 8030261248 or 8e9, got '", text, "'"));
   }
@@ -36,7 +36,7 @@ absl::StatusOr<int64_t> ParseCount(const Args& args, const std::string& flag) {
 absl::StatusOr<double> ParseRate(const Args& args, const std::string& flag) {
   const std::string text = args.GetString(flag);
   double value;
-  if (!absl::SimpleAtod(text, &value) || !std::isfinite(value)) {
+  if (!ParseDecimal(text, &value) || !std::isfinite(value)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--", flag, " needs a number such as 989.5e12, got '", text, "'"));
   }

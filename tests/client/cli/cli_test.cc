@@ -178,6 +178,18 @@ TEST_F(CliTest, MhaRefusesHeadsThatDoNotDivideTheModelUnlessHeadDimIsGiven) {
       << err_.str();
 }
 
+// absl::SimpleAtod, like strtod, reads "0x10" as 16; nobody types a logit in hexadecimal, so a
+// 0x is a typo to report rather than a number.
+TEST_F(CliTest, NumbersAreDecimalNotHexadecimal) {
+  EXPECT_EQ(Run({"softmax", "0x10", "1"}), cli::kExitUsage);
+  EXPECT_NE(err_.str().find("'0x10' is not a decimal number"), std::string::npos) << err_.str();
+  EXPECT_EQ(Run({"softmax", "1", "-0X1p3"}), cli::kExitUsage);
+  EXPECT_EQ(Run({"attend", "--scale", "0x1"}), cli::kExitUsage);
+  EXPECT_NE(err_.str().find("--scale needs a decimal number, got '0x1'"), std::string::npos)
+      << err_.str();
+  ASSERT_EQ(Run({"softmax", "2", "1e0", "-inf"}), cli::kExitOk) << err_.str();
+}
+
 TEST_F(CliTest, ExitCodesTellFailuresApart) {
   EXPECT_EQ(Run({"softmax"}), cli::kExitUsage);
   EXPECT_EQ(Run({"softmax", "two"}), cli::kExitUsage);
