@@ -1,5 +1,6 @@
 #include "client/npy.h"
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -46,6 +47,67 @@ absl::StatusOr<std::string> HeaderValue(absl::string_view header, absl::string_v
     if (depth < 0) break;
   }
   return std::string(absl::StripAsciiWhitespace(header.substr(pos, end - pos)));
+}
+
+// OK when the header dict's top-level keys are exactly descr, fortran_order and shape, each once
+// (what numpy.save writes): a repeated key is read differently by different readers, and an
+// unknown one means a writer this reader does not know.
+absl::Status CheckHeaderKeys(absl::string_view header) {
+  std::vector<std::string> keys;
+  int depth = 0;       // inside (), [] or {} below the dict itself
+  bool at_key = true;  // the next token at dict level starts an entry
+  char quote = 0;      // inside a string opened by this quote
+  size_t string_start = 0;
+  bool key_string = false;
+  const size_t open = header.find('{');
+  if (open == absl::string_view::npos) return absl::InvalidArgumentError("npy header: not a dict");
+  for (size_t i = open + 1; i < header.size(); ++i) {
+    const char c = header[i];
+    if (quote != 0) {
+      if (c == quote) {
+        if (key_string) keys.emplace_back(header.substr(string_start, i - string_start));
+        quote = 0;
+        key_string = false;
+      }
+      continue;
+    }
+    if (c == ' ' || c == '\n' || c == '\t') continue;
+    if (depth == 0 && c == '}') break;
+    if (depth == 0 && at_key) {
+      if (c == ',') continue;  // numpy's trailing comma
+      if (c != '\'' && c != '"') {
+        return absl::InvalidArgumentError(
+            absl::StrCat("npy header: expected a quoted key at offset ", i));
+      }
+      quote = c;
+      string_start = i + 1;
+      key_string = true;
+      at_key = false;
+      continue;
+    }
+    if (c == '\'' || c == '"') {
+      quote = c;
+    } else if (c == '(' || c == '[' || c == '{') {
+      ++depth;
+    } else if (c == ')' || c == ']' || c == '}') {
+      --depth;
+    } else if (depth == 0 && c == ',') {
+      at_key = true;
+    }
+  }
+  std::vector<std::string> seen;
+  for (const std::string& key : keys) {
+    if (key != "descr" && key != "fortran_order" && key != "shape") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("npy header: unexpected key '", key.substr(0, 32),
+                       "'; a .npy header has exactly descr, fortran_order and shape"));
+    }
+    if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("npy header: '", key, "' appears twice"));
+    }
+    seen.push_back(key);
+  }
+  return absl::OkStatus();
 }
 
 // The header dict of a .npy file's bytes (format versions 1-3); *data_offset is where the
@@ -139,6 +201,7 @@ absl::StatusOr<FloatTensor> ParseNpy(absl::string_view bytes) {
   size_t offset = 0;
   absl::StatusOr<absl::string_view> header = NpyHeader(bytes, &offset);
   if (!header.ok()) return header.status();
+  if (absl::Status keys = CheckHeaderKeys(*header); !keys.ok()) return keys;
   absl::StatusOr<std::string> descr = HeaderValue(*header, "descr");
   if (!descr.ok()) return descr.status();
   absl::StatusOr<std::string> fortran = HeaderValue(*header, "fortran_order");

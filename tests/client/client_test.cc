@@ -139,6 +139,23 @@ TEST(Npy, RejectsMalformedFiles) {
               StatusIs(absl::StatusCode::kInvalidArgument, {"past the end"}));
 }
 
+// numpy writes each of the three keys once; a header that repeats one (numpy would read the
+// last, a first-match reader the first) or adds others was not written by numpy.save.
+TEST(Npy, RejectsHeadersWithRepeatedOrUnknownKeys) {
+  const auto parse = [](const std::string& dict) {
+    return client::ParseNpy(NpyWithHeader(dict, 8));
+  };
+  EXPECT_THAT(parse("{'descr': '<f4', 'descr': '<f8', 'fortran_order': False, 'shape': (2,), }"),
+              StatusIs(absl::StatusCode::kInvalidArgument, {"'descr' appears twice"}));
+  EXPECT_THAT(parse("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'junk': 1}"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       {"unexpected key 'junk'", "descr, fortran_order and shape"}));
+  EXPECT_THAT(parse("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 7}"),
+              StatusIs(absl::StatusCode::kInvalidArgument, {"npy header"}));
+  // Keys inside values do not count, and double quotes are keys too.
+  EXPECT_TRUE(parse("{\"descr\": '<f4', 'fortran_order': False, 'shape': (2,)}").ok());
+}
+
 TEST(CliArgs, ParsesFlagsValuesAndNegativeNumbers) {
   const std::vector<cli::FlagSpec> specs = {{"causal", "", true}, {"n_q", ""}, {"scale", ""}};
   auto args =
