@@ -96,7 +96,8 @@ TEST(WorkerPool, DestructorRunsEveryQueuedTaskBeforeJoining) {
   ASSERT_TRUE(gate.AwaitWaiting(1));
   for (int i = 0; i < 100; ++i) ASSERT_TRUE(pool->TrySubmit([&] { ++ran; }));
   std::thread opener([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // lets the destructor start waiting first
+    // Lets the destructor start waiting first.
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
     gate.Open();
   });
   pool.reset();
