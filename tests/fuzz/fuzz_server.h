@@ -58,18 +58,18 @@ struct Record {
 // last record taking what is left when its length runs past the end. At most `max_records`.
 std::vector<Record> SplitRecords(const uint8_t* data, size_t size, size_t max_records);
 
-// Parses `bytes` as a Request and, when they parse, makes the call `call(context, request,
-// response)` and checks its code. Returns the status (OK without a call when the bytes do not
-// parse: gRPC itself would refuse them before attend's code runs).
-template <typename Request, typename Response, typename Call>
-grpc::Status CallIfParses(const char* rpc, const std::string& bytes, Call call,
-                          Response* response) {
+// Parses `bytes` as the request of `method` (a generated stub's blocking unary method) and,
+// when they parse, calls it on `stub` and checks its code. Bytes that do not parse make no call:
+// gRPC itself would refuse them before attend's code runs.
+template <typename Stub, typename Request, typename Response>
+void CallUnary(const char* rpc, const std::string& bytes,
+               grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
+               Stub& stub) {
   Request request;
-  if (!request.ParseFromString(bytes)) return grpc::Status::OK;
+  if (!request.ParseFromString(bytes)) return;
+  Response response;
   grpc::ClientContext context;
-  grpc::Status status = call(&context, request, response);
-  CheckCode(rpc, status);
-  return status;
+  CheckCode(rpc, (stub.*method)(&context, request, &response));
 }
 
 }  // namespace attend::fuzz

@@ -20,20 +20,6 @@ namespace {
 
 using Stub = v1::KvCache::Stub;
 
-// Calls `method` of the stub with the record's bytes parsed as its request.
-template <typename Request, typename Response>
-void Unary(const char* rpc, const std::string& bytes,
-           grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
-           Stub& stub) {
-  Response response;
-  CallIfParses<Request>(
-      rpc, bytes,
-      [&](grpc::ClientContext* c, const Request& q, Response* a) {
-        return (stub.*method)(c, q, a);
-      },
-      &response);
-}
-
 // One DecodeStream carrying the bytes as its only message. A bad message fails the message (its
 // `error`), not the stream.
 void Stream(const std::string& bytes, Stub& stub) {
@@ -57,25 +43,25 @@ void Stream(const std::string& bytes, Stub& stub) {
 void RunRecord(Stub& stub, const Record& r) {
   switch (r.selector % 10) {
     case 0:
-      return Unary("CreateSequence", r.bytes, &Stub::CreateSequence, stub);
+      return CallUnary("CreateSequence", r.bytes, &Stub::CreateSequence, stub);
     case 1:
-      return Unary("Append", r.bytes, &Stub::Append, stub);
+      return CallUnary("Append", r.bytes, &Stub::Append, stub);
     case 2:
-      return Unary("DecodeBatch", r.bytes, &Stub::DecodeBatch, stub);
+      return CallUnary("DecodeBatch", r.bytes, &Stub::DecodeBatch, stub);
     case 3:
       return Stream(r.bytes, stub);
     case 4:
-      return Unary("Fork", r.bytes, &Stub::Fork, stub);
+      return CallUnary("Fork", r.bytes, &Stub::Fork, stub);
     case 5:
-      return Unary("Truncate", r.bytes, &Stub::Truncate, stub);
+      return CallUnary("Truncate", r.bytes, &Stub::Truncate, stub);
     case 6:
-      return Unary("Release", r.bytes, &Stub::Release, stub);
+      return CallUnary("Release", r.bytes, &Stub::Release, stub);
     case 7:
-      return Unary("GetSequence", r.bytes, &Stub::GetSequence, stub);
+      return CallUnary("GetSequence", r.bytes, &Stub::GetSequence, stub);
     case 8:
-      return Unary("ListSequences", r.bytes, &Stub::ListSequences, stub);
+      return CallUnary("ListSequences", r.bytes, &Stub::ListSequences, stub);
     default:
-      return Unary("Stats", r.bytes, &Stub::Stats, stub);
+      return CallUnary("Stats", r.bytes, &Stub::Stats, stub);
   }
 }
 

@@ -18,19 +18,6 @@ namespace {
 
 using Stub = v1::Planner::Stub;
 
-template <typename Request, typename Response>
-void Unary(const char* rpc, const std::string& bytes,
-           grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
-           Stub& stub) {
-  Response response;
-  CallIfParses<Request>(
-      rpc, bytes,
-      [&](grpc::ClientContext* c, const Request& q, Response* a) {
-        return (stub.*method)(c, q, a);
-      },
-      &response);
-}
-
 void EstimateCost(const std::string& bytes, Stub& stub) {
   v1::EstimateCostRequest request;
   if (!request.ParseFromString(bytes)) return;
@@ -46,13 +33,13 @@ void EstimateCost(const std::string& bytes, Stub& stub) {
 void RunRecord(Stub& stub, const Record& r) {
   switch (r.selector % 5) {
     case 0:
-      return Unary("ListModels", r.bytes, &Stub::ListModels, stub);
+      return CallUnary("ListModels", r.bytes, &Stub::ListModels, stub);
     case 1:
-      return Unary("GetModel", r.bytes, &Stub::GetModel, stub);
+      return CallUnary("GetModel", r.bytes, &Stub::GetModel, stub);
     case 2:
-      return Unary("ImportModel", r.bytes, &Stub::ImportModel, stub);
+      return CallUnary("ImportModel", r.bytes, &Stub::ImportModel, stub);
     case 3:
-      return Unary("PlanKvCache", r.bytes, &Stub::PlanKvCache, stub);
+      return CallUnary("PlanKvCache", r.bytes, &Stub::PlanKvCache, stub);
     default:
       return EstimateCost(r.bytes, stub);
   }
