@@ -9,23 +9,19 @@ over (refused), on a server started with small limits so that the at-limit calls
 After every row a valid request must be answered by the same process; at the end the sequences
 the test made are released and the KV cache's Stats show nothing left.
 """
-import argparse
 import os
 import queue
 import signal
 import sys
-import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import e2e_test  # noqa: E402  (generate_stubs and the stub modules it fills in)
 import lifecycle_test  # noqa: E402  (start: runs the server and reads its ports)
 from bad_input_builders import (BF16_SEQ, D, FLAGS, G, H, LAYERS, MAX_SEQUENCES,  # noqa: E402
                                 PB, PREFILL, SEQ, TIMEOUT, Outcome, append, seq_config,
                                 step, t_pb, tensor)
 from bad_input_rows import BadInputRows  # noqa: E402  (the table's rows, by service)
 
-ARGS = None
 
 
 class BadInput(BadInputRows, unittest.TestCase):
@@ -33,7 +29,6 @@ class BadInput(BadInputRows, unittest.TestCase):
     def setUpClass(cls):
         import grpc
         cls.grpc = grpc
-        lifecycle_test.ARGS = ARGS
         cls.proc, cls.port, _ = lifecycle_test.start(*FLAGS)
         options = [("grpc.max_send_message_length", 64 << 20),
                    ("grpc.max_receive_message_length", 64 << 20)]
@@ -274,16 +269,5 @@ class BadInput(BadInputRows, unittest.TestCase):
             print("failed rows: %s" % failed, file=sys.stderr)
 
 
-def main():
-    global ARGS
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--server", required=True)
-    parser.add_argument("--proto", required=True)
-    ARGS, rest = parser.parse_known_args()
-    with tempfile.TemporaryDirectory() as out_dir:
-        e2e_test.generate_stubs(ARGS.proto, out_dir)
-        unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
-
-
 if __name__ == "__main__":
-    main()
+    lifecycle_test.main()  # parses --server and --proto for start()

@@ -6,14 +6,12 @@ under concurrent load, and SIGKILL followed by a restart on the same ports.
 lifecycle_test.py covers SIGTERM with one long call or one stream in flight, the end of the grace
 and busy ports; these tests add what happens to the work, the slots and the state.
 """
-import argparse
 import os
 import queue
 import re
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import unittest
@@ -26,7 +24,6 @@ import e2e_test  # noqa: E402  (generate_stubs and the stub modules it fills in)
 import lifecycle_test  # noqa: E402  (start, free_port, bf16_tensor, long_attend, wait_in_flight)
 from lifecycle_test import bf16_tensor, free_port, long_attend, start  # noqa: E402
 
-ARGS = None
 PB = e2e_test.PB
 BIG = [("grpc.max_send_message_length", 128 << 20),
        ("grpc.max_receive_message_length", 128 << 20)]
@@ -82,7 +79,6 @@ class Faults(unittest.TestCase):
     def setUpClass(cls):
         import grpc
         cls.grpc = grpc
-        lifecycle_test.ARGS = ARGS
 
     wait_in_flight = lifecycle_test.Lifecycle.wait_in_flight
 
@@ -466,16 +462,5 @@ time.sleep(600)
         self.assertEqual(proc.returncode, 0)
 
 
-def main():
-    global ARGS
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--server", required=True)
-    parser.add_argument("--proto", required=True)
-    ARGS, rest = parser.parse_known_args()
-    with tempfile.TemporaryDirectory() as out_dir:
-        e2e_test.generate_stubs(ARGS.proto, out_dir)
-        unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
-
-
 if __name__ == "__main__":
-    main()
+    lifecycle_test.main()  # parses --server and --proto for start()

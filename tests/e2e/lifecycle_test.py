@@ -312,6 +312,8 @@ class ShapeChurn(unittest.TestCase):
 
 
 def main():
+    """Runs the unittest cases of the script being run (this one, or one that imports it for
+    start()) against --server, with the stubs generated from --proto."""
     global ARGS
     parser = argparse.ArgumentParser()
     parser.add_argument("--server", required=True)
