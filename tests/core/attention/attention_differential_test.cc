@@ -42,11 +42,14 @@
 #include "core/attention/tile_attention.h"
 #include "core/kernels/simd.h"
 #include "tests/core/attention/attention_error_bound.h"
+#include "tests/core/attention/encoded_input.h"
 #include "tests/test_util.h"
 
 namespace attend {
 namespace {
 
+using ::attend::testing::EncodedInput;
+using ::attend::testing::EncodeInput;
 using ::attend::testing::RandomFloats;
 using ::attend::testing::StatusIs;
 
@@ -268,27 +271,6 @@ Case MakeCase(uint64_t seed, int64_t index) {
 
 // --- Running one case ---
 
-// A tensor's values encoded in `dtype`, and the float32 values the encoding holds.
-struct Input {
-  std::vector<float> exact;
-  std::vector<uint16_t> half;
-  TensorView view;
-};
-
-Input MakeInput(std::vector<float> values, attend::Shape shape, DType dtype) {
-  Input in;
-  in.exact = std::move(values);
-  in.view = TensorView{dtype, shape, in.exact.data()};
-  if (dtype == DType::kFloat32) return in;
-  in.half.resize(in.exact.size());
-  for (size_t i = 0; i < in.exact.size(); ++i) {
-    in.half[i] = dtype == DType::kBFloat16 ? FloatToBf16(in.exact[i]) : FloatToHalf(in.exact[i]);
-    in.exact[i] = dtype == DType::kBFloat16 ? Bf16ToFloat(in.half[i]) : HalfToFloat(in.half[i]);
-  }
-  in.view.data = in.half.data();
-  return in;
-}
-
 std::vector<float> Bf16Rounded(std::vector<float> x, bool round) {
   if (round) {
     for (float& e : x) e = Bf16ToFloat(FloatToBf16(e));
@@ -328,12 +310,12 @@ using Margins = std::map<std::string, double>;
 void CheckCase(const Case& c, Margins* margins, std::string* engine_name) {
   std::seed_seq seq{c.seed, static_cast<uint64_t>(c.index), uint64_t{1}};
   std::mt19937_64 rng(seq);
-  const Input q = MakeInput(RandomFloats(rng, c.n_q * c.n_head * c.head_dim, c.q_std),
-                            {c.n_q, c.n_head, c.head_dim}, c.q_dtype);
-  const Input k = MakeInput(RandomFloats(rng, c.n_kv * c.n_head_kv * c.head_dim),
-                            {c.n_kv, c.n_head_kv, c.head_dim}, c.k_dtype);
-  const Input v = MakeInput(RandomFloats(rng, c.n_kv * c.n_head_kv * c.head_dim_v),
-                            {c.n_kv, c.n_head_kv, c.head_dim_v}, c.v_dtype);
+  const EncodedInput q = EncodeInput(RandomFloats(rng, c.n_q * c.n_head * c.head_dim, c.q_std),
+                                     {c.n_q, c.n_head, c.head_dim}, c.q_dtype);
+  const EncodedInput k = EncodeInput(RandomFloats(rng, c.n_kv * c.n_head_kv * c.head_dim),
+                                     {c.n_kv, c.n_head_kv, c.head_dim}, c.k_dtype);
+  const EncodedInput v = EncodeInput(RandomFloats(rng, c.n_kv * c.n_head_kv * c.head_dim_v),
+                                     {c.n_kv, c.n_head_kv, c.head_dim_v}, c.v_dtype);
   AttentionOptions options;
   options.mask = c.mask;
   options.scale = c.scale;

@@ -31,11 +31,14 @@
 #include "core/attention/tile_attention.h"
 #include "core/kv_cache/kv_cache.h"
 #include "tests/core/attention/attention_error_bound.h"
+#include "tests/core/attention/encoded_input.h"
 #include "tests/test_util.h"
 
 namespace attend::kv {
 namespace {
 
+using ::attend::testing::EncodedInput;
+using ::attend::testing::EncodeInput;
 using ::attend::testing::RandomFloats;
 
 constexpr int64_t kDefaultCases = 80;
@@ -79,24 +82,10 @@ struct Model {
   std::vector<ModelLayer> layers;
 };
 
-// Random values encoded in `dtype`: the tensor and the float values it holds.
-struct Input {
-  std::vector<float> exact;
-  std::vector<uint16_t> half;
-  TensorView view;
-};
-Input MakeInput(std::mt19937_64& rng, attend::Shape shape, DType dtype) {
-  Input in;
-  in.exact = RandomFloats(rng, shape[0] * shape[1] * shape[2]);
-  in.view = TensorView{dtype, shape, in.exact.data()};
-  if (dtype == DType::kFloat32) return in;
-  in.half.resize(in.exact.size());
-  for (size_t i = 0; i < in.exact.size(); ++i) {
-    in.half[i] = dtype == DType::kBFloat16 ? FloatToBf16(in.exact[i]) : FloatToHalf(in.exact[i]);
-    in.exact[i] = dtype == DType::kBFloat16 ? Bf16ToFloat(in.half[i]) : HalfToFloat(in.half[i]);
-  }
-  in.view.data = in.half.data();
-  return in;
+// Random values of `shape` (rank 3) encoded in `dtype`.
+EncodedInput RandomInput(std::mt19937_64& rng, attend::Shape shape, DType dtype) {
+  const int64_t n = shape[0] * shape[1] * shape[2];
+  return EncodeInput(RandomFloats(rng, n), std::move(shape), dtype);
 }
 
 // One case: a cache, one sequence shape, and a random walk of operations over its sequences.
@@ -210,7 +199,7 @@ class Walk {
 
   // Appends n new tokens (k, v, and q unless `with_q` is false) to the model, releasing the
   // blocks the window no longer needs once the write is committed.
-  void Commit(Model& m, int64_t layer, const Input& k, const Input& v) {
+  void Commit(Model& m, int64_t layer, const EncodedInput& k, const EncodedInput& v) {
     ModelLayer& l = m.layers[static_cast<size_t>(layer)];
     l.k.insert(l.k.end(), k.exact.begin(), k.exact.end());
     l.v.insert(l.v.end(), v.exact.begin(), v.exact.end());
@@ -258,9 +247,12 @@ class Walk {
     const bool weights = with_q && Uniform(rng_, 0, 2) == 0;
     const Precision precision = RandomPrecision();
     const DType out_dtype = kInputDtypes[Uniform(rng_, 0, 2)];
-    const Input q = MakeInput(rng_, {n, config_.n_head, config_.head_dim}, RandomInputDtype());
-    const Input k = MakeInput(rng_, {n, config_.n_head_kv, config_.head_dim}, RandomInputDtype());
-    const Input v = MakeInput(rng_, {n, config_.n_head_kv, config_.head_dim_v}, RandomInputDtype());
+    const EncodedInput q =
+        RandomInput(rng_, {n, config_.n_head, config_.head_dim}, RandomInputDtype());
+    const EncodedInput k =
+        RandomInput(rng_, {n, config_.n_head_kv, config_.head_dim}, RandomInputDtype());
+    const EncodedInput v =
+        RandomInput(rng_, {n, config_.n_head_kv, config_.head_dim_v}, RandomInputDtype());
     log_.push_back(absl::StrCat("Append ", n, " tokens to layer ", layer, " of ", id, " (at ",
                                 before, "), q ", with_q ? DTypeName(q.view.dtype) : "none", ", k ",
                                 DTypeName(k.view.dtype), ", v ", DTypeName(v.view.dtype),
@@ -290,12 +282,13 @@ class Walk {
     if (ids.empty()) return;
     std::shuffle(ids.begin(), ids.end(), rng_);
     const Precision precision = RandomPrecision();
-    std::vector<Input> qs, ks, vs;
+    std::vector<EncodedInput> qs, ks, vs;
     std::vector<AppendInput> inputs;
     for (size_t i = 0; i < ids.size(); ++i) {
-      qs.push_back(MakeInput(rng_, {1, config_.n_head, config_.head_dim}, RandomInputDtype()));
-      ks.push_back(MakeInput(rng_, {1, config_.n_head_kv, config_.head_dim}, RandomInputDtype()));
-      vs.push_back(MakeInput(rng_, {1, config_.n_head_kv, config_.head_dim_v}, RandomInputDtype()));
+      qs.push_back(RandomInput(rng_, {1, config_.n_head, config_.head_dim}, RandomInputDtype()));
+      ks.push_back(RandomInput(rng_, {1, config_.n_head_kv, config_.head_dim}, RandomInputDtype()));
+      vs.push_back(
+          RandomInput(rng_, {1, config_.n_head_kv, config_.head_dim_v}, RandomInputDtype()));
     }
     for (size_t i = 0; i < ids.size(); ++i) {
       inputs.push_back(AppendInput{ids[i], qs[i].view, ks[i].view, vs[i].view});
@@ -401,7 +394,7 @@ class Walk {
 
   // The cache's attention for the layer's last q.view.dim(0) tokens against the reference over
   // the model's history.
-  void CheckAttention(const Model& m, int64_t layer, const Input& q, Precision precision,
+  void CheckAttention(const Model& m, int64_t layer, const EncodedInput& q, Precision precision,
                       const AppendResult& result, bool weights);
 
   std::mt19937_64 rng_;
@@ -416,7 +409,7 @@ class Walk {
   std::vector<std::string> log_;
 };
 
-void Walk::CheckAttention(const Model& m, int64_t layer, const Input& q, Precision precision,
+void Walk::CheckAttention(const Model& m, int64_t layer, const EncodedInput& q, Precision precision,
                           const AppendResult& result, bool weights) {
   const ModelLayer& l = m.layers[static_cast<size_t>(layer)];
   const DType storage = config_.kv_dtype;
