@@ -1,8 +1,8 @@
 #include "client/npy.h"
 
-#include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -19,95 +19,56 @@ namespace {
 
 constexpr absl::string_view kMagic("\x93NUMPY", 6);
 
-// The value of `key` in the header dict, up to the next top-level comma or closing brace.
-absl::StatusOr<std::string> HeaderValue(absl::string_view header, absl::string_view key) {
-  const std::string quoted_single = absl::StrCat("'", key, "'");
-  const std::string quoted_double = absl::StrCat("\"", key, "\"");
-  size_t at = header.find(quoted_single);
-  size_t key_size = quoted_single.size();
-  if (at == absl::string_view::npos) {
-    at = header.find(quoted_double);
-    key_size = quoted_double.size();
-  }
-  if (at == absl::string_view::npos) {
-    return absl::InvalidArgumentError(absl::StrCat("npy header lacks '", key, "'"));
-  }
-  size_t pos = header.find(':', at + key_size);
-  if (pos == absl::string_view::npos) {
-    return absl::InvalidArgumentError(absl::StrCat("npy header: no value for '", key, "'"));
-  }
-  ++pos;
-  int depth = 0;
-  size_t end = pos;
-  for (; end < header.size(); ++end) {
-    const char c = header[end];
-    if (c == '(') ++depth;
-    if (c == ')') --depth;
-    if (depth == 0 && (c == ',' || c == '}')) break;
-    if (depth < 0) break;
-  }
-  return std::string(absl::StripAsciiWhitespace(header.substr(pos, end - pos)));
-}
-
-// OK when the header dict's top-level keys are exactly descr, fortran_order and shape, each once
-// (what numpy.save writes): a repeated key is read differently by different readers, and an
-// unknown one means a writer this reader does not know.
-absl::Status CheckHeaderKeys(absl::string_view header) {
-  std::vector<std::string> keys;
-  int depth = 0;       // inside (), [] or {} below the dict itself
-  bool at_key = true;  // the next token at dict level starts an entry
-  char quote = 0;      // inside a string opened by this quote
-  size_t string_start = 0;
-  bool key_string = false;
-  const size_t open = header.find('{');
-  if (open == absl::string_view::npos) return absl::InvalidArgumentError("npy header: not a dict");
-  for (size_t i = open + 1; i < header.size(); ++i) {
-    const char c = header[i];
-    if (quote != 0) {
-      if (c == quote) {
-        if (key_string) keys.emplace_back(header.substr(string_start, i - string_start));
-        quote = 0;
-        key_string = false;
-      }
-      continue;
-    }
-    if (c == ' ' || c == '\n' || c == '\t') continue;
-    if (depth == 0 && c == '}') break;
-    if (depth == 0 && at_key) {
-      if (c == ',') continue;  // numpy's trailing comma
-      if (c != '\'' && c != '"') {
-        return absl::InvalidArgumentError(
-            absl::StrCat("npy header: expected a quoted key at offset ", i));
-      }
-      quote = c;
-      string_start = i + 1;
-      key_string = true;
-      at_key = false;
-      continue;
-    }
-    if (c == '\'' || c == '"') {
-      quote = c;
-    } else if (c == '(' || c == '[' || c == '{') {
-      ++depth;
-    } else if (c == ')' || c == ']' || c == '}') {
-      --depth;
-    } else if (depth == 0 && c == ',') {
-      at_key = true;
-    }
-  }
-  std::vector<std::string> seen;
-  for (const std::string& key : keys) {
+// The header dict's entries, key -> value text (trimmed, e.g. "'<f4'", "False", "(2, 3)"), as
+// numpy.save writes them: exactly the keys descr, fortran_order and shape, each once. A repeated
+// key is read differently by different readers (numpy keeps the last), and an unknown one means
+// a writer this reader does not know.
+absl::StatusOr<std::map<std::string, std::string>> HeaderDict(absl::string_view header) {
+  const auto bad = [](auto&&... parts) {
+    return absl::InvalidArgumentError(absl::StrCat("npy header: ", parts...));
+  };
+  size_t i = header.find('{');
+  if (i == absl::string_view::npos) return bad("not a dict");
+  std::map<std::string, std::string> dict;
+  while (true) {
+    ++i;  // past '{' or the value that ended at a ',' or '}'
+    while (i < header.size() && (absl::ascii_isspace(header[i]) || header[i] == ',')) ++i;
+    if (i >= header.size()) return bad("the dict is not closed");
+    if (header[i] == '}') return dict;
+    const char quote = header[i];
+    if (quote != '\'' && quote != '"') return bad("expected a quoted key at offset ", i);
+    const size_t close = header.find(quote, i + 1);
+    if (close == absl::string_view::npos) return bad("a key is not closed");
+    const std::string key(header.substr(i + 1, close - i - 1));
     if (key != "descr" && key != "fortran_order" && key != "shape") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("npy header: unexpected key '", key.substr(0, 32),
-                       "'; a .npy header has exactly descr, fortran_order and shape"));
+      return bad("unexpected key '", key.substr(0, 32),
+                 "'; a .npy header has exactly descr, fortran_order and shape");
     }
-    if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("npy header: '", key, "' appears twice"));
+    if (dict.count(key) > 0) return bad("'", key, "' appears twice");
+    size_t colon = close + 1;
+    while (colon < header.size() && absl::ascii_isspace(header[colon])) ++colon;
+    if (colon >= header.size() || header[colon] != ':') return bad("no value for '", key, "'");
+    // The value runs to the next comma or closing brace outside brackets and strings.
+    int depth = 0;
+    char in_string = 0;
+    for (i = colon + 1; i < header.size(); ++i) {
+      const char c = header[i];
+      if (in_string != 0) {
+        if (c == in_string) in_string = 0;
+      } else if (c == '\'' || c == '"') {
+        in_string = c;
+      } else if (c == '(' || c == '[' || c == '{') {
+        ++depth;
+      } else if (c == ')' || c == ']' || c == '}') {
+        if (depth == 0) break;
+        --depth;
+      } else if (c == ',' && depth == 0) {
+        break;
+      }
     }
-    seen.push_back(key);
+    dict[key] = std::string(absl::StripAsciiWhitespace(header.substr(colon + 1, i - colon - 1)));
+    if (i < header.size() && header[i] == '}') return dict;
   }
-  return absl::OkStatus();
 }
 
 // The header dict of a .npy file's bytes (format versions 1-3); *data_offset is where the
@@ -201,21 +162,24 @@ absl::StatusOr<FloatTensor> ParseNpy(absl::string_view bytes) {
   size_t offset = 0;
   absl::StatusOr<absl::string_view> header = NpyHeader(bytes, &offset);
   if (!header.ok()) return header.status();
-  if (absl::Status keys = CheckHeaderKeys(*header); !keys.ok()) return keys;
-  absl::StatusOr<std::string> descr = HeaderValue(*header, "descr");
-  if (!descr.ok()) return descr.status();
-  absl::StatusOr<std::string> fortran = HeaderValue(*header, "fortran_order");
-  if (!fortran.ok()) return fortran.status();
-  absl::StatusOr<std::string> shape_text = HeaderValue(*header, "shape");
-  if (!shape_text.ok()) return shape_text.status();
-  if (*fortran != "False") {
+  absl::StatusOr<std::map<std::string, std::string>> dict = HeaderDict(*header);
+  if (!dict.ok()) return dict.status();
+  for (const char* key : {"descr", "fortran_order", "shape"}) {
+    if (dict->count(key) == 0) {
+      return absl::InvalidArgumentError(absl::StrCat("npy header lacks '", key, "'"));
+    }
+  }
+  const std::string& descr = dict->at("descr");
+  const std::string& fortran = dict->at("fortran_order");
+  const std::string& shape_text = dict->at("shape");
+  if (fortran != "False") {
     return absl::InvalidArgumentError(
         "npy: Fortran-ordered arrays are not supported; save with "
         "numpy.ascontiguousarray");
   }
-  absl::StatusOr<size_t> width = ElementWidth(*descr);
+  absl::StatusOr<size_t> width = ElementWidth(descr);
   if (!width.ok()) return width.status();
-  absl::StatusOr<std::vector<int64_t>> shape = NpyShape(*shape_text, bytes.size());
+  absl::StatusOr<std::vector<int64_t>> shape = NpyShape(shape_text, bytes.size());
   if (!shape.ok()) return shape.status();
   int64_t count = 1;
   for (int64_t dim : *shape) count *= dim;

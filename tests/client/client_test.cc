@@ -152,6 +152,10 @@ TEST(Npy, RejectsHeadersWithRepeatedOrUnknownKeys) {
                        {"unexpected key 'junk'", "descr, fortran_order and shape"}));
   EXPECT_THAT(parse("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 7}"),
               StatusIs(absl::StatusCode::kInvalidArgument, {"npy header"}));
+  EXPECT_THAT(parse("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), "),
+              StatusIs(absl::StatusCode::kInvalidArgument, {"not closed"}));
+  EXPECT_THAT(parse("{'descr': '<f4', 'fortran_order': False, }"),
+              StatusIs(absl::StatusCode::kInvalidArgument, {"lacks 'shape'"}));
   // Keys inside values do not count, and double quotes are keys too.
   EXPECT_TRUE(parse("{\"descr\": '<f4', 'fortran_order': False, 'shape': (2,)}").ok());
 }
