@@ -298,9 +298,7 @@ class ShapeChurn(unittest.TestCase):
                     text = response.read().decode()
             print("RSS %.0f MiB before, grew %.0f MiB over 3000 shapes" % (before, grown),
                   file=sys.stderr)
-            # AddressSanitizer's quarantine holds up to 256 MiB of freed memory (ATTEND_SANITIZED
-            # is set by the sanitized build's ctest).
-            self.assertLess(grown, 600 if os.environ.get("ATTEND_SANITIZED") else 200)
+            self.assertLess(grown, 200 + e2e_test.SANITIZER_RSS_MIB)
             self.assertLessEqual(metric(text, "attend_matmul_cache_primitives"),
                                  metric(text, "attend_matmul_cache_capacity"))
             self.assertGreater(metric(text, "attend_matmul_cache_evictions_total"), 0)

@@ -41,9 +41,6 @@ MAX_OWN = 3            # sequences a client holds at once
 ALLOCATING = {"CreateSequence", "Append", "DecodeBatch", "DecodeStream", "Fork"}
 BUDGET_MESSAGE = re.compile(r"needs (\d+) blocks .*?; (\d+) of (\d+) blocks")
 MIB = 1 << 20
-# A server built with AddressSanitizer (ATTEND_SANITIZED, set by the sanitized build's ctest)
-# keeps up to 256 MiB of freed memory in quarantine before reusing it, plus shadow memory.
-SANITIZER_RSS_BYTES = 400 * MIB if os.environ.get("ATTEND_SANITIZED") else 0
 
 
 def rss_bytes(pid):
@@ -330,7 +327,7 @@ def soak(args, seconds, proc, port, grpc):
     # (about a second after start), before any client.
     time.sleep(2.5)
     base = rss_bytes(proc.pid)
-    bound = base + args.kv_cache_bytes + args.rss_slack_bytes + SANITIZER_RSS_BYTES
+    bound = base + args.kv_cache_bytes + args.rss_slack_bytes + e2e_test.SANITIZER_RSS_MIB * MIB
     samples = [base]
     sampling = threading.Event()
 
