@@ -21,7 +21,6 @@ if [ "${ATTEND_SKIP_SOAK:-0}" != 1 ]; then
   bash scripts/soak.sh --server "$build_dir/server/attend-server" --seconds "${ATTEND_SOAK_SECONDS:-60}"
 fi
 
-lsan_options="suppressions=$PWD/tests/lsan.supp"
 if [ "${ATTEND_SKIP_TSAN:-0}" != 1 ]; then
   tsan_dir=${build_dir}-tsan
   cmake -S . -B "$tsan_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTEND_SANITIZE=thread \
@@ -45,7 +44,7 @@ if [ "${ATTEND_SKIP_ASAN:-0}" != 1 ]; then
   cmake -S . -B "$asan_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTEND_SANITIZE=address,undefined \
     -DATTEND_BUILD_BENCH=OFF >/dev/null
   cmake --build "$asan_dir" -j "$jobs"
-  ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS="$lsan_options" \
+  ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp" \
     UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     ctest --test-dir "$asan_dir" --output-on-failure -j "$jobs"
 fi
