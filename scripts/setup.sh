@@ -15,6 +15,7 @@ packages=(
   python3 python3-grpcio python3-numpy python3-protobuf
   openssl
   clang libclang-rt-14-dev libomp-14-dev  # scripts/fuzz.sh: libFuzzer, and OpenMP for clang
+  nginx prometheus python3-yaml  # deploy/: the local fleet's proxy, promtool, config tests
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -25,6 +26,13 @@ if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# The Kubernetes manifests' schema test runs under Node.js; machines that bring their own Node.js
+# (with its npm) keep it, since Debian's npm package would conflict with it.
+if ! command -v npm >/dev/null; then
+  echo "setup: installing nodejs npm"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
 fi
 
 build_dir=${ATTEND_BUILD_DIR:-build}
