@@ -25,14 +25,18 @@ WORKDIR /src
 # Only the directories the two targets are built from, so that editing tests, benchmarks or
 # docs does not invalidate the compile layer.
 COPY CMakeLists.txt ./
+COPY cmake cmake
 COPY proto proto
 COPY common common
 COPY core core
 COPY planner planner
 COPY server server
 COPY client client
+# The commit that --version reports (the build context has no .git); scripts/container.sh passes
+# `git rev-parse --short=12 HEAD`.
+ARG ATTEND_GIT_COMMIT=unknown
 RUN cmake -S . -B build -DCMAKE_BUILD_TYPE=Release \
-      -DATTEND_BUILD_TESTS=OFF -DATTEND_BUILD_BENCH=OFF >/dev/null \
+      -DATTEND_BUILD_TESTS=OFF -DATTEND_BUILD_BENCH=OFF -DATTEND_GIT_COMMIT="${ATTEND_GIT_COMMIT}" >/dev/null \
  && cmake --build build -j "${ATTEND_JOBS}" --target attend-server attend \
  && strip build/server/attend-server build/client/attend
 

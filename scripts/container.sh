@@ -48,12 +48,14 @@ command -v "$engine" >/dev/null 2>&1 || die "$engine is not installed"
 
 build() {
   local args=(build -t "$image" --build-arg "ATTEND_JOBS=$jobs")
-  # --label rather than a build arg in a LABEL step: a new commit then leaves every cached layer
-  # of the Dockerfile valid.
+  # The revision goes in as a --label rather than a build arg in a LABEL step, which would
+  # invalidate every layer after it. The compile step does take the short commit as a build arg,
+  # for --version; a new commit usually changes the sources it compiles anyway.
   local revision src_url
   revision=$(git rev-parse HEAD 2>/dev/null || true)
   src_url=$(git config --get remote.origin.url 2>/dev/null || true)
-  [ -n "$revision" ] && args+=(--label "org.opencontainers.image.revision=$revision")
+  [ -n "$revision" ] && args+=(--label "org.opencontainers.image.revision=$revision"
+    --build-arg "ATTEND_GIT_COMMIT=${revision:0:12}")
   [ -n "$src_url" ] && args+=(--label "org.opencontainers.image.source=$src_url")
   if [ "$engine" = podman ]; then
     # chroot isolation: this sandbox cannot nest the namespaces of the default OCI isolation.

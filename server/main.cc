@@ -15,10 +15,14 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "common/byte_size.h"
+#include "common/version.h"
 #include "core/base/large_memory.h"
 #include "core/kernels/cpu_features.h"
 #include "core/kernels/onednn.h"
@@ -45,18 +49,20 @@ ABSL_FLAG(int, compute_threads, 0,
           "lower)");
 ABSL_FLAG(int64_t, max_queued_requests, 256,
           "Requests that may wait for a worker; more are refused with RESOURCE_EXHAUSTED");
-ABSL_FLAG(int64_t, max_message_bytes, int64_t{64} << 20,
-          "Largest request or response message in bytes");
+ABSL_FLAG(attend::ByteSize, max_message_bytes, attend::ByteSize{int64_t{64} << 20},
+          "Largest request or response message (bytes, or with a unit: 64MiB)");
 ABSL_FLAG(int64_t, max_tensor_elements, int64_t{1} << 26, "Largest element count of one tensor");
 ABSL_FLAG(int64_t, max_score_elements, int64_t{1} << 32,
           "Largest n_head x n_q x n_kv of one attention call");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(10),
           "Time in-flight calls get to finish after SIGTERM");
-ABSL_FLAG(int64_t, kv_cache_bytes, 0,
-          "KV-cache capacity in bytes; 0 = half of physical memory, or of the cgroup's memory "
+ABSL_FLAG(attend::ByteSize, kv_cache_bytes, attend::ByteSize{0},
+          "KV-cache capacity (bytes, or with a unit: 10GiB); 0 = half of physical memory, or of "
+          "the cgroup's memory "
           "limit when lower (taken as sequences grow)");
-ABSL_FLAG(int64_t, kv_block_bytes, int64_t{1} << 20,
-          "Bytes per KV-cache block (a multiple of 64; one layer's tokens of one sequence)");
+ABSL_FLAG(attend::ByteSize, kv_block_bytes, attend::ByteSize{int64_t{1} << 20},
+          "KV-cache block size (a multiple of 64 bytes, e.g. 1MiB; one layer's tokens of one "
+          "sequence)");
 ABSL_FLAG(bool, kv_huge_pages, true,
           "Ask for 2 MiB pages (transparent huge pages, madvise) for the KV cache: decode reads "
           "them faster; false avoids the kernel's memory compaction at a page's first write");
@@ -80,12 +86,19 @@ ABSL_FLAG(std::string, auth_token_file, "",
 
 namespace {
 
+// --help lists attend-server's own flags (absl's default lists only those of a file named
+// like the program, i.e. none), --helpfull adds Abseil's and gRPC's; --version prints the
+// version and commit instead of absl's "Debug build (NDEBUG not #defined)".
+bool IsServerFlagFile(absl::string_view filename) {
+  return absl::EndsWith(filename, "server/main.cc");
+}
+
 // Applies ATTEND_<NAME> environment variables to this program's flags before the command line
 // is parsed, so that the command line still wins.
 bool ApplyEnvironment() {
   bool ok = true;
   for (const auto& [name, flag] : absl::GetAllFlags()) {
-    if (flag->Filename().find("server/main.cc") == std::string::npos) continue;
+    if (!IsServerFlagFile(flag->Filename())) continue;
     const std::string env = absl::StrCat("ATTEND_", absl::AsciiStrToUpper(name));
     const char* value = std::getenv(env.c_str());
     if (value == nullptr) continue;
@@ -96,6 +109,19 @@ bool ApplyEnvironment() {
     }
   }
   return ok;
+}
+
+// The usage texts (see IsServerFlagFile).
+void SetUsageConfig() {
+  absl::FlagsUsageConfig config;
+  config.contains_help_flags = IsServerFlagFile;
+  config.contains_helpshort_flags = IsServerFlagFile;
+  config.version_string = [] { return attend::VersionLine("attend-server") + "\n"; };
+  config.normalize_filename = [](absl::string_view filename) {
+    const size_t at = filename.rfind("server/main.cc");
+    return std::string(at == absl::string_view::npos ? filename : filename.substr(at));
+  };
+  absl::SetFlagsUsageConfig(config);
 }
 
 // For the start-up line: whether the KV cache's huge-page advice can take effect here.
@@ -116,13 +142,13 @@ absl::StatusOr<attend::server::ServerOptions> OptionsFromFlags() {
   options.worker_threads = absl::GetFlag(FLAGS_worker_threads);
   options.compute_threads = absl::GetFlag(FLAGS_compute_threads);
   options.max_queued_requests = absl::GetFlag(FLAGS_max_queued_requests);
-  options.limits.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  options.limits.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes).bytes;
   options.limits.attention.max_tensor_elements = absl::GetFlag(FLAGS_max_tensor_elements);
   options.limits.attention.max_score_elements = absl::GetFlag(FLAGS_max_score_elements);
-  options.kv_cache.capacity_bytes = absl::GetFlag(FLAGS_kv_cache_bytes) > 0
-                                        ? absl::GetFlag(FLAGS_kv_cache_bytes)
-                                        : attend::server::DefaultKvCacheBytes();
-  options.kv_cache.block_bytes = absl::GetFlag(FLAGS_kv_block_bytes);
+  const int64_t kv_cache_bytes = absl::GetFlag(FLAGS_kv_cache_bytes).bytes;
+  options.kv_cache.capacity_bytes =
+      kv_cache_bytes > 0 ? kv_cache_bytes : attend::server::DefaultKvCacheBytes();
+  options.kv_cache.block_bytes = absl::GetFlag(FLAGS_kv_block_bytes).bytes;
   options.kv_cache.huge_pages = absl::GetFlag(FLAGS_kv_huge_pages);
   options.kv_cache.max_sequences = absl::GetFlag(FLAGS_max_sequences);
   options.kv_cache.idle_ttl_ms = absl::ToInt64Milliseconds(absl::GetFlag(FLAGS_kv_idle_ttl));
@@ -211,7 +237,9 @@ void PrintStartupLine(const attend::server::ServerOptions& options,
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Serves transformer attention, KV caches and capacity planning over gRPC.\n"
-      "Every flag can also be set with ATTEND_<FLAG>, e.g. ATTEND_ADDRESS=0.0.0.0:50051.");
+      "Every flag can also be set with ATTEND_<FLAG>, e.g. ATTEND_ADDRESS=0.0.0.0:50051.\n"
+      "Sizes take units: --kv_cache_bytes 10GiB (2^30) or 10GB (10^9).");
+  SetUsageConfig();
   if (!ApplyEnvironment()) return 2;
   absl::ParseCommandLine(argc, argv);
 

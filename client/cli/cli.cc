@@ -13,6 +13,7 @@
 #include "absl/time/time.h"
 #include "client/cli/command.h"
 #include "client/cli/format.h"
+#include "common/version.h"
 
 namespace attend::cli {
 namespace {
@@ -43,6 +44,7 @@ std::vector<FlagSpec> GlobalFlags() {
        false, "0"},
       {"json", "print JSON instead of tables", true},
       {"help", "show help", true},
+      {"version", "print the client's version and commit", true},
   };
 }
 
@@ -224,6 +226,10 @@ int RunCli(const std::vector<std::string>& tokens, std::ostream& out, std::ostre
   if (!args.ok()) {
     err << "usage error: " << args.status().message() << "\n";
     return kExitUsage;
+  }
+  if (args->GetBool("version")) {
+    out << VersionLine("attend") << "\n";
+    return kExitOk;
   }
   if (command == nullptr) {
     out << Overview(commands);

@@ -118,43 +118,4 @@ client::FloatTensor RandomTensor(std::mt19937_64& rng, std::vector<int64_t> shap
   return t;
 }
 
-absl::StatusOr<int64_t> ParseByteSize(absl::string_view text, absl::string_view flag) {
-  absl::string_view t = absl::StripAsciiWhitespace(text);
-  size_t split = 0;
-  // The number: digits, sign, point and exponent ("1e9", "1.5E+3"); the unit is the rest.
-  while (split < t.size() &&
-         (absl::ascii_isdigit(t[split]) || t[split] == '.' || t[split] == '+' || t[split] == '-' ||
-          ((t[split] == 'e' || t[split] == 'E') && split > 0 && split + 1 < t.size() &&
-           (absl::ascii_isdigit(t[split + 1]) || t[split + 1] == '+' || t[split + 1] == '-')))) {
-    ++split;
-  }
-  const std::string number(t.substr(0, split));
-  const std::string unit = absl::AsciiStrToLower(absl::StripAsciiWhitespace(t.substr(split)));
-  const auto bad = [&](absl::string_view why) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(flag, ": '", text, "' ", why,
-                     "; write a byte count such as 80GiB (2^30), 80GB (10^9), 512MiB or 1e9"));
-  };
-  double value;
-  if (number.empty() || !ParseDecimal(number, &value) || !std::isfinite(value)) {
-    return bad("is not a size");
-  }
-  if (value < 0) return bad("is negative");
-  static const std::map<std::string, double> kUnits = {
-      {"", 1.0},       {"b", 1.0},      {"kib", 0x1p10}, {"mib", 0x1p20},
-      {"gib", 0x1p30}, {"tib", 0x1p40}, {"pib", 0x1p50}, {"kb", 1e3},
-      {"mb", 1e6},     {"gb", 1e9},     {"tb", 1e12},    {"pb", 1e15},
-  };
-  const auto it = kUnits.find(unit);
-  if (it == kUnits.end()) {
-    const bool ambiguous = unit == "k" || unit == "m" || unit == "g" || unit == "t" || unit == "p";
-    return bad(ambiguous ? "has an ambiguous unit (binary GiB or decimal GB?)"
-                         : "has an unknown unit");
-  }
-  const long double bytes = static_cast<long double>(value) * it->second;
-  // 2^63 is the first value that does not fit.
-  if (bytes >= 0x1p63L) return bad("is over 2^63 - 1 bytes");
-  return static_cast<int64_t>(std::llroundl(bytes));
-}
-
 }  // namespace attend::cli

@@ -22,6 +22,7 @@
 #include "client/cli/args.h"
 #include "client/connection.h"
 #include "client/tensor.h"
+#include "common/byte_size.h"
 
 namespace attend::cli {
 
@@ -99,12 +100,8 @@ FlagSpec WireFlag();
 client::FloatTensor RandomTensor(std::mt19937_64& rng, std::vector<int64_t> shape,
                                  float stddev = 1.0f);
 
-// A byte count for flags such as --budget: a non-negative number ("1e9", "1.5") with an optional
-// unit, binary ("KiB", "MiB", "GiB", "TiB", "PiB": powers of 2^10) or decimal ("B", "kB"/"KB",
-// "MB", "GB", "TB", "PB": powers of 10^3), case-insensitive, optionally after a space; rounded
-// to whole bytes. INVALID_ARGUMENT naming `flag` for anything else (a bare "G" is refused as
-// ambiguous) or a value over INT64_MAX.
-absl::StatusOr<int64_t> ParseByteSize(absl::string_view text, absl::string_view flag);
+// Byte counts for flags such as --budget (common/byte_size.h).
+using ::attend::ParseByteSize;
 
 }  // namespace attend::cli
 

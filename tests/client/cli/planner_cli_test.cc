@@ -214,48 +214,6 @@ TEST_F(PlannerCliTest, PlanBudgetSizes) {
   }
 }
 
-TEST(ParseByteSize, UnitsAndErrors) {
-  const struct {
-    const char* text;
-    int64_t bytes;
-  } ok[] = {{"0", 0},
-            {"4096", 4096},
-            {"1e9", 1'000'000'000},
-            {"1.5e3", 1500},
-            {"80GiB", int64_t{80} << 30},
-            {"80gib", int64_t{80} << 30},
-            {"80 GiB", int64_t{80} << 30},
-            {"80GB", 80'000'000'000},
-            {"80Gb", 80'000'000'000},
-            {"512MiB", int64_t{512} << 20},
-            {"1KiB", 1024},
-            {"1kB", 1000},
-            {"3TB", 3'000'000'000'000},
-            {"1PiB", int64_t{1} << 50},
-            {"100B", 100},
-            {" 7 MB ", 7'000'000},
-            {"0.5KiB", 512}};
-  for (const auto& c : ok) {
-    absl::StatusOr<int64_t> v = cli::ParseByteSize(c.text, "--budget");
-    ASSERT_OK(v) << c.text;
-    EXPECT_EQ(*v, c.bytes) << c.text;
-  }
-  for (const char* bad : {"", "GiB", "abc", "-1GiB", "80G", "80XB", "1e30", "8e18GB", "nan", "inf",
-                          "80GiBs", "1..2", "--5"}) {
-    EXPECT_THAT(cli::ParseByteSize(bad, "--budget"),
-                StatusIs(absl::StatusCode::kInvalidArgument, {"--budget: '", "80GiB"}))
-        << bad;
-  }
-  EXPECT_THAT(cli::ParseByteSize("80G", "--budget"),
-              StatusIs(absl::StatusCode::kInvalidArgument, {"ambiguous"}));
-  EXPECT_THAT(cli::ParseByteSize("-1GiB", "--budget"),
-              StatusIs(absl::StatusCode::kInvalidArgument, {"negative"}));
-  // The first value that does not fit in int64, and one just below.
-  EXPECT_THAT(cli::ParseByteSize("9223372036854775808", "--x"),
-              StatusIs(absl::StatusCode::kInvalidArgument, {"2^63"}));
-  ASSERT_OK(cli::ParseByteSize("9e18", "--x"));
-}
-
 TEST_F(PlannerCliTest, PlanImportsConfigAndGgufFiles) {
   const std::string config = WriteTemp("planner_cli_config.json", kLlama3_8BConfig);
   ASSERT_EQ(Run({"plan", "--config", config, "--context", "8192"}), cli::kExitOk) << err_.str();

@@ -1,0 +1,127 @@
+#!/usr/bin/python3
+"""attend-server's and attend's command lines as operators use them: --version names the
+version and the commit it was built from, --help lists attend-server's own flags, and size flags
+take units on the command line and in ATTEND_* variables."""
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import e2e_test  # noqa: E402  (generate_stubs and the stub modules it fills in)
+import lifecycle_test  # noqa: E402  (start)
+
+ARGS = None
+PB = e2e_test.PB
+SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+VERSION_LINE = re.compile(r"^(attend-server|attend) (\d+\.\d+\.\d+) \(commit ([0-9a-f]{12}"
+                          r"(?:-dirty)?|unknown), \w+ build\)$")
+
+
+def run(*command, env=None):
+    return subprocess.run(list(command), capture_output=True, text=True, timeout=30, env=env)
+
+
+def git_commit():
+    """The checkout's short commit, or None outside git (a source archive)."""
+    got = run("git", "-C", SOURCE, "rev-parse", "--short=12", "HEAD")
+    return got.stdout.strip() if got.returncode == 0 else None
+
+
+class Version(unittest.TestCase):
+    def check_version(self, binary, program):
+        got = run(binary, "--version")
+        self.assertEqual(got.returncode, 0, got.stderr)
+        match = VERSION_LINE.match(got.stdout.strip())
+        self.assertIsNotNone(match, got.stdout)
+        self.assertEqual(match.group(1), program)
+        with open(os.path.join(SOURCE, "CMakeLists.txt")) as f:
+            project = re.search(r"project\(attend VERSION (\S+)", f.read()).group(1)
+        self.assertEqual(match.group(2), project)
+        commit = git_commit()
+        if commit is not None:
+            # The build may be of a work tree with changes ("-dirty"), never of another commit.
+            self.assertEqual(match.group(3).split("-")[0], commit)
+        self.assertNotIn("NDEBUG", got.stdout)
+
+    def test_server_version(self):
+        self.check_version(ARGS.server, "attend-server")
+
+    def test_cli_version(self):
+        self.check_version(ARGS.cli, "attend")
+
+
+class Help(unittest.TestCase):
+    def test_help_lists_the_servers_own_flags_only(self):
+        got = run(ARGS.server, "--help")
+        # absl exits 1 after printing usage.
+        self.assertIn(got.returncode, (0, 1))
+        text = got.stdout + got.stderr
+        for flag in ("--address", "--metrics_address", "--kv_cache_bytes", "--shutdown_grace",
+                     "--tls_cert", "--auth_token_file", "--max_message_bytes"):
+            self.assertIn(flag, text)
+        self.assertIn("ATTEND_<FLAG>", text)
+        # Abseil's own flags are for --helpfull.
+        self.assertNotIn("--flagfile", text)
+        self.assertIn("--flagfile", run(ARGS.server, "--helpfull").stdout)
+
+
+class SizeFlags(unittest.TestCase):
+    def capacity(self, *flags, env=None):
+        """The KV capacity a server started with `flags` (and `env`) reports."""
+        import grpc
+        old = dict(os.environ)
+        os.environ.update(env or {})
+        try:
+            proc, port, _ = lifecycle_test.start("--address=127.0.0.1:0", "--metrics_address=",
+                                                 *flags)
+        finally:
+            os.environ.clear()
+            os.environ.update(old)
+        try:
+            with grpc.insecure_channel("127.0.0.1:%d" % port) as channel:
+                stats = PB["kv_grpc"].KvCacheStub(channel).Stats(
+                    PB["kv"].StatsRequest(), timeout=10)
+                return stats.capacity_bytes, stats.block_bytes
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+    def test_units_on_the_command_line(self):
+        self.assertEqual(self.capacity("--kv_cache_bytes=64MiB", "--kv_block_bytes=64KiB"),
+                         (64 << 20, 64 << 10))
+        self.assertEqual(self.capacity("--kv_cache_bytes", "32MB", "--kv_block_bytes=65536"),
+                         (32_000_000 // 65536 * 65536, 65536))
+
+    def test_units_in_the_environment(self):
+        self.assertEqual(self.capacity(env={"ATTEND_KV_CACHE_BYTES": "16MiB"})[0], 16 << 20)
+
+    def test_a_bad_size_is_refused_with_the_flag_named(self):
+        for flags, env, flag in ((["--kv_cache_bytes=10G"], None, "kv_cache_bytes"),
+                                 (["--max_message_bytes=lots"], None, "max_message_bytes"),
+                                 ([], {"ATTEND_KV_BLOCK_BYTES": "-1KiB"}, "ATTEND_KV_BLOCK_BYTES")):
+            got = run(ARGS.server, "--address=127.0.0.1:0", "--metrics_address=", *flags,
+                      env=dict(os.environ, **(env or {})))
+            self.assertNotEqual(got.returncode, 0, flags)
+            self.assertIn(flag, got.stderr)
+            self.assertIn("80GiB", got.stderr)  # the message shows how to write a size
+
+
+def main():
+    global ARGS
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--server", required=True)
+    parser.add_argument("--cli", required=True)
+    parser.add_argument("--proto", required=True)
+    ARGS, rest = parser.parse_known_args()
+    lifecycle_test.ARGS = ARGS
+    with tempfile.TemporaryDirectory() as out_dir:
+        e2e_test.generate_stubs(ARGS.proto, out_dir)
+        unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+
+
+if __name__ == "__main__":
+    main()
