@@ -5,8 +5,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "core/base/status_macros.h"
 #include "core/base/tensor.h"
+#include "planner/fleet.h"
 
 namespace attend::planner {
 namespace {
@@ -156,6 +158,83 @@ int64_t DefaultGqaHeads(int64_t n_head) {
   return 0;
 }
 
+// The weight bytes a budget loses: 0 unless subtract_weights; then weights_bytes, or the
+// model's parameters in weights_dtype (else the model's own).
+absl::StatusOr<int64_t> WeightsToSubtract(const ModelSpec& m, const KvPlanRequest& request) {
+  if (!request.subtract_weights) return 0;
+  if (request.weights_bytes.has_value()) {
+    if (*request.weights_bytes < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("weights_bytes: ", *request.weights_bytes, "; must be >= 0"));
+    }
+    return *request.weights_bytes;
+  }
+  const std::string dtype = request.weights_dtype.empty() ? m.weights_dtype : request.weights_dtype;
+  if (dtype.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weights_dtype: unknown for model ", QuoteForError(m.name),
+                     "; give weights_dtype or weights_bytes to subtract the weights"));
+  }
+  if (m.parameters <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("parameters: unknown for model ",
+                                                   QuoteForError(m.name),
+                                                   "; give weights_bytes to subtract the weights"));
+  }
+  return WeightsBytes(m.parameters, dtype);
+}
+
+// The fleet of replicas of `request.replica_memory_bytes` each that holds `batch` sequences,
+// each needing `bytes_one_sequence` on its way to `context`.
+absl::StatusOr<FleetPlan> PlanFleet(const ModelSpec& m, const KvPlanRequest& request,
+                                    int64_t context, int64_t batch, int64_t bytes_one_sequence) {
+  FleetPlan f;
+  f.replica_memory_bytes = request.replica_memory_bytes;
+  ATTEND_ASSIGN_OR_RETURN(f.weights_bytes, WeightsToSubtract(m, request));
+  f.available_bytes_per_replica = f.replica_memory_bytes - f.weights_bytes;
+  const std::string what = absl::StrCat(Sequences(batch), " of ", FormatCount(context), " tokens");
+  if (f.available_bytes_per_replica < bytes_one_sequence) {
+    f.explanation = absl::StrCat(
+        "Not even one sequence of ", FormatCount(context), " tokens fits a replica: one needs ",
+        Bytes(bytes_one_sequence), " and a replica has ",
+        Bytes(std::max<int64_t>(0, f.available_bytes_per_replica)),
+        f.weights_bytes > 0 ? absl::StrCat(" after ", Bytes(f.weights_bytes), " of weights") : "",
+        ".");
+    return f;
+  }
+  f.sequences_per_replica = f.available_bytes_per_replica / bytes_one_sequence;
+  const FleetSizing sizing = SizeFleet(batch, f.sequences_per_replica);
+  f.even_replicas = sizing.even_replicas;
+  f.replicas = sizing.replicas;
+  f.busiest_replica_sequences = sizing.busiest_sequences;
+  const std::string per_replica =
+      absl::StrCat("A replica's ", FormatBytes(f.available_bytes_per_replica),
+                   f.weights_bytes > 0 ? " left after the weights" : "", " hold ",
+                   Sequences(f.sequences_per_replica), " of ", FormatCount(context), " tokens. ");
+  if (f.replicas == 0) {
+    f.explanation = absl::StrCat(
+        per_replica, what, " would need ", f.even_replicas,
+        " replicas if spread evenly, but consistent hashing cannot keep the busiest replica "
+        "within ",
+        Sequences(f.sequences_per_replica), " at any count up to ", kMaxReplicas,
+        ": give each replica room for more sequences.");
+    return f;
+  }
+  f.mean_sequences_per_replica = static_cast<double>(batch) / static_cast<double>(f.replicas);
+  absl::StrAppend(&f.explanation, per_replica, what, " need ", f.replicas,
+                  f.replicas == 1 ? " replica" : " replicas");
+  if (f.replicas > f.even_replicas) {
+    absl::StrAppend(
+        &f.explanation, " (", f.even_replicas, " if spread evenly): the proxy's consistent hash (",
+        kRingPointsPerReplica, " ring points per replica) puts up to ", f.busiest_replica_sequences,
+        " on the busiest replica against a mean of ",
+        absl::StrFormat("%.1f", f.mean_sequences_per_replica), " (",
+        absl::StrFormat("%.2f", f.busiest_replica_sequences / f.mean_sequences_per_replica),
+        "x) in 99 of 100 fleets");
+  }
+  absl::StrAppend(&f.explanation, ".");
+  return f;
+}
+
 // `bytes_one_sequence` is the most one sequence needs on its way to `context`
 // (PeakSequenceBytes), `bytes_at_context` what it is allocated at `context`.
 absl::StatusOr<BudgetPlan> PlanBudget(const ModelSpec& m, const KvPlanRequest& request,
@@ -164,29 +243,7 @@ absl::StatusOr<BudgetPlan> PlanBudget(const ModelSpec& m, const KvPlanRequest& r
                                       int64_t bytes_one_sequence, int64_t bytes_at_context) {
   BudgetPlan b;
   b.budget_bytes = request.memory_budget_bytes;
-  if (request.subtract_weights) {
-    if (request.weights_bytes.has_value()) {
-      if (*request.weights_bytes < 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("weights_bytes: ", *request.weights_bytes, "; must be >= 0"));
-      }
-      b.weights_bytes = *request.weights_bytes;
-    } else {
-      const std::string dtype =
-          request.weights_dtype.empty() ? m.weights_dtype : request.weights_dtype;
-      if (dtype.empty()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("weights_dtype: unknown for model ", QuoteForError(m.name),
-                         "; give weights_dtype or weights_bytes to subtract the weights"));
-      }
-      if (m.parameters <= 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("parameters: unknown for model ", QuoteForError(m.name),
-                         "; give weights_bytes to subtract the weights"));
-      }
-      ATTEND_ASSIGN_OR_RETURN(b.weights_bytes, WeightsBytes(m.parameters, dtype));
-    }
-  }
+  ATTEND_ASSIGN_OR_RETURN(b.weights_bytes, WeightsToSubtract(m, request));
   b.available_bytes = b.budget_bytes - b.weights_bytes;  // both in [0, INT64_MAX]: no overflow
 
   std::string words;
@@ -294,6 +351,8 @@ absl::StatusOr<KvPlan> PlanKvCache(const ModelSpec& model, const KvPlanRequest& 
   ATTEND_RETURN_IF_ERROR(CheckRequestField("block_tokens", request.block_tokens, kMaxBlockTokens));
   ATTEND_RETURN_IF_ERROR(CheckRequestField("memory_budget_bytes", request.memory_budget_bytes,
                                            std::numeric_limits<int64_t>::max()));
+  ATTEND_RETURN_IF_ERROR(CheckRequestField("replica_memory_bytes", request.replica_memory_bytes,
+                                           std::numeric_limits<int64_t>::max()));
   plan.kv_dtype = request.kv_dtype;
   plan.context_tokens = request.context_tokens > 0 ? request.context_tokens : m.max_context_tokens;
   if (plan.context_tokens == 0) {
@@ -349,6 +408,14 @@ absl::StatusOr<KvPlan> PlanKvCache(const ModelSpec& model, const KvPlanRequest& 
     ATTEND_ASSIGN_OR_RETURN(plan.budget,
                             PlanBudget(m, request, groups, plan.context_tokens, plan.batch,
                                        request.block_tokens, *peak, at_context));
+  }
+
+  if (request.replica_memory_bytes > 0) {
+    const std::optional<int64_t> peak =
+        PeakSequenceBytes(groups, plan.context_tokens, request.block_tokens);
+    if (!peak) return overflow("the cache on the way");
+    ATTEND_ASSIGN_OR_RETURN(plan.fleet, PlanFleet(m, request, plan.context_tokens, plan.batch,
+                                                  std::max<int64_t>(1, *peak)));
   }
 
   const bool uniform = std::all_of(m.layer_specs.begin(), m.layer_specs.end(),

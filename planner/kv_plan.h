@@ -54,6 +54,9 @@ struct KvPlanRequest {
   // Weight bytes to subtract; default: parameters x bytes per weight of weights_dtype.
   std::optional<int64_t> weights_bytes;
   std::string weights_dtype;  // default: the model's
+  // Memory of one replica of a fleet (less the weights when subtract_weights); 0: no fleet
+  // answer. The fleet is to hold `batch` sequences of context_tokens.
+  int64_t replica_memory_bytes = 0;
 };
 
 struct PagedPlan {
@@ -86,6 +89,20 @@ struct BudgetPlan {
   std::string explanation;    // the answer in words, incl. why not even one fits and what would
 };
 
+// How many replicas hold the batch when a consistent-hash proxy places sequences (planner/fleet.h:
+// sized so that the busiest replica fits in 99% of fleets).
+struct FleetPlan {
+  int64_t replica_memory_bytes = 0;
+  int64_t weights_bytes = 0;                // per replica (0 unless subtract_weights)
+  int64_t available_bytes_per_replica = 0;  // for the cache
+  int64_t sequences_per_replica = 0;        // of context_tokens, at every length on the way
+  int64_t even_replicas = 0;                // if sequences were spread evenly
+  int64_t replicas = 0;                     // 0: no replica count works (see explanation)
+  int64_t busiest_replica_sequences = 0;    // at `replicas`, 99th percentile
+  double mean_sequences_per_replica = 0.0;  // batch / replicas
+  std::string explanation;
+};
+
 struct VariantRow {
   std::string variant;  // "MHA", "GQA", "MQA"
   int64_t n_head_kv = 0;
@@ -109,6 +126,7 @@ struct KvPlan {
   int64_t total_bytes = 0;           // bytes_per_sequence x batch
   std::optional<PagedPlan> paged;    // when block_tokens > 0
   std::optional<BudgetPlan> budget;  // when memory_budget_bytes > 0
+  std::optional<FleetPlan> fleet;    // when replica_memory_bytes > 0
   std::vector<VariantRow> variants;  // MHA, GQA, MQA for the same shape
 };
 

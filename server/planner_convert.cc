@@ -137,6 +137,7 @@ absl::StatusOr<pl::KvPlanRequest> FromProto(const v1::PlanKvCacheRequest& reques
   r.subtract_weights = request.subtract_weights();
   if (request.has_weights_bytes()) r.weights_bytes = request.weights_bytes();
   r.weights_dtype = request.weights_dtype();
+  r.replica_memory_bytes = request.replica_memory_bytes();
   return r;
 }
 
@@ -149,10 +150,23 @@ void ToProto(const pl::KvPlan& plan, v1::PlanKvCacheResponse* out) {
   out->set_total_bytes(plan.total_bytes);
   if (plan.paged) ToProto(*plan.paged, out->mutable_paged());
   if (plan.budget) ToProto(*plan.budget, out->mutable_budget());
+  if (plan.fleet) ToProto(*plan.fleet, out->mutable_fleet());
   for (const pl::VariantRow& v : plan.variants) ToProto(v, out->add_variants());
   out->set_full_attention_bytes_per_token(plan.full_attention_bytes_per_token);
   out->set_context_tokens(plan.context_tokens);
   out->set_batch(plan.batch);
+}
+
+void ToProto(const pl::FleetPlan& f, v1::FleetPlan* out) {
+  out->set_replica_memory_bytes(f.replica_memory_bytes);
+  out->set_weights_bytes(f.weights_bytes);
+  out->set_available_bytes_per_replica(f.available_bytes_per_replica);
+  out->set_sequences_per_replica(f.sequences_per_replica);
+  out->set_even_replicas(f.even_replicas);
+  out->set_replicas(f.replicas);
+  out->set_busiest_replica_sequences(f.busiest_replica_sequences);
+  out->set_mean_sequences_per_replica(f.mean_sequences_per_replica);
+  out->set_explanation(f.explanation);
 }
 
 void ToProto(const pl::PagedPlan& p, v1::PagedPlan* out) {

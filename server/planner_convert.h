@@ -43,6 +43,7 @@ void ToProto(const planner::HardwareProfile& profile, v1::HardwareProfile* out);
 absl::StatusOr<planner::KvPlanRequest> FromProto(const v1::PlanKvCacheRequest& request);
 void ToProto(const planner::KvPlan& plan, v1::PlanKvCacheResponse* out);
 void ToProto(const planner::PagedPlan& paged, v1::PagedPlan* out);
+void ToProto(const planner::FleetPlan& fleet, v1::FleetPlan* out);
 void ToProto(const planner::BudgetPlan& budget, v1::BudgetPlan* out);
 void ToProto(const planner::VariantRow& variant, v1::VariantRow* out);
 

@@ -121,6 +121,34 @@ void PrintPlanBudget(std::ostream& out, const v1::PlanKvCacheResponse& p) {
   }
 }
 
+// With --replica_memory: how many replicas hold the batch behind the consistent-hash proxy.
+void PrintPlanFleet(std::ostream& out, const v1::PlanKvCacheResponse& p) {
+  if (!p.has_fleet()) return;
+  const v1::FleetPlan& f = p.fleet();
+  out << "\nfleet, " << BinaryBytes(f.replica_memory_bytes()) << " per replica";
+  if (f.weights_bytes() > 0) {
+    out << " - weights " << BinaryBytes(f.weights_bytes()) << " = "
+        << BinaryBytes(f.available_bytes_per_replica()) << " for the cache";
+  }
+  out << ": "
+      << (f.replicas() > 0
+              ? absl::StrCat(Count(f.replicas()), f.replicas() == 1 ? " replica" : " replicas")
+              : "no replica count works")
+      << "\n"
+      << Wrap(f.explanation(), 100, "  ");
+  if (f.replicas() > 0) {
+    Fields ff;
+    ff.Add(absl::StrCat("sequences of ", Count(p.context_tokens()), " tokens per replica"),
+           Count(f.sequences_per_replica()));
+    ff.Add("replicas if spread evenly", Count(f.even_replicas()));
+    ff.Add("replicas behind the consistent hash", Count(f.replicas()));
+    ff.Add("busiest replica (99th percentile)",
+           absl::StrCat(Count(f.busiest_replica_sequences()), " sequences, mean ",
+                        absl::StrFormat("%.1f", f.mean_sequences_per_replica())));
+    out << ff.Render("  ");
+  }
+}
+
 // The same layers and heads as multi-head, grouped-query and multi-query attention; the model's
 // own row is marked.
 void PrintPlanVariants(std::ostream& out, const v1::PlanKvCacheResponse& p) {
@@ -150,6 +178,7 @@ void PrintPlan(std::ostream& out, const v1::PlanKvCacheResponse& p) {
   PrintPlanHeadline(out, p);
   PrintPlanSizes(out, p);
   PrintPlanBudget(out, p);
+  PrintPlanFleet(out, p);
   PrintPlanVariants(out, p);
 }
 
@@ -293,6 +322,12 @@ int RunPlan(Context& c) {
     request.set_weights_bytes(*w);
   }
   request.set_weights_dtype(c.args.GetString("weights_dtype"));
+  if (c.args.Has("replica_memory")) {
+    absl::StatusOr<int64_t> replica =
+        ParseByteSize(c.args.GetString("replica_memory"), "--replica_memory");
+    if (!replica.ok()) return UsageError(c, replica.status());
+    request.set_replica_memory_bytes(*replica);
+  }
   const std::string plot_by = c.args.GetString("plot_by", "variant");
   if (plot_by != "variant" && plot_by != "dtype") {
     return UsageError(c, absl::InvalidArgumentError(absl::StrCat(
@@ -333,6 +368,9 @@ Command PlanCommand() {
       {"subtract_weights", "take the weights out of the budget first", true},
       {"weights_dtype", "type of the weights to subtract", false, "the model's"},
       {"weights_bytes", "bytes of weights to subtract (instead of parameters x type)"},
+      {"replica_memory",
+       "memory of one replica of a fleet (e.g. 64GiB): how many replicas hold --batch sequences "
+       "behind the consistent-hash proxy"},
       {"plot", "also write an SVG of KV-cache size against context to this file"},
       {"plot_by", "one line per 'variant' (MHA/GQA/MQA) or per KV 'dtype'", false, "variant"},
   };
@@ -343,10 +381,13 @@ Command PlanCommand() {
           "[--plot kv.svg]",
           "Sizes in binary units (GiB = 2^30 bytes). With --budget, says whether the batch fits,\n"
           "the longest context and the most sequences that do. Sliding-window layers stop growing\n"
-          "at their window.\n"
+          "at their window. With --replica_memory, how many replicas of that memory hold --batch\n"
+          "sequences when a consistent-hash proxy places them (the busiest replica holds more\n"
+          "than the mean; sized so that it fits in 99 of 100 fleets).\n"
           "Examples:\n  attend plan llama-3-8b --context 8192\n"
           "  attend plan llama-3-70b --context 32768 --batch 16 --kv_dtype fp8 --budget 80GiB\n"
           "  attend plan llama-3-8b --budget 80GB --subtract_weights --block_tokens 16\n"
+          "  attend plan llama-3-70b --context 32768 --batch 500 --replica_memory 64GiB\n"
           "  attend plan mistral-7b --plot kv.svg\n"
           "  attend plan --config config.json --context 32768 --plot kv.svg --plot_by dtype\n",
           plan_flags,

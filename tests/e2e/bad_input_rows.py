@@ -475,6 +475,13 @@ class BadInputRows:
             row("plan: batch that overflows int64 bytes", lambda: plan.PlanKvCache(
                 pl.PlanKvCacheRequest(model=llama, context_tokens=1 << 40, batch=1 << 40),
                 timeout=T), IA, "batch"),
+            row("plan: negative replica memory", lambda: plan.PlanKvCache(pl.PlanKvCacheRequest(
+                model=llama, context_tokens=8192, replica_memory_bytes=-1), timeout=T), IA,
+                "replica_memory_bytes: -1"),
+            row("plan: the largest batch on replicas of one sequence each", lambda:
+                plan.PlanKvCache(pl.PlanKvCacheRequest(
+                    model=llama, context_tokens=8192, batch=1 << 24,
+                    replica_memory_bytes=8192 * 131072), timeout=T), "OK"),
             row("cost: unknown hardware profile", lambda: plan.EstimateCost(
                 pl.EstimateCostRequest(model=llama, prompt_tokens=16, profile="tpu-v9"),
                 timeout=T), NF, "tpu-v9", "h100"),

@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "planner/catalog.h"
+#include "planner/fleet.h"
 #include "tests/planner/planner_test_util.h"
 #include "tests/test_util.h"
 
@@ -548,6 +549,54 @@ TEST(PlanKvCache, NotEvenOneSequenceFits) {
   const KvPlan none = Plan(Preset("llama-3-70b"), r);
   EXPECT_EQ(none.budget->max_context_tokens_one_sequence, 0);
   EXPECT_TRUE(absl::StrContains(none.budget->explanation, "Not even one token fits"));
+}
+
+// "How many replicas for 500 users?": Llama 3 70B, 32k context, fp8 cache, 64 GiB per replica.
+TEST(PlanKvCache, FleetForFiveHundredUsers) {
+  const ModelSpec m = Preset("llama-3-70b");
+  KvPlanRequest r = Request(32768, 500, KvDType::kFp8);
+  r.replica_memory_bytes = 64 * kGiB;
+  const KvPlan p = Plan(m, r);
+  ASSERT_TRUE(p.fleet.has_value());
+  EXPECT_FALSE(p.budget.has_value());
+  const FleetPlan& f = *p.fleet;
+  // By hand: one sequence is 32,768 x 163,840 bytes = 5 GiB, so 64 GiB holds 12; 500 / 12
+  // rounds up to 42 replicas if the proxy spread them evenly.
+  EXPECT_EQ(f.available_bytes_per_replica, 64 * kGiB);
+  EXPECT_EQ(f.sequences_per_replica, 12);
+  EXPECT_EQ(f.even_replicas, 42);
+  // Hashing needs more; the count is the fewest whose busiest replica fits (planner/fleet.h).
+  const FleetSizing sizing = SizeFleet(500, 12);
+  EXPECT_EQ(f.replicas, sizing.replicas);
+  EXPECT_GT(f.replicas, 42);
+  EXPECT_LE(f.busiest_replica_sequences, 12);
+  EXPECT_GT(BusiestReplicaSequences(500, f.replicas - 1), 12);
+  EXPECT_DOUBLE_EQ(f.mean_sequences_per_replica, 500.0 / f.replicas);
+  EXPECT_TRUE(absl::StrContains(f.explanation, "42 if spread evenly")) << f.explanation;
+  EXPECT_TRUE(absl::StrContains(f.explanation, "busiest replica")) << f.explanation;
+
+  // The weights come out of every replica, as out of a budget: fp8 weights of 70,553,706,496
+  // bytes leave 80 GiB - that = 15,345,639,424 bytes, two 5 GiB sequences.
+  r.replica_memory_bytes = 80 * kGiB;
+  r.subtract_weights = true;
+  r.weights_dtype = "fp8";
+  const KvPlan w = Plan(m, r);
+  EXPECT_EQ(w.fleet->weights_bytes, 70553706496);
+  EXPECT_EQ(w.fleet->available_bytes_per_replica, 80 * kGiB - 70553706496);
+  EXPECT_EQ(w.fleet->sequences_per_replica, 2);
+  EXPECT_EQ(w.fleet->even_replicas, 250);
+
+  // A replica too small for one sequence: no count, and why.
+  r.replica_memory_bytes = 70553706496 + kGiB;
+  const KvPlan none = Plan(m, r);
+  EXPECT_EQ(none.fleet->replicas, 0);
+  EXPECT_EQ(none.fleet->sequences_per_replica, 0);
+  EXPECT_TRUE(absl::StrContains(none.fleet->explanation, "Not even one sequence"))
+      << none.fleet->explanation;
+
+  r = Request(32768, 16, KvDType::kFp8);
+  r.replica_memory_bytes = -1;
+  EXPECT_THAT(PlanKvCache(m, r), StatusIs(kInvalid, {"replica_memory_bytes: -1"}));
 }
 
 TEST(PlanKvCache, ContextDefaultsToTheModelsMaximum) {

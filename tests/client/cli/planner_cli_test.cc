@@ -200,6 +200,32 @@ TEST_F(PlannerCliTest, PlanJsonIsTheResponse) {
   EXPECT_EQ(r.variants_size(), 3);
 }
 
+// --replica_memory: the fleet section, in the table and in JSON.
+TEST_F(PlannerCliTest, PlanFleetReplicas) {
+  ASSERT_EQ(Run({"plan", "llama-3-70b", "--context", "32768", "--batch", "500", "--kv_dtype", "fp8",
+                 "--replica_memory", "64GiB"}),
+            cli::kExitOk)
+      << err_.str();
+  const std::string text = out_.str();
+  EXPECT_NE(text.find("fleet, 64.00 GiB per replica: "), std::string::npos) << text;
+  // 5 GiB per sequence: 12 per replica, 42 replicas if spread evenly (by hand).
+  EXPECT_TRUE(std::regex_search(text, std::regex("sequences of 32,768 tokens per replica +12\n")))
+      << text;
+  EXPECT_TRUE(std::regex_search(text, std::regex("replicas if spread evenly +42\n"))) << text;
+  ASSERT_EQ(Run({"--json", "plan", "llama-3-70b", "--context", "32768", "--batch", "500",
+                 "--kv_dtype", "fp8", "--replica_memory", "64GiB"}),
+            cli::kExitOk);
+  const v1::FleetPlan fleet = ParseJson<v1::PlanKvCacheResponse>().fleet();
+  EXPECT_EQ(fleet.sequences_per_replica(), 12);
+  EXPECT_GT(fleet.replicas(), 42);
+  EXPECT_TRUE(std::regex_search(
+      text,
+      std::regex(absl::StrCat("replicas behind the consistent hash +", fleet.replicas(), "\n"))))
+      << text;
+  EXPECT_EQ(Run({"plan", "tiny", "--replica_memory", "64G"}), cli::kExitUsage);
+  EXPECT_NE(err_.str().find("--replica_memory: '64G'"), std::string::npos) << err_.str();
+}
+
 // --budget takes binary and decimal units: GiB = 2^30 bytes, GB = 10^9.
 TEST_F(PlannerCliTest, PlanBudgetSizes) {
   const struct {
