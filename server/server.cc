@@ -20,7 +20,6 @@
 #include "core/attention/attention_engine.h"
 #include "core/base/status_macros.h"
 #include "core/kv_cache/kv_cache.h"
-#include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "prometheus/exposer.h"
 #include "server/attention_service.h"
@@ -30,6 +29,7 @@
 #include "server/metrics.h"
 #include "server/parse_errors.h"
 #include "server/planner_service.h"
+#include "server/reflection.h"
 #include "server/worker_pool.h"
 
 namespace attend::server {
@@ -149,7 +149,6 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
         interceptors,
     int* port) {
   grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.address, credentials, port);
   // gRPC sets SO_REUSEPORT by default, which lets a second server share a busy port and split a
@@ -212,6 +211,7 @@ struct AttendServer::Parts {
   std::unique_ptr<PlannerService> planner;
   std::unique_ptr<WorkerPool> pool;
   std::unique_ptr<TtlSweeper> sweeper;
+  std::unique_ptr<ReflectionServices> reflection;
   std::unique_ptr<grpc::Server> server;
   std::once_flag shut_down;
 };
@@ -288,10 +288,16 @@ absl::StatusOr<std::unique_ptr<AttendServer>> AttendServer::Start(const ServerOp
   creators.push_back(p.gate->NewInterceptorFactory());
   creators.push_back(NewParseErrorInterceptorFactory());
   creators.push_back(p.metrics->NewInterceptorFactory());
-  ATTEND_ASSIGN_OR_RETURN(
-      p.server,
-      StartGrpcServer(options, *credentials, {p.attention.get(), p.kv_cache.get(), p.planner.get()},
-                      std::move(creators), &self->port_));
+  // Reflection v1 and v1alpha (ours: gRPC 1.51's plugin serves only v1alpha), listing every
+  // service the server serves, libgrpc++'s health service included.
+  std::vector<std::string> served(std::begin(kServiceNames), std::end(kServiceNames));
+  served.push_back("grpc.health.v1.Health");
+  p.reflection = std::make_unique<ReflectionServices>(std::move(served));
+  ATTEND_ASSIGN_OR_RETURN(p.server,
+                          StartGrpcServer(options, *credentials,
+                                          {p.attention.get(), p.kv_cache.get(), p.planner.get(),
+                                           p.reflection->v1(), p.reflection->v1alpha()},
+                                          std::move(creators), &self->port_));
   grpc::HealthCheckServiceInterface* health = p.server->GetHealthCheckService();
   health->SetServingStatus(true);
   for (const char* name : kServiceNames) health->SetServingStatus(name, true);
