@@ -1,0 +1,387 @@
+#!/usr/bin/env bash
+# A local fleet: N attend-server replicas on free loopback ports behind nginx on 127.0.0.1:PORT,
+# which routes every call about a sequence to the replica holding it (deploy/nginx/).
+#
+#   bash deploy/local/fleet.sh start [--replicas N] [--port P] [--tls_port T --tls_cert PEM
+#                                     --tls_key PEM] [-- <attend-server flags>...]
+#   bash deploy/local/fleet.sh status [--port P]
+#   bash deploy/local/fleet.sh stop [--port P]
+#
+# start prints one line per endpoint, once every replica's health is SERVING and the proxy
+# answers:
+#   proxy 127.0.0.1:P
+#   proxy_tls 127.0.0.1:T                               (with --tls_port only)
+#   replica 127.0.0.1:PORT metrics 127.0.0.1:PORT       (one per replica)
+# Flags after `--` go to every replica, e.g. `-- --kv_cache_bytes=1073741824` (sizes are plain
+# bytes: the server does not take "1GiB"); --address and --metrics_address are the script's.
+#
+# Defaults: 3 replicas, port 50051. Binaries: $ATTEND_SERVER and $ATTEND_CLI, else
+# $ATTEND_BUILD_DIR/server/attend-server and $ATTEND_BUILD_DIR/client/attend ($ATTEND_BUILD_DIR
+# defaults to the repository's build/); nginx: $NGINX, else nginx on PATH or /usr/sbin/nginx.
+# State (generated nginx config, logs, pids): $ATTEND_FLEET_DIR, default /tmp/attend-fleet-P.
+# stop and status need the same --port (or ATTEND_FLEET_DIR) as start.
+#
+# stop ends exactly the processes start started: each recorded pid is signalled only while it is
+# still that process (same start time in /proc/PID/stat, same command line). nginx gets SIGTERM,
+# replicas SIGTERM (they drain for their --shutdown_grace), anything left after 30 s SIGKILL.
+set -euo pipefail
+
+readonly MARKER=.attend-fleet
+readonly STOP_WAIT_SECONDS=30
+readonly START_WAIT_SECONDS=30
+
+script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo_dir=$(cd "$script_dir/../.." && pwd)
+nginx_conf_dir="$repo_dir/deploy/nginx"
+
+die() {
+  echo "fleet.sh: $*" >&2
+  exit 1
+}
+
+usage() {
+  sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}" >&2
+  exit 2
+}
+
+# Field 22 of /proc/PID/stat (start time in clock ticks since boot), or nothing when PID is gone
+# or a zombie. With the pid it names one process for the life of the machine.
+start_time() {
+  local stat rest
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
+  rest=${stat##*) }
+  # shellcheck disable=SC2086  # split the fields on purpose
+  set -- $rest
+  [[ $1 == Z ]] && return 0
+  echo "${20}"
+}
+
+cmdline() {
+  tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null || true
+}
+
+# ours KIND PID START MATCH: PID is alive and still the process start recorded: same start time,
+# and its command line starts with MATCH (a replica: the server binary) or contains it (nginx,
+# which rewrites its title to "nginx: master process <argv>": the -c path).
+ours() {
+  local kind=$1 pid=$2 start=$3 match=$4 line
+  [[ $(start_time "$pid") == "$start" ]] || return 1
+  line=$(cmdline "$pid")
+  if [[ $kind == replica ]]; then
+    [[ $line == "$match "* ]]
+  else
+    [[ $line == *"$match"* ]]
+  fi
+}
+
+gone() {
+  [[ -z $(start_time "$1") ]]
+}
+
+# wait_gone SECONDS PID...: true when every PID has exited within SECONDS.
+wait_gone() {
+  local seconds=$1 pid deadline
+  shift
+  deadline=$((SECONDS + seconds))
+  for pid in "$@"; do
+    while ! gone "$pid"; do
+      ((SECONDS < deadline)) || return 1
+      sleep 0.05
+    done
+  done
+}
+
+port_in_use() {
+  (: <"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+# children_of PID: the pids whose parent is PID.
+children_of() {
+  local parent=$1 stat pid rest
+  for stat in /proc/[0-9]*/stat; do
+    rest=$(cat "$stat" 2>/dev/null) || continue
+    pid=${stat#/proc/}
+    pid=${pid%/stat}
+    rest=${rest##*) }
+    # shellcheck disable=SC2086  # split the fields on purpose
+    set -- $rest
+    [[ ${2:-} == "$parent" ]] && echo "$pid"
+  done
+}
+
+# ---- state --------------------------------------------------------------------------------------
+
+port=50051
+replicas=3
+tls_port=""
+tls_cert=""
+tls_key=""
+extra=()
+
+parse_flags() {
+  while (($#)); do
+    case $1 in
+      --port) port=${2:?--port needs a value}; shift 2 ;;
+      --port=*) port=${1#*=}; shift ;;
+      --replicas) replicas=${2:?--replicas needs a value}; shift 2 ;;
+      --replicas=*) replicas=${1#*=}; shift ;;
+      --tls_port) tls_port=${2:?--tls_port needs a value}; shift 2 ;;
+      --tls_port=*) tls_port=${1#*=}; shift ;;
+      --tls_cert) tls_cert=${2:?--tls_cert needs a value}; shift 2 ;;
+      --tls_cert=*) tls_cert=${1#*=}; shift ;;
+      --tls_key) tls_key=${2:?--tls_key needs a value}; shift 2 ;;
+      --tls_key=*) tls_key=${1#*=}; shift ;;
+      --) shift; extra=("$@"); break ;;
+      -h|--help) usage ;;
+      *) die "unknown argument '$1' (see --help)" ;;
+    esac
+  done
+  if ! [[ $port =~ ^[0-9]+$ ]] || ((port < 1 || port > 65535)); then
+    die "--port: not a port: '$port'"
+  fi
+  if ! [[ $replicas =~ ^[0-9]+$ ]] || ((replicas < 1 || replicas > 64)); then
+    die "--replicas: want 1..64, got '$replicas'"
+  fi
+  fleet_dir=${ATTEND_FLEET_DIR:-/tmp/attend-fleet-$port}
+  pids_file="$fleet_dir/pids"
+}
+
+# Prints each recorded process as "kind pid start port metrics match".
+recorded() {
+  [[ -f $pids_file ]] && cat "$pids_file"
+  return 0
+}
+
+any_alive() {
+  local kind pid start rest
+  while read -r kind pid start rest; do
+    [[ $kind == "#"* ]] && continue
+    ours "$kind" "$pid" "$start" "${rest#* * }" && return 0
+  done < <(recorded)
+  return 1
+}
+
+# ---- start --------------------------------------------------------------------------------------
+
+started_pids=()
+
+abort_start() {
+  local pid
+  for pid in "${started_pids[@]}"; do
+    kill -KILL "$pid" 2>/dev/null || true
+  done
+  rm -f "$pids_file"
+}
+
+wait_for_startup_line() {
+  local log=$1 pid=$2 deadline=$((SECONDS + START_WAIT_SECONDS))
+  until grep -q "listening on" "$log" 2>/dev/null; do
+    if gone "$pid"; then
+      echo "fleet.sh: a replica exited at start-up; its output ($log):" >&2
+      sed 's/^/  /' "$log" >&2
+      return 1
+    fi
+    ((SECONDS < deadline)) || { echo "fleet.sh: no start-up line in $log" >&2; return 1; }
+    sleep 0.05
+  done
+}
+
+wait_serving() {
+  local target=$1 what=$2 deadline=$((SECONDS + START_WAIT_SECONDS))
+  until "$cli" --target="$target" --deadline=2 health >/dev/null 2>&1; do
+    ((SECONDS < deadline)) || { echo "fleet.sh: $what at $target is not SERVING" >&2; return 1; }
+    sleep 0.1
+  done
+}
+
+cmd_start() {
+  parse_flags "$@"
+  local build_dir=${ATTEND_BUILD_DIR:-$repo_dir/build}
+  server=${ATTEND_SERVER:-$build_dir/server/attend-server}
+  cli=${ATTEND_CLI:-$build_dir/client/attend}
+  local nginx=${NGINX:-$(command -v nginx || echo /usr/sbin/nginx)}
+  [[ -x $server ]] || die "no attend-server at $server (build it, or set ATTEND_BUILD_DIR)"
+  [[ -x $cli ]] || die "no attend CLI at $cli (build target 'attend', or set ATTEND_CLI)"
+  [[ -x $nginx ]] || die "no nginx at $nginx (set NGINX)"
+  server=$(cd "$(dirname "$server")" && pwd)/$(basename "$server")
+  local flag
+  for flag in "${extra[@]}"; do
+    case $flag in
+      --address|--address=*|--metrics_address|--metrics_address=*)
+        die "$flag: the fleet chooses the replicas' addresses" ;;
+    esac
+  done
+  if [[ -n $tls_port || -n $tls_cert || -n $tls_key ]]; then
+    [[ -n $tls_port && -n $tls_cert && -n $tls_key ]] \
+      || die "TLS needs all of --tls_port, --tls_cert and --tls_key"
+    [[ -r $tls_cert && -r $tls_key ]] || die "cannot read $tls_cert or $tls_key"
+    tls_cert=$(cd "$(dirname "$tls_cert")" && pwd)/$(basename "$tls_cert")
+    tls_key=$(cd "$(dirname "$tls_key")" && pwd)/$(basename "$tls_key")
+  fi
+
+  if [[ -d $fleet_dir ]]; then
+    if any_alive; then
+      die "a fleet is already running in $fleet_dir (port $port): 'fleet.sh stop --port $port' first"
+    fi
+    if [[ ! -e $fleet_dir/$MARKER ]] && [[ -n $(ls -A "$fleet_dir") ]]; then
+      die "$fleet_dir exists and is not a fleet directory; choose another ATTEND_FLEET_DIR"
+    fi
+    rm -rf "${fleet_dir:?}"/*
+  fi
+  port_in_use "$port" && die "port $port on 127.0.0.1 is in use"
+  [[ -n $tls_port ]] && port_in_use "$tls_port" && die "port $tls_port on 127.0.0.1 is in use"
+  mkdir -p "$fleet_dir"
+  touch "$fleet_dir/$MARKER"
+  trap abort_start EXIT
+
+  # The replicas, all at once; each picks free ports and prints them on its start-up line.
+  local i pid
+  for ((i = 0; i < replicas; i++)); do
+    "$server" --address=127.0.0.1:0 --metrics_address=127.0.0.1:0 "${extra[@]}" \
+      </dev/null >"$fleet_dir/replica-$i.log" 2>&1 &
+    started_pids+=("$!")
+  done
+  local ports=() metrics=() line
+  echo "# kind pid start_time port metrics_port command" >"$pids_file"
+  for ((i = 0; i < replicas; i++)); do
+    pid=${started_pids[i]}
+    wait_for_startup_line "$fleet_dir/replica-$i.log" "$pid" || exit 1
+    line=$(grep -m1 "listening on" "$fleet_dir/replica-$i.log")
+    [[ $line =~ listening\ on\ [0-9.]+:([0-9]+),\ metrics\ on\ http://[0-9.]+:([0-9]+) ]] \
+      || die "cannot read the ports from: $line"
+    ports+=("${BASH_REMATCH[1]}")
+    metrics+=("${BASH_REMATCH[2]}")
+    echo "replica $pid $(start_time "$pid") ${ports[i]} ${metrics[i]} $server" >>"$pids_file"
+  done
+  for ((i = 0; i < replicas; i++)); do
+    wait_serving "127.0.0.1:${ports[i]}" "replica $i" || exit 1
+  done
+
+  # nginx: the shared files as they are, the per-deployment ones generated.
+  cp "$nginx_conf_dir/nginx.conf" "$nginx_conf_dir/grpc.conf" "$fleet_dir/"
+  echo "listen 127.0.0.1:$port http2;" >"$fleet_dir/listen.conf"
+  {
+    echo "# Written by deploy/local/fleet.sh."
+    for ((i = 0; i < replicas; i++)); do
+      echo "server 127.0.0.1:${ports[i]} max_fails=1 fail_timeout=10s;"
+    done
+  } >"$fleet_dir/upstreams.conf"
+  if [[ -n $tls_port ]]; then
+    cat >"$fleet_dir/tls.conf" <<EOF
+# Written by deploy/local/fleet.sh (see deploy/nginx/tls.conf).
+server {
+    listen 127.0.0.1:$tls_port ssl http2;
+    ssl_certificate $tls_cert;
+    ssl_certificate_key $tls_key;
+    ssl_protocols TLSv1.2 TLSv1.3;
+    ssl_session_cache shared:attend_tls:10m;
+    include grpc.conf;
+}
+EOF
+  else
+    echo "# No TLS listener (fleet.sh start --tls_port)." >"$fleet_dir/tls.conf"
+  fi
+  local nginx_args=(-p "$fleet_dir/" -e stderr -c "$fleet_dir/nginx.conf")
+  "$nginx" "${nginx_args[@]}" -g "pid $fleet_dir/nginx.pid;" -t >"$fleet_dir/nginx-test.log" 2>&1 \
+    || die "nginx rejects the generated config: $(cat "$fleet_dir/nginx-test.log")"
+  "$nginx" "${nginx_args[@]}" -g "pid $fleet_dir/nginx.pid; daemon off;" \
+    </dev/null >"$fleet_dir/nginx.log" 2>&1 &
+  pid=$!
+  started_pids+=("$pid")
+  local deadline=$((SECONDS + START_WAIT_SECONDS))
+  until [[ $(cat "$fleet_dir/nginx.pid" 2>/dev/null) == "$pid" ]] && port_in_use "$port"; do
+    if gone "$pid"; then
+      die "nginx exited at start-up: $(cat "$fleet_dir/nginx.log")"
+    fi
+    ((SECONDS < deadline)) || die "nginx did not start listening on 127.0.0.1:$port"
+    sleep 0.05
+  done
+  echo "nginx $pid $(start_time "$pid") $port - -c $fleet_dir/nginx.conf" >>"$pids_file"
+  # The proxy answers: a keyless health check through it reaches one of the replicas.
+  wait_serving "127.0.0.1:$port" "the proxy" || exit 1
+  trap - EXIT
+
+  echo "proxy 127.0.0.1:$port"
+  [[ -n $tls_port ]] && echo "proxy_tls 127.0.0.1:$tls_port"
+  for ((i = 0; i < replicas; i++)); do
+    echo "replica 127.0.0.1:${ports[i]} metrics 127.0.0.1:${metrics[i]}"
+  done
+}
+
+# ---- status / stop ------------------------------------------------------------------------------
+
+cmd_status() {
+  parse_flags "$@"
+  [[ -s $pids_file ]] || { echo "no fleet in $fleet_dir"; exit 3; }
+  local kind pid start p m match dead=0
+  # The proxy first, as start prints them.
+  while read -r kind pid start p m match; do
+    if [[ $kind == nginx ]]; then
+      printf 'proxy 127.0.0.1:%s' "$p"
+    else
+      printf 'replica 127.0.0.1:%s metrics 127.0.0.1:%s' "$p" "$m"
+    fi
+    if ours "$kind" "$pid" "$start" "$match"; then
+      echo " pid $pid running"
+    else
+      echo " pid $pid gone"
+      dead=1
+    fi
+  done < <(grep '^nginx ' "$pids_file"; grep '^replica ' "$pids_file")
+  return "$dead"
+}
+
+# stop_one KIND PID START MATCH: signals PID while it is still ours; prints what happened.
+stop_one() {
+  local kind=$1 pid=$2 start=$3 match=$4 workers=()
+  if ! ours "$kind" "$pid" "$start" "$match"; then
+    echo "$kind pid $pid: already gone"
+    return 0
+  fi
+  if [[ $kind == nginx ]]; then
+    # Its workers, to make sure they end with it.
+    local child
+    for child in $(children_of "$pid"); do
+      workers+=("$child $(start_time "$child")")
+    done
+  fi
+  kill -TERM "$pid" 2>/dev/null || true
+  if ! wait_gone "$STOP_WAIT_SECONDS" "$pid"; then
+    if ours "$kind" "$pid" "$start" "$match"; then
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+    echo "$kind pid $pid: killed (still running ${STOP_WAIT_SECONDS}s after SIGTERM)"
+  else
+    echo "$kind pid $pid: stopped"
+  fi
+  local w wpid wstart
+  for w in "${workers[@]}"; do
+    read -r wpid wstart <<<"$w"
+    if ! wait_gone 5 "$wpid" && [[ $(start_time "$wpid") == "$wstart" ]]; then
+      kill -KILL "$wpid" 2>/dev/null || true
+      echo "nginx worker pid $wpid: killed"
+    fi
+  done
+}
+
+cmd_stop() {
+  parse_flags "$@"
+  [[ -s $pids_file ]] || { echo "no fleet in $fleet_dir"; return 0; }
+  local kind pid start p m match
+  # The proxy first (no new calls), then the replicas.
+  while read -r kind pid start p m match; do
+    [[ $kind == nginx ]] && stop_one "$kind" "$pid" "$start" "$match"
+  done < <(recorded)
+  while read -r kind pid start p m match; do
+    [[ $kind == replica ]] && stop_one "$kind" "$pid" "$start" "$match"
+  done < <(recorded)
+  rm -f "$pids_file"
+}
+
+case ${1:-} in
+  start) shift; cmd_start "$@" ;;
+  stop) shift; cmd_stop "$@" ;;
+  status) shift; cmd_status "$@" ;;
+  -h|--help|"") usage ;;
+  *) die "unknown command '$1': start, stop or status" ;;
+esac
