@@ -3,7 +3,8 @@
 the image EXPOSEs, runs the image's HEALTHCHECK with its timings, runs as the image's user, gets a
 stop grace longer than the server's --shutdown_grace, and every file mounted into the services
 exists (and is what the mounting service expects: Prometheus' rule files, Grafana's dashboards).
-The Dockerfile is parsed, not restated here.
+The Dockerfile is parsed, not restated here. Also the dashboard JSON that Grafana is given:
+its datasource and instance variables are used by every query, and no panels overlap.
 """
 import argparse
 import json
@@ -212,6 +213,50 @@ class ComposeTest(unittest.TestCase):
                         with open(os.path.join(folder, j)) as fj:
                             json.load(fj)
 
+
+
+class DashboardTest(unittest.TestCase):
+    """deploy/grafana/dashboards: every panel queries through the datasource variable and is
+    filtered by the instance variable, and the layout has no overlapping panels."""
+
+    def dashboards(self):
+        folder = os.path.join(ARGS.repo, "deploy", "grafana", "dashboards")
+        paths = sorted(os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(".json"))
+        self.assertTrue(paths)
+        for path in paths:
+            with open(path) as f:
+                yield os.path.basename(path), json.load(f)
+
+    def test_variables_and_queries(self):
+        for name, d in self.dashboards():
+            variables = {v["name"]: v for v in d["templating"]["list"]}
+            self.assertEqual(variables["datasource"]["type"], "datasource", name)
+            self.assertEqual(variables["datasource"]["query"], "prometheus", name)
+            self.assertEqual(variables["instance"]["type"], "query", name)
+            self.assertEqual(variables["instance"]["datasource"]["uid"], "${datasource}", name)
+            for p in d["panels"]:
+                if p["type"] == "row":
+                    continue
+                self.assertEqual(p["datasource"]["uid"], "${datasource}", p["title"])
+                self.assertTrue(p.get("description"), "%s: no description" % p["title"])
+                self.assertTrue(p["targets"], p["title"])
+                for t in p["targets"]:
+                    self.assertEqual(t["datasource"]["uid"], "${datasource}", p["title"])
+                    self.assertIn('instance=~"$instance"', t["expr"], p["title"])
+
+    def test_layout(self):
+        for name, d in self.dashboards():
+            ids = [p["id"] for p in d["panels"]]
+            self.assertEqual(len(ids), len(set(ids)), name)
+            cells = {}
+            for p in d["panels"]:
+                g = p["gridPos"]
+                self.assertLessEqual(g["x"] + g["w"], 24, p["title"])
+                for x in range(g["x"], g["x"] + g["w"]):
+                    for y in range(g["y"], g["y"] + g["h"]):
+                        self.assertNotIn((x, y), cells, "%s overlaps %s" % (p["title"],
+                                                                           cells.get((x, y))))
+                        cells[(x, y)] = p["title"]
 
 def main():
     global ARGS
