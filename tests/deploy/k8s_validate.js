@@ -322,12 +322,32 @@ function checkAttendContainer(c, pod, docker, opts, cerr) {
   else if (!(termination > grace)) {
     cerr(`terminationGracePeriodSeconds ${termination} leaves no margin over --shutdown_grace ${grace}s`);
   }
-  const kv = [...(c.args || [])].map((a) => /^--?kv_cache_bytes=(\d+)$/.exec(a)).find(Boolean);
-  if (!kv) cerr('no --kv_cache_bytes: the memory limit cannot be checked against it');
-  else {
-    const limit = quantityBytes(((c.resources || {}).limits || {}).memory);
-    if (!(limit > Number(kv[1]))) cerr(`memory limit ${limit} bytes is not above --kv_cache_bytes ${kv[1]}`);
+  // The KV cache must fit in the memory limit with room to spare: flag, else ATTEND_ env (the
+  // default, half of the limit, always fits but is not a sizing decision).
+  let kv;
+  const kvEnv = (c.env || []).find((e) => e.name === 'ATTEND_KV_CACHE_BYTES');
+  if (kvEnv && kvEnv.value) kv = kvEnv.value;
+  for (const a of [...(c.command || []).slice(1), ...(c.args || [])]) {
+    const m = /^--?kv_cache_bytes=(.*)$/.exec(a);
+    if (m) kv = m[1];
   }
+  if (kv === undefined) cerr('no --kv_cache_bytes: the memory limit cannot be checked against it');
+  else {
+    const kvBytes = flagBytes(kv);
+    const limit = quantityBytes(((c.resources || {}).limits || {}).memory);
+    if (Number.isNaN(kvBytes)) cerr(`--kv_cache_bytes ${kv} is not a byte count`);
+    else if (!(limit > kvBytes)) cerr(`memory limit ${limit} bytes is not above --kv_cache_bytes ${kvBytes}`);
+  }
+}
+
+// A byte count as attend-server's flags take it ("2147483648", "2GiB", "1.5 GB", "1e9").
+function flagBytes(text) {
+  const m = /^(\d+(?:\.\d+)?(?:e\d+)?)\s?([kmgtp]i?b|b)?$/i.exec(String(text).trim());
+  if (!m) return NaN;
+  const unit = (m[2] || 'b').toLowerCase();
+  const binary = {kib: 2 ** 10, mib: 2 ** 20, gib: 2 ** 30, tib: 2 ** 40, pib: 2 ** 50};
+  const decimal = {b: 1, kb: 1e3, mb: 1e6, gb: 1e9, tb: 1e12, pb: 1e15};
+  return Number(m[1]) * (binary[unit] || decimal[unit]);
 }
 
 // A memory quantity ("3Gi", "512M", "1e9") in bytes.
