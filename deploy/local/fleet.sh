@@ -12,8 +12,8 @@
 #   proxy 127.0.0.1:P
 #   proxy_tls 127.0.0.1:T                               (with --tls_port only)
 #   replica 127.0.0.1:PORT metrics 127.0.0.1:PORT       (one per replica)
-# Flags after `--` go to every replica, e.g. `-- --kv_cache_bytes=1073741824` (sizes are plain
-# bytes: the server does not take "1GiB"); --address and --metrics_address are the script's.
+# Flags after `--` go to every replica, e.g. `-- --kv_cache_bytes=1GiB`; --address and
+# --metrics_address are the script's.
 #
 # Defaults: 3 replicas, port 50051. Binaries: $ATTEND_SERVER and $ATTEND_CLI, else
 # $ATTEND_BUILD_DIR/server/attend-server and $ATTEND_BUILD_DIR/client/attend ($ATTEND_BUILD_DIR
