@@ -3,10 +3,13 @@
 // Every flag also reads the environment variable ATTEND_<FLAG> (e.g. ATTEND_ADDRESS); a flag
 // given on the command line wins over the environment. SIGTERM or SIGINT drains: health turns
 // NOT_SERVING, new calls are refused, in-flight calls get --shutdown_grace to finish, exit 0.
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -75,6 +78,8 @@ ABSL_FLAG(int64_t, max_concurrent_streams, 1024, "Most DecodeStreams open at onc
 ABSL_FLAG(int64_t, matmul_cache_entries, attend::onednn::kDefaultMatmulCacheCapacity,
           "oneDNN matmul primitives kept for reuse (least recently used dropped beyond); a "
           "prefill configuration uses a few dozen");
+ABSL_FLAG(absl::Duration, stats_interval, absl::Seconds(60),
+          "How often to log a stats line (requests/s, errors, KV usage, sequences); 0 = never");
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate chain of the server; with --tls_key, the gRPC port speaks TLS");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
@@ -206,6 +211,38 @@ absl::StatusOr<attend::server::ServerOptions> OptionsFromFlags() {
   return options;
 }
 
+// The machine-readable start-up line (server/stats_log.h), after the human one.
+void LogStart(const attend::server::ServerOptions& options,
+              const attend::server::AttendServer& server) {
+  const std::string host = options.address.substr(0, options.address.rfind(':'));
+  std::string metrics = "off";
+  if (server.metrics_port() != 0) {
+    metrics = absl::StrCat(options.metrics_address.substr(0, options.metrics_address.rfind(':')),
+                           ":", server.metrics_port());
+  }
+  const char* security = options.tls.cert_chain_pem.empty()
+                             ? "plaintext"
+                             : (options.tls.client_ca_pem.empty() ? "tls" : "mutual_tls");
+  std::cout << attend::server::LogLine(
+                   "start",
+                   {{"version", std::string(attend::Version())},
+                    {"commit", std::string(attend::GitCommit())},
+                    {"pid", absl::StrCat(getpid())},
+                    {"grpc", absl::StrCat(host, ":", server.port())},
+                    {"metrics", metrics},
+                    {"security", security},
+                    {"bearer_tokens", options.auth_tokens.empty() ? "off" : "required"},
+                    {"cpu_isa", attend::CpuIsaName()},
+                    {"bf16_matmul", attend::HasBf16Matmul() ? "native" : "emulated"},
+                    {"kv_cache_bytes", absl::StrCat(server.SampleStats().kv.capacity_bytes)},
+                    {"kv_block_bytes", absl::StrCat(options.kv_cache.block_bytes)},
+                    {"kv_eviction", absl::GetFlag(FLAGS_kv_eviction)},
+                    {"max_sequences", absl::StrCat(options.kv_cache.max_sequences)},
+                    {"compute_threads", absl::StrCat(server.compute_threads())},
+                    {"stats_interval", absl::FormatDuration(absl::GetFlag(FLAGS_stats_interval))}})
+            << std::endl;
+}
+
 // The start-up line: where the server listens, its security, and what it runs on. Scripts and
 // tests read the ports from it.
 void PrintStartupLine(const attend::server::ServerOptions& options,
@@ -263,14 +300,37 @@ int main(int argc, char** argv) {
     return server.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
   PrintStartupLine(*options, **server);
+  LogStart(*options, **server);
+  const absl::Time started = absl::Now();
+  std::optional<attend::server::StatsLogger> stats;
+  if (const absl::Duration interval = absl::GetFlag(FLAGS_stats_interval);
+      interval > absl::ZeroDuration()) {
+    attend::server::AttendServer* s = server->get();
+    stats.emplace([s] { return s->SampleStats(); }, interval,
+                  [](const std::string& line) { std::cout << line << std::endl; });
+  }
 
   int received = 0;
   sigwait(&signals, &received);
+  stats.reset();
+  const absl::Duration grace = absl::GetFlag(FLAGS_shutdown_grace);
   std::cout << "attend-server: " << (received == SIGTERM ? "SIGTERM" : "SIGINT")
-            << ", draining for up to " << absl::FormatDuration(absl::GetFlag(FLAGS_shutdown_grace))
+            << ", draining for up to " << absl::FormatDuration(grace) << std::endl;
+  std::cout << attend::server::LogLine(
+                   "drain", {{"signal", received == SIGTERM ? "SIGTERM" : "SIGINT"},
+                             {"grace_seconds", absl::StrCat(absl::ToDoubleSeconds(grace))},
+                             {"in_flight", absl::StrCat((*server)->SampleStats().in_flight)}})
             << std::endl;
-  (*server)->Shutdown(absl::GetFlag(FLAGS_shutdown_grace));
+  (*server)->Shutdown(grace);
+  const attend::server::StatsSample last = (*server)->SampleStats();
   std::cout << "attend-server: stopped" << std::endl;
+  std::cout << attend::server::LogLine(
+                   "stop", {{"uptime_seconds",
+                             absl::StrFormat("%.1f", absl::ToDoubleSeconds(absl::Now() - started))},
+                            {"requests", absl::StrCat(last.handled)},
+                            {"failed", absl::StrCat(last.failed)},
+                            {"sequences_dropped", absl::StrCat(last.kv.sequences)}})
+            << std::endl;
   // Every call has ended and gRPC has stopped: nothing is left to finish or to save. Exit now
   // rather than tear down piece by piece, since stopping the metrics HTTP server alone takes up
   // to 2 s (civetweb polls its listening socket every 2 s) and a background measurement of the

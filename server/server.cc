@@ -220,6 +220,14 @@ AttendServer::AttendServer() : parts_(std::make_unique<Parts>()) {}
 
 AttendServer::~AttendServer() { Shutdown(absl::ZeroDuration()); }
 
+StatsSample AttendServer::SampleStats() const {
+  StatsSample sample;
+  sample.at = absl::Now();
+  CountRequests(*parts_->metrics->registry(), &sample);
+  sample.kv = parts_->cache->Stats();
+  return sample;
+}
+
 absl::StatusOr<std::unique_ptr<AttendServer>> AttendServer::Start(const ServerOptions& options) {
   ATTEND_RETURN_IF_ERROR(CheckListenAddress("address", options.address));
   if (!options.metrics_address.empty()) {

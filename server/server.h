@@ -24,6 +24,7 @@
 #include "grpcpp/grpcpp.h"
 #include "server/auth.h"
 #include "server/service_support.h"
+#include "server/stats_log.h"
 
 namespace attend::server {
 
@@ -68,6 +69,9 @@ class AttendServer {
   // A channel to this server without the network, for tests. It bypasses the port's TLS and
   // token check.
   std::shared_ptr<grpc::Channel> InProcessChannel();
+
+  // The counters of the periodic stats line (server/stats_log.h). Thread-safe.
+  StatsSample SampleStats() const;
 
   void Shutdown(absl::Duration grace);
   void Wait();

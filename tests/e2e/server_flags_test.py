@@ -5,6 +5,7 @@ take units on the command line and in ATTEND_* variables."""
 import argparse
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -89,6 +90,8 @@ class SizeFlags(unittest.TestCase):
         finally:
             proc.terminate()
             proc.wait(timeout=30)
+            proc.stdout.close()
+            proc.stderr.close()
 
     def test_units_on_the_command_line(self):
         self.assertEqual(self.capacity("--kv_cache_bytes=64MiB", "--kv_block_bytes=64KiB"),
@@ -108,6 +111,71 @@ class SizeFlags(unittest.TestCase):
             self.assertNotEqual(got.returncode, 0, flags)
             self.assertIn(flag, got.stderr)
             self.assertIn("80GiB", got.stderr)  # the message shows how to write a size
+
+
+LOGFMT_PAIR = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S*)')
+
+
+def logfmt(line):
+    """The fields of one "attend-server: event=... k=v" line."""
+    prefix = "attend-server: "
+    assert line.startswith(prefix), line
+    return {k: v[1:-1] if v.startswith('"') else v
+            for k, v in LOGFMT_PAIR.findall(line[len(prefix):])}
+
+
+class LogLines(unittest.TestCase):
+    def test_start_stats_drain_and_stop_lines(self):
+        import grpc
+        proc, port, metrics_port = lifecycle_test.start(
+            "--address=127.0.0.1:0", "--metrics_address=127.0.0.1:0", "--stats_interval=0.3s",
+            "--kv_cache_bytes=64MiB")
+        try:
+            start = logfmt(proc.stdout.readline().strip())
+            self.assertEqual(start["event"], "start")
+            self.assertEqual(start["grpc"], "127.0.0.1:%d" % port)
+            self.assertEqual(start["metrics"], "127.0.0.1:%d" % metrics_port)
+            self.assertEqual(start["pid"], str(proc.pid))
+            self.assertEqual(start["kv_cache_bytes"], str(64 << 20))
+            self.assertEqual(start["security"], "plaintext")
+            self.assertRegex(start["commit"], r"^([0-9a-f]{12}(-dirty)?|unknown)$")
+            with grpc.insecure_channel("127.0.0.1:%d" % port) as channel:
+                attention = PB["attention_grpc"].AttentionStub(channel)
+                for _ in range(3):
+                    attention.Softmax(PB["attention"].SoftmaxRequest(logits=[1, 2]), timeout=10)
+                kv = PB["kv_grpc"].KvCacheStub(channel)
+                with self.assertRaises(grpc.RpcError):
+                    kv.GetSequence(PB["kv"].GetSequenceRequest(sequence_id="absent"), timeout=10)
+            # The calls fall into one or two intervals: sum the stats lines until all 4 show.
+            requests = failed_lines = 0
+            while requests < 4:
+                stats = logfmt(proc.stdout.readline().strip())
+                self.assertEqual(stats["event"], "stats")
+                self.assertEqual(stats["kv_capacity_bytes"], str(64 << 20))
+                self.assertEqual(stats["sequences"], "0")
+                requests += int(stats["requests"])
+                if float(stats["error_ratio"]) > 0:
+                    failed_lines += 1
+            self.assertEqual(requests, 4)
+            self.assertGreaterEqual(failed_lines, 1)
+            proc.send_signal(signal.SIGTERM)
+            rest = [line.strip() for line in proc.stdout.read().splitlines()]
+            self.assertEqual(proc.wait(timeout=30), 0)
+            events = [logfmt(line) for line in rest if "event=" in line]
+            kinds = [e["event"] for e in events]
+            self.assertIn("drain", kinds)
+            self.assertEqual(kinds[-1], "stop")
+            drain = events[kinds.index("drain")]
+            self.assertEqual(drain["signal"], "SIGTERM")
+            stop = events[-1]
+            self.assertEqual(stop["requests"], "4")
+            self.assertEqual(stop["failed"], "1")
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            proc.stdout.close()
+            proc.stderr.close()
 
 
 def main():
