@@ -1,8 +1,14 @@
 // /metrics of an in-process server after real traffic: the families of /work/spec/metrics.md
-// that count KV-cache work (tokens, decode steps, DecodeStream's own label) and the worker
-// pool's queue.
+// that count KV-cache work (tokens, decode steps, DecodeStream's own label), the worker pool's
+// queue and the process, and the whole scrape checked by `promtool check metrics`.
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,6 +30,22 @@ constexpr int kHeads = 4, kKvHeads = 2, kDim = 8;
 // The value of `name` with {grpc_method=`method`}, 0 when the series does not exist yet.
 double ByMethod(const std::string& text, const std::string& name, const std::string& method) {
   return std::max(0.0, MetricValue(text, name, {"grpc_method=\"" + method + "\""}));
+}
+
+// The path of executable `name` found on $PATH; "" when there is none.
+std::string FindProgram(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  std::string dirs = path != nullptr ? path : "";
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    size_t end = dirs.find(':', start);
+    if (end == std::string::npos) end = dirs.size();
+    const std::string dir = dirs.substr(start, end - start);
+    const std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+    start = end + 1;
+  }
+  return "";
 }
 
 // One server with an exposer for the whole suite: stopping an HTTP server takes about a second.
@@ -192,6 +214,90 @@ TEST_F(MetricsTest, TokenAndStepSeriesExistBeforeTraffic) {
         << method;
   }
   EXPECT_EQ(MetricValue(text, "attend_requests_queued"), 0);
+}
+
+TEST_F(MetricsTest, ServesTextWithoutExposerSelfMetrics) {
+  const std::string response = Scrape();
+  ASSERT_EQ(response.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << response.substr(0, 200);
+  EXPECT_NE(response.find("Content-Type: text/plain; charset=utf-8\r\n"), std::string::npos);
+  EXPECT_NE(response.find("Content-Length: " +
+                          std::to_string(::attend::testing::MetricsBody(response).size())),
+            std::string::npos);
+  EXPECT_EQ(response.find("exposer_"), std::string::npos);
+  EXPECT_EQ(response.find("NaN"), std::string::npos);
+  EXPECT_NE(response.find("attend_build_info{"), std::string::npos);
+}
+
+TEST_F(MetricsTest, ProcessMetricsArePlausible) {
+  const std::string text = Scrape();
+  EXPECT_NE(text.find("# TYPE process_cpu_seconds_total counter"), std::string::npos);
+  EXPECT_GT(MetricValue(text, "process_cpu_seconds_total"), 0);
+  EXPECT_GT(MetricValue(text, "process_resident_memory_bytes"), 1 << 20);
+  EXPECT_GE(MetricValue(text, "process_virtual_memory_bytes"),
+            MetricValue(text, "process_resident_memory_bytes"));
+  // The server's listening sockets at least, within the limit.
+  EXPECT_GE(MetricValue(text, "process_open_fds"), 5);
+  EXPECT_LE(MetricValue(text, "process_open_fds"), MetricValue(text, "process_max_fds"));
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  EXPECT_LE(MetricValue(text, "process_start_time_seconds"), now + 1);
+  EXPECT_GT(MetricValue(text, "process_start_time_seconds"), now - 3600);
+}
+
+// `promtool check metrics` on a scrape after traffic of every kind: parses, and lint-clean.
+// Skipped without promtool, unless ATTEND_REQUIRE_PROMTOOL=1 (then missing it fails).
+TEST_F(MetricsTest, ScrapeAfterTrafficPassesPromtool) {
+  const char* require = std::getenv("ATTEND_REQUIRE_PROMTOOL");
+  const bool required = require != nullptr && std::string(require) == "1";
+  const std::string promtool = FindProgram("promtool");
+  if (promtool.empty()) {
+    if (required) FAIL() << "promtool is not on PATH and ATTEND_REQUIRE_PROMTOOL=1";
+    GTEST_SKIP() << "promtool is not on PATH (ATTEND_REQUIRE_PROMTOOL=1 makes this fail)";
+  }
+  Create("promtool", 1);
+  Append("promtool", 0, 3);
+  {
+    v1::DecodeBatchResponse response;
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub_->DecodeBatch(&context, Step({"promtool"}, 0), &response).ok());
+  }
+  {
+    grpc::ClientContext context;
+    auto stream = stub_->DecodeStream(&context);
+    ASSERT_TRUE(stream->Write(Step({"promtool"}, 0)));
+    stream->WritesDone();
+    v1::DecodeBatchResponse response;
+    while (stream->Read(&response)) {
+    }
+    ASSERT_TRUE(stream->Finish().ok());
+  }
+  {
+    auto attention = v1::Attention::NewStub(::attend::testing::ChannelTo(*server_));
+    v1::AttendRequest request;
+    *request.mutable_q() = Filled({3, 4, 2});
+    *request.mutable_k() = Filled({5, 2, 2});
+    *request.mutable_v() = Filled({5, 2, 2});
+    v1::AttendResponse response;
+    grpc::ClientContext context;
+    ASSERT_TRUE(attention->Attend(&context, request, &response).ok());
+  }
+  const std::string body = ::attend::testing::MetricsBody(Scrape());
+  ASSERT_NE(body.find("attend_decode_step_seconds_bucket"), std::string::npos);
+  const std::string path = ::testing::TempDir() + "/attend_metrics_" + std::to_string(getpid());
+  std::ofstream(path) << body;
+  const std::string command = promtool + " check metrics < " + path + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string output;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, n);
+  const int status = pclose(pipe);
+  std::remove(path.c_str());
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "promtool exit status " << status << ":\n"
+      << output;
+  EXPECT_EQ(output, "") << output;
 }
 
 // One worker and slow calls: the queue fills, the gauge shows it, and every wait is observed.
