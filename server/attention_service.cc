@@ -43,7 +43,7 @@ AttentionService::AttentionService(const ServiceLimits& limits, const AttentionE
 grpc::ServerUnaryReactor* AttentionService::Attend(grpc::CallbackServerContext* context,
                                                    const v1::AttendRequest* request,
                                                    v1::AttendResponse* response) {
-  return RunOnPool(context, pool_, metrics_, gate_,
+  return RunOnPool(context, "Attend", pool_, metrics_, gate_,
                    [this, request, response](const CallWork& call) {
                      response->mutable_stats()->set_queue_seconds(call.queue_seconds);
                      return DoAttend(*request, response, call.cancel);
@@ -53,7 +53,7 @@ grpc::ServerUnaryReactor* AttentionService::Attend(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* AttentionService::MultiHeadAttend(
     grpc::CallbackServerContext* context, const v1::MultiHeadAttendRequest* request,
     v1::MultiHeadAttendResponse* response) {
-  return RunOnPool(context, pool_, metrics_, gate_,
+  return RunOnPool(context, "MultiHeadAttend", pool_, metrics_, gate_,
                    [this, request, response](const CallWork& call) {
                      response->mutable_stats()->set_queue_seconds(call.queue_seconds);
                      return DoMultiHeadAttend(*request, response, call.cancel);
@@ -63,15 +63,15 @@ grpc::ServerUnaryReactor* AttentionService::MultiHeadAttend(
 grpc::ServerUnaryReactor* AttentionService::Softmax(grpc::CallbackServerContext* context,
                                                     const v1::SoftmaxRequest* request,
                                                     v1::SoftmaxResponse* response) {
-  return RunOnPool(context, pool_, metrics_, gate_, [this, request, response](const CallWork&) {
-    return DoSoftmax(*request, response);
-  });
+  return RunOnPool(
+      context, "Softmax", pool_, metrics_, gate_,
+      [this, request, response](const CallWork&) { return DoSoftmax(*request, response); });
 }
 
 grpc::ServerUnaryReactor* AttentionService::ScalingExperiment(
     grpc::CallbackServerContext* context, const v1::ScalingExperimentRequest* request,
     v1::ScalingExperimentResponse* response) {
-  return RunOnPool(context, pool_, metrics_, gate_,
+  return RunOnPool(context, "ScalingExperiment", pool_, metrics_, gate_,
                    [this, request, response](const CallWork& call) {
                      return DoScalingExperiment(*request, response, call.cancel);
                    });

@@ -39,7 +39,7 @@ std::vector<prometheus::MetricFamily> KvCacheCollector::Collect() const {
              capacity > 0 ? s.used_bytes / capacity : 0.0),
       Family("attend_kv_cache_block_bytes", "Bytes per block", MetricType::Gauge,
              static_cast<double>(s.block_bytes)),
-      Family("attend_kv_cache_blocks_total", "Blocks in the pool", MetricType::Gauge,
+      Family("attend_kv_cache_blocks", "Blocks in the pool", MetricType::Gauge,
              static_cast<double>(s.blocks_total)),
       Family("attend_kv_cache_blocks_used", "Blocks in use", MetricType::Gauge,
              static_cast<double>(s.blocks_used)),

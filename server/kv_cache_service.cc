@@ -1,5 +1,6 @@
 #include "server/kv_cache_service.h"
 
+#include <chrono>
 #include <memory>
 #include <vector>
 
@@ -82,6 +83,10 @@ void ToProto(const kv::SequenceInfo& info, v1::SequenceInfo* out) {
   out->set_tokens_per_block(info.tokens_per_block);
 }
 
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 void FillStats(const AttentionStats& stats, v1::ComputeStats* out) {
   out->set_attended_pairs(stats.attended_pairs);
   out->set_attention_flops(stats.attention_flops);
@@ -108,6 +113,7 @@ class KvCacheService::StreamReactor
       Finish(grpc::Status::OK);
       return;
     }
+    const auto received = std::chrono::steady_clock::now();
     ++messages_;
     request_.Clear();
     response_.Clear();
@@ -118,12 +124,16 @@ class KvCacheService::StreamReactor
                                                       "attend.v1.DecodeBatchRequest")));
       return;
     }
-    const bool queued = service_->pool_->TrySubmit([this] {
-      const absl::Status status = service_->DoDecodeBatch(request_, &response_, &cancel_);
-      Answer(status);
-    });
+    const bool queued =
+        SubmitToPool(service_->pool_, service_->metrics_, "DecodeStream", [this, received](double) {
+          const absl::Status status =
+              service_->DoDecodeBatch(request_, &response_, &cancel_, "DecodeStream");
+          if (status.ok()) {
+            service_->metrics_->DecodeStepDone("DecodeStream", SecondsSince(received));
+          }
+          Answer(status);
+        });
     if (!queued) {
-      service_->metrics_->WorkerRejected();
       response_.Clear();
       Answer(absl::ResourceExhaustedError(
           "the server is busy (worker queue full); this message was not applied"));
@@ -187,7 +197,8 @@ grpc::ServerUnaryReactor* KvCacheService::CreateSequence(grpc::CallbackServerCon
                                                          const v1::CreateSequenceRequest* request,
                                                          v1::SequenceInfo* response) {
   return RunOnPool(
-      context, pool_, metrics_, gate_, [this, request, response](const CallWork&) -> absl::Status {
+      context, "CreateSequence", pool_, metrics_, gate_,
+      [this, request, response](const CallWork&) -> absl::Status {
         if (!request->has_config()) {
           return absl::InvalidArgumentError(
               "config: missing; give layers, n_head, n_head_kv, head_dim and kv_dtype");
@@ -249,6 +260,7 @@ absl::Status KvCacheService::DoAppend(const v1::AppendRequest& request,
     metrics_->AttentionComputed("Append", stats);
     FillStats(stats, response->mutable_stats());
   }
+  metrics_->TokensAppended("Append", input.k.dim(0));
   response->set_first_position(result.first_position);
   response->set_layer_tokens(result.layer_tokens);
   return absl::OkStatus();
@@ -257,7 +269,7 @@ absl::Status KvCacheService::DoAppend(const v1::AppendRequest& request,
 grpc::ServerUnaryReactor* KvCacheService::Append(grpc::CallbackServerContext* context,
                                                  const v1::AppendRequest* request,
                                                  v1::AppendResponse* response) {
-  return RunOnPool(context, pool_, metrics_, gate_,
+  return RunOnPool(context, "Append", pool_, metrics_, gate_,
                    [this, request, response](const CallWork& call) {
                      absl::Status status = DoAppend(*request, response, call.cancel);
                      response->mutable_stats()->set_queue_seconds(call.queue_seconds);
@@ -267,7 +279,7 @@ grpc::ServerUnaryReactor* KvCacheService::Append(grpc::CallbackServerContext* co
 
 absl::Status KvCacheService::DoDecodeBatch(const v1::DecodeBatchRequest& request,
                                            v1::DecodeBatchResponse* response,
-                                           const Cancellation* cancel) {
+                                           const Cancellation* cancel, absl::string_view method) {
   const int64_t max_elements = limits_.attention.max_tensor_elements;
   ATTEND_ASSIGN_OR_RETURN(const Precision precision, DecodePrecision(request.precision()));
   ATTEND_ASSIGN_OR_RETURN(const DType out_dtype,
@@ -314,7 +326,11 @@ absl::Status KvCacheService::DoDecodeBatch(const v1::DecodeBatchRequest& request
                  out_dtype, out->mutable_output());
     out->set_layer_tokens(results[i].layer_tokens);
   }
-  metrics_->AttentionComputed("DecodeBatch", stats);
+  int64_t appended = 0;
+  for (const kv::AppendInput& in : inputs) appended += in.k.dim(0);
+  metrics_->AttentionComputed(method, stats);
+  metrics_->TokensAppended(method, appended);
+  metrics_->TokensDecoded(method, static_cast<int64_t>(results.size()));
   FillStats(stats, response->mutable_stats());
   response->set_request_id(request.request_id());
   return absl::OkStatus();
@@ -323,9 +339,14 @@ absl::Status KvCacheService::DoDecodeBatch(const v1::DecodeBatchRequest& request
 grpc::ServerUnaryReactor* KvCacheService::DecodeBatch(grpc::CallbackServerContext* context,
                                                       const v1::DecodeBatchRequest* request,
                                                       v1::DecodeBatchResponse* response) {
-  return RunOnPool(context, pool_, metrics_, gate_,
-                   [this, request, response](const CallWork& call) {
-                     absl::Status status = DoDecodeBatch(*request, response, call.cancel);
+  const auto received = std::chrono::steady_clock::now();
+  return RunOnPool(context, "DecodeBatch", pool_, metrics_, gate_,
+                   [this, request, response, received](const CallWork& call) {
+                     absl::Status status =
+                         DoDecodeBatch(*request, response, call.cancel, "DecodeBatch");
+                     if (status.ok()) {
+                       metrics_->DecodeStepDone("DecodeBatch", SecondsSince(received));
+                     }
                      response->mutable_stats()->set_queue_seconds(call.queue_seconds);
                      return status;
                    });
@@ -364,67 +385,72 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* KvCacheService::Dec
 grpc::ServerUnaryReactor* KvCacheService::Fork(grpc::CallbackServerContext* context,
                                                const v1::ForkRequest* request,
                                                v1::SequenceInfo* response) {
-  return RunOnPool(
-      context, pool_, metrics_, gate_, [this, request, response](const CallWork&) -> absl::Status {
-        ATTEND_RETURN_IF_ERROR(RequireId(request->source_id(), "source_id"));
-        std::optional<int64_t> tokens;
-        if (request->has_tokens()) tokens = request->tokens();
-        ATTEND_ASSIGN_OR_RETURN(const kv::SequenceInfo info,
-                                cache_->Fork(request->source_id(), request->new_id(), tokens));
-        ToProto(info, response);
-        return absl::OkStatus();
-      });
+  return RunOnPool(context, "Fork", pool_, metrics_, gate_,
+                   [this, request, response](const CallWork&) -> absl::Status {
+                     ATTEND_RETURN_IF_ERROR(RequireId(request->source_id(), "source_id"));
+                     std::optional<int64_t> tokens;
+                     if (request->has_tokens()) tokens = request->tokens();
+                     ATTEND_ASSIGN_OR_RETURN(
+                         const kv::SequenceInfo info,
+                         cache_->Fork(request->source_id(), request->new_id(), tokens));
+                     ToProto(info, response);
+                     return absl::OkStatus();
+                   });
 }
 
 grpc::ServerUnaryReactor* KvCacheService::Truncate(grpc::CallbackServerContext* context,
                                                    const v1::TruncateRequest* request,
                                                    v1::SequenceInfo* response) {
-  return RunOnPool(
-      context, pool_, metrics_, gate_, [this, request, response](const CallWork&) -> absl::Status {
-        ATTEND_RETURN_IF_ERROR(RequireId(request->sequence_id(), "sequence_id"));
-        ATTEND_ASSIGN_OR_RETURN(const kv::SequenceInfo info,
-                                cache_->Truncate(request->sequence_id(), request->tokens()));
-        ToProto(info, response);
-        return absl::OkStatus();
-      });
+  return RunOnPool(context, "Truncate", pool_, metrics_, gate_,
+                   [this, request, response](const CallWork&) -> absl::Status {
+                     ATTEND_RETURN_IF_ERROR(RequireId(request->sequence_id(), "sequence_id"));
+                     ATTEND_ASSIGN_OR_RETURN(
+                         const kv::SequenceInfo info,
+                         cache_->Truncate(request->sequence_id(), request->tokens()));
+                     ToProto(info, response);
+                     return absl::OkStatus();
+                   });
 }
 
 grpc::ServerUnaryReactor* KvCacheService::Release(grpc::CallbackServerContext* context,
                                                   const v1::ReleaseRequest* request,
                                                   v1::ReleaseResponse* response) {
-  return RunOnPool(
-      context, pool_, metrics_, gate_, [this, request, response](const CallWork&) -> absl::Status {
-        ATTEND_RETURN_IF_ERROR(RequireId(request->sequence_id(), "sequence_id"));
-        ATTEND_ASSIGN_OR_RETURN(const int64_t freed, cache_->Release(request->sequence_id()));
-        response->set_freed_bytes(freed);
-        return absl::OkStatus();
-      });
+  return RunOnPool(context, "Release", pool_, metrics_, gate_,
+                   [this, request, response](const CallWork&) -> absl::Status {
+                     ATTEND_RETURN_IF_ERROR(RequireId(request->sequence_id(), "sequence_id"));
+                     ATTEND_ASSIGN_OR_RETURN(const int64_t freed,
+                                             cache_->Release(request->sequence_id()));
+                     response->set_freed_bytes(freed);
+                     return absl::OkStatus();
+                   });
 }
 
 grpc::ServerUnaryReactor* KvCacheService::GetSequence(grpc::CallbackServerContext* context,
                                                       const v1::GetSequenceRequest* request,
                                                       v1::SequenceInfo* response) {
-  return RunOnPool(
-      context, pool_, metrics_, gate_, [this, request, response](const CallWork&) -> absl::Status {
-        ATTEND_RETURN_IF_ERROR(RequireId(request->sequence_id(), "sequence_id"));
-        ATTEND_ASSIGN_OR_RETURN(const kv::SequenceInfo info, cache_->Get(request->sequence_id()));
-        ToProto(info, response);
-        return absl::OkStatus();
-      });
+  return RunOnPool(context, "GetSequence", pool_, metrics_, gate_,
+                   [this, request, response](const CallWork&) -> absl::Status {
+                     ATTEND_RETURN_IF_ERROR(RequireId(request->sequence_id(), "sequence_id"));
+                     ATTEND_ASSIGN_OR_RETURN(const kv::SequenceInfo info,
+                                             cache_->Get(request->sequence_id()));
+                     ToProto(info, response);
+                     return absl::OkStatus();
+                   });
 }
 
 grpc::ServerUnaryReactor* KvCacheService::ListSequences(grpc::CallbackServerContext* context,
                                                         const v1::ListSequencesRequest* request,
                                                         v1::ListSequencesResponse* response) {
-  return RunOnPool(
-      context, pool_, metrics_, gate_, [this, request, response](const CallWork&) -> absl::Status {
-        ATTEND_ASSIGN_OR_RETURN(const kv::ListPage page,
-                                cache_->List(request->page_size(), request->page_token()));
-        for (const kv::SequenceInfo& info : page.sequences)
-          ToProto(info, response->add_sequences());
-        response->set_next_page_token(page.next_page_token);
-        return absl::OkStatus();
-      });
+  return RunOnPool(context, "ListSequences", pool_, metrics_, gate_,
+                   [this, request, response](const CallWork&) -> absl::Status {
+                     ATTEND_ASSIGN_OR_RETURN(
+                         const kv::ListPage page,
+                         cache_->List(request->page_size(), request->page_token()));
+                     for (const kv::SequenceInfo& info : page.sequences)
+                       ToProto(info, response->add_sequences());
+                     response->set_next_page_token(page.next_page_token);
+                     return absl::OkStatus();
+                   });
 }
 
 grpc::ServerUnaryReactor* KvCacheService::Stats(grpc::CallbackServerContext* context,

@@ -68,9 +68,11 @@ class KvCacheService final : public KvCacheCallbackService {
                                   const v1::StatsRequest* request,
                                   v1::CacheStats* response) override;
 
-  // The work of one DecodeBatch (also one DecodeStream message).
+  // The work of one DecodeBatch (also one DecodeStream message), counted in the attend_*
+  // metrics under grpc_method=`method` ("DecodeBatch" or "DecodeStream").
   absl::Status DoDecodeBatch(const v1::DecodeBatchRequest& request,
-                             v1::DecodeBatchResponse* response, const Cancellation* cancel);
+                             v1::DecodeBatchResponse* response, const Cancellation* cancel,
+                             absl::string_view method);
 
  private:
   class StreamReactor;

@@ -1,12 +1,17 @@
 // Prometheus metrics of the server: the common gRPC server metrics for every call (through a
-// gRPC interceptor, so health and reflection calls count too) and attend's own attention
-// counters. Families are created once at construction; label sets are bounded (services,
-// methods and codes; never sequences or clients).
+// gRPC interceptor, so health and reflection calls count too) and attend's own counters.
+// Families are created once at construction; label sets are bounded (services, methods and
+// codes; never sequences or clients). grpc_method is the method's short name ("Attend").
 //
 //   grpc_server_started_total{grpc_service,grpc_method,grpc_type}
 //   grpc_server_handled_total{grpc_service,grpc_method,grpc_type,grpc_code}
 //   grpc_server_handling_seconds{grpc_service,grpc_method,grpc_type}   histogram
 //   attend_requests_in_flight                                           gauge
+//   attend_requests_queued          gauge: tasks submitted to the worker pool and not yet picked
+//                                   up by a worker (unary calls and DecodeStream messages)
+//   attend_queue_seconds{grpc_method}   histogram: submission to the pool until a worker picks
+//                                   the task up; observed for every task a worker picks up
+//                                   (also those then found cancelled), not for refused ones
 //   attend_worker_rejections_total                                      counter (queue full)
 //   attend_auth_rejections_total{reason}                                calls refused by the
 //                                                                       token check (they never
@@ -14,12 +19,24 @@
 //   attend_attention_flops_total{grpc_method}                           useful FLOPs computed
 //   attend_attention_pairs_total{grpc_method}                           attended (query, key) pairs
 //   attend_attention_compute_seconds{grpc_method}                       histogram
-//   attend_build_info{version,cpu_isa,bf16_matmul}                      gauge = 1
+//   attend_tokens_appended_total{grpc_method}   tokens written to cached sequences by successful
+//                                   Append, DecodeBatch and DecodeStream requests. Counted per
+//                                   layer, as the cache stores them: a token appended to each of
+//                                   32 layers counts 32 (the same unit as attend_kv_cache_tokens)
+//   attend_tokens_decoded_total{grpc_method}    decode steps of successful DecodeBatch requests
+//                                   and DecodeStream messages: one per sequence per request, and
+//                                   so also per layer (a request is one layer's step)
+//   attend_decode_step_seconds{grpc_method}     histogram: one successful DecodeBatch call, or
+//                                   one successful DecodeStream message, from its receipt by the
+//                                   handler to its reply (queue wait included); failed steps are
+//                                   left out so that fast refusals do not flatter the latency
+//   attend_build_info{version,commit,cpu_isa,bf16_matmul}                      gauge = 1
 //
 // Thread-safety: all methods are thread-safe.
 #ifndef ATTEND_SERVER_METRICS_H_
 #define ATTEND_SERVER_METRICS_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -51,6 +68,18 @@ class Metrics {
   void AuthRejected(absl::string_view reason);
   void AttentionComputed(absl::string_view method, const AttentionStats& stats);
 
+  // The worker pool's queue: QueueEntered() before a task is submitted (it may start before
+  // TrySubmit returns), QueueLeft() when a worker picks it up or the pool refuses it, and
+  // QueueWaited() with the seconds it waited once picked up.
+  void QueueEntered();
+  void QueueLeft();
+  void QueueWaited(absl::string_view method, double seconds);
+
+  // A successful Append, DecodeBatch or DecodeStream step (see the header comment for units).
+  void TokensAppended(absl::string_view method, int64_t tokens);
+  void TokensDecoded(absl::string_view method, int64_t steps);
+  void DecodeStepDone(absl::string_view method, double seconds);
+
   // A factory for the interceptor that feeds RpcStarted/RpcHandled; the server owns it.
   std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> NewInterceptorFactory();
 
@@ -73,6 +102,11 @@ class Metrics {
   prometheus::Family<prometheus::Counter>* flops_;
   prometheus::Family<prometheus::Counter>* pairs_;
   prometheus::Family<prometheus::Histogram>* compute_seconds_;
+  prometheus::Gauge* queued_;
+  prometheus::Family<prometheus::Histogram>* queue_seconds_;
+  prometheus::Family<prometheus::Counter>* tokens_appended_;
+  prometheus::Family<prometheus::Counter>* tokens_decoded_;
+  prometheus::Family<prometheus::Histogram>* decode_step_seconds_;
 
   Mutex mu_;  // attend::Mutex: visible to TSan (core/base/mutex.h)
   absl::flat_hash_map<std::string, MethodSeries> series_ ABSL_GUARDED_BY(mu_);

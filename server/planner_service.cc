@@ -110,7 +110,7 @@ PlannerService::~PlannerService() {
 grpc::ServerUnaryReactor* PlannerService::ListModels(grpc::CallbackServerContext* context,
                                                      const v1::ListModelsRequest*,
                                                      v1::ListModelsResponse* response) {
-  return RunOnPool(context, pool_, metrics_, gate_, [response](const CallWork&) {
+  return RunOnPool(context, "ListModels", pool_, metrics_, gate_, [response](const CallWork&) {
     for (const pl::ModelSpec& m : pl::Catalog()) ToProto(m, response->add_models());
     return absl::OkStatus();
   });
@@ -119,36 +119,37 @@ grpc::ServerUnaryReactor* PlannerService::ListModels(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* PlannerService::GetModel(grpc::CallbackServerContext* context,
                                                    const v1::GetModelRequest* request,
                                                    v1::ModelSpec* response) {
-  return RunOnPool(
-      context, pool_, metrics_, gate_, [request, response](const CallWork&) -> absl::Status {
-        ATTEND_ASSIGN_OR_RETURN(const pl::ModelSpec m, FindPreset(request->name(), "name"));
-        ToProto(m, response);
-        return absl::OkStatus();
-      });
+  return RunOnPool(context, "GetModel", pool_, metrics_, gate_,
+                   [request, response](const CallWork&) -> absl::Status {
+                     ATTEND_ASSIGN_OR_RETURN(const pl::ModelSpec m,
+                                             FindPreset(request->name(), "name"));
+                     ToProto(m, response);
+                     return absl::OkStatus();
+                   });
 }
 
 grpc::ServerUnaryReactor* PlannerService::ImportModel(grpc::CallbackServerContext* context,
                                                       const v1::ImportModelRequest* request,
                                                       v1::ModelSpec* response) {
-  return RunOnPool(context, pool_, metrics_, gate_, [this, request, response](const CallWork&) {
-    return DoImportModel(*request, response);
-  });
+  return RunOnPool(
+      context, "ImportModel", pool_, metrics_, gate_,
+      [this, request, response](const CallWork&) { return DoImportModel(*request, response); });
 }
 
 grpc::ServerUnaryReactor* PlannerService::PlanKvCache(grpc::CallbackServerContext* context,
                                                       const v1::PlanKvCacheRequest* request,
                                                       v1::PlanKvCacheResponse* response) {
-  return RunOnPool(context, pool_, metrics_, gate_, [this, request, response](const CallWork&) {
-    return DoPlanKvCache(*request, response);
-  });
+  return RunOnPool(
+      context, "PlanKvCache", pool_, metrics_, gate_,
+      [this, request, response](const CallWork&) { return DoPlanKvCache(*request, response); });
 }
 
 grpc::ServerUnaryReactor* PlannerService::EstimateCost(grpc::CallbackServerContext* context,
                                                        const v1::EstimateCostRequest* request,
                                                        v1::EstimateCostResponse* response) {
-  return RunOnPool(context, pool_, metrics_, gate_, [this, request, response](const CallWork&) {
-    return DoEstimateCost(*request, response);
-  });
+  return RunOnPool(
+      context, "EstimateCost", pool_, metrics_, gate_,
+      [this, request, response](const CallWork&) { return DoEstimateCost(*request, response); });
 }
 
 absl::Status PlannerService::DoImportModel(const v1::ImportModelRequest& request,

@@ -21,15 +21,16 @@
 #include "core/base/status_macros.h"
 #include "core/kv_cache/kv_cache.h"
 #include "grpcpp/health_check_service_interface.h"
-#include "prometheus/exposer.h"
 #include "server/attention_service.h"
 #include "server/cgroup_limits.h"
 #include "server/kv_cache_metrics.h"
 #include "server/kv_cache_service.h"
 #include "server/metrics.h"
+#include "server/metrics_http.h"
 #include "server/parse_errors.h"
 #include "server/planner_service.h"
 #include "server/reflection.h"
+#include "server/process_metrics.h"
 #include "server/worker_pool.h"
 
 namespace attend::server {
@@ -125,19 +126,21 @@ absl::Status CheckListenAddress(absl::string_view option, const std::string& add
   return absl::OkStatus();
 }
 
-// The Prometheus exposer on `address`: enough threads that idle or slow connections (each holds
-// one until it sends a request or the request timeout ends) cannot keep a scrape waiting, and a
-// request timeout well under Prometheus's scrape timeout.
-absl::StatusOr<std::unique_ptr<prometheus::Exposer>> StartExposer(const std::string& address) {
+// The /metrics endpoint on `address`, serving `collectables`: enough threads that idle or slow
+// connections (each holds one until it sends a request or the request timeout ends) cannot keep
+// a scrape waiting, and a request timeout well under Prometheus's scrape timeout.
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> StartExposer(
+    const std::string& address,
+    std::vector<std::shared_ptr<prometheus::Collectable>> collectables) {
   const std::vector<std::string> civetweb_options = {
       "listening_ports", address, "num_threads", "64", "request_timeout_ms", "2000"};
-  try {
-    return std::make_unique<prometheus::Exposer>(civetweb_options);
-  } catch (const std::exception& e) {
-    const std::string problem = BindProblem(address);
-    return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", address, ": ",
-                                               problem.empty() ? e.what() : problem));
-  }
+  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> exposer =
+      MetricsHttpServer::Start(civetweb_options, std::move(collectables));
+  if (exposer.ok()) return exposer;
+  const std::string problem = BindProblem(address);
+  return absl::UnavailableError(
+      absl::StrCat("cannot serve metrics on ", address, ": ",
+                   problem.empty() ? exposer.status().message() : problem));
 }
 
 // The gRPC server of `services` on options.address with `interceptors`, health and reflection;
@@ -202,7 +205,7 @@ struct AttendServer::Parts {
   std::unique_ptr<kv::KvCache> cache;
   std::shared_ptr<KvCacheCollector> cache_collector;
   std::shared_ptr<MatmulCacheCollector> matmul_collector;
-  std::unique_ptr<prometheus::Exposer> exposer;
+  std::unique_ptr<MetricsHttpServer> exposer;
   std::unique_ptr<AttentionEngine> engine;
   std::unique_ptr<AttentionService> attention;
   std::unique_ptr<KvCacheService> kv_cache;
@@ -259,11 +262,11 @@ absl::StatusOr<std::unique_ptr<AttendServer>> AttendServer::Start(const ServerOp
   p.matmul_collector = std::make_shared<MatmulCacheCollector>();
   onednn::SetMatmulCacheCapacity(options.matmul_cache_entries);
   if (!options.metrics_address.empty()) {
-    ATTEND_ASSIGN_OR_RETURN(p.exposer, StartExposer(options.metrics_address));
-    p.exposer->RegisterCollectable(p.metrics->registry());
-    p.exposer->RegisterCollectable(p.cache_collector);
-    p.exposer->RegisterCollectable(p.matmul_collector);
-    const std::vector<int> ports = p.exposer->GetListeningPorts();
+    ATTEND_ASSIGN_OR_RETURN(
+        p.exposer, StartExposer(options.metrics_address,
+                                {p.metrics->registry(), p.cache_collector, p.matmul_collector,
+                                 std::make_shared<ProcessCollector>()}));
+    const std::vector<int> ports = p.exposer->ListeningPorts();
     self->metrics_port_ = ports.empty() ? 0 : ports.front();
   }
   p.pool = std::make_unique<WorkerPool>(options.worker_threads > 0 ? options.worker_threads : cpus,

@@ -35,42 +35,59 @@ grpc::Status ShuttingDown() {
                       "reaches another replica or this one restarted");
 }
 
-grpc::ServerUnaryReactor* RunOnPool(grpc::CallbackServerContext* context, WorkerPool* pool,
-                                    Metrics* metrics, CallGate* gate,
+bool SubmitToPool(WorkerPool* pool, Metrics* metrics, absl::string_view method,
+                  std::function<void(double queue_seconds)> task) {
+  // Counted before submitting: a worker may pick the task up before TrySubmit returns.
+  metrics->QueueEntered();
+  const auto enqueued = std::chrono::steady_clock::now();
+  const bool queued = pool->TrySubmit([metrics, method, task = std::move(task), enqueued] {
+    const double queue_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - enqueued).count();
+    metrics->QueueLeft();
+    metrics->QueueWaited(method, queue_seconds);
+    task(queue_seconds);
+  });
+  if (!queued) {
+    metrics->QueueLeft();
+    metrics->WorkerRejected();
+  }
+  return queued;
+}
+
+grpc::ServerUnaryReactor* RunOnPool(grpc::CallbackServerContext* context, absl::string_view method,
+                                    WorkerPool* pool, Metrics* metrics, CallGate* gate,
                                     std::function<absl::Status(const CallWork& call)> work) {
   auto* reactor = new PoolReactor();
   if (!gate->Admitted(context)) {
     reactor->Finish(ShuttingDown());
     return reactor;
   }
-  const auto enqueued = std::chrono::steady_clock::now();
-  const bool queued = pool->TrySubmit([context, reactor, work = std::move(work), enqueued] {
-    const double queue_seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - enqueued).count();
-    if (reactor->cancel.cancelled() || context->IsCancelled()) {
-      reactor->Finish(grpc::Status(grpc::StatusCode::CANCELLED,
-                                   "the call was cancelled before its work started"));
-      return;
-    }
-    if (context->deadline() < std::chrono::system_clock::now()) {
-      reactor->Finish(grpc::Status(
-          grpc::StatusCode::DEADLINE_EXCEEDED,
-          absl::StrCat("the deadline passed after ", queue_seconds,
-                       " s waiting for a worker; the server is busy or the deadline too short")));
-      return;
-    }
-    absl::Status status;
-    try {
-      status = work(CallWork{queue_seconds, &reactor->cancel});
-    } catch (const std::bad_alloc&) {
-      status = absl::ResourceExhaustedError("the server ran out of memory for this request");
-    } catch (const std::exception& e) {
-      status = absl::InternalError(absl::StrCat("unexpected error: ", e.what()));
-    }
-    reactor->Finish(ToGrpcStatus(status));
-  });
+  const bool queued = SubmitToPool(
+      pool, metrics, method, [context, reactor, work = std::move(work)](double queue_seconds) {
+        if (reactor->cancel.cancelled() || context->IsCancelled()) {
+          reactor->Finish(grpc::Status(grpc::StatusCode::CANCELLED,
+                                       "the call was cancelled before its work started"));
+          return;
+        }
+        if (context->deadline() < std::chrono::system_clock::now()) {
+          reactor->Finish(grpc::Status(
+              grpc::StatusCode::DEADLINE_EXCEEDED,
+              absl::StrCat(
+                  "the deadline passed after ", queue_seconds,
+                  " s waiting for a worker; the server is busy or the deadline too short")));
+          return;
+        }
+        absl::Status status;
+        try {
+          status = work(CallWork{queue_seconds, &reactor->cancel});
+        } catch (const std::bad_alloc&) {
+          status = absl::ResourceExhaustedError("the server ran out of memory for this request");
+        } catch (const std::exception& e) {
+          status = absl::InternalError(absl::StrCat("unexpected error: ", e.what()));
+        }
+        reactor->Finish(ToGrpcStatus(status));
+      });
   if (!queued) {
-    metrics->WorkerRejected();
     reactor->Finish(grpc::Status(
         grpc::StatusCode::RESOURCE_EXHAUSTED,
         absl::StrCat("the server is busy: ", pool->queued(),

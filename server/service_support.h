@@ -37,13 +37,21 @@ struct CallWork {
   const Cancellation* cancel = nullptr;
 };
 
-// Runs `work` on `pool` and finishes the call with its status. A call that `gate` did not
+// Submits `task` to `pool` and accounts for its queueing in `metrics` (attend_requests_queued,
+// and attend_queue_seconds{grpc_method=`method`} once a worker picks it up); `task` is given
+// the seconds it waited. False, counted as a worker rejection and `task` not run, when the
+// queue is full or the pool stops. `method` must be a string literal (it outlives the task).
+bool SubmitToPool(WorkerPool* pool, Metrics* metrics, absl::string_view method,
+                  std::function<void(double queue_seconds)> task);
+
+// Runs `work` on `pool` (through SubmitToPool; `method` is the call's short method name, a
+// string literal) and finishes the call with its status. A call that `gate` did not
 // admit (it started while the server drains) is refused with UNAVAILABLE. Calls cancelled or past
 // their deadline while queued are finished without running `work`; a full queue is refused with
 // RESOURCE_EXHAUSTED. REQUIRES: `work` must not throw past std::exception (an exception becomes
 // INTERNAL).
-grpc::ServerUnaryReactor* RunOnPool(grpc::CallbackServerContext* context, WorkerPool* pool,
-                                    Metrics* metrics, CallGate* gate,
+grpc::ServerUnaryReactor* RunOnPool(grpc::CallbackServerContext* context, absl::string_view method,
+                                    WorkerPool* pool, Metrics* metrics, CallGate* gate,
                                     std::function<absl::Status(const CallWork& call)> work);
 
 // The status a draining server refuses new calls with.

@@ -421,6 +421,10 @@ TEST(KvCacheServiceBudget, RefusesWhatDoesNotFitAndReportsMetrics) {
   EXPECT_EQ(::attend::testing::MetricValue(metrics, "attend_kv_cache_usage_ratio"), 1.0);
   EXPECT_EQ(::attend::testing::MetricValue(metrics, "attend_kv_cache_rejections_total"), 1);
   EXPECT_EQ(::attend::testing::MetricValue(metrics, "attend_kv_cache_sequences"), 1);
+  // Blocks in the pool: a gauge, named without the counter suffix it once had.
+  EXPECT_EQ(::attend::testing::MetricValue(metrics, "attend_kv_cache_blocks"), 4);
+  EXPECT_EQ(::attend::testing::MetricValue(metrics, "attend_kv_cache_blocks_total"), -1);
+  EXPECT_NE(metrics.find("# TYPE attend_kv_cache_blocks gauge"), std::string::npos);
 }
 
 TEST(KvCacheServiceTtl, IdleSequencesAreEvictedInTheBackground) {

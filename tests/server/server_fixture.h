@@ -100,6 +100,12 @@ inline std::string ScrapeMetrics(int port) {
   return response;
 }
 
+// The body of an HTTP response (after the blank line ending the headers); "" without one.
+inline std::string MetricsBody(const std::string& response) {
+  const size_t end = response.find("\r\n\r\n");
+  return end == std::string::npos ? "" : response.substr(end + 4);
+}
+
 // Sum of the samples of metric `name` whose label set contains every one of `labels`
 // (e.g. {"grpc_method=\"Attend\"", "grpc_code=\"OK\""}); -1 when no line matches.
 inline double MetricValue(const std::string& text, const std::string& name,
