@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs, builds and runs every test, then the nets for what tests written by hand miss:
-#   1. build/ (Release): unit, in-process server, CLI, fuzz corpora and end-to-end (Python) tests;
+#   1. build/ (Release): unit, in-process server, CLI, fuzz corpora, end-to-end (Python) tests,
+#      the local fleet behind nginx, and deploy/'s configs (promtool, Kubernetes schemas, compose);
 #   2. a 60 s soak of the real server (scripts/soak.sh);
 #   3. the concurrent tests under ThreadSanitizer: the KV cache and the worker pool (build-tsan,
 #      label tsan; ATTEND_SKIP_TSAN=1 skips it);
@@ -13,6 +14,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# setup.sh installed promtool: the scrape lint must run, not skip.
+export ATTEND_REQUIRE_PROMTOOL=1
 build_dir=${ATTEND_BUILD_DIR:-build}
 jobs=${ATTEND_JOBS:-$(nproc)}
 ctest --test-dir "$build_dir" --output-on-failure -j "$jobs"
