@@ -12,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "server/metric_family.h"
 
 namespace attend::server {
 namespace {
@@ -40,22 +41,6 @@ std::optional<int64_t> OpenFds() {
   }
   closedir(dir);
   return count;
-}
-
-prometheus::MetricFamily Family(std::string name, std::string help, prometheus::MetricType type,
-                                double value) {
-  prometheus::MetricFamily family;
-  family.name = std::move(name);
-  family.help = std::move(help);
-  family.type = type;
-  prometheus::ClientMetric metric;
-  if (type == prometheus::MetricType::Counter) {
-    metric.counter.value = value;
-  } else {
-    metric.gauge.value = value;
-  }
-  family.metric.push_back(metric);
-  return family;
 }
 
 }  // namespace
@@ -126,28 +111,30 @@ std::vector<prometheus::MetricFamily> ProcessCollector::Collect() const {
   const long ticks = sysconf(_SC_CLK_TCK);
   const long page = sysconf(_SC_PAGESIZE);
   if (stat.ok() && ticks > 0 && page > 0) {
-    families.push_back(Family(
+    families.push_back(OneSampleFamily(
         "process_cpu_seconds_total", "Total user and system CPU time spent in seconds.",
         MetricType::Counter, static_cast<double>(stat->utime_ticks + stat->stime_ticks) / ticks));
-    families.push_back(Family("process_resident_memory_bytes", "Resident memory size in bytes.",
-                              MetricType::Gauge,
-                              static_cast<double>(stat->rss_pages) * static_cast<double>(page)));
-    families.push_back(Family("process_virtual_memory_bytes", "Virtual memory size in bytes.",
-                              MetricType::Gauge, static_cast<double>(stat->vsize_bytes)));
+    families.push_back(OneSampleFamily(
+        "process_resident_memory_bytes", "Resident memory size in bytes.", MetricType::Gauge,
+        static_cast<double>(stat->rss_pages) * static_cast<double>(page)));
+    families.push_back(OneSampleFamily("process_virtual_memory_bytes",
+                                       "Virtual memory size in bytes.", MetricType::Gauge,
+                                       static_cast<double>(stat->vsize_bytes)));
   }
   if (const std::optional<int64_t> fds = OpenFds()) {
-    families.push_back(Family("process_open_fds", "Number of open file descriptors.",
-                              MetricType::Gauge, static_cast<double>(*fds)));
+    families.push_back(OneSampleFamily("process_open_fds", "Number of open file descriptors.",
+                                       MetricType::Gauge, static_cast<double>(*fds)));
   }
   rlimit limit{};
   if (getrlimit(RLIMIT_NOFILE, &limit) == 0) {
-    families.push_back(Family("process_max_fds", "Maximum number of open file descriptors.",
-                              MetricType::Gauge, static_cast<double>(limit.rlim_cur)));
+    families.push_back(OneSampleFamily("process_max_fds",
+                                       "Maximum number of open file descriptors.",
+                                       MetricType::Gauge, static_cast<double>(limit.rlim_cur)));
   }
   if (start_time_seconds_) {
-    families.push_back(Family("process_start_time_seconds",
-                              "Start time of the process since unix epoch in seconds.",
-                              MetricType::Gauge, *start_time_seconds_));
+    families.push_back(OneSampleFamily("process_start_time_seconds",
+                                       "Start time of the process since unix epoch in seconds.",
+                                       MetricType::Gauge, *start_time_seconds_));
   }
   return families;
 }

@@ -477,16 +477,25 @@ class Security(unittest.TestCase):
         self.assertNotIn("e2e-token-123", result.stderr + result.stdout)
 
 
-def main():
-    global ARGS
+def run_tests(flags, use_args):
+    """Parses the required `flags` (e.g. "--server"; "--proto" among them), hands the parsed
+    arguments to use_args, generates the stubs from --proto and runs the unittest cases of the
+    script being run, with the arguments no flag took."""
     parser = argparse.ArgumentParser()
-    parser.add_argument("--server", required=True)
-    parser.add_argument("--cli", required=True)
-    parser.add_argument("--proto", required=True)
-    ARGS, rest = parser.parse_known_args()
+    for flag in flags:
+        parser.add_argument(flag, required=True)
+    args, rest = parser.parse_known_args()
+    use_args(args)
     with tempfile.TemporaryDirectory() as out_dir:
-        generate_stubs(ARGS.proto, out_dir)
+        generate_stubs(args.proto, out_dir)
         unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+
+
+def main():
+    def use_args(args):
+        global ARGS
+        ARGS = args
+    run_tests(("--server", "--cli", "--proto"), use_args)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ again, prefill its tokens again) works through the proxy. fleet.sh stop leaves n
 Also: the ConfigMap of deploy/k8s/proxy.yaml holds the files of deploy/nginx/ unchanged except
 the upstream list, and nginx accepts that configuration.
 """
-import argparse
 import os
 import re
 import shutil
@@ -379,15 +378,10 @@ class ConfigMapMatchesDeployNginx(unittest.TestCase):
 
 
 def main():
-    global ARGS
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--server", required=True)
-    parser.add_argument("--cli", required=True)
-    parser.add_argument("--proto", required=True)
-    ARGS, rest = parser.parse_known_args()
-    with tempfile.TemporaryDirectory() as out_dir:
-        e2e_test.generate_stubs(ARGS.proto, out_dir)
-        unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+    def use_args(args):
+        global ARGS
+        ARGS = args
+    e2e_test.run_tests(("--server", "--cli", "--proto"), use_args)
 
 
 if __name__ == "__main__":

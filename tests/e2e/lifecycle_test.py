@@ -3,7 +3,6 @@
 new calls refused, in-flight work finished or cancelled at the end of the grace, exit 0 in time),
 ports that are in use, and a metrics port that answers scrapes while idle connections are open.
 """
-import argparse
 import os
 import queue as queue_module
 import re
@@ -11,7 +10,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
 import urllib.request
@@ -312,14 +310,10 @@ class ShapeChurn(unittest.TestCase):
 def main():
     """Runs the unittest cases of the script being run (this one, or one that imports it for
     start()) against --server, with the stubs generated from --proto."""
-    global ARGS
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--server", required=True)
-    parser.add_argument("--proto", required=True)
-    ARGS, rest = parser.parse_known_args()
-    with tempfile.TemporaryDirectory() as out_dir:
-        e2e_test.generate_stubs(ARGS.proto, out_dir)
-        unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+    def use_args(args):
+        global ARGS
+        ARGS = args
+    e2e_test.run_tests(("--server", "--proto"), use_args)
 
 
 if __name__ == "__main__":

@@ -2,13 +2,11 @@
 """attend-server's and attend's command lines as operators use them: --version names the
 version and the commit it was built from, --help lists attend-server's own flags, and size flags
 take units on the command line and in ATTEND_* variables."""
-import argparse
 import os
 import re
 import signal
 import subprocess
 import sys
-import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -179,16 +177,10 @@ class LogLines(unittest.TestCase):
 
 
 def main():
-    global ARGS
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--server", required=True)
-    parser.add_argument("--cli", required=True)
-    parser.add_argument("--proto", required=True)
-    ARGS, rest = parser.parse_known_args()
-    lifecycle_test.ARGS = ARGS
-    with tempfile.TemporaryDirectory() as out_dir:
-        e2e_test.generate_stubs(ARGS.proto, out_dir)
-        unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+    def use_args(args):
+        global ARGS
+        ARGS = lifecycle_test.ARGS = args
+    e2e_test.run_tests(("--server", "--cli", "--proto"), use_args)
 
 
 if __name__ == "__main__":

@@ -558,34 +558,14 @@ TEST(AttentionServiceMetrics, CountRequestsByMethodAndCode) {
 
 // A server with one worker and one queue slot refuses what it cannot queue, and recovers.
 TEST(AttentionServiceOverload, RefusesWorkBeyondTheQueueAndRecovers) {
-  server::ServerOptions options = ::attend::testing::SmallServerOptions();
-  options.metrics_address = "127.0.0.1:0";
-  options.worker_threads = 1;
-  options.max_queued_requests = 1;
-  options.limits.attention.max_tensor_elements = 1 << 22;
-  options.limits.attention.max_score_elements = int64_t{1} << 32;
-  options.limits.max_message_bytes = 64 << 20;
-  auto server = server::AttendServer::Start(options);
+  auto server = server::AttendServer::Start(::attend::testing::OneWorkerServerOptions(1));
   ASSERT_TRUE(server.ok()) << server.status();
   auto stub = v1::Attention::NewStub(::attend::testing::ChannelTo(**server, 64 << 20));
 
-  // Slow calls: 1024 x 1024 pairs over 16 heads of 64 dims, about 100 ms each here.
-  v1::AttendRequest slow;
-  *slow.mutable_q() = F32Data({1024, 16, 64}, std::vector<float>(1024 * 16 * 64, 0.01f));
-  *slow.mutable_k() = F32Data({1024, 16, 64}, std::vector<float>(1024 * 16 * 64, 0.01f));
-  *slow.mutable_v() = F32Data({1024, 16, 64}, std::vector<float>(1024 * 16 * 64, 0.01f));
+  const v1::AttendRequest slow = ::attend::testing::SlowAttendRequest(1024);
   const int kCalls = 8;
-  std::vector<grpc::ClientContext> contexts(kCalls);
-  std::vector<v1::AttendResponse> responses(kCalls);
-  std::vector<grpc::Status> statuses(kCalls);
-  std::atomic<int> done{0};
-  for (int i = 0; i < kCalls; ++i) {
-    stub->async()->Attend(&contexts[i], &slow, &responses[i], [&, i](grpc::Status s) {
-      statuses[i] = s;
-      done++;
-    });
-  }
-  while (done.load() < kCalls) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ::attend::testing::ConcurrentAttends calls(stub.get(), slow, kCalls);
+  const std::vector<grpc::Status>& statuses = calls.Wait();
   int refused = 0, served = 0;
   for (const grpc::Status& s : statuses) {
     if (s.ok()) served++;

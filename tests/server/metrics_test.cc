@@ -302,39 +302,21 @@ TEST_F(MetricsTest, ScrapeAfterTrafficPassesPromtool) {
 
 // One worker and slow calls: the queue fills, the gauge shows it, and every wait is observed.
 TEST(MetricsQueueTest, QueuedGaugeAndQueueSeconds) {
-  server::ServerOptions options = ::attend::testing::SmallServerOptions();
-  options.metrics_address = "127.0.0.1:0";
-  options.worker_threads = 1;
-  options.max_queued_requests = 8;
-  options.limits.attention.max_tensor_elements = 1 << 22;
-  options.limits.attention.max_score_elements = int64_t{1} << 32;
-  options.limits.max_message_bytes = 64 << 20;
-  auto server = server::AttendServer::Start(options);
+  auto server = server::AttendServer::Start(::attend::testing::OneWorkerServerOptions(8));
   ASSERT_TRUE(server.ok()) << server.status();
   auto stub = v1::Attention::NewStub(::attend::testing::ChannelTo(**server, 64 << 20));
   // 512 x 512 pairs over 16 heads of 64 dims: tens of milliseconds each.
-  const std::vector<float> data(512 * 16 * 64, 0.01f);
-  v1::AttendRequest slow;
-  *slow.mutable_q() = F32Data({512, 16, 64}, data);
-  *slow.mutable_k() = F32Data({512, 16, 64}, data);
-  *slow.mutable_v() = F32Data({512, 16, 64}, data);
+  const v1::AttendRequest slow = ::attend::testing::SlowAttendRequest(512);
   const int kCalls = 4;
-  std::vector<grpc::ClientContext> contexts(kCalls);
-  std::vector<v1::AttendResponse> responses(kCalls);
-  std::vector<grpc::Status> statuses(kCalls);
-  std::atomic<int> done{0};
-  for (int i = 0; i < kCalls; ++i) {
-    stub->async()->Attend(&contexts[i], &slow, &responses[i], [&, i](grpc::Status s) {
-      statuses[i] = s;
-      done++;
-    });
-  }
+  ::attend::testing::ConcurrentAttends calls(stub.get(), slow, kCalls);
   double most_queued = 0;
-  while (done.load() < kCalls) {
+  while (!calls.Done()) {
     most_queued = std::max(most_queued, MetricValue(ScrapeMetrics((*server)->metrics_port()),
                                                     "attend_requests_queued"));
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
+  const std::vector<grpc::Status>& statuses = calls.Wait();
+  const std::vector<v1::AttendResponse>& responses = calls.responses();
   for (const grpc::Status& s : statuses) EXPECT_TRUE(s.ok()) << s.error_message();
   EXPECT_GE(most_queued, 1);
   EXPECT_LE(most_queued, kCalls);

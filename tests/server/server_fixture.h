@@ -8,8 +8,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -62,6 +66,57 @@ inline v1::Tensor F32Data(std::vector<int64_t> shape, const std::vector<float>& 
   t.set_data(std::string(reinterpret_cast<const char*>(values.data()), values.size() * 4));
   return t;
 }
+
+// A server with one worker, `max_queued` queue slots, metrics on, and room for the large calls of
+// SlowAttendRequest: for tests of the queue.
+inline server::ServerOptions OneWorkerServerOptions(int64_t max_queued) {
+  server::ServerOptions options = SmallServerOptions();
+  options.metrics_address = "127.0.0.1:0";
+  options.worker_threads = 1;
+  options.max_queued_requests = max_queued;
+  options.limits.attention.max_tensor_elements = 1 << 22;
+  options.limits.attention.max_score_elements = int64_t{1} << 32;
+  options.limits.max_message_bytes = 64 << 20;
+  return options;
+}
+
+// An Attend of n x n pairs over 16 heads of 64 dims: about 100 ms at n = 1024 on one core here.
+inline v1::AttendRequest SlowAttendRequest(int64_t n) {
+  const std::vector<float> data(static_cast<size_t>(n * 16 * 64), 0.01f);
+  v1::AttendRequest request;
+  *request.mutable_q() = F32Data({n, 16, 64}, data);
+  *request.mutable_k() = F32Data({n, 16, 64}, data);
+  *request.mutable_v() = F32Data({n, 16, 64}, data);
+  return request;
+}
+
+// `calls` Attend calls of `request` started at once on `stub` (asynchronously), for tests that
+// fill the server's queue. The stub and request must outlive it; destroy it only after Wait().
+class ConcurrentAttends {
+ public:
+  ConcurrentAttends(v1::Attention::Stub* stub, const v1::AttendRequest& request, int calls)
+      : contexts_(calls), responses_(calls), statuses_(calls) {
+    for (int i = 0; i < calls; ++i) {
+      stub->async()->Attend(&contexts_[i], &request, &responses_[i], [this, i](grpc::Status s) {
+        statuses_[i] = std::move(s);
+        done_++;
+      });
+    }
+  }
+  bool Done() const { return done_.load() == static_cast<int>(statuses_.size()); }
+  // The statuses, in the order the calls were started, once all have ended.
+  const std::vector<grpc::Status>& Wait() {
+    while (!Done()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    return statuses_;
+  }
+  const std::vector<v1::AttendResponse>& responses() const { return responses_; }
+
+ private:
+  std::vector<grpc::ClientContext> contexts_;
+  std::vector<v1::AttendResponse> responses_;
+  std::vector<grpc::Status> statuses_;
+  std::atomic<int> done_{0};
+};
 
 // A test suite sharing one small server (started before its first test, stopped after its last).
 class ServerSuite : public ::testing::Test {
