@@ -18,6 +18,9 @@ script's config passes `nginx -t` with 0 replicas and with 3 (their names replac
 addresses, which is what nginx resolves them to: cluster names do not resolve here), nginx with
 no replica answers a gRPC call UNAVAILABLE, a name nginx cannot resolve is refused by `nginx -t`
 and the running nginx keeps its config, and SIGTERM stops it.
+And deploy/k8s/proxy.yaml runs the script as the script expects: ATTEND_MAX_REPLICAS is hpa.yaml's
+maxReplicas, the namespace comes from the downward API, the configuration directory is an
+emptyDir, the source is the ConfigMap's mount, and readiness is the script's ready file.
 """
 import argparse
 import os
@@ -330,6 +333,32 @@ class ScriptWithRealNginx(unittest.TestCase):
         os.kill(h.proc.pid, signal.SIGTERM)
         self.assertEqual(h.proc.wait(timeout=10), 0, h.log())
         wait_for(lambda: not h.group_alive(), "nginx and its workers to exit")
+
+
+class ProxyManifest(unittest.TestCase):
+    def load(self, file):
+        import yaml
+        with open(os.path.join(ARGS.repo, "deploy", "k8s", file)) as f:
+            return [d for d in yaml.safe_load_all(f) if d]
+
+    def test_deployment_runs_the_script_as_it_expects(self):
+        docs = self.load("proxy.yaml")
+        pod = [d for d in docs if d["kind"] == "Deployment"][0]["spec"]["template"]["spec"]
+        container = pod["containers"][0]
+        env = {e["name"]: e for e in container["env"]}
+        hpa = [d for d in self.load("hpa.yaml") if d["kind"] == "HorizontalPodAutoscaler"][0]
+        self.assertEqual(env["ATTEND_MAX_REPLICAS"]["value"], str(hpa["spec"]["maxReplicas"]))
+        self.assertEqual(env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"], "metadata.namespace")
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        mounts = {m["mountPath"]: volumes[m["name"]] for m in container["volumeMounts"]}
+        self.assertIn("emptyDir", mounts[env["ATTEND_NGINX_CONF_DIR"]["value"]])
+        self.assertIn("emptyDir", mounts[env["ATTEND_NGINX_PREFIX"]["value"].rstrip("/")])
+        source = env["ATTEND_NGINX_SOURCE"]["value"]
+        self.assertEqual(mounts[source]["configMap"]["name"],
+                         [d for d in docs if d["kind"] == "ConfigMap"][0]["metadata"]["name"])
+        self.assertEqual(container["command"], ["/bin/sh", source + "/k8s-upstreams.sh"])
+        probe = " ".join(container["readinessProbe"]["exec"]["command"])
+        self.assertIn("test -e %s/ready" % env["ATTEND_NGINX_CONF_DIR"]["value"], probe)
 
 
 def main():
