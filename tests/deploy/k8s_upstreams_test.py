@@ -359,6 +359,10 @@ class ProxyManifest(unittest.TestCase):
         self.assertEqual(container["command"], ["/bin/sh", source + "/k8s-upstreams.sh"])
         probe = " ".join(container["readinessProbe"]["exec"]["command"])
         self.assertIn("test -e %s/ready" % env["ATTEND_NGINX_CONF_DIR"]["value"], probe)
+        # The script run is this one (tests/e2e/fleet_test.py checks the other files too).
+        with open(os.path.join(ARGS.repo, "deploy", "nginx", "k8s-upstreams.sh")) as f:
+            self.assertEqual([d for d in docs if d["kind"] == "ConfigMap"][0]["data"]["k8s-upstreams.sh"],
+                             f.read(), "proxy.yaml's ConfigMap holds another k8s-upstreams.sh")
 
 
 def main():
