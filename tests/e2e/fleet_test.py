@@ -18,8 +18,9 @@ deploy/nginx/grpc.conf:
 The other sequences are unaffected, and the client library's recovery (create the sequence
 again, prefill its tokens again) works through the proxy. fleet.sh stop leaves no process.
 
-Also: the ConfigMap of deploy/k8s/proxy.yaml holds the files of deploy/nginx/ unchanged except
-the upstream list, and nginx accepts that configuration.
+Also: the ConfigMap of deploy/k8s/proxy.yaml holds the files of deploy/nginx/ unchanged (the
+*.conf files but upstreams.conf, which k8s-upstreams.sh writes in the pod, and that script), the
+Deployment runs the script from it, and nginx accepts that configuration.
 """
 import os
 import re
@@ -41,6 +42,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 FLEET_SH = os.path.join(REPO, "deploy", "local", "fleet.sh")
 NGINX_DIR = os.path.join(REPO, "deploy", "nginx")
 PROXY_YAML = os.path.join(REPO, "deploy", "k8s", "proxy.yaml")
+SCRIPT = "k8s-upstreams.sh"  # deploy/nginx/, in the ConfigMap too
 KEY = "x-attend-sequence-key"
 SEQUENCES = 50
 PREFILL = 4
@@ -334,7 +336,8 @@ class Fleet(unittest.TestCase):
 
 
 class ConfigMapMatchesDeployNginx(unittest.TestCase):
-    """deploy/k8s/proxy.yaml's ConfigMap holds deploy/nginx/ except the upstream list."""
+    """deploy/k8s/proxy.yaml's ConfigMap holds deploy/nginx/ but the upstream list, and the script
+    that writes that list (deploy/nginx/k8s-upstreams.sh)."""
 
     def config_map(self):
         import yaml
@@ -347,29 +350,34 @@ class ConfigMapMatchesDeployNginx(unittest.TestCase):
     def test_the_same_files_but_the_upstream_list(self):
         docs, config_map = self.config_map()
         data = config_map["data"]
-        files = sorted(f for f in os.listdir(NGINX_DIR) if f.endswith(".conf"))
+        files = sorted([f for f in os.listdir(NGINX_DIR)
+                        if f.endswith(".conf") and f != "upstreams.conf"] + [SCRIPT])
         self.assertEqual(sorted(data), files)
         for name in files:
-            if name != "upstreams.conf":
-                with open(os.path.join(NGINX_DIR, name)) as f:
-                    self.assertEqual(data[name], f.read(), name + " differs from deploy/nginx/")
-        servers = re.findall(r"^server (\S+)", data["upstreams.conf"], re.M)
-        self.assertEqual(servers, ["attend-%d.attend.default.svc.cluster.local:50051" % i
-                                   for i in range(3)])
-        # The Deployment runs nginx on that ConfigMap.
+            with open(os.path.join(NGINX_DIR, name)) as f:
+                self.assertEqual(data[name], f.read(), name + " differs from deploy/nginx/")
+        # The Deployment runs the script from that ConfigMap.
         deployment = [d for d in docs if d["kind"] == "Deployment"][0]
-        volumes = deployment["spec"]["template"]["spec"]["volumes"]
-        self.assertIn(config_map["metadata"]["name"],
-                      [v.get("configMap", {}).get("name") for v in volumes])
+        pod = deployment["spec"]["template"]["spec"]
+        volume = [v["name"] for v in pod["volumes"]
+                  if v.get("configMap", {}).get("name") == config_map["metadata"]["name"]]
+        self.assertEqual(len(volume), 1)
+        container = pod["containers"][0]
+        mount = [m["mountPath"] for m in container["volumeMounts"] if m["name"] == volume[0]]
+        self.assertEqual(container["command"], ["/bin/sh", os.path.join(mount[0], SCRIPT)])
 
     def test_nginx_accepts_it(self):
         _, config_map = self.config_map()
         with tempfile.TemporaryDirectory() as conf:
             for name, text in config_map["data"].items():
-                if name == "upstreams.conf":  # cluster names do not resolve here
-                    text = re.sub(r"^server \S+", "server 127.0.0.1:1", text, flags=re.M)
                 with open(os.path.join(conf, name), "w") as f:
                     f.write(text)
+            # The script's list in the pod is deploy/nginx/upstreams.conf's server lines (cluster
+            # names, which do not resolve here: tests/deploy/k8s_upstreams_test.py runs the script).
+            with open(os.path.join(NGINX_DIR, "upstreams.conf")) as f:
+                text = re.sub(r"^server \S+", "server 127.0.0.1:1", f.read(), flags=re.M)
+            with open(os.path.join(conf, "upstreams.conf"), "w") as f:
+                f.write(text)
             result = subprocess.run(
                 ["/usr/sbin/nginx", "-t", "-p", conf + "/", "-e", "stderr",
                  "-c", os.path.join(conf, "nginx.conf"), "-g", "pid %s/nginx.pid;" % conf],
