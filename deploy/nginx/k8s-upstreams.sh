@@ -4,9 +4,9 @@
 # exist now, and runs nginx under it.
 #
 # Why: open-source nginx 1.22 resolves upstream names only when it starts or reloads, and refuses
-# to start when one does not resolve. A fixed list of pods therefore made the proxy crash-loop
-# until every listed pod existed, never routed to replicas the HPA added, and kept sending to the
-# old IP of a recreated pod.
+# to start when one does not resolve. A fixed list of pods would keep the proxy from starting
+# until every listed pod existed, never route to replicas the HPA adds, and keep sending to
+# the old IP of a recreated pod.
 #
 # What it does (POSIX sh; runs on busybox, as in the nginx alpine image):
 #   1. Copies nginx's files (every *.conf of $ATTEND_NGINX_SOURCE, the ConfigMap, except
