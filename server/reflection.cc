@@ -107,11 +107,50 @@ absl::StatusOr<std::vector<int>> ExtensionNumbers(const std::string& type, std::
   return numbers;
 }
 
+// Longest file or symbol name a request may carry: far above any name in the pool (attend's
+// longest is under 100 bytes). protobuf's lookup of a dotted name costs time quadratic in its
+// length, and it runs on one of gRPC's callback threads, which also answer health checks: a
+// 240 KB "a.a.a..." took 8 s before names were bounded.
+constexpr size_t kMaxNameBytes = 1024;
+
+// The name a request asks about (file, symbol or type) and its field; none (empty) for
+// list_services and an empty request.
+struct RequestedName {
+  const char* field = "";
+  size_t bytes = 0;
+};
+
+template <typename Request>
+RequestedName NameOf(const Request& request) {
+  switch (request.message_request_case()) {
+    case Request::kFileByFilename:
+      return {"file_by_filename", request.file_by_filename().size()};
+    case Request::kFileContainingSymbol:
+      return {"file_containing_symbol", request.file_containing_symbol().size()};
+    case Request::kFileContainingExtension:
+      return {"file_containing_extension.containing_type",
+              request.file_containing_extension().containing_type().size()};
+    case Request::kAllExtensionNumbersOfType:
+      return {"all_extension_numbers_of_type", request.all_extension_numbers_of_type().size()};
+    default:
+      return {};
+  }
+}
+
 // `response` for `request`, one of either version's pair of generated message types (they are
 // wire-identical, and so are their generated accessors).
 template <typename Request, typename Response>
 void Answer(const Request& request, const std::vector<std::string>& service_names,
             Response* response) {
+  response->set_valid_host(request.host().substr(0, kMaxNameBytes));
+  if (const RequestedName name = NameOf(request); name.bytes > kMaxNameBytes) {
+    // Refused before any lookup, and not echoed back.
+    response->mutable_error_response()->set_error_code(grpc::StatusCode::INVALID_ARGUMENT);
+    response->mutable_error_response()->set_error_message(
+        absl::StrCat(name.field, ": ", name.bytes, " bytes, longer than the ", kMaxNameBytes,
+                     " of any name this server knows"));
+    return;
+  }
   absl::StatusOr<std::vector<std::string>> files = std::vector<std::string>();  // none
   absl::Status status;
   switch (request.message_request_case()) {
@@ -160,7 +199,6 @@ void Answer(const Request& request, const std::vector<std::string>& service_name
     response->mutable_error_response()->set_error_code(static_cast<int>(status.code()));
     response->mutable_error_response()->set_error_message(std::string(status.message()));
   }
-  response->set_valid_host(request.host());
   *response->mutable_original_request() = request;
 }
 

@@ -20,6 +20,9 @@
 //   all_extension_numbers_of_type -> the type's full name and its extension numbers
 //   unknown file, symbol or type  -> NOT_FOUND
 //   no request set, or empty name -> INVALID_ARGUMENT
+//   a name over 1024 bytes        -> INVALID_ARGUMENT, before any lookup, without the
+//                                    original_request (protobuf's lookup of a long dotted name
+//                                    takes quadratic time on a thread health checks share)
 // Symbols are fully qualified names of services, methods, messages, enums, enum values, fields
 // and extensions, without a leading dot.
 //

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/descriptor.pb.h"
@@ -208,6 +209,37 @@ TYPED_TEST(ReflectionTest, ErrorsAreAnsweredAndTheStreamGoesOn) {
   google::protobuf::DescriptorPool pool;
   EXPECT_THAT(BuildInto(stream.Symbol("attend.v1.Tensor"), &pool),
               ElementsAre("attend/v1/tensor.proto"));
+  EXPECT_TRUE(stream.Finish().ok());
+}
+
+// Names longer than any descriptor's are refused before the pool is searched: protobuf's lookup
+// of a dotted name costs time quadratic in its length (a 240 KB "a.a.a..." took 8 s of a callback
+// thread, stalling health checks), and the answer is echoed in the response.
+TYPED_TEST(ReflectionTest, OverlongNamesAreRefusedAtOnce) {
+  auto stream = this->Open();
+  std::string dotted;
+  for (int i = 0; i < 150000; ++i) dotted += "a.";
+  typename TypeParam::Request request;
+  const absl::Time begin = absl::Now();
+  for (int kind = 0; kind < 4; ++kind) {
+    request.Clear();
+    if (kind == 0) request.set_file_containing_symbol(dotted);
+    if (kind == 1) request.set_file_by_filename(dotted);
+    if (kind == 2) request.set_all_extension_numbers_of_type(dotted);
+    if (kind == 3) request.mutable_file_containing_extension()->set_containing_type(dotted);
+    const auto response = stream.Ask(request);
+    EXPECT_EQ(response.error_response().error_code(), grpc::StatusCode::INVALID_ARGUMENT) << kind;
+    EXPECT_NE(response.error_response().error_message().find("300000 bytes"), std::string::npos)
+        << response.error_response().error_message();
+    EXPECT_NE(response.error_response().error_message().find("1024"), std::string::npos)
+        << response.error_response().error_message();
+    // The refused request is not echoed back in full.
+    EXPECT_FALSE(response.has_original_request()) << kind;
+  }
+  EXPECT_LT(absl::Now() - begin, absl::Seconds(1));
+  // A name at the limit is still looked up.
+  EXPECT_EQ(stream.Symbol(std::string(1024, 'a')).error_response().error_code(),
+            grpc::StatusCode::NOT_FOUND);
   EXPECT_TRUE(stream.Finish().ok());
 }
 
