@@ -46,10 +46,11 @@ ABSL_FLAG(std::string, address, "0.0.0.0:50051", "gRPC listen address (host:port
 ABSL_FLAG(std::string, metrics_address, "0.0.0.0:9464",
           "Prometheus /metrics listen address; empty disables metrics");
 ABSL_FLAG(int, worker_threads, 0,
-          "Threads that run requests; 0 = number of CPUs (the cgroup's CPU quota when lower)");
+          "Threads that run requests, at most 1024; 0 = number of CPUs (the cgroup's CPU quota "
+          "when lower)");
 ABSL_FLAG(int, compute_threads, 0,
-          "OpenMP threads per attention call; 0 = number of CPUs (the cgroup's CPU quota when "
-          "lower)");
+          "OpenMP threads per attention call, at most 1024; 0 = number of CPUs (the cgroup's CPU "
+          "quota when lower)");
 ABSL_FLAG(int64_t, max_queued_requests, 256,
           "Requests that may wait for a worker; more are refused with RESOURCE_EXHAUSTED");
 ABSL_FLAG(attend::ByteSize, max_message_bytes, attend::ByteSize{int64_t{64} << 20},
@@ -79,7 +80,8 @@ ABSL_FLAG(int64_t, matmul_cache_entries, attend::onednn::kDefaultMatmulCacheCapa
           "oneDNN matmul primitives kept for reuse (least recently used dropped beyond); a "
           "prefill configuration uses a few dozen");
 ABSL_FLAG(absl::Duration, stats_interval, absl::Seconds(60),
-          "How often to log a stats line (requests/s, errors, KV usage, sequences); 0 = never");
+          "How often to log a stats line (requests/s, errors, KV usage, sequences), at least "
+          "100ms; 0 = never");
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate chain of the server; with --tls_key, the gRPC port speaks TLS");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
@@ -90,6 +92,10 @@ ABSL_FLAG(std::string, auth_token_file, "",
           "UNAUTHENTICATED, except health checks. Needs TLS");
 
 namespace {
+
+// Most request workers and compute threads: far more than any machine's cores, and few enough
+// that creating them cannot exhaust the process's thread limit.
+constexpr int kMaxThreads = 1024;
 
 // --help lists attend-server's own flags (absl's default lists only those of a file named
 // like the program, i.e. none), --helpfull adds Abseil's and gRPC's; --version prints the
@@ -178,6 +184,33 @@ absl::StatusOr<attend::server::ServerOptions> OptionsFromFlags() {
   }
   if (options.kv_cache.idle_ttl_ms < 1) {
     return absl::InvalidArgumentError("--kv_idle_ttl must be positive");
+  }
+  if (kv_cache_bytes > 0 && kv_cache_bytes < options.kv_cache.block_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv_cache_bytes ", attend::FormatByteSize(kv_cache_bytes),
+                     " does not hold one block of --kv_block_bytes ",
+                     attend::FormatByteSize(options.kv_cache.block_bytes),
+                     "; give at least that, or 0 for half "
+                     "of the memory"));
+  }
+  // Threads are created up front (workers) or by OpenMP on the first call (compute): a count
+  // the system cannot create would abort the server, at start-up or at its first request.
+  for (const auto& [name, value] :
+       {std::pair<const char*, int>{"worker_threads", options.worker_threads},
+        {"compute_threads", options.compute_threads}}) {
+    if (value < 0 || value > kMaxThreads) {
+      return absl::InvalidArgumentError(absl::StrCat("--", name, " must be in [0, ", kMaxThreads,
+                                                     "] (0 = the CPUs), got ", value));
+    }
+  }
+  if (absl::GetFlag(FLAGS_shutdown_grace) < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--shutdown_grace must not be negative");
+  }
+  if (const absl::Duration interval = absl::GetFlag(FLAGS_stats_interval);
+      interval != absl::ZeroDuration() && interval < absl::Milliseconds(100)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--stats_interval must be 0 (never) or at least 100ms, got ",
+                     absl::FormatDuration(interval)));
   }
   for (const auto& [name, value] :
        {std::pair<const char*, int64_t>{"max_queued_requests", options.max_queued_requests},

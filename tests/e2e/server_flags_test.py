@@ -111,6 +111,27 @@ class SizeFlags(unittest.TestCase):
             self.assertIn("80GiB", got.stderr)  # the message shows how to write a size
 
 
+class FlagRanges(unittest.TestCase):
+    def test_out_of_range_values_are_usage_errors_naming_the_flag(self):
+        cases = [
+            (["--worker_threads=100000"], "--worker_threads", "1024"),
+            (["--worker_threads=-1"], "--worker_threads", "1024"),
+            (["--compute_threads=100000"], "--compute_threads", "1024"),
+            (["--compute_threads=-3"], "--compute_threads", "1024"),
+            (["--shutdown_grace=-5s"], "--shutdown_grace", "negative"),
+            (["--stats_interval=-1s"], "--stats_interval", "0 (never) or at least 100ms"),
+            (["--stats_interval=1ms"], "--stats_interval", "0 (never) or at least 100ms"),
+            (["--kv_cache_bytes=1KiB"], "--kv_cache_bytes", "one block"),
+            (["--kv_block_bytes=1GiB", "--kv_cache_bytes=64MiB"], "--kv_cache_bytes", "one block"),
+        ]
+        for flags, flag, words in cases:
+            got = run(ARGS.server, "--address=127.0.0.1:0", "--metrics_address=", *flags)
+            self.assertEqual(got.returncode, 2, (flags, got.stdout, got.stderr))
+            self.assertIn(flag, got.stderr, flags)
+            self.assertIn(words, got.stderr, flags)
+            self.assertNotIn("terminate called", got.stderr, flags)
+
+
 LOGFMT_PAIR = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S*)')
 
 
