@@ -1,5 +1,6 @@
 #include "server/metrics_http.h"
 
+#include <cstring>
 #include <exception>
 #include <utility>
 
@@ -17,6 +18,24 @@ class MetricsHttpServer::Handler : public CivetHandler {
       : collectables_(std::move(collectables)) {}
 
   bool handleGet(CivetServer*, mg_connection* connection) override {
+    return Serve(connection, /*with_body=*/true);
+  }
+  bool handleHead(CivetServer*, mg_connection* connection) override {
+    return Serve(connection, /*with_body=*/false);
+  }
+
+ private:
+  // civetweb routes "/metrics/anything" here too, and compares paths without case: anything
+  // but the exact path is not found.
+  bool Serve(mg_connection* connection, bool with_body) const {
+    const mg_request_info* info = mg_get_request_info(connection);
+    if (info == nullptr || info->local_uri_raw == nullptr ||
+        std::strcmp(info->local_uri_raw, "/metrics") != 0) {
+      mg_printf(connection,
+                "HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\n"
+                "Content-Length: 0\r\n\r\n");
+      return true;
+    }
     std::vector<prometheus::MetricFamily> families;
     for (const auto& collectable : collectables_) {
       std::vector<prometheus::MetricFamily> more = collectable->Collect();
@@ -29,11 +48,10 @@ class MetricsHttpServer::Handler : public CivetHandler {
               "Content-Type: text/plain; charset=utf-8\r\n"
               "Content-Length: %zu\r\n\r\n",
               body.size());
-    mg_write(connection, body.data(), body.size());
+    if (with_body) mg_write(connection, body.data(), body.size());
     return true;
   }
 
- private:
   // Fixed at construction, so scrapes read it without a lock.
   const std::vector<std::shared_ptr<prometheus::Collectable>> collectables_;
 };

@@ -228,6 +228,24 @@ TEST_F(MetricsTest, ServesTextWithoutExposerSelfMetrics) {
   EXPECT_NE(response.find("attend_build_info{"), std::string::npos);
 }
 
+// HEAD answers the headers without the body; only the exact path serves metrics.
+TEST_F(MetricsTest, HeadAndOtherPaths) {
+  const int port = server_->metrics_port();
+  const std::string head = ::attend::testing::HttpRequest(port, "HEAD", "/metrics");
+  ASSERT_EQ(head.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << head.substr(0, 200);
+  EXPECT_NE(head.find("Content-Length: "), std::string::npos) << head;
+  EXPECT_EQ(::attend::testing::MetricsBody(head), "") << head.substr(0, 400);
+  for (const char* path : {"/METRICS", "/metricsx", "/metrics/x", "/", "/other"}) {
+    const std::string response = ::attend::testing::HttpRequest(port, "GET", path);
+    // civetweb answers paths without a handler itself, in the request's HTTP version.
+    EXPECT_EQ(response.substr(0, response.find("\r\n")).substr(8), " 404 Not Found")
+        << path << ": " << response.substr(0, 200);
+  }
+  // A query string is still the metrics path.
+  EXPECT_EQ(::attend::testing::HttpRequest(port, "GET", "/metrics?x=1").rfind("HTTP/1.1 200", 0),
+            0u);
+}
+
 TEST_F(MetricsTest, ProcessMetricsArePlausible) {
   const std::string text = Scrape();
   EXPECT_NE(text.find("# TYPE process_cpu_seconds_total counter"), std::string::npos);

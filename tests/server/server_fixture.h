@@ -133,8 +133,8 @@ class ServerSuite : public ::testing::Test {
   inline static server::AttendServer* server_ = nullptr;
 };
 
-// GET http://127.0.0.1:<port>/metrics; empty on failure.
-inline std::string ScrapeMetrics(int port) {
+// The whole HTTP/1.0 response to `method` `path` on 127.0.0.1:<port>; empty on failure.
+inline std::string HttpRequest(int port, const std::string& method, const std::string& path) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return "";
   sockaddr_in addr{};
@@ -143,7 +143,8 @@ inline std::string ScrapeMetrics(int port) {
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   std::string response;
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    const std::string request = "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n";
+    const std::string request =
+        absl::StrCat(method, " ", path, " HTTP/1.0\r\nHost: localhost\r\n\r\n");
     if (write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
       char buffer[65536];
       ssize_t n;
@@ -154,6 +155,9 @@ inline std::string ScrapeMetrics(int port) {
   close(fd);
   return response;
 }
+
+// GET http://127.0.0.1:<port>/metrics; empty on failure.
+inline std::string ScrapeMetrics(int port) { return HttpRequest(port, "GET", "/metrics"); }
 
 // The body of an HTTP response (after the blank line ending the headers); "" without one.
 inline std::string MetricsBody(const std::string& response) {
