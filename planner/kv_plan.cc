@@ -192,11 +192,16 @@ absl::StatusOr<FleetPlan> PlanFleet(const ModelSpec& m, const KvPlanRequest& req
   ATTEND_ASSIGN_OR_RETURN(f.weights_bytes, WeightsToSubtract(m, request));
   f.available_bytes_per_replica = f.replica_memory_bytes - f.weights_bytes;
   const std::string what = absl::StrCat(Sequences(batch), " of ", FormatCount(context), " tokens");
+  if (f.available_bytes_per_replica < 0) {
+    f.explanation = absl::StrCat(
+        "The weights (", Bytes(f.weights_bytes), ") alone exceed a replica's memory by ",
+        Bytes(-f.available_bytes_per_replica), ": no replica holds a sequence.");
+    return f;
+  }
   if (f.available_bytes_per_replica < bytes_one_sequence) {
     f.explanation = absl::StrCat(
         "Not even one sequence of ", FormatCount(context), " tokens fits a replica: one needs ",
-        Bytes(bytes_one_sequence), " and a replica has ",
-        Bytes(std::max<int64_t>(0, f.available_bytes_per_replica)),
+        Bytes(bytes_one_sequence), " and a replica has ", Bytes(f.available_bytes_per_replica),
         f.weights_bytes > 0 ? absl::StrCat(" after ", Bytes(f.weights_bytes), " of weights") : "",
         ".");
     return f;

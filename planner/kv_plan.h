@@ -94,7 +94,7 @@ struct BudgetPlan {
 struct FleetPlan {
   int64_t replica_memory_bytes = 0;
   int64_t weights_bytes = 0;                // per replica (0 unless subtract_weights)
-  int64_t available_bytes_per_replica = 0;  // for the cache
+  int64_t available_bytes_per_replica = 0;  // for the cache; negative when the weights exceed it
   int64_t sequences_per_replica = 0;        // of context_tokens, at every length on the way
   int64_t even_replicas = 0;                // if sequences were spread evenly
   int64_t replicas = 0;                     // 0: no replica count works (see explanation)

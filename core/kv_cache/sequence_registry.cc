@@ -17,8 +17,8 @@ constexpr size_t kRememberedGone = 10000;
 
 absl::Status CheckSequenceId(absl::string_view id, absl::string_view field) {
   if (id.empty() || id.size() > kMaxIdBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ": length ", id.size(),
-                                                   "; ids have 1 to ", kMaxIdBytes, " characters"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": length ", id.size(), "; ids have 1 to ", kMaxIdBytes, " bytes"));
   }
   for (char c : id) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
@@ -36,8 +36,7 @@ std::string QuotedId(absl::string_view id) {
   if (CheckSequenceId(id, "").ok()) return absl::StrCat("'", id, "'");
   constexpr size_t kShown = 64;
   if (id.size() <= kShown) return absl::StrCat("'", absl::CHexEscape(id), "'");
-  return absl::StrCat("'", absl::CHexEscape(id.substr(0, kShown)), "...' (", id.size(),
-                      " characters)");
+  return absl::StrCat("'", absl::CHexEscape(id.substr(0, kShown)), "...' (", id.size(), " bytes)");
 }
 
 SequenceRegistry::Lease::Lease(SequenceRegistry* registry, std::shared_ptr<Sequence> sequence)

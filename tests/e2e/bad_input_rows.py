@@ -302,7 +302,7 @@ class BadInputRows:
                 "'x\\x1b[31m\\n'"),
             row("get: huge id is cut to 64 characters", lambda: kvs.GetSequence(
                 kv.GetSequenceRequest(sequence_id="\x7f" * 100000), timeout=T), NF,
-                "(100000 characters)"),
+                "(100000 bytes)"),
             row("release: id not UTF-8", lambda: self.raw(
                 "/attend.v1.KvCache/Release", BAD_UTF8_ID), IA, "could not parse the request",
                 "attend.v1.ReleaseRequest"),

@@ -594,6 +594,15 @@ TEST(PlanKvCache, FleetForFiveHundredUsers) {
   EXPECT_TRUE(absl::StrContains(none.fleet->explanation, "Not even one sequence"))
       << none.fleet->explanation;
 
+  // Weights larger than a replica: a negative remainder, and words that say so.
+  r.replica_memory_bytes = 64 * kGiB;
+  const KvPlan over = Plan(m, r);
+  EXPECT_EQ(over.fleet->available_bytes_per_replica, 64 * kGiB - 70553706496);
+  EXPECT_LT(over.fleet->available_bytes_per_replica, 0);
+  EXPECT_EQ(over.fleet->replicas, 0);
+  EXPECT_TRUE(absl::StrContains(over.fleet->explanation, "alone exceed a replica's memory by"))
+      << over.fleet->explanation;
+
   r = Request(32768, 16, KvDType::kFp8);
   r.replica_memory_bytes = -1;
   EXPECT_THAT(PlanKvCache(m, r), StatusIs(kInvalid, {"replica_memory_bytes: -1"}));

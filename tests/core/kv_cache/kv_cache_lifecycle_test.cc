@@ -379,7 +379,7 @@ TEST(KvCacheLifecycle, UnknownIdsAreEchoedBoundedAndEscaped) {
     }
   }
   EXPECT_THAT(cache.Get(hostile), StatusIs(absl::StatusCode::kNotFound, {"a\\nb\\x1b[31mc"}));
-  EXPECT_THAT(cache.Get(long_id), StatusIs(absl::StatusCode::kNotFound, {"5000 characters"}));
+  EXPECT_THAT(cache.Get(long_id), StatusIs(absl::StatusCode::kNotFound, {"5000 bytes"}));
   // Ids that can exist are echoed as they are.
   EXPECT_THAT(cache.Get("chat-1"), StatusIs(absl::StatusCode::kNotFound, {"'chat-1'"}));
 }
