@@ -13,13 +13,20 @@
 #   proxy_tls 127.0.0.1:T                               (with --tls_port only)
 #   replica 127.0.0.1:PORT metrics 127.0.0.1:PORT       (one per replica)
 # Flags after `--` go to every replica, e.g. `-- --kv_cache_bytes=1GiB`; --address and
-# --metrics_address are the script's.
+# --metrics_address are the script's (refused after `--`, with one dash or two).
+# Numbers (--replicas 1..64, --port, --tls_port) are decimal, without leading zeros.
 #
 # Defaults: 3 replicas, port 50051. Binaries: $ATTEND_SERVER and $ATTEND_CLI, else
 # $ATTEND_BUILD_DIR/server/attend-server and $ATTEND_BUILD_DIR/client/attend ($ATTEND_BUILD_DIR
 # defaults to the repository's build/); nginx: $NGINX, else nginx on PATH or /usr/sbin/nginx.
 # State (generated nginx config, logs, pids): $ATTEND_FLEET_DIR, default /tmp/attend-fleet-P.
 # stop and status need the same --port (or ATTEND_FLEET_DIR) as start.
+#
+# Exit status: status 0 when every process of the fleet runs, 1 when one is gone (or nginx's
+# master is gone and its workers are left: "orphaned"), 3 when there is no fleet there. stop is
+# idempotent: 0 when it ended the fleet and also when there was none to end ("no fleet in DIR",
+# e.g. already stopped, or a --port that names no fleet); check with status first when a wrong
+# --port matters. Bad arguments: 1 (2 for usage).
 #
 # stop ends exactly the processes start started: each recorded pid is signalled only while it is
 # still that process (same start time in /proc/PID/stat, same command line). nginx gets SIGTERM,
@@ -118,30 +125,53 @@ tls_cert=""
 tls_key=""
 extra=()
 
+# value FLAG ARGS...: the value of FLAG, the next argument; dies when there is none.
+value() {
+  (($# >= 2)) || die "$1 needs a value"
+  printf '%s' "$2"
+}
+
+# decimal FLAG VALUE MIN MAX: dies unless VALUE is a decimal number in MIN..MAX written without
+# leading zeros (bash would read 010 as octal, 08 not at all, and 0100 would be another state
+# directory than 100).
+decimal() {
+  local flag=$1 number=$2 min=$3 max=$4
+  if ! [[ $number =~ ^[1-9][0-9]{0,5}$ ]] || ((number < min || number > max)); then
+    die "$flag: want a decimal number $min..$max without leading zeros, got '$number'"
+  fi
+}
+
 parse_flags() {
   while (($#)); do
     case $1 in
-      --port) port=${2:?--port needs a value}; shift 2 ;;
+      --port) port=$(value "$@"); shift 2 ;;
       --port=*) port=${1#*=}; shift ;;
-      --replicas) replicas=${2:?--replicas needs a value}; shift 2 ;;
+      --replicas) replicas=$(value "$@"); shift 2 ;;
       --replicas=*) replicas=${1#*=}; shift ;;
-      --tls_port) tls_port=${2:?--tls_port needs a value}; shift 2 ;;
+      --tls_port) tls_port=$(value "$@"); shift 2 ;;
       --tls_port=*) tls_port=${1#*=}; shift ;;
-      --tls_cert) tls_cert=${2:?--tls_cert needs a value}; shift 2 ;;
+      --tls_cert) tls_cert=$(value "$@"); shift 2 ;;
       --tls_cert=*) tls_cert=${1#*=}; shift ;;
-      --tls_key) tls_key=${2:?--tls_key needs a value}; shift 2 ;;
+      --tls_key) tls_key=$(value "$@"); shift 2 ;;
       --tls_key=*) tls_key=${1#*=}; shift ;;
       --) shift; extra=("$@"); break ;;
       -h|--help) usage ;;
       *) die "unknown argument '$1' (see --help)" ;;
     esac
   done
-  if ! [[ $port =~ ^[0-9]+$ ]] || ((port < 1 || port > 65535)); then
-    die "--port: not a port: '$port'"
-  fi
-  if ! [[ $replicas =~ ^[0-9]+$ ]] || ((replicas < 1 || replicas > 64)); then
-    die "--replicas: want 1..64, got '$replicas'"
-  fi
+  decimal --port "$port" 1 65535
+  decimal --replicas "$replicas" 1 64
+  [[ -z $tls_port ]] || decimal --tls_port "$tls_port" 1 65535
+  # The replicas' own flags may not choose their addresses, in any spelling absl reads: one or
+  # two dashes, with `=value` or the value as the next argument.
+  local flag
+  for flag in "${extra[@]}"; do
+    case $flag in
+      -address|-address=*|--address|--address=*|-metrics_address|-metrics_address=*|\
+      --metrics_address|--metrics_address=*)
+        die "$flag: the fleet chooses the replicas' addresses" ;;
+    esac
+  done
   fleet_dir=${ATTEND_FLEET_DIR:-/tmp/attend-fleet-$port}
   pids_file="$fleet_dir/pids"
 }
@@ -204,13 +234,6 @@ cmd_start() {
   [[ -x $cli ]] || die "no attend CLI at $cli (build target 'attend', or set ATTEND_CLI)"
   [[ -x $nginx ]] || die "no nginx at $nginx (set NGINX)"
   server=$(cd "$(dirname "$server")" && pwd)/$(basename "$server")
-  local flag
-  for flag in "${extra[@]}"; do
-    case $flag in
-      --address|--address=*|--metrics_address|--metrics_address=*)
-        die "$flag: the fleet chooses the replicas' addresses" ;;
-    esac
-  done
   if [[ -n $tls_port || -n $tls_cert || -n $tls_key ]]; then
     [[ -n $tls_port && -n $tls_cert && -n $tls_key ]] \
       || die "TLS needs all of --tls_port, --tls_cert and --tls_key"
