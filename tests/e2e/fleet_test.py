@@ -391,32 +391,16 @@ class Fleet(unittest.TestCase):
         self.assertEqual(sorted(s for port in held for s in held[port]), sorted(self.placement))
 
 
-def nginx_processes(fleet_dir):
-    """The live nginx processes of the fleet in fleet_dir: its master (whose command line names
-    the -c path) and its workers (whose process group is the master's, fleet.sh starts it with
-    setsid), also once the master is gone."""
+def nginx_master(fleet_dir):
+    """The pid of the nginx master of the fleet in fleet_dir (its pids file)."""
     with open(os.path.join(fleet_dir, "pids")) as f:
-        master = [int(line.split()[1]) for line in f if line.startswith("nginx ")][0]
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % entry) as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            with open("/proc/%s/cmdline" % entry, "rb") as f:
-                command = f.read().decode(errors="replace")
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        if fields[0] != "Z" and command.startswith("nginx") and (
-                int(entry) == master or int(fields[2]) == master):
-            found.append(int(entry))
-    return master, found
+        return [int(line.split()[1]) for line in f if line.startswith("nginx ")][0]
 
 
 class OrphanedNginxWorkers(unittest.TestCase):
     """nginx's master SIGKILLed: its workers, reparented, keep the port and serve. status says
-    so (and exits non-zero), stop ends them, and a new fleet starts on the same port."""
+    so (and exits non-zero), stop ends them (fleet.sh finds them by their process group), and a
+    new fleet starts on the same port."""
 
     def test_stop_ends_the_workers_of_a_killed_master(self):
         with tempfile.TemporaryDirectory() as tmp:
@@ -431,14 +415,14 @@ class OrphanedNginxWorkers(unittest.TestCase):
             started = fleet("start", "--replicas", "1")
             self.assertEqual(started.returncode, 0, started.stderr)
             try:
-                master, processes = nginx_processes(fleet_dir)
-                workers = [pid for pid in processes if pid != master]
-                self.assertTrue(workers, processes)
+                master = nginx_master(fleet_dir)
+                workers = children(master)
+                self.assertTrue(workers, master)
                 os.kill(master, signal.SIGKILL)
                 deadline = time.monotonic() + 5
                 while start_time(master) and time.monotonic() < deadline:
                     time.sleep(0.01)
-                self.assertEqual(sorted(nginx_processes(fleet_dir)[1]), sorted(workers))
+                self.assertTrue(all(start_time(pid) for pid in workers))  # orphans now
                 status = fleet("status")
                 self.assertNotEqual(status.returncode, 0, status.stdout)
                 self.assertIn("orphaned nginx worker", status.stdout)
@@ -453,10 +437,15 @@ class OrphanedNginxWorkers(unittest.TestCase):
                 restarted = fleet("start", "--replicas", "1")
                 self.assertEqual(restarted.returncode, 0, restarted.stderr)
                 self.assertEqual(restarted.stdout.splitlines()[0], "proxy 127.0.0.1:" + port)
+                master = nginx_master(fleet_dir)
+                workers = [master] + children(master)
             finally:
                 stopped = fleet("stop")
+                left = [pid for pid in workers if start_time(pid)]
+                for pid in left:  # not to leave them to the next test
+                    os.kill(pid, signal.SIGKILL)
             self.assertEqual(stopped.returncode, 0, stopped.stderr)
-            self.assertEqual(nginx_processes(fleet_dir)[1], [])
+            self.assertEqual(left, [])
 
 
 class FleetArguments(unittest.TestCase):
