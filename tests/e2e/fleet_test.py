@@ -15,8 +15,16 @@ deploy/nginx/grpc.conf:
     from the replica the consistent hash picks instead, which never held the sequence;
   - after fail_timeout one call probes the dead peer again: UNAVAILABLE once more, then
     NOT_FOUND again.
-The other sequences are unaffected, and the client library's recovery (create the sequence
-again, prefill its tokens again) works through the proxy. fleet.sh stop leaves no process.
+A DecodeStream open on one of them (it had answered) ends with INTERNAL "RST_STREAM with error
+code 2" (nginx cannot send a status once the response headers are out). The other sequences are
+unaffected, and the client library's recovery (create the sequence again, prefill its tokens
+again) works through the proxy. fleet.sh stop leaves no process.
+
+A x-attend-sequence-key longer than 128 bytes (up to 40000 here) gets INVALID_ARGUMENT from the
+proxy for that call only: the channel's other calls and an open DecodeStream go on.
+
+fleet.sh: a SIGKILLed nginx master's workers (still serving) are reported by status and ended
+by stop, and the port can be used again; bad arguments are refused with a message of its own.
 
 Also: the ConfigMap of deploy/k8s/proxy.yaml holds the files of deploy/nginx/ unchanged (the
 *.conf files but upstreams.conf, which k8s-upstreams.sh writes in the pod, and that script), the
