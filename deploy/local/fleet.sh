@@ -13,7 +13,8 @@
 #   proxy_tls 127.0.0.1:T                               (with --tls_port only)
 #   replica 127.0.0.1:PORT metrics 127.0.0.1:PORT       (one per replica)
 # Flags after `--` go to every replica, e.g. `-- --kv_cache_bytes=1GiB`; --address and
-# --metrics_address are the script's.
+# --metrics_address are the script's (refused after `--`, with one dash or two).
+# Numbers (--replicas 1..64, --port, --tls_port) are decimal, without leading zeros.
 #
 # Defaults: 3 replicas, port 50051. Binaries: $ATTEND_SERVER and $ATTEND_CLI, else
 # $ATTEND_BUILD_DIR/server/attend-server and $ATTEND_BUILD_DIR/client/attend ($ATTEND_BUILD_DIR
@@ -21,9 +22,18 @@
 # State (generated nginx config, logs, pids): $ATTEND_FLEET_DIR, default /tmp/attend-fleet-P.
 # stop and status need the same --port (or ATTEND_FLEET_DIR) as start.
 #
+# Exit status: status 0 when every process of the fleet runs, 1 when one is gone (or nginx's
+# master is gone and its workers are left: "orphaned"), 3 when there is no fleet there. stop is
+# idempotent: 0 when it ended the fleet and also when there was none to end ("no fleet in DIR",
+# e.g. already stopped, or a --port that names no fleet); check with status first when a wrong
+# --port matters. Bad arguments: 1 (2 for usage).
+#
 # stop ends exactly the processes start started: each recorded pid is signalled only while it is
 # still that process (same start time in /proc/PID/stat, same command line). nginx gets SIGTERM,
 # replicas SIGTERM (they drain for their --shutdown_grace), anything left after 30 s SIGKILL.
+# nginx runs in a process group of its own (setsid; the group's id is the master's pid): stop
+# also ends the nginx processes left in that group, e.g. the workers of a master that was
+# SIGKILLed (they keep the port and serve), and status reports them as orphaned.
 set -euo pipefail
 
 readonly MARKER=.attend-fleet
@@ -95,18 +105,24 @@ port_in_use() {
   (: <"/dev/tcp/127.0.0.1/$1") 2>/dev/null
 }
 
-# children_of PID: the pids whose parent is PID.
-children_of() {
-  local parent=$1 stat pid rest
+# nginx_group PID: the live nginx processes of the process group (and session) PID, which
+# fleet.sh gives nginx's master with setsid: the master while it runs, and its workers, also
+# after the master died (they are reparented but keep its group). A pid stays allocated while it
+# names a process group, so no other process gets PID meanwhile; and the command line must be
+# nginx's ("nginx: master process ...", "nginx: worker process").
+nginx_group() {
+  local group=$1 stat pid rest
   for stat in /proc/[0-9]*/stat; do
     rest=$(cat "$stat" 2>/dev/null) || continue
     pid=${stat#/proc/}
     pid=${pid%/stat}
     rest=${rest##*) }
-    # shellcheck disable=SC2086  # split the fields on purpose
+    # shellcheck disable=SC2086  # split the fields on purpose: state ppid pgrp session
     set -- $rest
-    [[ ${2:-} == "$parent" ]] && echo "$pid"
+    [[ ${3:-} == "$group" && ${4:-} == "$group" && $1 != Z ]] || continue
+    [[ $(cmdline "$pid") == "nginx: "* ]] && echo "$pid"
   done
+  return 0
 }
 
 # ---- state --------------------------------------------------------------------------------------
@@ -118,30 +134,53 @@ tls_cert=""
 tls_key=""
 extra=()
 
+# value FLAG ARGS...: the value of FLAG, the next argument; dies when there is none.
+value() {
+  (($# >= 2)) || die "$1 needs a value"
+  printf '%s' "$2"
+}
+
+# decimal FLAG VALUE MIN MAX: dies unless VALUE is a decimal number in MIN..MAX written without
+# leading zeros (bash would read 010 as octal, 08 not at all, and 0100 would be another state
+# directory than 100).
+decimal() {
+  local flag=$1 number=$2 min=$3 max=$4
+  if ! [[ $number =~ ^[1-9][0-9]{0,5}$ ]] || ((number < min || number > max)); then
+    die "$flag: want a decimal number $min..$max without leading zeros, got '$number'"
+  fi
+}
+
 parse_flags() {
   while (($#)); do
     case $1 in
-      --port) port=${2:?--port needs a value}; shift 2 ;;
+      --port) port=$(value "$@"); shift 2 ;;
       --port=*) port=${1#*=}; shift ;;
-      --replicas) replicas=${2:?--replicas needs a value}; shift 2 ;;
+      --replicas) replicas=$(value "$@"); shift 2 ;;
       --replicas=*) replicas=${1#*=}; shift ;;
-      --tls_port) tls_port=${2:?--tls_port needs a value}; shift 2 ;;
+      --tls_port) tls_port=$(value "$@"); shift 2 ;;
       --tls_port=*) tls_port=${1#*=}; shift ;;
-      --tls_cert) tls_cert=${2:?--tls_cert needs a value}; shift 2 ;;
+      --tls_cert) tls_cert=$(value "$@"); shift 2 ;;
       --tls_cert=*) tls_cert=${1#*=}; shift ;;
-      --tls_key) tls_key=${2:?--tls_key needs a value}; shift 2 ;;
+      --tls_key) tls_key=$(value "$@"); shift 2 ;;
       --tls_key=*) tls_key=${1#*=}; shift ;;
       --) shift; extra=("$@"); break ;;
       -h|--help) usage ;;
       *) die "unknown argument '$1' (see --help)" ;;
     esac
   done
-  if ! [[ $port =~ ^[0-9]+$ ]] || ((port < 1 || port > 65535)); then
-    die "--port: not a port: '$port'"
-  fi
-  if ! [[ $replicas =~ ^[0-9]+$ ]] || ((replicas < 1 || replicas > 64)); then
-    die "--replicas: want 1..64, got '$replicas'"
-  fi
+  decimal --port "$port" 1 65535
+  decimal --replicas "$replicas" 1 64
+  [[ -z $tls_port ]] || decimal --tls_port "$tls_port" 1 65535
+  # The replicas' own flags may not choose their addresses, in any spelling absl reads: one or
+  # two dashes, with `=value` or the value as the next argument.
+  local flag
+  for flag in "${extra[@]}"; do
+    case $flag in
+      -address|-address=*|--address|--address=*|-metrics_address|-metrics_address=*|\
+      --metrics_address|--metrics_address=*)
+        die "$flag: the fleet chooses the replicas' addresses" ;;
+    esac
+  done
   fleet_dir=${ATTEND_FLEET_DIR:-/tmp/attend-fleet-$port}
   pids_file="$fleet_dir/pids"
 }
@@ -157,6 +196,7 @@ any_alive() {
   while read -r kind pid start rest; do
     [[ $kind == "#"* ]] && continue
     ours "$kind" "$pid" "$start" "${rest#* * }" && return 0
+    [[ $kind == nginx && -n $(nginx_group "$pid") ]] && return 0
   done < <(recorded)
   return 1
 }
@@ -164,12 +204,15 @@ any_alive() {
 # ---- start --------------------------------------------------------------------------------------
 
 started_pids=()
+nginx_pid=""
 
 abort_start() {
   local pid
   for pid in "${started_pids[@]}"; do
     kill -KILL "$pid" 2>/dev/null || true
   done
+  # nginx's workers too: its process group (setsid), which only processes it forked are in.
+  [[ -z $nginx_pid ]] || kill -KILL -- "-$nginx_pid" 2>/dev/null || true
   rm -f "$pids_file"
 }
 
@@ -204,13 +247,6 @@ cmd_start() {
   [[ -x $cli ]] || die "no attend CLI at $cli (build target 'attend', or set ATTEND_CLI)"
   [[ -x $nginx ]] || die "no nginx at $nginx (set NGINX)"
   server=$(cd "$(dirname "$server")" && pwd)/$(basename "$server")
-  local flag
-  for flag in "${extra[@]}"; do
-    case $flag in
-      --address|--address=*|--metrics_address|--metrics_address=*)
-        die "$flag: the fleet chooses the replicas' addresses" ;;
-    esac
-  done
   if [[ -n $tls_port || -n $tls_cert || -n $tls_key ]]; then
     [[ -n $tls_port && -n $tls_cert && -n $tls_key ]] \
       || die "TLS needs all of --tls_port, --tls_cert and --tls_key"
@@ -221,7 +257,8 @@ cmd_start() {
 
   if [[ -d $fleet_dir ]]; then
     if any_alive; then
-      die "a fleet is already running in $fleet_dir (port $port): 'fleet.sh stop --port $port' first"
+      die "a fleet is already running in $fleet_dir (port $port; or nginx workers left by a" \
+        "killed master: see status): 'fleet.sh stop --port $port' first"
     fi
     if [[ ! -e $fleet_dir/$MARKER ]] && [[ -n $(ls -A "$fleet_dir") ]]; then
       die "$fleet_dir exists and is not a fleet directory; choose another ATTEND_FLEET_DIR"
@@ -284,10 +321,14 @@ EOF
   local nginx_args=(-p "$fleet_dir/" -e stderr -c "$fleet_dir/nginx.conf")
   "$nginx" "${nginx_args[@]}" -g "pid $fleet_dir/nginx.pid;" -t >"$fleet_dir/nginx-test.log" 2>&1 \
     || die "nginx rejects the generated config: $(cat "$fleet_dir/nginx-test.log")"
-  "$nginx" "${nginx_args[@]}" -g "pid $fleet_dir/nginx.pid; daemon off;" \
+  # In a session (and process group) of its own, whose id is nginx's pid: stop finds the workers
+  # by it even when the master is gone (nginx_group). setsid execs nginx (it forks only when
+  # already a group leader, which a background job of this non-interactive shell is not).
+  setsid "$nginx" "${nginx_args[@]}" -g "pid $fleet_dir/nginx.pid; daemon off;" \
     </dev/null >"$fleet_dir/nginx.log" 2>&1 &
   pid=$!
   started_pids+=("$pid")
+  nginx_pid=$pid
   local deadline=$((SECONDS + START_WAIT_SECONDS))
   until [[ $(cat "$fleet_dir/nginx.pid" 2>/dev/null) == "$pid" ]] && port_in_use "$port"; do
     if gone "$pid"; then
@@ -296,6 +337,7 @@ EOF
     ((SECONDS < deadline)) || die "nginx did not start listening on 127.0.0.1:$port"
     sleep 0.05
   done
+  [[ -n $(nginx_group "$pid") ]] || die "nginx (pid $pid) is not in a process group of its own"
   echo "nginx $pid $(start_time "$pid") $port - -c $fleet_dir/nginx.conf" >>"$pids_file"
   # The proxy answers: a keyless health check through it reaches one of the replicas.
   wait_serving "127.0.0.1:$port" "the proxy" || exit 1
@@ -324,8 +366,16 @@ cmd_status() {
     if ours "$kind" "$pid" "$start" "$match"; then
       echo " pid $pid running"
     else
-      echo " pid $pid gone"
+      echo -n " pid $pid gone"
       dead=1
+      local orphans=()
+      [[ $kind == nginx ]] && mapfile -t orphans < <(nginx_group "$pid")
+      if ((${#orphans[@]})); then
+        echo ", ${#orphans[@]} orphaned nginx worker(s) still running (pid ${orphans[*]}):" \
+          "'fleet.sh stop' ends them"
+      else
+        echo
+      fi
     fi
   done < <(grep '^nginx ' "$pids_file"; grep '^replica ' "$pids_file")
   return "$dead"
@@ -333,17 +383,10 @@ cmd_status() {
 
 # stop_one KIND PID START MATCH: signals PID while it is still ours; prints what happened.
 stop_one() {
-  local kind=$1 pid=$2 start=$3 match=$4 workers=()
+  local kind=$1 pid=$2 start=$3 match=$4
   if ! ours "$kind" "$pid" "$start" "$match"; then
     echo "$kind pid $pid: already gone"
     return 0
-  fi
-  if [[ $kind == nginx ]]; then
-    # Its workers, to make sure they end with it.
-    local child
-    for child in $(children_of "$pid"); do
-      workers+=("$child $(start_time "$child")")
-    done
   fi
   kill -TERM "$pid" 2>/dev/null || true
   if ! wait_gone "$STOP_WAIT_SECONDS" "$pid"; then
@@ -354,14 +397,27 @@ stop_one() {
   else
     echo "$kind pid $pid: stopped"
   fi
-  local w wpid wstart
-  for w in "${workers[@]}"; do
-    read -r wpid wstart <<<"$w"
-    if ! wait_gone 5 "$wpid" && [[ $(start_time "$wpid") == "$wstart" ]]; then
-      kill -KILL "$wpid" 2>/dev/null || true
-      echo "nginx worker pid $wpid: killed"
-    fi
+}
+
+# stop_nginx PID START MATCH: the master as stop_one, then whatever is left of its process group
+# (its workers: they end with the master, or are orphans of a master that was killed).
+stop_nginx() {
+  local pid=$1 left=() worker
+  stop_one nginx "$@"
+  mapfile -t left < <(nginx_group "$pid")
+  ((${#left[@]})) || return 0
+  for worker in "${left[@]}"; do
+    kill -TERM "$worker" 2>/dev/null || true
   done
+  if wait_gone 5 "${left[@]}"; then
+    echo "nginx workers of pid $pid (pid ${left[*]}): stopped"
+    return 0
+  fi
+  mapfile -t left < <(nginx_group "$pid")
+  for worker in "${left[@]}"; do
+    kill -KILL "$worker" 2>/dev/null || true
+  done
+  echo "nginx workers of pid $pid (pid ${left[*]}): killed (still running 5s after SIGTERM)"
 }
 
 cmd_stop() {
@@ -370,7 +426,7 @@ cmd_stop() {
   local kind pid start p m match
   # The proxy first (no new calls), then the replicas.
   while read -r kind pid start p m match; do
-    [[ $kind == nginx ]] && stop_one "$kind" "$pid" "$start" "$match"
+    [[ $kind == nginx ]] && stop_nginx "$pid" "$start" "$match"
   done < <(recorded)
   while read -r kind pid start p m match; do
     [[ $kind == replica ]] && stop_one "$kind" "$pid" "$start" "$match"

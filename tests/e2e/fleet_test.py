@@ -15,14 +15,23 @@ deploy/nginx/grpc.conf:
     from the replica the consistent hash picks instead, which never held the sequence;
   - after fail_timeout one call probes the dead peer again: UNAVAILABLE once more, then
     NOT_FOUND again.
-The other sequences are unaffected, and the client library's recovery (create the sequence
-again, prefill its tokens again) works through the proxy. fleet.sh stop leaves no process.
+A DecodeStream open on one of them (it had answered) ends with INTERNAL "RST_STREAM with error
+code 2" (nginx cannot send a status once the response headers are out). The other sequences are
+unaffected, and the client library's recovery (create the sequence again, prefill its tokens
+again) works through the proxy. fleet.sh stop leaves no process.
+
+A x-attend-sequence-key longer than 128 bytes (up to 40000 here) gets INVALID_ARGUMENT from the
+proxy for that call only: the channel's other calls and an open DecodeStream go on.
+
+fleet.sh: a SIGKILLed nginx master's workers (still serving) are reported by status and ended
+by stop, and the port can be used again; bad arguments are refused with a message of its own.
 
 Also: the ConfigMap of deploy/k8s/proxy.yaml holds the files of deploy/nginx/ unchanged (the
 *.conf files but upstreams.conf, which k8s-upstreams.sh writes in the pod, and that script), the
 Deployment runs the script from it, and nginx accepts that configuration.
 """
 import os
+import queue
 import re
 import shutil
 import signal
@@ -278,6 +287,44 @@ class Fleet(unittest.TestCase):
             PB["health"].HealthCheckRequest(), timeout=10)
         self.assertEqual(health.status, PB["health"].HealthCheckResponse.SERVING)
 
+    def test_4_an_oversized_sequence_key_fails_that_call_only(self):
+        """A key over 128 bytes (the longest sequence id) gets INVALID_ARGUMENT from the proxy,
+        for that call only: another call, and a DecodeStream open on the same channel (the same
+        HTTP/2 connection), go on. Even a key larger than nginx's default header buffer (8k),
+        which used to make nginx close the whole connection."""
+        self.assertTrue(self.placement, "test_1 places the sequences")
+        grpc = self.grpc
+        sequence_id = sorted(self.placement)[0]
+        steps = queue.Queue()
+        stream = self.stub.DecodeStream(iter(steps.get, None), metadata=keyed(sequence_id),
+                                        timeout=30)
+        try:
+            before = self.get(sequence_id).tokens
+            steps.put(decode_request([sequence_id], 2000))
+            self.assertEqual(next(stream).results[0].layer_tokens, before + 1)
+            for size in (129, 200, 8100, 9000, 40000):
+                try:
+                    self.stub.GetSequence(PB["kv"].GetSequenceRequest(sequence_id=sequence_id),
+                                          metadata=((KEY, "k" * size),), timeout=10)
+                    self.fail("a %d-byte key was accepted" % size)
+                except grpc.RpcError as error:
+                    self.assertEqual(error.code(), grpc.StatusCode.INVALID_ARGUMENT,
+                                     "%d-byte key: %s" % (size, error.details()))
+                    self.assertIn(KEY, error.details())
+                    self.assertIn("128 bytes", error.details())
+                # The channel still works: a unary call, and the open stream.
+                self.assertEqual(self.get(sequence_id).sequence_id, sequence_id)
+                steps.put(decode_request([sequence_id], 2001))
+                self.assertEqual(next(stream).results[0].layer_tokens, before + 2)
+                before += 1
+            # 128 bytes is a key like any other (a sequence id may be that long).
+            self.assertEqual(self.code(lambda: self.stub.GetSequence(
+                PB["kv"].GetSequenceRequest(sequence_id="s" * 128),
+                metadata=((KEY, "s" * 128),), timeout=10)), grpc.StatusCode.NOT_FOUND)
+        finally:
+            steps.put(None)
+        self.assertEqual(list(stream), [])
+
     def test_9_a_killed_replica_s_sequences_then_their_recovery(self):
         self.assertTrue(self.placement, "test_1 places the sequences")
         grpc = self.grpc
@@ -285,11 +332,28 @@ class Fleet(unittest.TestCase):
         dead = sorted(s for s, port in self.placement.items() if port == victim)
         alive = sorted(s for s, port in self.placement.items() if port != victim)
         pid = self.pids[("replica", victim)]
+        # A DecodeStream open on one of its sequences (a first step answered: nginx has sent
+        # the response headers) ends with INTERNAL, "RST_STREAM with error code 2", not a gRPC
+        # status: nginx cannot send trailers for a stream its upstream broke (grpc.conf, "A
+        # replica that dies"). It does not mark the peer failed.
+        steps = queue.Queue()
+        stream = self.stub.DecodeStream(iter(steps.get, None), metadata=keyed(dead[0]),
+                                        timeout=30)
+        steps.put(decode_request([dead[0]], 3000))
+        next(stream)
         os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 10
         while start_time(pid) and time.monotonic() < deadline:
             time.sleep(0.01)
         killed_at = time.monotonic()
+        steps.put(decode_request([dead[0]], 3001))
+        with self.assertRaises(grpc.RpcError) as caught:
+            next(stream)
+        steps.put(None)
+        log("the stream through the proxy: %s %r" % (caught.exception.code().name,
+                                                      caught.exception.details()))
+        self.assertEqual(caught.exception.code(), grpc.StatusCode.INTERNAL)
+        self.assertIn("RST_STREAM", caught.exception.details())
 
         codes = [self.code(lambda s=s: self.get(s)) for s in dead]
         log("after SIGKILL of replica :%d (%d sequences), GetSequence of each through the "
@@ -333,6 +397,123 @@ class Fleet(unittest.TestCase):
         self.replicas = [r for r in self.replicas if r[0] != victim]
         held = self.held()
         self.assertEqual(sorted(s for port in held for s in held[port]), sorted(self.placement))
+
+
+def nginx_master(fleet_dir):
+    """The pid of the nginx master of the fleet in fleet_dir (its pids file)."""
+    with open(os.path.join(fleet_dir, "pids")) as f:
+        return [int(line.split()[1]) for line in f if line.startswith("nginx ")][0]
+
+
+class OrphanedNginxWorkers(unittest.TestCase):
+    """nginx's master SIGKILLed: its workers, reparented, keep the port and serve. status says
+    so (and exits non-zero), stop ends them (fleet.sh finds them by their process group), and a
+    new fleet starts on the same port."""
+
+    def test_stop_ends_the_workers_of_a_killed_master(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            fleet_dir = os.path.join(tmp, "fleet")
+            env = dict(os.environ, ATTEND_SERVER=ARGS.server, ATTEND_CLI=ARGS.cli,
+                       ATTEND_FLEET_DIR=fleet_dir)
+            port = str(free_port())
+
+            def fleet(*args):
+                return subprocess.run(["bash", FLEET_SH] + list(args) + ["--port", port],
+                                      env=env, capture_output=True, text=True, timeout=60)
+            started = fleet("start", "--replicas", "1")
+            self.assertEqual(started.returncode, 0, started.stderr)
+            try:
+                master = nginx_master(fleet_dir)
+                workers = children(master)
+                self.assertTrue(workers, master)
+                os.kill(master, signal.SIGKILL)
+                deadline = time.monotonic() + 5
+                while start_time(master) and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                self.assertTrue(all(start_time(pid) for pid in workers))  # orphans now
+                status = fleet("status")
+                self.assertNotEqual(status.returncode, 0, status.stdout)
+                self.assertIn("orphaned nginx worker", status.stdout)
+                again = fleet("start", "--replicas", "1")
+                self.assertNotEqual(again.returncode, 0, again.stdout)
+                self.assertIn("already running", again.stderr)
+                stopped = fleet("stop")
+                self.assertEqual(stopped.returncode, 0, stopped.stderr)
+                log("fleet.sh stop after the master's SIGKILL:\n" + stopped.stdout)
+                self.assertEqual([pid for pid in workers if start_time(pid)], [])
+                # The port is free again: a new fleet starts on it.
+                restarted = fleet("start", "--replicas", "1")
+                self.assertEqual(restarted.returncode, 0, restarted.stderr)
+                self.assertEqual(restarted.stdout.splitlines()[0], "proxy 127.0.0.1:" + port)
+                master = nginx_master(fleet_dir)
+                workers = [master] + children(master)
+            finally:
+                stopped = fleet("stop")
+                left = [pid for pid in workers if start_time(pid)]
+                for pid in left:  # not to leave them to the next test
+                    os.kill(pid, signal.SIGKILL)
+            self.assertEqual(stopped.returncode, 0, stopped.stderr)
+            self.assertEqual(left, [])
+
+
+class FleetArguments(unittest.TestCase):
+    """fleet.sh refuses what it cannot read as meant, with a message of its own, before it starts
+    anything."""
+
+    def run_fleet(self, *args):
+        with tempfile.TemporaryDirectory() as tmp:
+            env = dict(os.environ, ATTEND_SERVER=ARGS.server, ATTEND_CLI=ARGS.cli,
+                       ATTEND_FLEET_DIR=os.path.join(tmp, "fleet"))
+            result = subprocess.run(["bash", FLEET_SH] + list(args), env=env,
+                                    capture_output=True, text=True, timeout=30)
+            if os.path.exists(os.path.join(tmp, "fleet", "pids")):
+                subprocess.run(["bash", FLEET_SH, "stop"], env=env, capture_output=True,
+                               timeout=60)
+                self.fail("%s started a fleet: %s" % (args, result.stdout))
+        return result
+
+    def refused(self, args, message):
+        result = self.run_fleet(*args)
+        self.assertNotEqual(result.returncode, 0, (args, result.stdout))
+        self.assertIn(message, result.stderr, args)
+        self.assertTrue(result.stderr.startswith("fleet.sh: "), (args, result.stderr))
+        self.assertNotIn("line ", result.stderr, args)  # not a bash error
+
+    def test_numbers_are_decimal_without_leading_zeros(self):
+        port = str(free_port())
+        for flag, value in [("--replicas", "010"), ("--replicas", "09"), ("--replicas", "0"),
+                            ("--replicas", "65"), ("--replicas", "3x"), ("--port", "0100"),
+                            ("--port", "08"), ("--port", "65536"), ("--port", "1e3"),
+                            ("--tls_port", "0443"), ("--tls_port", "x")]:
+            self.refused(["start", "--port", port, flag, value], flag + ": ")
+            self.refused(["start", "--port", port, "%s=%s" % (flag, value)], flag + ": ")
+        self.refused(["status", "--port", "0100"], "--port: ")
+        self.refused(["stop", "--port", "0100"], "--port: ")
+
+    def test_a_flag_without_its_value(self):
+        for flag in ["--port", "--replicas", "--tls_port", "--tls_cert", "--tls_key"]:
+            self.refused(["start", flag], flag + " needs a value")
+        self.refused(["stop", "--port"], "--port needs a value")
+        self.refused(["status", "--port"], "--port needs a value")
+
+    def test_the_replicas_addresses_are_the_fleet_s(self):
+        port = str(free_port())
+        for extra in [["--address=127.0.0.1:1"], ["-address=127.0.0.1:1"],
+                      ["--address", "127.0.0.1:1"], ["-address", "127.0.0.1:1"],
+                      ["--metrics_address=127.0.0.1:1"], ["-metrics_address=127.0.0.1:1"],
+                      ["--metrics_address", "127.0.0.1:1"], ["-metrics_address", "127.0.0.1:1"],
+                      ["--kv_cache_bytes=1MiB", "-address=127.0.0.1:1"]]:
+            self.refused(["start", "--port", port, "--"] + extra,
+                         "the fleet chooses the replicas' addresses")
+
+    def test_status_of_no_fleet_fails_and_stop_of_none_succeeds(self):
+        port = str(free_port())
+        status = self.run_fleet("status", "--port", port)
+        self.assertEqual(status.returncode, 3, status)
+        self.assertIn("no fleet in", status.stdout)
+        stop = self.run_fleet("stop", "--port", port)  # idempotent: nothing to stop
+        self.assertEqual(stop.returncode, 0, stop)
+        self.assertIn("no fleet in", stop.stdout)
 
 
 class ConfigMapMatchesDeployNginx(unittest.TestCase):
