@@ -21,12 +21,20 @@ struct LayerGroup {
   int64_t layers = 0;
 };
 
-// REQUIRES: `model` is canonical. `kv_override` > 0 replaces every layer's n_head_kv.
+// Which cached rows a LayerGroup counts: both (the cache), or only the keys or the values.
+enum class KvHalf { kBoth, kKeys, kValues };
+
+// REQUIRES: `model` is canonical. `kv_override` > 0 replaces every layer's n_head_kv. `half`
+// drops the other half's row (a row of 0 bytes), so the groups of kKeys and kValues count the
+// same layers, windows and slots as kBoth and their bytes add up to its bytes exactly.
 absl::StatusOr<std::vector<LayerGroup>> GroupLayers(const ModelSpec& model, KvDType dtype,
-                                                    int64_t kv_override = 0) {
-  const std::optional<int64_t> k_row = StorageBytes(dtype, model.head_dim);
-  const std::optional<int64_t> v_row = StorageBytes(dtype, model.head_dim_v);
+                                                    int64_t kv_override = 0,
+                                                    KvHalf half = KvHalf::kBoth) {
+  std::optional<int64_t> k_row = StorageBytes(dtype, model.head_dim);
+  std::optional<int64_t> v_row = StorageBytes(dtype, model.head_dim_v);
   if (!k_row || !v_row) return absl::InvalidArgumentError("head row bytes overflow int64");
+  if (half == KvHalf::kValues) k_row = 0;
+  if (half == KvHalf::kKeys) v_row = 0;
   std::map<std::pair<int64_t, int64_t>, int64_t> counts;  // (row bytes, window) -> layers
   for (int64_t layer = 0; layer < model.layers; ++layer) {
     const int64_t kv = kv_override > 0 ? kv_override : LayerKvHeads(model, layer);
@@ -381,6 +389,21 @@ absl::StatusOr<KvPlan> PlanKvCache(const ModelSpec& model, const KvPlanRequest& 
   const std::optional<int64_t> total = CheckedMul(plan.bytes_per_sequence, plan.batch);
   if (!total) return overflow("the cache");
   plan.total_bytes = *total;
+
+  // The halves are counted by the same functions as the total, over rows of one half, so the
+  // windows and block padding apply to each exactly as to the whole. Each half is at most the
+  // total, so none of these overflows once the total has not.
+  ATTEND_ASSIGN_OR_RETURN(const std::vector<LayerGroup> k_groups,
+                          GroupLayers(m, request.kv_dtype, 0, KvHalf::kKeys));
+  ATTEND_ASSIGN_OR_RETURN(const std::vector<LayerGroup> v_groups,
+                          GroupLayers(m, request.kv_dtype, 0, KvHalf::kValues));
+  plan.k_bytes_per_token = BytesPerToken(k_groups, false);
+  plan.v_bytes_per_token = BytesPerToken(v_groups, false);
+  plan.k_bytes_per_sequence = SequenceBytes(k_groups, plan.context_tokens, 0).value_or(0);
+  plan.v_bytes_per_sequence = SequenceBytes(v_groups, plan.context_tokens, 0).value_or(0);
+  plan.k_total_bytes = plan.k_bytes_per_sequence * plan.batch;
+  plan.v_total_bytes = plan.v_bytes_per_sequence * plan.batch;
+  plan.projections = LayerProjectionKinds(m);
 
   if (request.block_tokens > 0) {
     // One computation for all three: each layer's blocks (LayerBlocks), their bytes

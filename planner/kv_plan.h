@@ -37,6 +37,7 @@
 
 #include "absl/status/statusor.h"
 #include "planner/model.h"
+#include "planner/parameter_counts.h"
 
 namespace attend::planner {
 
@@ -122,8 +123,23 @@ struct KvPlan {
   int64_t bytes_per_token = 0;
   // Bytes one token adds once every window is full (full-attention layers only).
   int64_t full_attention_bytes_per_token = 0;
-  int64_t bytes_per_sequence = 0;    // at context_tokens
-  int64_t total_bytes = 0;           // bytes_per_sequence x batch
+  int64_t bytes_per_sequence = 0;  // at context_tokens
+  int64_t total_bytes = 0;         // bytes_per_sequence x batch
+  // The key and value halves of bytes_per_token, bytes_per_sequence and total_bytes, as
+  // llama.cpp reports "K (f16): 2.00 MiB, V (f16): 2.00 MiB". A half is every layer's
+  // n_head_kv x row(head_dim) (keys) or row(head_dim_v) (values) x the tokens it keeps, with the
+  // same windows as the total, so they differ only when head_dim_v != head_dim. Block formats
+  // pad each head row of each half to whole blocks, which is how the total is counted too, so
+  // the halves always sum exactly to the total.
+  int64_t k_bytes_per_token = 0;
+  int64_t v_bytes_per_token = 0;
+  int64_t k_bytes_per_sequence = 0;
+  int64_t v_bytes_per_sequence = 0;
+  int64_t k_total_bytes = 0;
+  int64_t v_total_bytes = 0;
+  // Wq, Wk, Wv and Wo of one layer per distinct n_head_kv (planner/parameter_counts.h); empty
+  // when d_model is unknown.
+  std::vector<LayerProjectionKind> projections;
   std::optional<PagedPlan> paged;    // when block_tokens > 0
   std::optional<BudgetPlan> budget;  // when memory_budget_bytes > 0
   std::optional<FleetPlan> fleet;    // when replica_memory_bytes > 0

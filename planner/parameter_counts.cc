@@ -17,6 +17,23 @@ ProjectionParameters LayerProjectionParameters(const ModelSpec& model, int64_t l
   return p;
 }
 
+std::vector<LayerProjectionKind> LayerProjectionKinds(const ModelSpec& model) {
+  std::vector<LayerProjectionKind> kinds;
+  if (model.d_model <= 0) return kinds;
+  for (int64_t layer = 0; layer < model.layers; ++layer) {
+    const int64_t kv = LayerKvHeads(model, layer);
+    // A handful of kinds at most (kMaxLayers bounds the scan), so a linear search is enough.
+    auto it = std::find_if(kinds.begin(), kinds.end(),
+                           [kv](const LayerProjectionKind& k) { return k.n_head_kv == kv; });
+    if (it == kinds.end()) {
+      kinds.push_back({kv, 1, layer, LayerProjectionParameters(model, layer)});
+    } else {
+      ++it->layers;
+    }
+  }
+  return kinds;
+}
+
 bool HasGatedMlp(const ModelSpec& model) { return model.architecture != "falcon"; }
 
 absl::StatusOr<ParameterCount> ComputeParameters(const ModelSpec& model) {

@@ -6,6 +6,7 @@
 #define ATTEND_PLANNER_PARAMETER_COUNTS_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "planner/model.h"
@@ -24,6 +25,19 @@ struct ProjectionParameters {
 };
 // REQUIRES: `model` is canonical and 0 <= layer < model.layers.
 ProjectionParameters LayerProjectionParameters(const ModelSpec& model, int64_t layer);
+
+// The layers that share one set of projection shapes. Only a layer's n_head_kv changes Wk and
+// Wv (windows do not touch the weights), so a model has one kind per distinct n_head_kv.
+struct LayerProjectionKind {
+  int64_t n_head_kv = 0;
+  int64_t layers = 0;               // how many layers have this n_head_kv
+  int64_t first_layer = 0;          // the lowest such layer index
+  ProjectionParameters parameters;  // of one such layer
+};
+// One entry per distinct n_head_kv, in the order of each kind's first layer, so a uniform model
+// has exactly one (layer 0's). Empty when d_model is 0 (unknown): the projections cannot be
+// sized without it. REQUIRES: `model` is canonical.
+std::vector<LayerProjectionKind> LayerProjectionKinds(const ModelSpec& model);
 
 struct ParameterCount {
   int64_t total = 0;

@@ -155,6 +155,25 @@ void ToProto(const pl::KvPlan& plan, v1::PlanKvCacheResponse* out) {
   out->set_full_attention_bytes_per_token(plan.full_attention_bytes_per_token);
   out->set_context_tokens(plan.context_tokens);
   out->set_batch(plan.batch);
+  out->set_k_bytes_per_token(plan.k_bytes_per_token);
+  out->set_v_bytes_per_token(plan.v_bytes_per_token);
+  out->set_k_bytes_per_sequence(plan.k_bytes_per_sequence);
+  out->set_v_bytes_per_sequence(plan.v_bytes_per_sequence);
+  out->set_k_total_bytes(plan.k_total_bytes);
+  out->set_v_total_bytes(plan.v_total_bytes);
+  for (const pl::LayerProjectionKind& k : plan.projections) ToProto(k, out->add_projections());
+}
+
+void ToProto(const pl::LayerProjectionKind& kind, v1::ProjectionParameters* out) {
+  out->set_wq(kind.parameters.wq);
+  out->set_wk(kind.parameters.wk);
+  out->set_wv(kind.parameters.wv);
+  out->set_wo(kind.parameters.wo);
+  out->set_total(kind.parameters.total());
+  // Head and layer counts are bounded by CanonicalModel (kMaxHeads, kMaxLayers).
+  out->set_n_head_kv(static_cast<int32_t>(kind.n_head_kv));
+  out->set_layers(static_cast<int32_t>(kind.layers));
+  out->set_first_layer(static_cast<int32_t>(kind.first_layer));
 }
 
 void ToProto(const pl::FleetPlan& f, v1::FleetPlan* out) {

@@ -21,6 +21,7 @@
 #include "planner/hardware.h"
 #include "planner/kv_plan.h"
 #include "planner/model.h"
+#include "planner/parameter_counts.h"
 
 namespace attend::server {
 
@@ -46,6 +47,7 @@ void ToProto(const planner::PagedPlan& paged, v1::PagedPlan* out);
 void ToProto(const planner::FleetPlan& fleet, v1::FleetPlan* out);
 void ToProto(const planner::BudgetPlan& budget, v1::BudgetPlan* out);
 void ToProto(const planner::VariantRow& variant, v1::VariantRow* out);
+void ToProto(const planner::LayerProjectionKind& kind, v1::ProjectionParameters* out);
 
 // The request's figures, without its model and hardware (which the service resolves). Errors
 // name the request's fields ("kv_dtype: ...").

@@ -83,6 +83,25 @@ std::string AttentionKind(int64_t n_head, int64_t n_head_kv) {
   return absl::StrCat(variant, ", ", n_head / n_head_kv, " query heads per key/value head");
 }
 
+// Lesson 3, Example 10's layout: "Wq 16,777,216  Wk 4,194,304  Wv 4,194,304  Wo 16,777,216
+// parameters". A model whose layers differ in key/value heads gets one line per kind, led by
+// which layers it covers, since Wk and Wv scale with them.
+std::vector<std::string> ProjectionLines(const v1::PlanKvCacheResponse& plan) {
+  std::vector<std::string> lines;
+  for (const v1::ProjectionParameters& w : plan.projections()) {
+    std::string line =
+        absl::StrCat("Wq ", Count(w.wq()), "  Wk ", Count(w.wk()), "  Wv ", Count(w.wv()), "  Wo ",
+                     Count(w.wo()), " parameters (", Count(w.total()), " in all)");
+    if (plan.projections_size() > 1) {
+      line = absl::StrCat(Plural(w.layers(), "layer", "layers"), " with ",
+                          Plural(w.n_head_kv(), "key/value head", "key/value heads"),
+                          " (first: layer ", w.first_layer(), "): ", line);
+    }
+    lines.push_back(std::move(line));
+  }
+  return lines;
+}
+
 int PrintModelDetails(Context& c, const client::PlannerClient& planner, const v1::ModelSpec& m) {
   if (c.json) {
     *c.out << ToJson(m);
@@ -126,12 +145,17 @@ int PrintModelDetails(Context& c, const client::PlannerClient& planner, const v1
   } else {
     for (size_t i = 0; i < groups.size(); ++i) f.Add(i == 0 ? "attention" : "", groups[i]);
   }
-  // What the cache costs, from the server: bytes per token do not depend on the context.
+  // What the cache costs, and the per-layer projections, from the server: bytes per token do
+  // not depend on the context.
   v1::PlanKvCacheRequest request;
   *request.mutable_model()->mutable_spec() = m;
   request.set_context_tokens(m.max_context_tokens() > 0 ? 0 : 1);
   absl::StatusOr<v1::PlanKvCacheResponse> plan = planner.PlanKvCache(request);
   if (!plan.ok()) return ReportError(c, plan.status());
+  const std::vector<std::string> projections = ProjectionLines(*plan);
+  for (size_t i = 0; i < projections.size(); ++i) {
+    f.Add(i == 0 ? "per layer" : "", projections[i]);
+  }
   std::string kv = absl::StrCat(BinaryBytes(plan->bytes_per_token()), " per token");
   if (m.max_context_tokens() > 0) {
     absl::StrAppend(&kv, ", ", BinaryBytes(plan->bytes_per_sequence()), " at ",

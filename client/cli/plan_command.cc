@@ -73,10 +73,19 @@ void PrintPlanHeadline(std::ostream& out, const v1::PlanKvCacheResponse& p) {
   out << "\n";
 }
 
-// Bytes per token, per sequence and in total, and what paging allocates.
+// The key and value halves of a size, as llama.cpp's load log splits it ("K (f16): 2.00 MiB,
+// V (f16): 2.00 MiB"); they differ when the value heads are smaller than the key heads.
+std::string KeysPlusValues(int64_t keys, int64_t values) {
+  return absl::StrCat(BinaryBytes(keys), " + ", BinaryBytes(values));
+}
+
+// Bytes per token, per sequence and in total, each split into keys and values, and what paging
+// allocates.
 void PrintPlanSizes(std::ostream& out, const v1::PlanKvCacheResponse& p) {
+  constexpr char kHalves[] = "  keys + values";
   Fields f;
   f.Add("bytes per token", BytesWithCount(p.bytes_per_token()));
+  f.Add(kHalves, KeysPlusValues(p.k_bytes_per_token(), p.v_bytes_per_token()));
   if (p.full_attention_bytes_per_token() != p.bytes_per_token()) {
     f.Add("  once windows are full",
           absl::StrCat(BytesWithCount(p.full_attention_bytes_per_token()),
@@ -84,8 +93,11 @@ void PrintPlanSizes(std::ostream& out, const v1::PlanKvCacheResponse& p) {
   }
   f.Add(absl::StrCat("per sequence (", Count(p.context_tokens()), " tokens)"),
         BytesWithCount(p.bytes_per_sequence()));
+  f.Add(kHalves, KeysPlusValues(p.k_bytes_per_sequence(), p.v_bytes_per_sequence()));
   f.Add(absl::StrCat("total (", Plural(p.batch(), "sequence", "sequences"), ")"),
         BytesWithCount(p.total_bytes()));
+  // For one sequence the total is the sequence, already split above.
+  if (p.batch() > 1) f.Add(kHalves, KeysPlusValues(p.k_total_bytes(), p.v_total_bytes()));
   if (p.has_paged()) {
     const v1::PagedPlan& pg = p.paged();
     f.Add(absl::StrCat("paged (", Count(pg.block_tokens()), "-token blocks)"),

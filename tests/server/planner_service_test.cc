@@ -203,6 +203,93 @@ TEST_F(PlannerServiceTest, PlanGivesTheLessonVariantsTable) {
   }
 }
 
+// Lesson 3, Example 10: llama.cpp's "K (f16): 2.00 MiB, V (f16): 2.00 MiB" for the tiny model
+// at 4096 tokens. By hand, a half is 4 layers x 2 KV heads x 32 x 2 bytes = 512 bytes per token,
+// x 4096 = 2,097,152 bytes; the batch of 2 doubles it.
+TEST_F(PlannerServiceTest, PlanSplitsTheTinyModelIntoKeysAndValues) {
+  const v1::PlanKvCacheResponse p = PlanOk(PlanOf("tiny", 4096, 2));
+  EXPECT_EQ(p.k_bytes_per_token(), 512);
+  EXPECT_EQ(p.v_bytes_per_token(), 512);
+  EXPECT_EQ(p.k_bytes_per_sequence(), 2097152);
+  EXPECT_EQ(p.v_bytes_per_sequence(), 2097152);
+  EXPECT_EQ(p.k_total_bytes(), 2 * 2097152);
+  EXPECT_EQ(p.v_total_bytes(), 2 * 2097152);
+  EXPECT_EQ(p.bytes_per_sequence(), 4194304);
+}
+
+// Lesson 3, Example 10: "per layer: Wq 16,777,216  Wk 4,194,304  Wv 4,194,304  Wo 16,777,216
+// parameters" (4096 x 32 x 128 and 4096 x 8 x 128).
+TEST_F(PlannerServiceTest, PlanGivesTheLessonProjectionsOfLlama3EightB) {
+  const v1::PlanKvCacheResponse p = PlanOk(PlanOf("llama-3-8b", 8192));
+  ASSERT_EQ(p.projections_size(), 1);
+  const v1::ProjectionParameters& w = p.projections(0);
+  EXPECT_EQ(w.wq(), 16777216);
+  EXPECT_EQ(w.wk(), 4194304);
+  EXPECT_EQ(w.wv(), 4194304);
+  EXPECT_EQ(w.wo(), 16777216);
+  EXPECT_EQ(w.total(), 41943040);
+  EXPECT_EQ(w.n_head_kv(), 8);
+  EXPECT_EQ(w.layers(), 32);
+  EXPECT_EQ(w.first_layer(), 0);
+}
+
+// An inline model with value heads smaller than key heads and per-layer KV heads: the halves
+// differ, follow the window, and still sum to the total; one projection entry per n_head_kv.
+// By hand (f16, 2 layers, n_head 4, head_dim 64, head_dim_v 32, d_model 256):
+//   layer 0: 2 KV heads, full; keys 2 x 64 x 2 = 256 bytes per token, values 2 x 32 x 2 = 128.
+//   layer 1: 4 KV heads, window 100; keys 512, values 256 per token, at most 100 tokens.
+//   at 1000 tokens: keys 256 x 1000 + 512 x 100 = 307,200; values 128,000 + 25,600 = 153,600.
+//   Wq = 256 x 4 x 64 = 65,536, Wo = 4 x 32 x 256 = 32,768; Wk = 256 x kv x 64,
+//   Wv = 256 x kv x 32.
+TEST_F(PlannerServiceTest, PlanSplitsAnInlineModelWithSmallerValueHeads) {
+  v1::PlanKvCacheRequest request;
+  v1::ModelSpec* spec = request.mutable_model()->mutable_spec();
+  spec->set_name("split");
+  spec->set_layers(2);
+  spec->set_n_head(4);
+  spec->set_n_head_kv(2);
+  spec->set_head_dim(64);
+  spec->set_head_dim_v(32);
+  spec->set_d_model(256);
+  spec->add_layer_specs()->set_n_head_kv(2);
+  v1::LayerSpec* sliding = spec->add_layer_specs();
+  sliding->set_n_head_kv(4);
+  sliding->set_window_tokens(100);
+  request.set_context_tokens(1000);
+  const v1::PlanKvCacheResponse p = PlanOk(request);
+  EXPECT_EQ(p.k_bytes_per_token(), 256 + 512);
+  EXPECT_EQ(p.v_bytes_per_token(), 128 + 256);
+  EXPECT_EQ(p.k_bytes_per_sequence(), 307200);
+  EXPECT_EQ(p.v_bytes_per_sequence(), 153600);
+  EXPECT_EQ(p.bytes_per_sequence(), 307200 + 153600);
+  ASSERT_EQ(p.projections_size(), 2);
+  EXPECT_EQ(p.projections(0).n_head_kv(), 2);
+  EXPECT_EQ(p.projections(0).first_layer(), 0);
+  EXPECT_EQ(p.projections(0).wq(), 65536);
+  EXPECT_EQ(p.projections(0).wk(), 32768);
+  EXPECT_EQ(p.projections(0).wv(), 16384);
+  EXPECT_EQ(p.projections(0).wo(), 32768);
+  EXPECT_EQ(p.projections(1).n_head_kv(), 4);
+  EXPECT_EQ(p.projections(1).first_layer(), 1);
+  EXPECT_EQ(p.projections(1).layers(), 1);
+  EXPECT_EQ(p.projections(1).wk(), 65536);
+  EXPECT_EQ(p.projections(1).wv(), 32768);
+}
+
+// Through the API too, for every preset and KV type, the halves sum to the totals.
+TEST_F(PlannerServiceTest, PlanHalvesSumToTheTotalsForEveryPresetAndKvType) {
+  for (const planner::ModelSpec& m : planner::Catalog()) {
+    for (int dtype = v1::KV_FLOAT32; dtype <= v1::KV_Q4_0; ++dtype) {
+      SCOPED_TRACE(absl::StrFormat("%s %d", m.name, dtype));
+      const v1::PlanKvCacheResponse p =
+          PlanOk(PlanOf(m.name, 5000, 3, static_cast<v1::KvDType>(dtype)));
+      EXPECT_EQ(p.k_bytes_per_token() + p.v_bytes_per_token(), p.bytes_per_token());
+      EXPECT_EQ(p.k_bytes_per_sequence() + p.v_bytes_per_sequence(), p.bytes_per_sequence());
+      EXPECT_EQ(p.k_total_bytes() + p.v_total_bytes(), p.total_bytes());
+    }
+  }
+}
+
 // Bytes per value: 4, 2, 2, 1, 1, and whole 32-value blocks of 34 (q8_0) and 18 (q4_0) bytes,
 // so a 128-value head row is 4 blocks: 136 and 72 bytes.
 TEST_F(PlannerServiceTest, PlanSizesEveryKvType) {

@@ -137,6 +137,39 @@ TEST_F(PlannerCliTest, ModelShowsOnePresetInFull) {
   EXPECT_EQ(ParseJson<v1::ModelSpec>().parameters(), 19400960);
 }
 
+// Lesson 3, Example 10: "per layer: Wq 16,777,216  Wk 4,194,304  Wv 4,194,304  Wo 16,777,216
+// parameters" (4096 x 32 x 128 and 4096 x 8 x 128; 41,943,040 together).
+TEST_F(PlannerCliTest, ModelShowsTheLessonsPerLayerProjections) {
+  ASSERT_EQ(Run({"model", "llama-3-8b"}), cli::kExitOk) << err_.str();
+  ExpectAligned(
+      {"per layer           Wq 16,777,216  Wk 4,194,304  Wv 4,194,304  Wo 16,777,216 "
+       "parameters (41,943,040 in all)\n"});
+}
+
+// A model whose layers differ in key/value heads lists one projection line per kind. The
+// lessons' tiny model with layer 1 multi-query, from a GGUF header: d_model 256, 8 heads of 32,
+// so Wq = Wo = 256 x 8 x 32 = 65,536; Wk = Wv = 256 x 2 x 32 = 16,384, or 8,192 with 1 head.
+TEST_F(PlannerCliTest, ModelListsProjectionsPerLayerKind) {
+  planner::testing::GgufWriter w;
+  w.Str("general.architecture", "llama")
+      .Str("general.name", "Mixed Tiny")
+      .U32("llama.block_count", 4)
+      .U32("llama.context_length", 4096)
+      .U32("llama.embedding_length", 256)
+      .U32("llama.feed_forward_length", 768)
+      .U32("llama.attention.head_count", 8)
+      .Array("llama.attention.head_count_kv", planner::gguf::kU32,
+             std::vector<uint32_t>{2, 1, 2, 2})
+      .U32("llama.vocab_size", 32000);
+  const std::string gguf = WriteTemp("planner_cli_mixed.gguf", w.Build());
+  ASSERT_EQ(Run({"model", "--gguf", gguf}), cli::kExitOk) << err_.str();
+  ExpectAligned(
+      {"per layer           3 layers with 2 key/value heads (first: layer 0): Wq 65,536  "
+       "Wk 16,384  Wv 16,384  Wo 65,536 parameters (163,840 in all)\n",
+       "\n                    1 layer with 1 key/value head (first: layer 1): Wq 65,536  "
+       "Wk 8,192  Wv 8,192  Wo 65,536 parameters (147,456 in all)\n"});
+}
+
 // --- plan ---------------------------------------------------------------------------------------
 
 TEST_F(PlannerCliTest, PlanPrintsTheLessonNumbers) {
@@ -146,6 +179,57 @@ TEST_F(PlannerCliTest, PlanPrintsTheLessonNumbers) {
   ASSERT_EQ(Run({"plan", "llama-3-8b", "--context", "8192"}), cli::kExitOk) << err_.str();
   ExpectAligned({"bytes per token               128.00 KiB (131,072 bytes)",
                  "per sequence (8,192 tokens)   1.00 GiB (1,073,741,824 bytes)"});
+}
+
+// Lesson 3, Example 10, llama.cpp's log for the tiny model at 4096 tokens: "size = 4.00 MiB ...
+// K (f16): 2.00 MiB, V (f16): 2.00 MiB". By hand, a half is 4 layers x 2 KV heads x 32 x 2
+// bytes = 512 bytes per token, x 4096 = 2 MiB; for 3 sequences 6 MiB each.
+TEST_F(PlannerCliTest, PlanSplitsKeysAndValuesLikeLlamaCpp) {
+  ASSERT_EQ(Run({"plan", "tiny", "--context", "4096"}), cli::kExitOk) << err_.str();
+  ExpectAligned(
+      {"bytes per token               1.00 KiB (1,024 bytes)\n"
+       "  keys + values               512 bytes + 512 bytes\n",
+       "per sequence (4,096 tokens)   4.00 MiB (4,194,304 bytes)\n"
+       "  keys + values               2.00 MiB + 2.00 MiB\n"
+       "total (1 sequence)            4.00 MiB (4,194,304 bytes)\n"});
+  ASSERT_EQ(Run({"plan", "tiny", "--context", "4096", "--batch", "3"}), cli::kExitOk) << err_.str();
+  ExpectAligned(
+      {"total (3 sequences)           12.00 MiB (12,582,912 bytes)\n"
+       "  keys + values               6.00 MiB + 6.00 MiB\n"});
+}
+
+// `attend --json plan` carries the halves and the projections under their proto field names.
+TEST_F(PlannerCliTest, PlanJsonCarriesKeysValuesAndProjections) {
+  ASSERT_EQ(Run({"--json", "plan", "tiny", "--context", "4096", "--batch", "2"}), cli::kExitOk)
+      << err_.str();
+  // int64 fields are JSON strings.
+  ExpectOut({"\"k_bytes_per_token\": \"512\"", "\"v_bytes_per_token\": \"512\"",
+             "\"k_bytes_per_sequence\": \"2097152\"", "\"v_bytes_per_sequence\": \"2097152\"",
+             "\"k_total_bytes\": \"4194304\"", "\"v_total_bytes\": \"4194304\"",
+             "\"projections\": ["});
+  const v1::PlanKvCacheResponse r = ParseJson<v1::PlanKvCacheResponse>();
+  EXPECT_EQ(r.k_total_bytes() + r.v_total_bytes(), r.total_bytes());
+  // The tiny model: d_model 256, 8 heads of 32, 2 KV heads: Wq = Wo = 256 x 8 x 32 = 65,536,
+  // Wk = Wv = 256 x 2 x 32 = 16,384.
+  ASSERT_EQ(r.projections_size(), 1);
+  EXPECT_EQ(r.projections(0).wq(), 65536);
+  EXPECT_EQ(r.projections(0).wk(), 16384);
+  EXPECT_EQ(r.projections(0).wv(), 16384);
+  EXPECT_EQ(r.projections(0).wo(), 65536);
+  EXPECT_EQ(r.projections(0).layers(), 4);
+
+  // Llama 3 8B in q8_0: a 128-value head row is 4 blocks of 34 bytes in each half, so a half is
+  // 32 x 8 x 136 = 34,816 bytes per token, and the lesson's projections (Example 10).
+  ASSERT_EQ(Run({"--json", "plan", "llama-3-8b", "--context", "8192", "--kv_dtype", "q8_0"}),
+            cli::kExitOk)
+      << err_.str();
+  const v1::PlanKvCacheResponse q = ParseJson<v1::PlanKvCacheResponse>();
+  EXPECT_EQ(q.k_bytes_per_token(), 34816);
+  EXPECT_EQ(q.v_bytes_per_token(), 34816);
+  EXPECT_EQ(q.k_bytes_per_sequence(), 34816LL * 8192);
+  ASSERT_EQ(q.projections_size(), 1);
+  EXPECT_EQ(q.projections(0).wq(), 16777216);
+  EXPECT_EQ(q.projections(0).wk(), 4194304);
 }
 
 // The lesson's table: "variant  kv heads  group  KiB/token  GiB at 32768 tokens".
