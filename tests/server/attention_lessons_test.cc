@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "client/attention_client.h"
 #include "tests/server/server_fixture.h"
 #include "tests/test_util.h"
 
@@ -210,6 +211,41 @@ TEST_F(AttentionLessonsTest, ScoresFollowTheKeyValueHeadOfEachQueryHead) {
   std::memcpy(s.data(), response.scores().data().data(), 16);
   EXPECT_EQ(s, (std::vector<float>{6, 14, 10, 22}));  // head 0: 2*(3, 7); head 1: 2*(5, 11)
   EXPECT_EQ(response.scores().shape_size(), 3);
+}
+
+// The typed client exposes init, return_scores and return_inputs (Example 9 again, and the
+// scores of Example 3 through Attend).
+TEST_F(AttentionLessonsTest, ClientCarriesTheNewFields) {
+  client::AttentionClient attention(channel_, client::ConnectionOptions{});
+  client::MultiHeadInput input;
+  input.init.emplace();
+  input.init->set_seed(3);
+  input.init->set_n(4);
+  input.init->set_d_model(8);
+  input.init->set_with_wo(true);
+  input.n_head = 2;
+  input.mask.causal = true;
+  input.return_weights = true;
+  input.return_scores = true;
+  input.return_inputs = true;
+  auto out = attention.MultiHeadAttend(input);
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_TRUE(out->weights && out->scores && out->masked_scores && out->x && out->wo);
+  EXPECT_NEAR(out->weights->values[16 + 15], 0.507, 0.0005);
+  EXPECT_EQ(out->masked_scores->values[1], -kInf);
+  EXPECT_EQ(out->x->shape, (std::vector<int64_t>{4, 8}));
+  EXPECT_EQ(out->wo->shape, (std::vector<int64_t>{8, 8}));
+
+  client::AttendInput attend;
+  attend.q = {{4, 1, 2}, {1, 0, 0, 1, 1, 1, 2, 0}};
+  attend.k = attend.q;
+  attend.v = attend.q;
+  attend.scale = 1.0f;
+  attend.return_scores = true;
+  auto scores = attention.Attend(attend);
+  ASSERT_TRUE(scores.ok()) << scores.status();
+  ASSERT_TRUE(scores->scores && scores->masked_scores);
+  EXPECT_EQ(scores->scores->values[15], 4.0f);
 }
 
 TEST_F(AttentionLessonsTest, InitRejectsTensorsAlongsideIt) {
