@@ -70,7 +70,7 @@ LessonInitSpec ToSpec(const v1::MultiHeadAttendRequest& request) {
   return spec;
 }
 
-absl::Status DrawInputs(const v1::MultiHeadAttendRequest& request, const AttentionLimits& limits,
+absl::Status DrawInputs(const v1::MultiHeadAttendRequest& request, const ServiceLimits& limits,
                         const Cancellation* cancel, LayerInputs* in) {
   for (const auto& [field, present] : {std::pair<const char*, bool>{"x", request.has_x()},
                                        {"wq", request.has_wq()},
@@ -83,7 +83,9 @@ absl::Status DrawInputs(const v1::MultiHeadAttendRequest& request, const Attenti
                        "the server, so send either init or the tensors"));
     }
   }
-  ATTEND_ASSIGN_OR_RETURN(in->drawn, DrawLessonInputs(ToSpec(request), limits, cancel));
+  // No more float32 elements than a request message could have carried as tensors.
+  ATTEND_ASSIGN_OR_RETURN(in->drawn, DrawLessonInputs(ToSpec(request), limits.attention,
+                                                      limits.max_message_bytes / 4, cancel));
   in->x = in->drawn->x_view();
   in->wq = in->drawn->wq_view();
   in->wk = in->drawn->wk_view();
@@ -254,7 +256,7 @@ absl::Status AttentionService::DoMultiHeadAttend(const v1::MultiHeadAttendReques
                                                  const Cancellation* cancel) const {
   LayerInputs in;
   ATTEND_RETURN_IF_ERROR(request.has_init()
-                             ? DrawInputs(request, limits_.attention, cancel, &in)
+                             ? DrawInputs(request, limits_, cancel, &in)
                              : DecodeInputs(request, limits_.attention.max_tensor_elements, &in));
   AttentionOptions options = MaskAndScale(request.mask(), request.has_scale(), request.scale());
   ATTEND_ASSIGN_OR_RETURN(options.precision, DecodePrecision(request.precision()));

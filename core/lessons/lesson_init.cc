@@ -22,7 +22,8 @@ struct Resolved {
   double stddev = kDefaultLessonStddev;
 };
 
-absl::StatusOr<Resolved> Resolve(const LessonInitSpec& spec, const AttentionLimits& limits) {
+absl::StatusOr<Resolved> Resolve(const LessonInitSpec& spec, const AttentionLimits& limits,
+                                 int64_t max_total_elements) {
   ATTEND_RETURN_IF_ERROR(AtLeastOne(spec.n, "init.n"));
   ATTEND_RETURN_IF_ERROR(AtLeastOne(spec.d_model, "init.d_model"));
   ATTEND_RETURN_IF_ERROR(AtLeastOne(spec.n_head, "n_head"));
@@ -74,6 +75,15 @@ absl::StatusOr<Resolved> Resolve(const LessonInitSpec& spec, const AttentionLimi
     ATTEND_RETURN_IF_ERROR(
         CheckedElementCount(r.wo, "init: wo [n_head * head_dim, d_out]", max).status());
   }
+  // Each count is <= max_tensor_elements, so the sum cannot overflow.
+  const int64_t total = r.x[0] * r.x[1] + r.wq[0] * r.wq[1] + 2 * r.wk[0] * r.wk[1] +
+                        (spec.with_wo ? r.wo[0] * r.wo[1] : 0);
+  if (total > max_total_elements) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("init: x, wq, wk, wv", spec.with_wo ? " and wo" : "", " hold ", total,
+                     " elements together, over the limit of ", max_total_elements,
+                     " (what one request message could carry)"));
+  }
   return r;
 }
 
@@ -88,8 +98,9 @@ std::vector<float> Draw(JavaRandom& random, const Shape& shape, double stddev) {
 
 absl::StatusOr<LessonInputs> DrawLessonInputs(const LessonInitSpec& spec,
                                               const AttentionLimits& limits,
+                                              int64_t max_total_elements,
                                               const Cancellation* cancel) {
-  ATTEND_ASSIGN_OR_RETURN(const Resolved r, Resolve(spec, limits));
+  ATTEND_ASSIGN_OR_RETURN(const Resolved r, Resolve(spec, limits, max_total_elements));
   JavaRandom random(spec.seed);
   LessonInputs in;
   in.head_dim = r.head_dim;

@@ -13,6 +13,7 @@
 #define ATTEND_CORE_LESSONS_LESSON_INIT_H_
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <vector>
 
@@ -56,12 +57,15 @@ struct LessonInputs {
 
 // Checks every field before anything is allocated: n, d_model >= 1; head_dim >= 0 (0 needs
 // n_head to divide d_model); d_out >= 0 and only with with_wo; stddev finite and > 0 when set;
-// n_head >= 1 and n_head_kv dividing it; every matrix within `limits.max_tensor_elements`.
-// INVALID_ARGUMENT naming the field and the limit, RESOURCE_EXHAUSTED for element limits.
-// Then draws. CANCELLED when `cancel` is set between matrices.
-absl::StatusOr<LessonInputs> DrawLessonInputs(const LessonInitSpec& spec,
-                                              const AttentionLimits& limits,
-                                              const Cancellation* cancel = nullptr);
+// n_head >= 1 and n_head_kv dividing it; every matrix within `limits.max_tensor_elements`, and
+// all of them together within `max_total_elements` (a server passes what one request message
+// could have carried, so that a few bytes of init cannot make it allocate more than the tensors
+// themselves could). INVALID_ARGUMENT naming the field and the limit, RESOURCE_EXHAUSTED for
+// element limits. Then draws. CANCELLED when `cancel` is set between matrices.
+absl::StatusOr<LessonInputs> DrawLessonInputs(
+    const LessonInitSpec& spec, const AttentionLimits& limits,
+    int64_t max_total_elements = std::numeric_limits<int64_t>::max(),
+    const Cancellation* cancel = nullptr);
 
 }  // namespace attend
 

@@ -294,6 +294,15 @@ TEST_F(AttentionLessonsTest, InitRejectsBadSizesAndStddev) {
   ExpectMultiHeadError(
       with([](v1::LessonInit* i) { i->set_head_dim(std::numeric_limits<int32_t>::max()); }), re,
       {"init: wq [d_model, n_head * head_dim]", "over the limit of 65536"});
+  // Each matrix within 65536 elements, but 327680 together: more than the 1 MiB message limit
+  // could have carried as tensors (262144 float32s).
+  ExpectMultiHeadError(with([](v1::LessonInit* i) {
+                         i->set_n(64);
+                         i->set_d_model(1024);
+                         i->set_head_dim(64);
+                         i->set_with_wo(true);
+                       }),
+                       re, {"327680 elements together", "over the limit of 262144"});
   v1::MultiHeadAttendRequest no_heads = Example4Request();
   no_heads.set_n_head(0);
   ExpectMultiHeadError(no_heads, ia, {"n_head: 0"});

@@ -228,6 +228,13 @@ TEST(LessonInit, RejectsBadFieldsBeforeAllocating) {
   // Huge sizes are refused by arithmetic, never by trying to allocate.
   EXPECT_THAT(spec([](LessonInitSpec& s) { s.n = std::numeric_limits<int32_t>::max(); }),
               StatusIs(re, {"over the limit of"}));
+  // The matrices together are bounded too: 16 + 3 x 16 elements against a total of 63.
+  LessonInitSpec four;
+  four.n = 4;
+  four.d_model = 4;
+  EXPECT_THAT(DrawLessonInputs(four, AttentionLimits{}, 63).status(),
+              StatusIs(re, {"64 elements together", "over the limit of 63"}));
+  EXPECT_TRUE(DrawLessonInputs(four, AttentionLimits{}, 64).ok());
   // With no element limit at all, every matrix's count is still checked before any is drawn.
   LessonInitSpec huge;
   huge.n = 1;
