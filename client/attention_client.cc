@@ -1,5 +1,7 @@
 #include "client/attention_client.h"
 
+#include <tuple>
+
 #include "grpc/health/v1/health.grpc.pb.h"
 
 namespace attend::client {
@@ -42,6 +44,7 @@ absl::StatusOr<AttendOutput> AttentionClient::Attend(const AttendInput& input) c
   if (input.scale) request.set_scale(*input.scale);
   request.set_precision(input.precision);
   request.set_return_weights(input.return_weights);
+  request.set_return_scores(input.return_scores);
   switch (input.wire) {
     case Wire::kBFloat16:
       request.set_output_dtype(v1::BFLOAT16);
@@ -64,6 +67,13 @@ absl::StatusOr<AttendOutput> AttentionClient::Attend(const AttendInput& input) c
       DecodeOptional(response.has_weights(), response.weights());
   if (!weights.ok()) return weights.status();
   out.weights = *std::move(weights);
+  for (auto [present, tensor, target] :
+       {std::tuple{response.has_scores(), &response.scores(), &out.scores},
+        std::tuple{response.has_masked_scores(), &response.masked_scores(), &out.masked_scores}}) {
+    absl::StatusOr<std::optional<FloatTensor>> decoded = DecodeOptional(present, *tensor);
+    if (!decoded.ok()) return decoded.status();
+    *target = *std::move(decoded);
+  }
   out.stats = response.stats();
   return out;
 }
@@ -71,11 +81,15 @@ absl::StatusOr<AttendOutput> AttentionClient::Attend(const AttendInput& input) c
 absl::StatusOr<MultiHeadOutput> AttentionClient::MultiHeadAttend(
     const MultiHeadInput& input) const {
   v1::MultiHeadAttendRequest request;
-  EncodeTensor(input.x, input.wire, request.mutable_x());
-  EncodeTensor(input.wq, input.wire, request.mutable_wq());
-  EncodeTensor(input.wk, input.wire, request.mutable_wk());
-  EncodeTensor(input.wv, input.wire, request.mutable_wv());
-  if (input.wo) EncodeTensor(*input.wo, input.wire, request.mutable_wo());
+  if (input.init) {
+    *request.mutable_init() = *input.init;
+  } else {
+    EncodeTensor(input.x, input.wire, request.mutable_x());
+    EncodeTensor(input.wq, input.wire, request.mutable_wq());
+    EncodeTensor(input.wk, input.wire, request.mutable_wk());
+    EncodeTensor(input.wv, input.wire, request.mutable_wv());
+    if (input.wo) EncodeTensor(*input.wo, input.wire, request.mutable_wo());
+  }
   request.set_n_head(input.n_head);
   request.set_n_head_kv(input.n_head_kv);
   FillMask(input.mask, request.mutable_mask());
@@ -83,6 +97,8 @@ absl::StatusOr<MultiHeadOutput> AttentionClient::MultiHeadAttend(
   request.set_precision(input.precision);
   request.set_return_weights(input.return_weights);
   request.set_return_projections(input.return_projections);
+  request.set_return_scores(input.return_scores);
+  request.set_return_inputs(input.return_inputs);
   v1::MultiHeadAttendResponse response;
   auto context = NewContext(options_.deadline);
   absl::Status status = FromGrpcStatus(stub_->MultiHeadAttend(context.get(), request, &response));
@@ -95,7 +111,14 @@ absl::StatusOr<MultiHeadOutput> AttentionClient::MultiHeadAttend(
        {std::tuple{response.has_weights(), &response.weights(), &out.weights},
         std::tuple{response.has_q(), &response.q(), &out.q},
         std::tuple{response.has_k(), &response.k(), &out.k},
-        std::tuple{response.has_v(), &response.v(), &out.v}}) {
+        std::tuple{response.has_v(), &response.v(), &out.v},
+        std::tuple{response.has_scores(), &response.scores(), &out.scores},
+        std::tuple{response.has_masked_scores(), &response.masked_scores(), &out.masked_scores},
+        std::tuple{response.has_x(), &response.x(), &out.x},
+        std::tuple{response.has_wq(), &response.wq(), &out.wq},
+        std::tuple{response.has_wk(), &response.wk(), &out.wk},
+        std::tuple{response.has_wv(), &response.wv(), &out.wv},
+        std::tuple{response.has_wo(), &response.wo(), &out.wo}}) {
     absl::StatusOr<std::optional<FloatTensor>> decoded = DecodeOptional(present, *tensor);
     if (!decoded.ok()) return decoded.status();
     *target = *std::move(decoded);

@@ -36,16 +36,23 @@ struct AttendInput {
   std::optional<float> scale;
   v1::Precision precision = v1::PRECISION_UNSPECIFIED;
   bool return_weights = false;
+  // Also return scale * q.k before and after the mask (-inf where masked).
+  bool return_scores = false;
   Wire wire = Wire::kFloat32;  // how q/k/v travel; the output comes back the same way
 };
 
 struct AttendOutput {
-  FloatTensor output;                  // [n_q, n_head, head_dim_v]
-  std::optional<FloatTensor> weights;  // [n_head, n_q, n_kv]
+  FloatTensor output;                        // [n_q, n_head, head_dim_v]
+  std::optional<FloatTensor> weights;        // [n_head, n_q, n_kv]
+  std::optional<FloatTensor> scores;         // [n_head, n_q, n_kv], with return_scores
+  std::optional<FloatTensor> masked_scores;  // the same, -inf where masked
   v1::ComputeStats stats;
 };
 
 struct MultiHeadInput {
+  // With `init` the server draws x, wq, wk, wv (and wo) as the lessons do (attend.v1.LessonInit)
+  // and the tensors below are not sent.
+  std::optional<v1::LessonInit> init;
   FloatTensor x;                  // [n, d_model]
   FloatTensor wq, wk, wv;         // [d_model, heads * dims]
   std::optional<FloatTensor> wo;  // [n_head * head_dim_v, d_out]
@@ -56,6 +63,8 @@ struct MultiHeadInput {
   v1::Precision precision = v1::PRECISION_UNSPECIFIED;
   bool return_weights = false;
   bool return_projections = false;
+  bool return_scores = false;
+  bool return_inputs = false;  // only with init: the drawn x, wq, wk, wv, wo
   Wire wire = Wire::kFloat32;
 };
 
@@ -63,6 +72,8 @@ struct MultiHeadOutput {
   FloatTensor output;
   std::optional<FloatTensor> weights;
   std::optional<FloatTensor> q, k, v;
+  std::optional<FloatTensor> scores, masked_scores;  // [n_head, n, n]
+  std::optional<FloatTensor> x, wq, wk, wv, wo;      // the drawn inputs, with return_inputs
   v1::ParameterCounts parameters;
   int32_t head_dim = 0;
   int32_t head_dim_v = 0;

@@ -1,7 +1,10 @@
 // attend.v1.Attention on the gRPC callback API: Attend, MultiHeadAttend, Softmax and
 // ScalingExperiment. Every handler decodes and validates its request completely before
 // allocating from it, runs on the worker pool, and answers with the canonical code and a
-// message naming the field and shapes.
+// message naming the field and shapes. MultiHeadAttend's `init` draws its inputs on the server
+// (core/lessons/lesson_init.h), bounded per matrix by max_tensor_elements and together by what
+// one request message could carry; `return_scores` (both methods) computes the score tables
+// from their definition (core/attention/scores.h) after the weights' limits are checked.
 //
 // Thread-safety: handlers run concurrently; the service holds only immutable state and
 // thread-safe collaborators.

@@ -28,6 +28,9 @@ class JavaRandom {
   double next_gaussian_ = 0.0;
 };
 
+// Natural logarithm exactly as Java's StrictMath.log (fdlibm 5.3 e_log.c), bit for bit.
+double FdlibmLog(double x);
+
 }  // namespace attend
 
 #endif  // ATTEND_CORE_LESSONS_JAVA_RANDOM_H_

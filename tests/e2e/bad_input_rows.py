@@ -189,6 +189,56 @@ class BadInputRows:
                 a.MultiHeadAttendRequest(x=tensor([317, 2]), wq=tensor([2, 1]),
                                          wk=tensor([2, 1]), wv=tensor([2, 1]), n_head=1),
                 timeout=T), RE, "1 x 317 x 317", "over the limit of 100000"),
+            # --- MultiHeadAttend: init (inputs drawn as the lessons draw them) ---
+            row("mha: init together with x", lambda: at.MultiHeadAttend(
+                a.MultiHeadAttendRequest(init=a.LessonInit(seed=1, n=4, d_model=4, head_dim=2),
+                                         x=tensor([4, 4]), n_head=1), timeout=T), IA,
+                "init and x are both set"),
+            row("mha: init n 0", lambda: at.MultiHeadAttend(a.MultiHeadAttendRequest(
+                init=a.LessonInit(n=0, d_model=4), n_head=1), timeout=T), IA, "init.n: 0",
+                ">= 1"),
+            row("mha: init negative d_model", lambda: at.MultiHeadAttend(
+                a.MultiHeadAttendRequest(init=a.LessonInit(n=4, d_model=-4), n_head=1),
+                timeout=T), IA, "init.d_model: -4"),
+            row("mha: init stddev NaN", lambda: at.MultiHeadAttend(a.MultiHeadAttendRequest(
+                init=a.LessonInit(n=4, d_model=4, stddev=nan), n_head=1), timeout=T), IA,
+                "init.stddev: nan", "finite and > 0"),
+            row("mha: init stddev inf", lambda: at.MultiHeadAttend(a.MultiHeadAttendRequest(
+                init=a.LessonInit(n=4, d_model=4, stddev=inf), n_head=1), timeout=T), IA,
+                "init.stddev: inf"),
+            row("mha: init stddev negative", lambda: at.MultiHeadAttend(
+                a.MultiHeadAttendRequest(init=a.LessonInit(n=4, d_model=4, stddev=-0.5),
+                                         n_head=1), timeout=T), IA, "init.stddev: -0.5"),
+            row("mha: init x one over the tensor limit", lambda: at.MultiHeadAttend(
+                a.MultiHeadAttendRequest(init=a.LessonInit(n=1, d_model=MAX_TENSOR + 1,
+                                                           head_dim=1), n_head=1), timeout=T),
+                RE, "init: x [n, d_model] [1, 65537]", "over the limit of 65536"),
+            row("mha: init huge head_dim", lambda: at.MultiHeadAttend(a.MultiHeadAttendRequest(
+                init=a.LessonInit(n=4, d_model=4, head_dim=2**31 - 1), n_head=1), timeout=T),
+                RE, "init: wq [d_model, n_head * head_dim]", "over the limit of 65536"),
+            row("mha: init d_out without with_wo", lambda: at.MultiHeadAttend(
+                a.MultiHeadAttendRequest(init=a.LessonInit(n=4, d_model=4, d_out=3), n_head=1),
+                timeout=T), IA, "init.d_out: 3", "with_wo"),
+            row("mha: return_inputs without init", lambda: at.MultiHeadAttend(
+                a.MultiHeadAttendRequest(x=tensor([2, 8]), wq=tensor([8, 8]), wk=tensor([8, 8]),
+                                         wv=tensor([8, 8]), n_head=2, return_inputs=True),
+                timeout=T), IA, "return_inputs", "only with init"),
+            row("mha: init Example 9 with scores and inputs", lambda: at.MultiHeadAttend(
+                a.MultiHeadAttendRequest(init=a.LessonInit(seed=3, n=4, d_model=8, with_wo=True),
+                                         n_head=2, return_scores=True, return_inputs=True),
+                timeout=T), "OK"),
+            # --- return_scores and the score limit ---
+            row("attend: return_scores at the score limit (316 x 316)", lambda: at.Attend(
+                a.AttendRequest(q=tensor([316, 1, 1]), k=tensor([316, 1, 1]),
+                                v=tensor([316, 1, 1]), return_scores=True), timeout=T), "OK"),
+            row("attend: return_scores one over the score limit (317 x 317)", lambda: at.Attend(
+                a.AttendRequest(q=tensor([317, 1, 1]), k=tensor([317, 1, 1]),
+                                v=tensor([317, 1, 1]), return_scores=True), timeout=T), RE,
+                "1 x 317 x 317", "over the limit of 100000"),
+            row("mha: init return_scores over the score limit", lambda: at.MultiHeadAttend(
+                a.MultiHeadAttendRequest(init=a.LessonInit(n=224, d_model=1, head_dim=1),
+                                         n_head=2, return_scores=True), timeout=T), RE,
+                "2 x 224 x 224", "over the limit of 100000"),
             # --- Softmax ---
             row("softmax: empty", lambda: at.Softmax(a.SoftmaxRequest(), timeout=T), IA,
                 "logits: empty"),
