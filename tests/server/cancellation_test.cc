@@ -3,6 +3,7 @@
 // them afterwards, and a cancelled prefill leaves the sequence as it was.
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -66,18 +67,25 @@ class CancellationTest : public ::testing::Test {
   void SetUp() override { channel_ = ::attend::testing::ChannelTo(*server_, 128 << 20); }
 
   // Runs `call` (which must use the given context) to completion once, to learn how long the
-  // server computes, then again, cancelled after a quarter of that (by TryCancel, or by a
-  // deadline when `deadline` is set). Expects the cancelled call to end CANCELLED or
-  // DEADLINE_EXCEEDED and the process to spend under 0.2 s of CPU in the second after.
+  // server computes and how much CPU that takes, then again, cancelled after a quarter of that
+  // (by TryCancel, or by a deadline when `deadline` is set). Expects the cancelled call to end
+  // CANCELLED or DEADLINE_EXCEEDED, and the process to spend in the second after less than 0.2 s
+  // of CPU or 40% of the CPU the remaining three quarters would have taken, whichever is more:
+  // work that ignored the cancel spends all of it. (Between tiles the work stops within
+  // milliseconds; a cancel that arrives while the engine prepares the keys, or while gRPC's
+  // threads wait for a core the compute threads hold, takes up to a few hundred ms on 2 cores.)
   void ExpectCancelStopsTheWork(const std::function<grpc::Status(grpc::ClientContext*)>& call,
                                 bool deadline) {
     const auto start = Clock::now();
+    const double cpu_before = CpuSeconds();
     {
       grpc::ClientContext context;
       const grpc::Status full = call(&context);
       ASSERT_TRUE(full.ok()) << full.error_message();
     }
     const auto full_time = Clock::now() - start;
+    const double full_cpu = CpuSeconds() - cpu_before;
+    const double bound = std::max(0.2, 0.4 * 0.75 * full_cpu);
     const auto cancel_after = std::chrono::duration_cast<std::chrono::milliseconds>(full_time / 4);
     if (cancel_after < std::chrono::milliseconds(60)) {
       GTEST_SKIP() << "the computation takes only "
@@ -106,9 +114,10 @@ class CancellationTest : public ::testing::Test {
     std::printf("cancelled after %.3f s of %.3f s; CPU in the second after: %.3f s\n",
                 std::chrono::duration<double>(cancel_after).count(),
                 std::chrono::duration<double>(full_time).count(), cpu_after);
-    EXPECT_LT(cpu_after, 0.2) << "CPU seconds spent in the second after the cancel (the whole "
-                                 "call took "
-                              << std::chrono::duration<double>(full_time).count() << " s)";
+    EXPECT_LT(cpu_after, bound) << "CPU seconds spent in the second after the cancel (the whole "
+                                   "call took "
+                                << std::chrono::duration<double>(full_time).count() << " s and "
+                                << full_cpu << " CPU seconds)";
   }
 
   inline static server::AttendServer* server_ = nullptr;
