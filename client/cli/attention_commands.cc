@@ -17,6 +17,7 @@
 #include "client/attention_client.h"
 #include "client/cli/command.h"
 #include "client/cli/format.h"
+#include "client/cli/lesson_flags.h"
 #include "client/cli/svg_heatmap.h"
 #include "client/json_input.h"
 #include "client/npy.h"
@@ -409,6 +410,7 @@ int RunAttend(Context& c) {
   }
   input.return_weights = c.args.GetBool("weights") || c.args.Has("weights_out") ||
                          c.args.Has("heatmap") || c.args.Has("example");
+  input.return_scores = c.args.GetBool("scores");
   client::AttentionClient client(c.Channel(), c.connection);
   absl::StatusOr<client::AttendOutput> r = client.Attend(input);
   if (!r.ok()) return ReportError(c, r.status());
@@ -419,7 +421,8 @@ int RunAttend(Context& c) {
   }
   if (c.json) {
     *c.out << "{\"output\": " << JsonTensor(r->output);
-    if (r->weights) *c.out << ", \"weights\": " << JsonTensor(*r->weights);
+    *c.out << TensorMembersJson(
+        {{"weights", &r->weights}, {"scores", &r->scores}, {"masked_scores", &r->masked_scores}});
     *c.out << ", \"stats\": " << ToJson(r->stats) << "}\n";
   } else {
     *c.out << "output " << ShapeString(r->output.shape) << " = [n_q, n_head, head_dim_v]:\n";
@@ -427,6 +430,7 @@ int RunAttend(Context& c) {
     if (r->weights && (c.args.GetBool("weights") || c.args.Has("example"))) {
       PrintWeights(*c.out, *r->weights, "query", "key");
     }
+    if (r->scores && r->masked_scores) PrintScoreTables(*c.out, *r->scores, *r->masked_scores);
     PrintStats(*c.out, r->stats);
   }
   if (c.args.Has("heatmap") && r->weights) {
@@ -477,11 +481,11 @@ absl::StatusOr<client::MultiHeadInput> RandomMultiHeadInput(const Args& args) {
   return input;
 }
 
-int RunMultiHead(Context& c) {
-  client::MultiHeadInput input;
-  std::string title = "attention weights of the layer";
+// The layer from one source: --input, --java_seed (drawn on the server) or --seed's random
+// sizes. Returns kExitOk, or prints the problem and returns its exit code.
+int MultiHeadInputFromFlags(Context& c, client::MultiHeadInput* input, std::string* title) {
   const std::vector<std::string> random_flags = {"n",        "d_model", "n_head", "n_head_kv",
-                                                 "head_dim", "d_out",   "seed"};
+                                                 "head_dim", "d_out",   "seed",   "java_seed"};
   if (c.args.Has("input")) {
     if (absl::Status s = OnlyOneSource(c.args, "--input", random_flags); !s.ok()) {
       return UsageError(c, s);
@@ -489,13 +493,31 @@ int RunMultiHead(Context& c) {
     absl::StatusOr<client::MultiHeadInput> parsed =
         ReadJsonRequest(c.args, &client::MultiHeadInputFromJson);
     if (!parsed.ok()) return LocalError(c, parsed.status());
-    input = *std::move(parsed);
-    title = absl::StrCat("attention weights: ", c.args.GetString("input"));
+    *input = *std::move(parsed);
+    *title = absl::StrCat("attention weights: ", c.args.GetString("input"));
+  } else if (c.args.Has("java_seed")) {
+    if (absl::Status s = OnlyOneSource(c.args, "--java_seed", {"seed"}); !s.ok()) {
+      return UsageError(c, s);
+    }
+    absl::StatusOr<client::MultiHeadInput> drawn = LessonMultiHeadInput(c.args);
+    if (!drawn.ok()) return UsageError(c, drawn.status());
+    *input = *std::move(drawn);
+    *title = absl::StrCat("attention weights: java.util.Random(", input->init->seed(), ")");
   } else {
+    if (c.args.Has("std")) {
+      return UsageError(c, absl::InvalidArgumentError("--std goes with --java_seed"));
+    }
     absl::StatusOr<client::MultiHeadInput> random = RandomMultiHeadInput(c.args);
     if (!random.ok()) return UsageError(c, random.status());
-    input = *std::move(random);
+    *input = *std::move(random);
   }
+  return kExitOk;
+}
+
+int RunMultiHead(Context& c) {
+  client::MultiHeadInput input;
+  std::string title = "attention weights of the layer";
+  if (int code = MultiHeadInputFromFlags(c, &input, &title); code != kExitOk) return code;
   if (absl::Status s =
           ApplyCommon(c.args, &input.mask, &input.scale, &input.precision, &input.wire);
       !s.ok()) {
@@ -503,6 +525,8 @@ int RunMultiHead(Context& c) {
   }
   input.return_weights =
       c.args.GetBool("weights") || c.args.Has("weights_out") || c.args.Has("heatmap");
+  input.return_projections = c.args.GetBool("projections");
+  input.return_scores = c.args.GetBool("scores");
   client::AttentionClient client(c.Channel(), c.connection);
   absl::StatusOr<client::MultiHeadOutput> r = client.MultiHeadAttend(input);
   if (!r.ok()) return ReportError(c, r.status());
@@ -513,19 +537,9 @@ int RunMultiHead(Context& c) {
     }
   }
   if (c.json) {
-    *c.out << "{\"output\": " << JsonTensor(r->output);
-    if (r->weights) *c.out << ", \"weights\": " << JsonTensor(*r->weights);
-    *c.out << ", \"parameters\": " << ToJson(r->parameters) << ", \"stats\": " << ToJson(r->stats)
-           << "}\n";
+    *c.out << MultiHeadJson(*r);
   } else {
-    *c.out << "output " << ShapeString(r->output.shape) << ":\n";
-    PrintHeadRows(*c.out, r->output, "token");
-    if (r->weights && c.args.GetBool("weights")) PrintWeights(*c.out, *r->weights, "query", "key");
-    const v1::ParameterCounts& p = r->parameters;
-    *c.out << "parameters: Wq " << p.wq() << ", Wk " << p.wk() << ", Wv " << p.wv() << ", Wo "
-           << p.wo() << ", total " << p.total() << " (key/value " << p.kv() << "); head_dim "
-           << r->head_dim << "\n";
-    PrintStats(*c.out, r->stats);
+    PrintMultiHead(*c.out, *r, c.args.GetBool("weights"));
   }
   if (c.args.Has("heatmap") && r->weights) {
     return WriteHeatmap(c, *r->weights, input.mask, {}, {}, title);
@@ -588,6 +602,7 @@ Command AttendCommand() {
       {"n_head_kv", "key/value heads (divides n_head)", false, "n_head"},
       {"head_dim", "query/key head size", false, "8"},
       {"head_dim_v", "value head size", false, "head_dim"},
+      {"scores", "print each head's score table, raw and masked", true},
   };
   attend_flags.push_back(
       {"example",
@@ -625,7 +640,10 @@ Command MultiHeadCommand() {
       {"n_head_kv", "key/value heads", false, "n_head"},
       {"head_dim", "head size", false, "d_model / n_head"},
       {"d_out", "columns of Wo; 0 = no Wo", false, "d_model"},
+      {"projections", "print q, k and v", true},
+      {"scores", "print each head's score table, raw and masked", true},
   };
+  for (FlagSpec& f : LessonInitFlags()) mha_flags.push_back(f);
   for (FlagSpec& f : CommonAttentionFlags()) mha_flags.push_back(f);
   return {"mha",
           "a whole attention layer (Wq, Wk, Wv, Wo) on random or JSON inputs",
@@ -636,7 +654,8 @@ Command MultiHeadCommand() {
           "--help').\n"
           "Examples:\n  attend mha --n 4 --d_model 8 --n_head 2 --causal --weights\n"
           "  attend mha --n 6 --n_head 4 --causal --heatmap mha.svg --labels a,b,c,d,e,f\n"
-          "  attend mha --d_model 4096 --n_head 32 --n_head_kv 8 --n 16\n",
+          "  attend mha --d_model 4096 --n_head 32 --n_head_kv 8 --n 16\n"
+          "  attend mha --java_seed 1 --n 4 --d_model 4 --n_head 1 --head_dim 2 --projections\n",
           mha_flags,
           RunMultiHead};
 }

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "client/cli/command.h"
+#include "client/cli/example_command.h"
 #include "client/cli/format.h"
 #include "common/version.h"
 
@@ -188,6 +189,7 @@ int RunCli(const std::vector<std::string>& tokens, std::ostream& out, std::ostre
   for (Command& c : PlannerCommands()) commands.push_back(std::move(c));
   for (Command& c : SeqCommands()) commands.push_back(std::move(c));
   for (Command& c : BenchCommands()) commands.push_back(std::move(c));
+  for (Command& c : ExampleCommands()) commands.push_back(std::move(c));
   const std::vector<FlagSpec> globals = GlobalFlags();
 
   // The command is the first token that is neither a flag nor a global flag's value.

@@ -1,0 +1,207 @@
+#include "client/cli/example_command.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "client/cli/format.h"
+#include "client/cli/svg_heatmap.h"
+
+namespace attend::cli {
+namespace examples {
+
+std::string JsonObject::Render() const {
+  std::vector<std::string> parts;
+  parts.reserve(members_.size());
+  for (const auto& [key, value] : members_) parts.push_back(JsonString(key) + ": " + value);
+  return absl::StrCat("{", absl::StrJoin(parts, ", "), "}");
+}
+
+namespace {
+
+// The shortest "%.<p>g" of `value` that `parse` reads back as `value`, made to look like
+// Java's and Python's repr: a point and a digit after it unless there is an exponent.
+template <typename T>
+std::string Shortest(T value, int max_digits, T (*parse)(const char*)) {
+  if (std::isinf(value)) return value > 0 ? "Infinity" : "-Infinity";
+  if (std::isnan(value)) return "NaN";
+  std::string s;
+  for (int p = 1; p <= max_digits; ++p) {
+    s = absl::StrFormat("%.*g", p, static_cast<double>(value));
+    if (parse(s.c_str()) == value) break;
+  }
+  if (s.find_first_of(".e") == std::string::npos) s += ".0";
+  return s;
+}
+
+float ParseFloat(const char* s) { return std::strtof(s, nullptr); }
+double ParseDouble(const char* s) { return std::strtod(s, nullptr); }
+
+}  // namespace
+
+std::string JavaFloat(float value) { return Shortest<float>(value, 9, &ParseFloat); }
+std::string JavaDouble(double value) { return Shortest<double>(value, 17, &ParseDouble); }
+
+std::string JavaFloats(absl::Span<const float> values) {
+  std::vector<std::string> parts;
+  for (float v : values) parts.push_back(JavaFloat(v));
+  return absl::StrCat("[", absl::StrJoin(parts, ", "), "]");
+}
+
+std::string JavaDoubles(absl::Span<const double> values) {
+  std::vector<std::string> parts;
+  for (double v : values) parts.push_back(JavaDouble(v));
+  return absl::StrCat("[", absl::StrJoin(parts, ", "), "]");
+}
+
+std::string PyRounded(absl::Span<const double> values, int decimals) {
+  std::vector<std::string> parts;
+  const double factor = std::pow(10.0, decimals);
+  // Python rounds the binary value half to even; at two decimals of these numbers that is the
+  // same as rounding half away from zero.
+  for (double v : values) parts.push_back(JavaDouble(std::round(v * factor) / factor));
+  return absl::StrCat("[", absl::StrJoin(parts, ", "), "]");
+}
+
+std::vector<float> Row(const client::FloatTensor& t, int64_t row) {
+  const int64_t rows = t.shape.empty() ? 1 : t.shape[0];
+  const int64_t width = rows > 0 ? t.size() / rows : 0;
+  return {t.values.begin() + row * width, t.values.begin() + (row + 1) * width};
+}
+
+absl::Status Returned(const std::optional<client::FloatTensor>& tensor, const char* what) {
+  if (tensor) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat("the server's response has no ", what));
+}
+
+std::string JsonExact(double value) {
+  return std::isfinite(value) ? absl::StrFormat("%.17g", value) : "null";
+}
+
+std::string JsonOptionalTensor(const std::optional<client::FloatTensor>& t) {
+  return t ? JsonTensor(*t) : "null";
+}
+
+}  // namespace examples
+
+namespace {
+
+std::vector<examples::Example> AllExamples() {
+  std::vector<examples::Example> all = examples::Lesson000Examples();
+  for (auto* more : {&examples::Lesson003Examples, &examples::Lesson003LayerExamples}) {
+    for (examples::Example& e : more()) all.push_back(std::move(e));
+  }
+  return all;
+}
+
+int RunList(Context& c, const std::vector<examples::Example>& all) {
+  if (c.json) {
+    std::vector<std::string> items;
+    for (const examples::Example& e : all) {
+      items.push_back(examples::JsonObject()
+                          .Add("name", JsonString(e.name))
+                          .Add("lesson", JsonString(e.lesson))
+                          .Add("summary", JsonString(e.summary))
+                          .Render());
+    }
+    *c.out << "{\"examples\": [" << absl::StrJoin(items, ", ") << "]}\n";
+    return kExitOk;
+  }
+  Table table({"example", "lesson", "summary"});
+  for (const examples::Example& e : all) table.AddRow({e.name, e.lesson, e.summary});
+  *c.out << table.Render();
+  return kExitOk;
+}
+
+// Draws the example's weights to --heatmap, masked cells hatched.
+int WriteHeatmap(Context& c, const examples::Example& e, const examples::Weights& w) {
+  Heatmap h;
+  h.title = absl::StrCat("attention weights: ", e.lesson, " (attend example ", e.name, ")");
+  h.heads = w.weights.shape[0];
+  h.rows = w.weights.shape[1];
+  h.cols = w.weights.shape[2];
+  h.subtitle =
+      absl::StrCat(Plural(h.heads, "head", "heads"), ", ", Plural(h.rows, "query", "queries"),
+                   " x ", Plural(h.cols, "key", "keys"), w.mask.causal ? "; causal" : "");
+  h.values = w.weights.values;
+  h.masked.resize(h.values.size());
+  for (int64_t head = 0; head < h.heads; ++head) {
+    for (int64_t i = 0; i < h.rows; ++i) {
+      for (int64_t j = 0; j < h.cols; ++j) {
+        h.masked[static_cast<size_t>((head * h.rows + i) * h.cols + j)] =
+            !client::KeyVisible(w.mask, h.rows, h.cols, i, j);
+      }
+    }
+  }
+  h.column_labels = w.key_labels;
+  h.row_labels = w.query_labels;
+  if (h.row_labels.empty() && !h.column_labels.empty() && h.rows <= h.cols) {
+    h.row_labels.assign(h.column_labels.end() - h.rows, h.column_labels.end());
+  }
+  absl::StatusOr<std::string> svg = RenderHeatmapSvg(h);
+  if (!svg.ok()) return LocalError(c, svg.status());
+  const std::string path = c.args.GetString("heatmap");
+  if (absl::Status s = WriteTextFile(path, *svg); !s.ok()) return LocalError(c, s);
+  if (!c.json) *c.out << "wrote " << path << "\n";
+  return kExitOk;
+}
+
+int RunExample(Context& c) {
+  const std::vector<examples::Example> all = AllExamples();
+  const std::vector<std::string>& positional = c.args.positional();
+  if (positional.size() != 1) {
+    return UsageError(
+        c, absl::InvalidArgumentError("give one example name, or 'list' (attend example list)"));
+  }
+  if (positional[0] == "list") return RunList(c, all);
+  const examples::Example* example = nullptr;
+  std::vector<std::string> names;
+  for (const examples::Example& e : all) {
+    names.push_back(e.name);
+    if (e.name == positional[0]) example = &e;
+  }
+  if (example == nullptr) {
+    return UsageError(c, absl::InvalidArgumentError(
+                             absl::StrCat("'", positional[0], "' is not an example; one of: list, ",
+                                          absl::StrJoin(names, ", "))));
+  }
+  client::AttentionClient attention(c.Channel(), c.connection);
+  client::PlannerClient planner(c.Channel(), c.connection);
+  absl::StatusOr<examples::Result> r = example->run({attention, planner});
+  if (!r.ok()) return ReportError(c, r.status());
+  if (c.args.Has("heatmap") && !r->weights) {
+    return UsageError(c, absl::InvalidArgumentError(absl::StrCat(
+                             "example '", example->name, "' has no attention weights to draw")));
+  }
+  if (c.json) {
+    examples::JsonObject json;
+    json.Add("example", JsonString(example->name)).Add("lesson", JsonString(example->lesson));
+    *c.out << json.Append(r->json).Render() << "\n";
+  } else {
+    *c.out << r->text;
+  }
+  if (c.args.Has("heatmap")) return WriteHeatmap(c, *example, *r->weights);
+  return kExitOk;
+}
+
+}  // namespace
+
+std::vector<Command> ExampleCommands() {
+  return {{"example",
+           "the lessons' worked examples, run on the server and printed as the lessons print them",
+           "attend example list | attend example <name> [--heatmap=w.svg]",
+           "`attend example list` names every example with its lesson. `attend example <name>`\n"
+           "runs it through the server and prints the lesson's numbers in the lesson's layout;\n"
+           "--json prints the computed numbers instead, --heatmap draws the attention weights.\n"
+           "Examples:\n  attend example list\n  attend example qkv\n"
+           "  attend example full-attention --heatmap full.svg\n  attend --json example cost\n",
+           {{"heatmap", "write the example's attention weights as an SVG heatmap to this file"}},
+           RunExample}};
+}
+
+}  // namespace attend::cli
