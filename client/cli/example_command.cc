@@ -1,5 +1,6 @@
 #include "client/cli/example_command.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -112,9 +113,18 @@ int RunList(Context& c, const std::vector<examples::Example>& all) {
     *c.out << "{\"examples\": [" << absl::StrJoin(items, ", ") << "]}\n";
     return kExitOk;
   }
-  Table table({"example", "lesson", "summary"});
-  for (const examples::Example& e : all) table.AddRow({e.name, e.lesson, e.summary});
-  *c.out << table.Render();
+  // Left-aligned columns: the lesson column is words, which Table would right-align as numbers.
+  size_t name_width = 7, lesson_width = 6;
+  for (const examples::Example& e : all) {
+    name_width = std::max(name_width, e.name.size());
+    lesson_width = std::max(lesson_width, e.lesson.size());
+  }
+  *c.out << PadRight("example", name_width + 2) << PadRight("lesson", lesson_width + 2)
+         << "summary\n";
+  for (const examples::Example& e : all) {
+    *c.out << PadRight(e.name, name_width + 2) << PadRight(e.lesson, lesson_width + 2) << e.summary
+           << "\n";
+  }
   return kExitOk;
 }
 
