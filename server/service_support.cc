@@ -9,10 +9,11 @@
 namespace attend::server {
 
 absl::Status CheckResponseSize(int64_t bytes, int64_t max_message_bytes, absl::string_view what) {
-  if (bytes <= max_message_bytes) return absl::OkStatus();
+  if (bytes <= max_message_bytes - kResponseFramingBytes) return absl::OkStatus();
   return absl::ResourceExhaustedError(absl::StrCat(
-      "the response would hold ", bytes, " bytes of ", what, ", over the maximum message size of ",
-      max_message_bytes, " bytes (server flag --max_message_bytes); ask for less"));
+      "the response would hold ", bytes, " bytes of ", what, " and up to ", kResponseFramingBytes,
+      " bytes of message framing, over the maximum message size of ", max_message_bytes,
+      " bytes (server flag --max_message_bytes); ask for less"));
 }
 
 namespace {

@@ -25,8 +25,14 @@ struct ServiceLimits {
   int64_t max_scaling_draws = int64_t{1} << 28;
 };
 
-// OK when a response of about `bytes` fits in a message; RESOURCE_EXHAUSTED saying what to
-// change otherwise.
+// Bytes a response's protobuf framing may add to its tensors' payload: tags and lengths, shapes,
+// stats, parameter counts. Dozens of bytes per tensor in practice; a response's estimate adds
+// this so that one within a few hundred bytes of the limit is refused here, before it is
+// computed, rather than by gRPC after.
+inline constexpr int64_t kResponseFramingBytes = 4096;
+
+// OK when a response whose tensors hold `bytes` fits in a message with its framing;
+// RESOURCE_EXHAUSTED saying what to change otherwise.
 absl::Status CheckResponseSize(int64_t bytes, int64_t max_message_bytes, absl::string_view what);
 
 // What a unary call's work is given: the seconds it waited for a worker, and the call's

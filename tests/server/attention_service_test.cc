@@ -87,6 +87,54 @@ TEST_F(AttentionServiceTest, AttendReproducesTheItExample) {
   EXPECT_EQ(response.stats().engine(), "onednn/f32");
 }
 
+// A response whose tensors alone fit the message limit but whose framing (tags, shapes, stats)
+// does not is refused by the server up front, naming the flag, not computed and then refused by
+// gRPC ("Sent message larger than max"). 511 queries over 512 keys, one head of size 1: output
+// 2,044 bytes and weights 1,046,528, 4 bytes short of the 1 MiB limit.
+TEST_F(AttentionServiceTest, ResponseFramingCountsAgainstTheMessageLimit) {
+  v1::AttendRequest request;
+  *request.mutable_q() = ::attend::testing::F32Data({511, 1, 1}, std::vector<float>(511, 0.5f));
+  *request.mutable_k() = ::attend::testing::F32Data({512, 1, 1}, std::vector<float>(512, 0.25f));
+  *request.mutable_v() = ::attend::testing::F32Data({512, 1, 1}, std::vector<float>(512, 1.0f));
+  request.set_return_weights(true);
+  v1::AttendResponse response;
+  const grpc::Status status = Attend(request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(status.error_message().find("--max_message_bytes"), std::string::npos)
+      << status.error_message();
+  EXPECT_NE(status.error_message().find("framing"), std::string::npos) << status.error_message();
+  // 100 queries fewer leave room for the framing.
+  *request.mutable_q() = ::attend::testing::F32Data({411, 1, 1}, std::vector<float>(411, 0.5f));
+  EXPECT_TRUE(Attend(request, &response).ok());
+}
+
+// An answer in `values` is float32 whatever output_dtype asks: a value beyond float16's range is
+// returned as it is, not refused for a conversion that does not happen. Raw float16 bytes are.
+TEST_F(AttentionServiceTest, ValuesAnswersAreNotNarrowedByOutputDtype) {
+  v1::AttendRequest request;
+  for (auto* t : {request.mutable_q(), request.mutable_k(), request.mutable_v()}) {
+    t->set_dtype(v1::FLOAT32);
+    t->add_shape(1);
+    t->add_shape(1);
+    t->add_shape(1);
+  }
+  request.mutable_q()->add_values(1.0f);
+  request.mutable_k()->add_values(1.0f);
+  request.mutable_v()->add_values(1e5f);
+  request.set_output_dtype(v1::FLOAT16);
+  v1::AttendResponse response;
+  ASSERT_TRUE(Attend(request, &response).ok());
+  ASSERT_EQ(response.output().values_size(), 1);
+  EXPECT_EQ(response.output().values(0), 1e5f);
+  // The same as raw bytes cannot be float16.
+  *request.mutable_q() = ::attend::testing::F32Data({1, 1, 1}, {1.0f});
+  *request.mutable_k() = ::attend::testing::F32Data({1, 1, 1}, {1.0f});
+  *request.mutable_v() = ::attend::testing::F32Data({1, 1, 1}, {1e5f});
+  const grpc::Status status = Attend(request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_NE(status.error_message().find("float16"), std::string::npos) << status.error_message();
+}
+
 TEST_F(AttentionServiceTest, CausalWeightsAreLowerTriangular) {
   v1::AttendRequest request;
   std::vector<float> x = {1, 0, 0, 1, 1, 1, 2, 0};
