@@ -465,8 +465,11 @@ TEST_F(AttentionServiceTest, MultiHeadAttendRejectsNonFiniteInputsAndWeights) {
 // Outputs that overflow are refused, never answered as +inf: a value beyond the requested
 // output dtype (float16 holds up to 65504), and a Wo projection that overflows float32.
 TEST_F(AttentionServiceTest, OutputsThatOverflowAreRefused) {
+  // Raw bytes in, raw float16 bytes out (values answers stay float32: see above).
   v1::AttendRequest request = ValidRequest();
-  *request.mutable_v() = Filled({5, 2, 2}, 1e6f);
+  *request.mutable_q() = ::attend::testing::F32Data({5, 2, 2}, std::vector<float>(20, 1.0f));
+  *request.mutable_k() = ::attend::testing::F32Data({5, 2, 2}, std::vector<float>(20, 1.0f));
+  *request.mutable_v() = ::attend::testing::F32Data({5, 2, 2}, std::vector<float>(20, 1e6f));
   request.set_output_dtype(v1::FLOAT16);
   ExpectError(request, grpc::StatusCode::INVALID_ARGUMENT,
               {"output", "float16", "65504", "output_dtype"});
