@@ -29,8 +29,8 @@
 #include "server/metrics_http.h"
 #include "server/parse_errors.h"
 #include "server/planner_service.h"
-#include "server/reflection.h"
 #include "server/process_metrics.h"
+#include "server/reflection.h"
 #include "server/worker_pool.h"
 
 namespace attend::server {
