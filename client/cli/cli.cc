@@ -289,6 +289,18 @@ std::string NormalFlag(const std::string& token) {
                       eq == std::string::npos ? "" : token.substr(eq));
 }
 
+// "'attend <command>' takes no arguments; unexpected '<first stray>' ..." when `args` has more
+// positional arguments than `command` takes; "" otherwise.
+std::string StrayArgument(const Command& command, const Args& args) {
+  const int max = command.max_positional;
+  if (max == kAnyPositional || args.positional().size() <= static_cast<size_t>(max)) return "";
+  return absl::StrCat(
+      "'attend ", command.name, "' takes ",
+      max == 0 ? "no arguments"
+               : absl::StrCat("at most ", max, max == 1 ? " argument" : " arguments"),
+      "; unexpected '", args.positional()[max], "' (attend help ", command.name, ")");
+}
+
 }  // namespace
 
 int RunCli(const std::vector<std::string>& tokens, std::ostream& out, std::ostream& err) {
@@ -360,15 +372,8 @@ int RunCli(const std::vector<std::string>& tokens, std::ostream& out, std::ostre
     out << CommandHelp(*command);
     return kExitOk;
   }
-  if (command->max_positional != kAnyPositional &&
-      args->positional().size() > static_cast<size_t>(command->max_positional)) {
-    err << "usage error: 'attend " << command->name << "' takes "
-        << (command->max_positional == 0
-                ? std::string("no arguments")
-                : absl::StrCat("at most ", command->max_positional, " argument",
-                               command->max_positional == 1 ? "" : "s"))
-        << "; unexpected '" << args->positional()[command->max_positional] << "' (attend help "
-        << command->name << ")\n";
+  if (const std::string stray = StrayArgument(*command, *args); !stray.empty()) {
+    err << "usage error: " << stray << "\n";
     return kExitUsage;
   }
 
