@@ -1,6 +1,8 @@
 // Command-line arguments of the attend CLI: `--name=value`, `--name value`, boolean `--name`,
 // and positional arguments (which may be negative numbers such as -1.5). Each command declares
-// its flags; unknown flags are usage errors.
+// its flags; unknown flags are usage errors, with a suggestion when one is close. Hyphens in a
+// flag's name read as underscores (`--n-q` is `--n_q`), `-h` is `--help`, and any other token
+// of one dash that is not a number is an unknown flag.
 //
 // Thread-safety: Args and FlagSpec are values; Parse and FlagsHelp are pure functions.
 #ifndef ATTEND_CLIENT_CLI_ARGS_H_
@@ -53,6 +55,11 @@ class Args {
 // A decimal number as absl::SimpleAtod reads it ("1.5", "-2e3", "inf"), except that hexadecimal
 // ("0x10", which strtod-style parsers accept) is refused: on a command line it is a typo.
 bool ParseDecimal(absl::string_view text, double* value);
+
+// The candidate `word` most likely meant: the closest within edit distance 2 (and less than
+// `word`'s length; ties go to the first), else the only candidate that starts with `word`; ""
+// when none fits.
+std::string DidYouMean(absl::string_view word, const std::vector<std::string>& candidates);
 
 // "--name=<value>  help (default: x)" lines for a command's help.
 std::string FlagsHelp(const std::vector<FlagSpec>& specs);

@@ -678,7 +678,9 @@ std::vector<Command> AttentionCommands() {
                       "Examples:\n  attend softmax 2 1 0.5\n  attend softmax 3 -inf 1 --jacobian\n",
                       {{"jacobian", "also print diag(p) - p p^T", true},
                        {"temperature", "divide the scores first", false, "1"}},
-                      RunSoftmax});
+                      RunSoftmax,
+                      {},
+                      kAnyPositional});
   commands.push_back(AttendCommand());
   commands.push_back(MultiHeadCommand());
   commands.push_back(

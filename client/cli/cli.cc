@@ -1,5 +1,6 @@
 #include "client/cli/cli.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <string>
@@ -10,8 +11,12 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "client/cli/command.h"
+#include "client/cli/completion.h"
 #include "client/cli/example_command.h"
 #include "client/cli/format.h"
 #include "common/version.h"
@@ -173,13 +178,127 @@ std::string Overview(const std::vector<Command>& commands) {
   absl::StrAppend(&out, "\nglobal flags:\n", FlagsHelp(GlobalFlags()),
                   "\nexit codes: 0 ok, 1 local file error, 2 usage, 3 server unreachable, "
                   "4 server error, 5 not serving\n"
-                  "Run 'attend <command> --help' for a command's flags and examples.\n");
+                  "Run 'attend help <command>' (or 'attend <command> --help') for a command's "
+                  "flags and examples.\n");
   return out;
 }
 
 std::string CommandHelp(const Command& c) {
   return absl::StrCat(c.summary, "\n\nusage: ", c.usage, "\n\n", c.details, "\nflags:\n",
                       FlagsHelp(c.flags), "\nglobal flags:\n", FlagsHelp(GlobalFlags()));
+}
+
+// "unknown <what> '<word>'", with "; did you mean '<name>'?" when one of `commands` is close.
+std::string Unknown(absl::string_view what, const std::string& word,
+                    const std::vector<Command>& commands, absl::string_view prefix = "") {
+  std::vector<std::string> names;
+  for (const Command& c : commands) names.emplace_back(absl::StripPrefix(c.name, prefix));
+  const std::string guess = DidYouMean(word, names);
+  return absl::StrCat("unknown ", what, " '", word, "'",
+                      guess.empty() ? "" : absl::StrCat("; did you mean '", guess, "'?"));
+}
+
+// `attend help [<command> [<subcommand>]]`.
+int RunHelp(Context& c, const std::vector<Command>& commands) {
+  const std::vector<std::string>& words = c.args.positional();
+  if (words.empty()) {
+    *c.out << Overview(commands);
+    return kExitOk;
+  }
+  const auto command = std::find_if(commands.begin(), commands.end(),
+                                    [&](const Command& x) { return x.name == words[0]; });
+  if (command == commands.end()) {
+    return UsageError(c, absl::InvalidArgumentError(Unknown("command", words[0], commands)));
+  }
+  if (words.size() == 1) {
+    *c.out << CommandHelp(*command);
+    return kExitOk;
+  }
+  const std::string name = command->name + " " + words[1];
+  for (const Command& sub : command->subcommands) {
+    if (sub.name == name) {
+      *c.out << CommandHelp(sub);
+      return kExitOk;
+    }
+  }
+  if (command->subcommands.empty()) {
+    return UsageError(
+        c, absl::InvalidArgumentError(absl::StrCat(
+               "'attend ", command->name, "' has no subcommands; unexpected '", words[1], "'")));
+  }
+  return UsageError(c, absl::InvalidArgumentError(Unknown(
+                           "subcommand", words[1], command->subcommands, command->name + " ")));
+}
+
+// `attend completion bash|zsh`.
+int RunCompletion(Context& c, const std::vector<Command>& commands) {
+  const std::vector<std::string>& shell = c.args.positional();
+  if (shell.size() == 1 && shell[0] == "bash") {
+    *c.out << BashCompletion(commands, GlobalFlags());
+  } else if (shell.size() == 1 && shell[0] == "zsh") {
+    *c.out << ZshCompletion(commands, GlobalFlags());
+  } else {
+    return UsageError(c, absl::InvalidArgumentError(absl::StrCat(
+                             "give a shell: attend completion bash|zsh",
+                             shell.empty() ? "" : absl::StrCat("; got '", shell[0], "'"))));
+  }
+  return kExitOk;
+}
+
+// help, version and completion: commands of the CLI itself, which run without a server.
+// `commands` is the whole table, these included, which help and completion describe.
+std::vector<Command> CliCommands(const std::vector<Command>* commands) {
+  std::vector<Command> cli = {
+      {"help",
+       "the overview, or a command's help: attend help [<command> [<subcommand>]]",
+       "attend help [<command> [<subcommand>]]",
+       "The same as 'attend --help' and 'attend <command> [<subcommand>] --help'.\n"
+       "Examples:\n  attend help\n  attend help plan\n  attend help seq create\n",
+       {},
+       [commands](Context& c) { return RunHelp(c, *commands); },
+       {},
+       2},
+      {"version",
+       "print the client's version and commit (the same as --version)",
+       "attend version",
+       "The client's own version; the server's is not asked for.\n",
+       {},
+       [](Context& c) {
+         *c.out << VersionLine("attend") << "\n";
+         return static_cast<int>(kExitOk);
+       }},
+      {"completion",
+       "print a bash or zsh completion script: source <(attend completion bash)",
+       "attend completion bash|zsh",
+       "Completes command names, subcommands and flags.\n"
+       "Examples:\n  source <(attend completion bash)\n"
+       "  attend completion zsh > \"${fpath[1]}/_attend\"\n",
+       {},
+       [commands](Context& c) { return RunCompletion(c, *commands); },
+       {},
+       1},
+  };
+  for (Command& c : cli) c.connects = false;
+  return cli;
+}
+
+// The token with `-` read as `_` in a flag's name ("--n-q=a-b" is "--n_q=a-b").
+std::string NormalFlag(const std::string& token) {
+  const size_t eq = token.find('=');
+  return absl::StrCat(absl::StrReplaceAll(token.substr(0, eq), {{"-", "_"}}),
+                      eq == std::string::npos ? "" : token.substr(eq));
+}
+
+// "'attend <command>' takes no arguments; unexpected '<first stray>' ..." when `args` has more
+// positional arguments than `command` takes; "" otherwise.
+std::string StrayArgument(const Command& command, const Args& args) {
+  const int max = command.max_positional;
+  if (max == kAnyPositional || args.positional().size() <= static_cast<size_t>(max)) return "";
+  return absl::StrCat(
+      "'attend ", command.name, "' takes ",
+      max == 0 ? "no arguments"
+               : absl::StrCat("at most ", max, max == 1 ? " argument" : " arguments"),
+      "; unexpected '", args.positional()[max], "' (attend help ", command.name, ")");
 }
 
 }  // namespace
@@ -190,6 +309,7 @@ int RunCli(const std::vector<std::string>& tokens, std::ostream& out, std::ostre
   for (Command& c : SeqCommands()) commands.push_back(std::move(c));
   for (Command& c : BenchCommands()) commands.push_back(std::move(c));
   for (Command& c : ExampleCommands()) commands.push_back(std::move(c));
+  for (Command& c : CliCommands(&commands)) commands.push_back(std::move(c));
   const std::vector<FlagSpec> globals = GlobalFlags();
 
   // The command is the first token that is neither a flag nor a global flag's value.
@@ -197,10 +317,11 @@ int RunCli(const std::vector<std::string>& tokens, std::ostream& out, std::ostre
   std::vector<std::string> rest;
   for (size_t i = 0; i < tokens.size(); ++i) {
     const std::string& t = tokens[i];
-    if (command == nullptr && t.rfind("--", 0) == 0) {
+    if (command == nullptr && t.size() >= 2 && t[0] == '-') {  // Args::Parse reads it
       rest.push_back(t);
-      const std::string name =
-          t.substr(2, t.find('=') == std::string::npos ? std::string::npos : t.find('=') - 2);
+      if (t.rfind("--", 0) != 0) continue;
+      const std::string name = NormalFlag(t).substr(
+          2, t.find('=') == std::string::npos ? std::string::npos : t.find('=') - 2);
       for (const FlagSpec& g : globals) {
         if (g.name == name && !g.is_bool && t.find('=') == std::string::npos &&
             i + 1 < tokens.size()) {
@@ -214,7 +335,8 @@ int RunCli(const std::vector<std::string>& tokens, std::ostream& out, std::ostre
         if (c.name == t) command = &c;
       }
       if (command == nullptr) {
-        err << "usage error: unknown command '" << t << "'\n\n" << Overview(commands);
+        err << "usage error: " << Unknown("command", t, commands)
+            << "\nRun 'attend help' for the commands.\n";
         return kExitUsage;
       }
       continue;
@@ -250,13 +372,19 @@ int RunCli(const std::vector<std::string>& tokens, std::ostream& out, std::ostre
     out << CommandHelp(*command);
     return kExitOk;
   }
+  if (const std::string stray = StrayArgument(*command, *args); !stray.empty()) {
+    err << "usage error: " << stray << "\n";
+    return kExitUsage;
+  }
 
   Context context;
   context.out = &out;
   context.err = &err;
   context.args = *std::move(args);
   context.json = context.args.GetBool("json");
-  if (int code = ConnectionFromFlags(context); code != kExitOk) return code;
+  if (command->connects) {
+    if (int code = ConnectionFromFlags(context); code != kExitOk) return code;
+  }
   return command->run(context);
 }
 

@@ -50,6 +50,9 @@ struct Context {
   std::shared_ptr<grpc::Channel> channel_;
 };
 
+// Command::max_positional for commands that check their positional arguments themselves.
+inline constexpr int kAnyPositional = -1;
+
 struct Command {
   std::string name;
   std::string summary;
@@ -59,6 +62,12 @@ struct Command {
   std::function<int(Context&)> run;
   // A command group's members, named "<group> <sub>", for `attend <group> <sub> --help`.
   std::vector<Command> subcommands = {};
+  // How many positional arguments RunCli lets through; more are a usage error naming the first
+  // stray one. kAnyPositional leaves them to `run`.
+  int max_positional = 0;
+  // False for the commands that never talk to a server (help, version, completion): RunCli
+  // does not read the connection flags for them.
+  bool connects = true;
 };
 
 // Prints "error: <CODE>: <message>" and returns the exit code for `status`.

@@ -211,7 +211,9 @@ std::vector<Command> ExampleCommands() {
            "Examples:\n  attend example list\n  attend example qkv\n"
            "  attend example full-attention --heatmap full.svg\n  attend --json example cost\n",
            {{"heatmap", "write the example's attention weights as an SVG heatmap to this file"}},
-           RunExample}};
+           RunExample,
+           {},
+           1}};
 }
 
 }  // namespace attend::cli

@@ -100,7 +100,9 @@ std::vector<FlagSpec> ModelSourceFlags() {
 }
 
 std::vector<Command> PlannerCommands() {
-  return {ModelsCommand(), ModelCommand(), PlanCommand(), CostCommand()};
+  std::vector<Command> commands = {ModelsCommand(), ModelCommand(), PlanCommand(), CostCommand()};
+  for (Command& c : commands) c.max_positional = 1;  // the model's name
+  return commands;
 }
 
 }  // namespace attend::cli

@@ -661,7 +661,7 @@ std::vector<Command> SeqCommands() {
            "  attend seq list\n"
            "  attend seq stats\n"
            "  attend seq release --id chat-1\n"),
-       flags, RunSeq, SeqSubcommands()});
+       flags, RunSeq, SeqSubcommands(), kAnyPositional});  // RunSeq checks them
   return commands;
 }
 

@@ -1,0 +1,200 @@
+// The CLI's habits: -h and `attend help`, `attend version`, completion scripts, did-you-mean for
+// commands and flags, hyphens in flag names, and stray arguments refused by every command.
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/cli/args.h"
+#include "client/cli/cli.h"
+#include "client/cli/command.h"
+#include "common/version.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/server/server_fixture.h"
+
+namespace attend {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+class HabitsTest : public ::attend::testing::ServerSuite {
+ protected:
+  int Run(std::vector<std::string> tokens) {
+    tokens.insert(tokens.begin(), {"--target", absl::StrCat("127.0.0.1:", server_->port())});
+    out_.str("");
+    err_.str("");
+    return cli::RunCli(tokens, out_, err_);
+  }
+
+  std::ostringstream out_, err_;
+};
+
+TEST_F(HabitsTest, DashHAndHelpPrintTheOverview) {
+  ASSERT_EQ(Run({"--help"}), cli::kExitOk);
+  const std::string overview = out_.str();
+  EXPECT_THAT(overview, HasSubstr("commands:"));
+  EXPECT_THAT(overview, HasSubstr("completion"));
+  EXPECT_EQ(Run({"-h"}), cli::kExitOk);
+  EXPECT_EQ(out_.str(), overview);
+  EXPECT_EQ(Run({"help"}), cli::kExitOk);
+  EXPECT_EQ(out_.str(), overview);
+}
+
+TEST_F(HabitsTest, HelpOfACommandAndASubcommand) {
+  ASSERT_EQ(Run({"plan", "--help"}), cli::kExitOk);
+  const std::string plan = out_.str();
+  EXPECT_EQ(Run({"help", "plan"}), cli::kExitOk) << err_.str();
+  EXPECT_EQ(out_.str(), plan);
+  EXPECT_EQ(Run({"plan", "-h"}), cli::kExitOk);
+  EXPECT_EQ(out_.str(), plan);
+  ASSERT_EQ(Run({"seq", "create", "--help"}), cli::kExitOk);
+  const std::string create = out_.str();
+  EXPECT_THAT(create, HasSubstr("usage: attend seq create"));
+  EXPECT_EQ(Run({"help", "seq", "create"}), cli::kExitOk) << err_.str();
+  EXPECT_EQ(out_.str(), create);
+}
+
+TEST_F(HabitsTest, HelpOfAnUnknownCommandIsAUsageErrorWithASuggestion) {
+  EXPECT_EQ(Run({"help", "helth"}), cli::kExitUsage);
+  EXPECT_EQ(err_.str(), "usage error: unknown command 'helth'; did you mean 'health'?\n");
+  EXPECT_EQ(Run({"help", "seq", "craete"}), cli::kExitUsage);
+  EXPECT_EQ(err_.str(), "usage error: unknown subcommand 'craete'; did you mean 'create'?\n");
+  EXPECT_EQ(Run({"help", "health", "x"}), cli::kExitUsage);
+  EXPECT_EQ(err_.str(), "usage error: 'attend health' has no subcommands; unexpected 'x'\n");
+  EXPECT_EQ(Run({"help", "seq", "create", "x"}), cli::kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("unexpected 'x'"));
+}
+
+TEST_F(HabitsTest, VersionIsTheClientsVersionLine) {
+  ASSERT_EQ(Run({"version"}), cli::kExitOk) << err_.str();
+  EXPECT_EQ(out_.str(), VersionLine("attend") + "\n");
+  ASSERT_EQ(Run({"--version"}), cli::kExitOk);
+  EXPECT_EQ(out_.str(), VersionLine("attend") + "\n");
+  // No server is needed.
+  std::ostringstream out, err;
+  EXPECT_EQ(cli::RunCli({"--target", "127.0.0.1:1", "version"}, out, err), cli::kExitOk);
+  EXPECT_EQ(Run({"version", "x"}), cli::kExitUsage);
+}
+
+// Writes `text` to a temporary file and returns `<shell> -n` of it's exit status.
+int SyntaxCheck(const std::string& shell, const std::string& text) {
+  const std::string path = ::testing::TempDir() + "/attend_completion." + shell;
+  std::ofstream(path) << text;
+  return std::system((shell + " -n " + path).c_str());
+}
+
+TEST_F(HabitsTest, BashCompletionParsesAndNamesCommandsSubcommandsAndFlags) {
+  ASSERT_EQ(Run({"completion", "bash"}), cli::kExitOk) << err_.str();
+  const std::string script = out_.str();
+  EXPECT_EQ(SyntaxCheck("bash", script), 0) << script;
+  EXPECT_THAT(script, HasSubstr("complete -o default -F _attend attend"));
+  for (const char* command :
+       {"health", "softmax", "attend", "mha", "scaling", "models", "model", "plan", "cost", "seq",
+        "bench", "example", "help", "version", "completion"}) {
+    EXPECT_THAT(script, HasSubstr(absl::StrCat("    ", command, ")"))) << command;
+  }
+  for (const char* words : {"create append", "--n_head_kv", "--weights", "--service", "--target",
+                            "--kv_dtype", "--budget", "bash zsh"}) {
+    EXPECT_THAT(script, HasSubstr(words)) << words;
+  }
+}
+
+TEST_F(HabitsTest, ZshCompletionNamesTheCommands) {
+  ASSERT_EQ(Run({"completion", "zsh"}), cli::kExitOk) << err_.str();
+  const std::string script = out_.str();
+  EXPECT_THAT(script, StartsWith("#compdef attend\n"));
+  if (std::system("command -v zsh >/dev/null 2>&1") == 0) {
+    EXPECT_EQ(SyntaxCheck("zsh", script), 0) << script;
+  }
+  for (const char* command : {"health", "softmax", "plan", "seq", "bench", "example", "help"}) {
+    EXPECT_THAT(script, HasSubstr(absl::StrCat("    ", command, ")"))) << command;
+  }
+  EXPECT_THAT(script, HasSubstr("--weights"));
+}
+
+TEST_F(HabitsTest, CompletionNeedsAShell) {
+  EXPECT_EQ(Run({"completion"}), cli::kExitUsage);
+  EXPECT_EQ(err_.str(), "usage error: give a shell: attend completion bash|zsh\n");
+  EXPECT_EQ(Run({"completion", "fish"}), cli::kExitUsage);
+  EXPECT_EQ(err_.str(), "usage error: give a shell: attend completion bash|zsh; got 'fish'\n");
+}
+
+TEST_F(HabitsTest, UnknownCommandsAndFlagsSuggestTheCloseOne) {
+  EXPECT_EQ(Run({"helth"}), cli::kExitUsage);
+  EXPECT_THAT(err_.str(),
+              StartsWith("usage error: unknown command 'helth'; did you mean 'health'?\n"));
+  EXPECT_EQ(Run({"pla"}), cli::kExitUsage);  // a unique prefix
+  EXPECT_THAT(err_.str(), HasSubstr("did you mean 'plan'?"));
+  EXPECT_EQ(Run({"xyzzy"}), cli::kExitUsage);
+  EXPECT_THAT(err_.str(), StartsWith("usage error: unknown command 'xyzzy'\n"));
+  EXPECT_EQ(Run({"attend", "--weight"}), cli::kExitUsage);
+  EXPECT_EQ(err_.str(), "usage error: unknown flag --weight; did you mean --weights?\n");
+  EXPECT_EQ(Run({"attend", "--bogus"}), cli::kExitUsage);
+  EXPECT_EQ(err_.str(), "usage error: unknown flag --bogus\n");
+}
+
+TEST_F(HabitsTest, DidYouMean) {
+  EXPECT_EQ(cli::DidYouMean("helth", {"health", "help"}), "health");
+  EXPECT_EQ(cli::DidYouMean("he", {"health", "help"}), "");  // not unique
+  EXPECT_EQ(cli::DidYouMean("heal", {"health", "help"}), "health");
+  EXPECT_EQ(cli::DidYouMean("o", {"n", "out"}), "out");  // "n" is too far for one letter
+  EXPECT_EQ(cli::DidYouMean("zzzzzz", {"health"}), "");
+}
+
+TEST_F(HabitsTest, HyphensInFlagNamesReadAsUnderscores) {
+  ASSERT_EQ(Run({"attend", "--n-q", "4", "--n-head", "1", "--head-dim=4", "--causal"}),
+            cli::kExitOk)
+      << err_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("output [4, 1, 4]"));
+  // Only in the name: the value keeps its hyphen.
+  ASSERT_EQ(Run({"--json", "example", "matrix-form"}), cli::kExitOk) << err_.str();
+  ASSERT_EQ(Run({"--max-message-bytes", "100000", "health"}), cli::kExitOk) << err_.str();
+  EXPECT_EQ(Run({"attend", "--n-qq", "4"}), cli::kExitUsage);
+  EXPECT_EQ(err_.str(), "usage error: unknown flag --n-qq; did you mean --n_q?\n");
+}
+
+TEST_F(HabitsTest, StrayArgumentsAreUsageErrors) {
+  EXPECT_EQ(Run({"health", "foo"}), cli::kExitUsage);
+  EXPECT_EQ(err_.str(),
+            "usage error: 'attend health' takes no arguments; unexpected 'foo' (attend help "
+            "health)\n");
+  EXPECT_EQ(Run({"scaling", "12"}), cli::kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("'attend scaling' takes no arguments; unexpected '12'"));
+  for (const char* command : {"attend", "mha", "bench"}) {
+    EXPECT_EQ(Run({command, "x"}), cli::kExitUsage) << command;
+    EXPECT_THAT(err_.str(), HasSubstr("unexpected 'x'")) << command;
+  }
+  for (const char* command : {"models", "model", "plan", "cost", "example"}) {
+    EXPECT_EQ(Run({command, "llama-3-8b", "extra"}), cli::kExitUsage) << command;
+    EXPECT_THAT(err_.str(), HasSubstr(absl::StrCat("'attend ", command,
+                                                   "' takes at most 1 argument; unexpected "
+                                                   "'extra'")))
+        << command;
+  }
+  EXPECT_EQ(Run({"seq", "stats", "extra"}), cli::kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("unexpected 'extra'"));
+  // Those that take arguments still do.
+  EXPECT_EQ(Run({"softmax", "2", "-1", "-inf", "-.5"}), cli::kExitOk) << err_.str();
+  EXPECT_EQ(Run({"models", "llama-3-8b"}), cli::kExitOk) << err_.str();
+  EXPECT_EQ(Run({"health"}), cli::kExitOk) << err_.str();
+}
+
+TEST_F(HabitsTest, SingleDashTokensThatAreNotNumbersAreUnknownFlags) {
+  EXPECT_EQ(Run({"health", "-o", "json"}), cli::kExitUsage);
+  EXPECT_EQ(err_.str(), "usage error: unknown flag -o\n");
+  EXPECT_EQ(Run({"-o", "health"}), cli::kExitUsage);
+  EXPECT_EQ(err_.str(), "usage error: unknown flag -o\n");
+  EXPECT_EQ(Run({"attend", "-weights"}), cli::kExitUsage);
+  EXPECT_EQ(err_.str(), "usage error: unknown flag -weights; did you mean --weights?\n");
+  // After --, anything is an argument.
+  EXPECT_EQ(Run({"softmax", "--", "-o"}), cli::kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("'-o' is not a decimal number"));
+}
+
+}  // namespace
+}  // namespace attend
