@@ -220,6 +220,11 @@ absl::StatusOr<CostEstimate> EstimateCost(const ModelSpec& model, const CostRequ
   e.decode = Phase(batch * DecodeAttentionFlops(m, e.context_tokens), 2.0 * p * batch,
                    weights.BytesRead(batch), batch * static_cast<double>(kv_one), batch,
                    e.peak_flops, bandwidth, request.price_per_hour_usd);
+  e.weights_bytes = static_cast<double>(weights.total) * weights.bytes_per_weight;
+  e.kv_cache_bytes = e.decode.kv_bytes;
+  if (hardware.memory_bytes > 0.0) {
+    e.fits = e.weights_bytes + e.kv_cache_bytes <= hardware.memory_bytes;
+  }
 
   for (const auto& [name, phase] :
        {std::pair<const char*, const PhaseCost*>{"prefill", &e.prefill}, {"decode", &e.decode}}) {

@@ -16,6 +16,8 @@
 //     reads the weights once and the whole KV cache of every sequence. For a mixture of experts
 //     the weights read are the shared part plus min(experts, tokens x experts_active) experts (an
 //     upper bound: the batch's tokens may share experts). Activations are not counted.
+//   - Memory: the weights (all of them, every expert) plus the KV cache of batch x context
+//     tokens must fit in the hardware's memory; activations and workspace are not counted.
 //   - Roofline: time = max(FLOPs / peak, bytes / bandwidth), and the larger term is the bound.
 //     Doubles throughout (FLOP counts reach 10^18 and beyond).
 //
@@ -78,6 +80,12 @@ struct CostEstimate {
   // layer windowed).
   int64_t prefill_crossover_tokens = 0;
   int64_t decode_crossover_tokens = 0;
+  // What must stay resident: every weight (all experts) in weights_dtype, and the KV cache of
+  // batch x context_tokens in kv_dtype. `fits` says whether their sum is at most
+  // hardware.memory_bytes; nullopt when that is unknown (0).
+  double weights_bytes = 0.0;
+  double kv_cache_bytes = 0.0;
+  std::optional<bool> fits;
 };
 
 // INVALID_ARGUMENT for an invalid model or hardware profile, negative or over-limit counts

@@ -244,6 +244,9 @@ void ToProto(const pl::CostEstimate& e, v1::EstimateCostResponse* out) {
   out->set_parameters(e.parameters);
   out->set_compute_dtype(e.compute_dtype);
   out->set_peak_flops(e.peak_flops);
+  out->set_weights_bytes(e.weights_bytes);
+  out->set_kv_cache_bytes(e.kv_cache_bytes);
+  if (e.fits.has_value()) out->set_fits(*e.fits);
 }
 
 void ToProto(const pl::PhaseCost& p, v1::PhaseCost* out) {

@@ -80,8 +80,9 @@ template <typename Input>
 absl::StatusOr<Input> ReadJsonRequest(const Args& args,
                                       absl::StatusOr<Input> (*parse)(absl::string_view)) {
   const std::string path = args.GetString("input");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
+  absl::StatusOr<std::ifstream> opened = OpenForReading(path);
+  if (!opened.ok()) return opened.status();
+  std::ifstream& in = *opened;
   std::ostringstream text;
   text << in.rdbuf();
   if (in.bad()) return absl::DataLossError(absl::StrCat("cannot read '", path, "'"));

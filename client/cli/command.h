@@ -8,6 +8,7 @@
 #define ATTEND_CLIENT_CLI_COMMAND_H_
 
 #include <cstdint>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -91,6 +92,11 @@ std::vector<Command> BenchCommands();
 std::vector<Command> SeqSubcommands();
 
 // --- helpers shared by commands ---
+
+// `path` opened for reading, or "cannot open '<path>': <why>": no such file (NOT_FOUND), no
+// permission to read it (PERMISSION_DENIED), it is a directory (FAILED_PRECONDITION), or the
+// system's reason (UNKNOWN).
+absl::StatusOr<std::ifstream> OpenForReading(const std::string& path);
 
 // The integer flag --<flag> in [min, max]; `fallback` when absent. INVALID_ARGUMENT naming the
 // flag and the range otherwise.

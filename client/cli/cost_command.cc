@@ -91,6 +91,22 @@ void PrintCost(std::ostream& out, const v1::EstimateCostResponse& e, bool priced
   if (!h.note().empty()) out << "hardware: " << h.note() << "\n";
 }
 
+// "warning: ..." on `err` when the weights and the KV cache need more than the hardware's memory
+// (EstimateCostResponse.fits false); nothing when they fit or the memory is unknown.
+void WarnIfNotFits(std::ostream& err, const v1::EstimateCostRequest& request,
+                   const v1::EstimateCostResponse& e) {
+  if (!e.has_fits() || e.fits()) return;
+  const v1::HardwareProfile& h = e.hardware();
+  const std::string weights_dtype =
+      request.weights_dtype().empty() ? e.model().weights_dtype() : request.weights_dtype();
+  err << "warning: does not fit: weights " << SiFine(e.weights_bytes(), "B") << " ("
+      << weights_dtype << ") + KV cache " << SiFine(e.kv_cache_bytes(), "B") << " ("
+      << Count(e.batch()) << " x " << Plural(e.context_tokens(), "token", "tokens")
+      << ") = " << SiFine(e.weights_bytes() + e.kv_cache_bytes(), "B") << " > "
+      << (h.name().empty() ? "custom" : h.name()) << " memory " << SiFine(h.memory_bytes(), "B")
+      << " (" << BinaryBytes(static_cast<int64_t>(h.memory_bytes())) << ")\n";
+}
+
 // Picks the FLOP unit that keeps the largest value of a chart between 1 and 1000.
 std::pair<double, std::string> FlopUnit(double largest) {
   const std::pair<double, const char*> units[] = {
@@ -240,6 +256,7 @@ int RunCost(Context& c) {
   } else {
     PrintCost(*c.out, *r, request->price_per_hour_usd() > 0);
   }
+  WarnIfNotFits(*c.err, *request, *r);
   if (c.args.Has("plot")) {
     absl::StatusOr<LineChart> chart = CostChart(planner, *request, *r);
     if (!chart.ok()) return ReportError(c, chart.status());

@@ -19,8 +19,9 @@ namespace {
 // *truncated says whether the file holds more.
 absl::StatusOr<std::string> ReadFilePrefix(const std::string& path, int64_t max_bytes,
                                            bool* truncated) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
+  absl::StatusOr<std::ifstream> opened = OpenForReading(path);
+  if (!opened.ok()) return opened.status();
+  std::ifstream& in = *opened;
   std::string data;
   char chunk[1 << 16];
   while (static_cast<int64_t>(data.size()) < max_bytes && in) {

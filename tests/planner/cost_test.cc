@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_format.h"
@@ -185,6 +186,52 @@ TEST(EstimateCost, Llama3EightBOnH100ByHand) {
   EXPECT_DOUBLE_EQ(e.prefill.tokens_per_second, 8192 / e.prefill.compute_seconds);
   EXPECT_DOUBLE_EQ(e.prefill.usd_per_million_tokens,
                    3.0 / 3600 * e.prefill.roofline_seconds / 8192 * 1e6);
+}
+
+// Llama 3 70B in bfloat16 is 2 x 70,553,706,496 = 141.1 GB of weights: more than an H100's
+// 80 GiB before any cache. On an H200 (141 GiB = 151.4 GB) it fits with 4096 tokens of f16 cache
+// (80 layers x 8 KV heads x 128 x 2 (K and V) x 2 bytes = 327,680 bytes per token).
+TEST(EstimateCost, FitsComparesWeightsAndCacheWithMemoryByHand) {
+  CostRequest r;
+  r.context_tokens = 4096;
+  const double weights = 2.0 * 70553706496;
+  const double cache = 327680.0 * 4096;
+  CostEstimate e = Estimate(Preset("llama-3-70b"), r, *FindHardware("h100"));
+  EXPECT_DOUBLE_EQ(e.weights_bytes, weights);
+  EXPECT_DOUBLE_EQ(e.kv_cache_bytes, cache);
+  EXPECT_EQ(e.fits, std::optional<bool>(false));
+  e = Estimate(Preset("llama-3-70b"), r, *FindHardware("h200"));
+  EXPECT_EQ(e.fits, std::optional<bool>(true));
+  // The cache counts the whole batch: room for 32,768 tokens of it holds 4 x 8192, not 4 x 8193.
+  HardwareProfile h = TestHardware();
+  h.memory_bytes = weights + 32768 * 327680.0;
+  r.context_tokens = 8192;
+  r.batch = 4;
+  e = Estimate(Preset("llama-3-70b"), r, h);
+  EXPECT_DOUBLE_EQ(e.kv_cache_bytes, 4 * 8192 * 327680.0);
+  EXPECT_EQ(e.fits, std::optional<bool>(true));
+  r.context_tokens = 8193;
+  r.batch = 4;
+  EXPECT_EQ(Estimate(Preset("llama-3-70b"), r, h).fits, std::optional<bool>(false));
+  // int8 weights and fp8 cache halve both.
+  r.weights_dtype = "int8";
+  r.kv_dtype = KvDType::kFp8;
+  e = Estimate(Preset("llama-3-70b"), r, h);
+  EXPECT_DOUBLE_EQ(e.weights_bytes, 70553706496.0);
+  EXPECT_DOUBLE_EQ(e.kv_cache_bytes, 4 * 8193 * 163840.0);
+  EXPECT_EQ(e.fits, std::optional<bool>(true));
+  // Unknown memory: unknown fit.
+  h.memory_bytes = 0;
+  EXPECT_EQ(Estimate(Preset("llama-3-70b"), r, h).fits, std::nullopt);
+}
+
+// A mixture of experts keeps every expert resident even when a step reads only some.
+TEST(EstimateCost, MixtureOfExpertsKeepsEveryExpertResident) {
+  CostRequest r;
+  r.context_tokens = 1000;
+  const CostEstimate e = Estimate(Preset("mixtral-8x7b"), r);
+  EXPECT_DOUBLE_EQ(e.decode.weight_bytes, 2.0 * 12879925248);
+  EXPECT_DOUBLE_EQ(e.weights_bytes, 2.0 * 46702792704);
 }
 
 TEST(EstimateCost, BatchSharesTheWeightReads) {
