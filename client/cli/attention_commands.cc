@@ -254,7 +254,7 @@ int RunHealth(Context& c) {
     absl::StrAppend(&json, json.size() > 1 ? ", " : "", JsonString(service), ": ",
                     JsonString(*status));
   }
-  *c.out << (c.json ? json + "}\n" : table.Render());
+  *c.out << (c.json ? json + "}\n" : table.Render(TableStyleFromFlags(c.args)));
   return all_serving ? kExitOk : kExitNotServing;
 }
 
