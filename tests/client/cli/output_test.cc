@@ -199,5 +199,16 @@ TEST_F(OutputTest, CostFitsColumns) {
   EXPECT_EQ(out_.str(), wide);
 }
 
+TEST_F(OutputTest, HealthJsonNamesTheServer) {
+  ASSERT_EQ(Run({"--json", "health"}), cli::kExitOk) << err_.str();
+  EXPECT_EQ(out_.str(),
+            "{\"server\": \"SERVING\", \"attend.v1.Attention\": \"SERVING\", "
+            "\"attend.v1.KvCache\": \"SERVING\", \"attend.v1.Planner\": \"SERVING\"}\n");
+  ASSERT_EQ(Run({"-o", "json", "health", "--service", ""}), cli::kExitOk) << err_.str();
+  EXPECT_EQ(out_.str(), "{\"server\": \"SERVING\"}\n");
+  EXPECT_EQ(Run({"-o", "json", "health", "--service", "no.such.Service"}), cli::kExitNotServing);
+  EXPECT_EQ(out_.str(), "{\"no.such.Service\": \"SERVICE_UNKNOWN\"}\n");
+}
+
 }  // namespace
 }  // namespace attend
