@@ -50,14 +50,16 @@ absl::StatusOr<Args> Args::Parse(const std::vector<std::string>& tokens,
       only_positional = true;
       continue;
     }
-    if (token[1] != '-') {  // one dash: -h, else a mistyped flag
+    // One dash: -h is --help and -o is --output (-o json, -o=json), else a mistyped flag.
+    const bool short_output = token == "-o" || absl::StartsWith(token, "-o=");
+    if (token[1] != '-' && !short_output) {
       if (token == "-h") {
         args.values_["help"] = "true";
         continue;
       }
       return UnknownFlag(token, absl::StrReplaceAll(token.substr(1), {{"-", "_"}}), specs);
     }
-    std::string name = token.substr(2);
+    std::string name = short_output ? absl::StrCat("output", token.substr(2)) : token.substr(2);
     std::optional<std::string> value;
     if (const size_t eq = name.find('='); eq != std::string::npos) {
       value = name.substr(eq + 1);

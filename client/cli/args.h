@@ -1,8 +1,8 @@
 // Command-line arguments of the attend CLI: `--name=value`, `--name value`, boolean `--name`,
 // and positional arguments (which may be negative numbers such as -1.5). Each command declares
 // its flags; unknown flags are usage errors, with a suggestion when one is close. Hyphens in a
-// flag's name read as underscores (`--n-q` is `--n_q`), `-h` is `--help`, and any other token
-// of one dash that is not a number is an unknown flag.
+// flag's name read as underscores (`--n-q` is `--n_q`), `-h` is `--help`, `-o` is
+// `--output`, and any other token of one dash that is not a number is an unknown flag.
 //
 // Thread-safety: Args and FlagSpec are values; Parse and FlagsHelp are pure functions.
 #ifndef ATTEND_CLIENT_CLI_ARGS_H_

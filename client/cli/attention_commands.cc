@@ -252,10 +252,10 @@ int RunHealth(Context& c) {
     if (!status.ok()) return ReportError(c, status.status());
     all_serving = all_serving && *status == "SERVING";
     table.AddRow({service.empty() ? "(server)" : service, *status});
-    absl::StrAppend(&json, json.size() > 1 ? ", " : "", JsonString(service), ": ",
-                    JsonString(*status));
+    absl::StrAppend(&json, json.size() > 1 ? ", " : "",
+                    JsonString(service.empty() ? "server" : service), ": ", JsonString(*status));
   }
-  *c.out << (c.json ? json + "}\n" : table.Render());
+  *c.out << (c.json ? json + "}\n" : table.Render(TableStyleFromFlags(c.args)));
   return all_serving ? kExitOk : kExitNotServing;
 }
 

@@ -105,6 +105,18 @@ struct BenchOptions {
   std::string kv_dtype;  // bf16, f32 or int8
 };
 
+// The integer flag --<flag>, or its older name --<alias> (IntFlag's checks either way);
+// INVALID_ARGUMENT when both are given.
+absl::StatusOr<int64_t> AliasedIntFlag(const Args& args, const std::string& flag,
+                                       const std::string& alias, int64_t fallback, int64_t min,
+                                       int64_t max) {
+  if (args.Has(flag) && args.Has(alias)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("give --", flag, " or its alias --", alias, ", not both"));
+  }
+  return IntFlag(args, args.Has(alias) ? alias : flag, fallback, min, max);
+}
+
 // The bench flags; INVALID_ARGUMENT for the first that is wrong or does not go with --rpc.
 absl::StatusOr<BenchOptions> ParseBenchFlags(const Args& args) {
   BenchOptions o;
@@ -122,12 +134,13 @@ absl::StatusOr<BenchOptions> ParseBenchFlags(const Args& args) {
   absl::StatusOr<int64_t> warmup = IntFlag(args, "warmup", 5, 0, int64_t{1} << 20);
   absl::StatusOr<int64_t> n_q = IntFlag(args, "n_q", 1, 1, 1 << 20);
   absl::StatusOr<int64_t> n_kv = IntFlag(args, "n_kv", 1024, 1, 1 << 24);
-  absl::StatusOr<int64_t> heads = IntFlag(args, "heads", 8, 1, 1 << 16);
+  absl::StatusOr<int64_t> heads = AliasedIntFlag(args, "n_head", "heads", 8, 1, 1 << 16);
   absl::StatusOr<int64_t> seed = IntFlag(args, "seed", 1, 0, INT64_MAX);
   for (const auto* v : {&requests, &concurrency, &warmup, &n_q, &n_kv, &heads, &seed}) {
     if (!v->ok()) return v->status();
   }
-  absl::StatusOr<int64_t> heads_kv = IntFlag(args, "heads_kv", *heads, 1, 1 << 16);
+  absl::StatusOr<int64_t> heads_kv =
+      AliasedIntFlag(args, "n_head_kv", "heads_kv", *heads, 1, 1 << 16);
   absl::StatusOr<int64_t> head_dim = IntFlag(args, "head_dim", 64, 1, 1 << 16);
   absl::StatusOr<int64_t> batch = IntFlag(args, "batch", 1, 1, 4096);
   for (const auto* v : {&heads_kv, &head_dim, &batch}) {
@@ -454,7 +467,7 @@ std::vector<Command> BenchCommands() {
   return {
       {"bench",
        "measure the server from here: latency percentiles, requests/s, server compute",
-       "attend bench [--rpc attend|decode|softmax] [--n_q N] [--n_kv N] [--heads H] "
+       "attend bench [--rpc attend|decode|softmax] [--n_q N] [--n_kv N] [--n_head H] "
        "[--requests N] [--concurrency C] [--warmup N]",
        "Sends --requests calls from --concurrency threads over one channel, after --warmup\n"
        "calls that are not measured, and prints the client's latency percentiles (p50, p90, p99:\n"
@@ -464,7 +477,7 @@ std::vector<Command> BenchCommands() {
        "(one layer each), prefills --n_kv tokens, times DecodeBatch steps (each adds a token) and\n"
        "releases the sequences at the end. The run stops at the first failed call and reports it.\n"
        "Examples:\n  attend bench\n"
-       "  attend bench --rpc attend --n_q 1 --n_kv 4096 --heads 32 --heads_kv 8 --head_dim 128\n"
+       "  attend bench --rpc attend --n_q 1 --n_kv 4096 --n_head 32 --n_head_kv 8 --head_dim 128\n"
        "  attend bench --rpc decode --n_kv 2048 --batch 4 --concurrency 2 --requests 200\n"
        "  attend bench --rpc softmax --n_kv 8 --requests 1000 --json\n",
        {{"rpc", "attend (Attend), decode (DecodeBatch over the KV cache) or softmax", false,
@@ -474,8 +487,10 @@ std::vector<Command> BenchCommands() {
         {"warmup", "calls before measuring", false, "5"},
         {"n_q", "attend: queries", false, "1"},
         {"n_kv", "attend: keys; decode: prefilled tokens; softmax: scores", false, "1024"},
-        {"heads", "query heads", false, "8"},
-        {"heads_kv", "key/value heads (divides --heads)", false, "--heads"},
+        {"n_head", "query heads", false, "8"},
+        {"n_head_kv", "key/value heads (divides n_head)", false, "n_head"},
+        {"heads", "alias of --n_head"},
+        {"heads_kv", "alias of --n_head_kv"},
         {"head_dim", "head size", false, "64"},
         {"batch", "decode: sequences per DecodeBatch call", false, "1"},
         {"causal", "attend: causal mask", true},

@@ -48,7 +48,11 @@ std::vector<FlagSpec> GlobalFlags() {
        "HTTP/2 keepalive ping interval, 0 = off, else >= 10 (env "
        "ATTEND_KEEPALIVE_SECONDS)",
        false, "0"},
-      {"json", "print JSON instead of tables", true},
+      {"json", "print JSON instead of tables (the same as -o json)", true},
+      {"output",
+       "-o: table, json (the same as --json) or wide (every column of a table, however wide)",
+       false, "table"},
+      {"no_headers", "tables without their header line (and without notes below them)", true},
       {"help", "show help", true},
       {"version", "print the client's version and commit", true},
   };
@@ -301,6 +305,24 @@ std::string StrayArgument(const Command& command, const Args& args) {
       "; unexpected '", args.positional()[max], "' (attend help ", command.name, ")");
 }
 
+// -o / --output and --json: sets context.json for either. Returns kExitOk, or reports a value
+// other than table, json or wide, or a --json that -o contradicts, as a usage error.
+int OutputFromFlags(Context& c) {
+  c.json = c.args.GetBool("json");
+  if (!c.args.Has("output")) return kExitOk;
+  const std::string output = c.args.GetString("output");
+  if (output != "table" && output != "json" && output != "wide") {
+    return UsageError(c, absl::InvalidArgumentError(
+                             absl::StrCat("-o/--output: '", output, "'; use table, json or wide")));
+  }
+  if (c.json && output != "json") {
+    return UsageError(c, absl::InvalidArgumentError(
+                             absl::StrCat("--json contradicts -o ", output, "; give one")));
+  }
+  c.json = output == "json";
+  return kExitOk;
+}
+
 }  // namespace
 
 int RunCli(const std::vector<std::string>& tokens, std::ostream& out, std::ostream& err) {
@@ -319,6 +341,7 @@ int RunCli(const std::vector<std::string>& tokens, std::ostream& out, std::ostre
     const std::string& t = tokens[i];
     if (command == nullptr && t.size() >= 2 && t[0] == '-') {  // Args::Parse reads it
       rest.push_back(t);
+      if (t == "-o" && i + 1 < tokens.size()) rest.push_back(tokens[++i]);  // -o json
       if (t.rfind("--", 0) != 0) continue;
       const std::string name = NormalFlag(t).substr(
           2, t.find('=') == std::string::npos ? std::string::npos : t.find('=') - 2);
@@ -381,7 +404,7 @@ int RunCli(const std::vector<std::string>& tokens, std::ostream& out, std::ostre
   context.out = &out;
   context.err = &err;
   context.args = *std::move(args);
-  context.json = context.args.GetBool("json");
+  if (int code = OutputFromFlags(context); code != kExitOk) return code;
   if (command->connects) {
     if (int code = ConnectionFromFlags(context); code != kExitOk) return code;
   }

@@ -43,7 +43,8 @@ absl::StatusOr<double> ParseRate(const Args& args, const std::string& flag) {
   return value;
 }
 
-void PrintCost(std::ostream& out, const v1::EstimateCostResponse& e, bool priced) {
+void PrintCost(std::ostream& out, std::ostream& err, const v1::EstimateCostResponse& e, bool priced,
+               const TableStyle& style) {
   const v1::ModelSpec& m = e.model();
   const v1::HardwareProfile& h = e.hardware();
   out << m.display_name() << " (" << m.name() << ") on " << (h.name().empty() ? "custom" : h.name())
@@ -67,7 +68,13 @@ void PrintCost(std::ostream& out, const v1::EstimateCostResponse& e, bool priced
                   Duration(p->roofline_seconds()), p->bound(), Rate(p->tokens_per_second()),
                   priced ? absl::StrFormat("%.4g", p->usd_per_million_tokens()) : "-"});
   }
-  out << table.Render();
+  // Unpriced, $/Mtok says nothing; the ratios and byte counts matter less than time and rate.
+  table.set_drop_order(priced
+                           ? std::vector<std::string>{"FLOP/byte", "bytes moved", "weight FLOPs",
+                                                      "attention FLOPs", "bound"}
+                           : std::vector<std::string>{"$/Mtok", "FLOP/byte", "bytes moved",
+                                                      "weight FLOPs", "attention FLOPs", "bound"});
+  PrintTable(table, style, out, err);
   if (!e.prefill().bound().empty()) {
     out << "prefill: the prompt's KV cache written (" << SiFine(e.prefill().kv_bytes(), "B")
         << ") and the weights read once (" << SiFine(e.prefill().weight_bytes(), "B") << ")\n";
@@ -254,7 +261,7 @@ int RunCost(Context& c) {
   if (c.json) {
     *c.out << ToJson(*r);
   } else {
-    PrintCost(*c.out, *r, request->price_per_hour_usd() > 0);
+    PrintCost(*c.out, *c.err, *r, request->price_per_hour_usd() > 0, TableStyleFromFlags(c.args));
   }
   WarnIfNotFits(*c.err, *request, *r);
   if (c.args.Has("plot")) {

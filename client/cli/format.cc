@@ -1,10 +1,15 @@
 #include "client/cli/format.h"
 
+#include <sys/ioctl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -35,9 +40,27 @@ std::string Numbers(absl::Span<const T> values) {
 
 }  // namespace
 
-std::string Table::Render() const {
+TableStyle TableStyleFromFlags(const Args& args) {
+  TableStyle style;
+  style.headers = !args.GetBool("no_headers");
+  if (args.GetString("output") == "wide") return style;
+  int64_t columns = 0;
+  if (const char* env = std::getenv("COLUMNS");
+      env != nullptr && absl::SimpleAtoi(env, &columns) && columns > 0) {
+    style.max_width = static_cast<size_t>(columns);
+  } else if (isatty(STDOUT_FILENO)) {
+    winsize size{};
+    const bool told = ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 0;
+    style.max_width = told ? size.ws_col : 80;
+  }
+  return style;
+}
+
+std::string Table::Render(const TableStyle& style, std::vector<std::string>* hidden) const {
+  const size_t first = style.headers ? 0 : 1;
   std::vector<size_t> widths;
-  for (const auto& row : rows_) {
+  for (size_t r = first; r < rows_.size(); ++r) {
+    const auto& row = rows_[r];
     if (widths.size() < row.size()) widths.resize(row.size(), 0);
     for (size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], row[c].size());
   }
@@ -48,19 +71,45 @@ std::string Table::Render() const {
       if (!LooksNumeric(rows_[r][c]) && rows_[r][c] != "...") numeric[c] = false;
     }
   }
+  // Hide columns in the drop order while the widest line is wider than allowed.
+  std::vector<bool> shown(widths.size(), true);
+  size_t total = 0;
+  for (size_t c = 0; c < widths.size(); ++c) total += widths[c] + (c ? 2 : 0);
+  for (const std::string& name : drop_order_) {
+    if (style.max_width == 0 || total <= style.max_width) break;
+    const auto it = std::find(rows_[0].begin(), rows_[0].end(), name);
+    const size_t c = static_cast<size_t>(it - rows_[0].begin());
+    if (it == rows_[0].end() || c >= widths.size() || !shown[c]) continue;
+    shown[c] = false;
+    total -= widths[c] + 2;
+    if (hidden != nullptr) hidden->push_back(name);
+  }
   std::string out;
-  for (const auto& row : rows_) {
+  for (size_t r = first; r < rows_.size(); ++r) {
     std::string line;
-    for (size_t c = 0; c < row.size(); ++c) {
-      const std::string& cell = row[c];
+    for (size_t c = 0; c < rows_[r].size(); ++c) {
+      if (!shown[c]) continue;
+      const std::string& cell = rows_[r][c];
       const std::string pad(widths[c] - cell.size(), ' ');
-      if (c) line += "  ";
+      if (!line.empty()) line += "  ";
       line += numeric[c] ? pad + cell : cell + pad;
     }
     while (!line.empty() && line.back() == ' ') line.pop_back();
     out += line + "\n";
   }
   return out;
+}
+
+std::string HiddenColumnsNote(const std::vector<std::string>& hidden, size_t max_width) {
+  if (hidden.empty()) return "";
+  return absl::StrCat("(", absl::StrJoin(hidden, ", "), " hidden to fit ", max_width,
+                      " columns; -o wide shows ", hidden.size() == 1 ? "it" : "them", ")\n");
+}
+
+void PrintTable(const Table& table, const TableStyle& style, std::ostream& out, std::ostream& err) {
+  std::vector<std::string> hidden;
+  out << table.Render(style, &hidden);
+  (style.headers ? out : err) << HiddenColumnsNote(hidden, style.max_width);
 }
 
 std::string Fields::Render(const std::string& indent) const {

@@ -17,21 +17,51 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "attend/v1/tensor.pb.h"
+#include "client/cli/args.h"
 #include "client/tensor.h"
 #include "google/protobuf/message.h"
 
 namespace attend::cli {
+
+// How a Table is printed: with or without its header line, and how wide it may be.
+struct TableStyle {
+  bool headers = true;
+  // The widest a line may be, 0 for no limit. Columns are hidden in the table's drop order
+  // until it fits, or until none that may go is left.
+  size_t max_width = 0;
+};
+
+// The style the command line and the terminal ask for: no header line with --no-headers; no
+// limit with -o wide; else $COLUMNS when it is a positive number; else, when stdout is a
+// terminal, its width (80 when it does not tell); else (piped, as in scripts) no limit.
+// Reads the environment and stdout, nothing else.
+TableStyle TableStyleFromFlags(const Args& args);
 
 // Columns padded to their widest cell; numeric-looking cells are right-aligned.
 class Table {
  public:
   explicit Table(std::vector<std::string> header) : rows_{std::move(header)} {}
   void AddRow(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
-  std::string Render() const;
+  // The headers of the columns that may be hidden to fit TableStyle::max_width, the least
+  // important first; the other columns always show.
+  void set_drop_order(std::vector<std::string> headers) { drop_order_ = std::move(headers); }
+
+  std::string Render() const { return Render(TableStyle()); }
+  // The table in `style`; `hidden`, when given, receives the headers of the columns left out.
+  std::string Render(const TableStyle& style, std::vector<std::string>* hidden = nullptr) const;
 
  private:
   std::vector<std::vector<std::string>> rows_;
+  std::vector<std::string> drop_order_;
 };
+
+// "(source, window hidden to fit 80 columns; -o wide shows them)\n", or "" when `hidden` is
+// empty.
+std::string HiddenColumnsNote(const std::vector<std::string>& hidden, size_t max_width);
+
+// `table` in the style of the flags (TableStyleFromFlags) on `out`, and the note of the columns
+// it hides: on `out` below it, or on `err` with --no-headers, which keeps `out` to the rows.
+void PrintTable(const Table& table, const TableStyle& style, std::ostream& out, std::ostream& err);
 
 // "label     value" lines with the values aligned, each line starting with `indent`.
 class Fields {

@@ -208,8 +208,12 @@ int RunModels(Context& c) {
                   m.max_context_tokens() > 0 ? Count(m.max_context_tokens()) : "-",
                   Shorten(m.source(), 60)});
   }
-  *c.out << table.Render()
-         << "'attend model <name>' shows one in full; 'attend plan <name>' sizes its KV cache.\n";
+  table.set_drop_order({"source", "window", "head dim", "max context"});
+  const TableStyle style = TableStyleFromFlags(c.args);
+  PrintTable(table, style, *c.out, *c.err);
+  if (style.headers) {
+    *c.out << "'attend model <name>' shows one in full; 'attend plan <name>' sizes its KV cache.\n";
+  }
   return kExitOk;
 }
 
@@ -218,7 +222,7 @@ int RunModels(Context& c) {
 Command ModelsCommand() {
   return {"models",
           "list the model presets, or show one ('attend models <name>')",
-          "attend models [<name>] [--json]",
+          "attend models [<name>] [--json | -o wide] [--no-headers]",
           "Presets of published configurations; each names its source. With a name, the same as\n"
           "'attend model <name>'.\n"
           "Examples:\n  attend models\n  attend models llama-3-8b\n  attend --json models\n",
