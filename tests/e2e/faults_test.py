@@ -410,7 +410,7 @@ time.sleep(600)
               "%.2f s after it" % (len(record), codes, len(in_flight), len(finished), exited),
               file=sys.stderr)
         self.assertEqual(proc.returncode, 0)
-        self.assertLess(exited, grace + 1.0)
+        self.assertLess(exited, grace + 1.0 + e2e_test.SANITIZER_EXIT_SECONDS)
         # Calls either finished or were refused or cut off as the drain promises; nothing else.
         # CANCELLED comes only from calls that had not been admitted (README: one still arriving
         # "is refused or cut off like a new one"): admitted calls are waited for, and the exit

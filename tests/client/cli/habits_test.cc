@@ -185,10 +185,11 @@ TEST_F(HabitsTest, StrayArgumentsAreUsageErrors) {
 }
 
 TEST_F(HabitsTest, SingleDashTokensThatAreNotNumbersAreUnknownFlags) {
-  EXPECT_EQ(Run({"health", "-o", "json"}), cli::kExitUsage);
-  EXPECT_EQ(err_.str(), "usage error: unknown flag -o\n");
-  EXPECT_EQ(Run({"-o", "health"}), cli::kExitUsage);
-  EXPECT_EQ(err_.str(), "usage error: unknown flag -o\n");
+  // -h and -o are the only one-dash flags (--help and --output).
+  EXPECT_EQ(Run({"health", "-x", "json"}), cli::kExitUsage);
+  EXPECT_EQ(err_.str(), "usage error: unknown flag -x\n");
+  EXPECT_EQ(Run({"-x", "health"}), cli::kExitUsage);
+  EXPECT_EQ(err_.str(), "usage error: unknown flag -x\n");
   EXPECT_EQ(Run({"attend", "-weights"}), cli::kExitUsage);
   EXPECT_EQ(err_.str(), "usage error: unknown flag -weights; did you mean --weights?\n");
   // After --, anything is an argument.
