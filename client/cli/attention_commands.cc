@@ -1,4 +1,4 @@
-// The Attention service's commands (attend, mha, softmax, scaling) and health. `attend` and
+// The Attention service's commands (attend, mha, softmax, scaling). `attend` and
 // `mha` take random inputs, .npy files, a JSON request (--input) or, for `attend`, one of the
 // lessons' worked examples (--example), and draw the attention weights as an SVG heatmap.
 #include <cmath>
@@ -234,29 +234,6 @@ int WriteHeatmap(Context& c, const FloatTensor& weights, const client::MaskSetti
     *c.out << "\n";
   }
   return kExitOk;
-}
-
-int RunHealth(Context& c) {
-  std::vector<std::string> services;
-  if (c.args.Has("service")) {
-    services.push_back(c.args.GetString("service"));
-  } else {
-    services = {"", "attend.v1.Attention", "attend.v1.KvCache", "attend.v1.Planner"};
-  }
-  Table table({"service", "status"});
-  std::string json = "{";
-  bool all_serving = true;
-  for (const std::string& service : services) {
-    absl::StatusOr<std::string> status =
-        client::CheckHealth(c.Channel(), service, c.connection.deadline);
-    if (!status.ok()) return ReportError(c, status.status());
-    all_serving = all_serving && *status == "SERVING";
-    table.AddRow({service.empty() ? "(server)" : service, *status});
-    absl::StrAppend(&json, json.size() > 1 ? ", " : "",
-                    JsonString(service.empty() ? "server" : service), ": ", JsonString(*status));
-  }
-  *c.out << (c.json ? json + "}\n" : table.Render(TableStyleFromFlags(c.args)));
-  return all_serving ? kExitOk : kExitNotServing;
 }
 
 int RunSoftmax(Context& c) {
@@ -665,13 +642,6 @@ Command MultiHeadCommand() {
 
 std::vector<Command> AttentionCommands() {
   std::vector<Command> commands;
-  commands.push_back({"health",
-                      "report whether the server and each service is SERVING",
-                      "attend health [--service=<name>]",
-                      "Exits 0 when every service asked about is SERVING, 5 otherwise.\n"
-                      "Examples:\n  attend health\n  attend health --service attend.v1.Attention\n",
-                      {{"service", "check only this service (\"\" = the server as a whole)"}},
-                      RunHealth});
   commands.push_back({"softmax",
                       "softmax of a list of scores, with the Jacobian on request",
                       "attend softmax <score>... [--jacobian] [--temperature=<t>]",

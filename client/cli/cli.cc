@@ -326,7 +326,8 @@ int OutputFromFlags(Context& c) {
 }  // namespace
 
 int RunCli(const std::vector<std::string>& tokens, std::ostream& out, std::ostream& err) {
-  std::vector<Command> commands = AttentionCommands();
+  std::vector<Command> commands = HealthCommands();
+  for (Command& c : AttentionCommands()) commands.push_back(std::move(c));
   for (Command& c : PlannerCommands()) commands.push_back(std::move(c));
   for (Command& c : SeqCommands()) commands.push_back(std::move(c));
   for (Command& c : BenchCommands()) commands.push_back(std::move(c));

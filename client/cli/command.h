@@ -78,7 +78,9 @@ int UsageError(Context& context, const absl::Status& status);
 // For local files that cannot be read, parsed or written: "error: <message>", kExitLocalError.
 int LocalError(Context& context, const absl::Status& status);
 
-// Commands of the Attention service and health.
+// `health`: grpc.health.v1 of the server and its services.
+std::vector<Command> HealthCommands();
+// Commands of the Attention service.
 std::vector<Command> AttentionCommands();
 // Commands of the Planner service: models, model, plan, cost.
 std::vector<Command> PlannerCommands();

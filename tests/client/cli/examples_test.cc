@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/cli/cli.h"
 #include "client/cli/command.h"
+#include "tests/client/cli/cli_fixture.h"
 #include "tests/server/server_fixture.h"
 #include "tests/test_util.h"
 
@@ -17,16 +18,7 @@ std::string Example(const std::string& name) {
   return absl::StrCat(ATTEND_SOURCE_DIR, "/examples/", name);
 }
 
-class ExamplesTest : public ::attend::testing::ServerSuite {
- protected:
-  int Run(std::vector<std::string> tokens) {
-    tokens.insert(tokens.begin(), {"--target", absl::StrCat("127.0.0.1:", server_->port())});
-    out_.str("");
-    err_.str("");
-    return cli::RunCli(tokens, out_, err_);
-  }
-  std::ostringstream out_, err_;
-};
+class ExamplesTest : public ::attend::testing::CliServerSuite {};
 
 // Causal over three tokens: the first query sees only the first key, so its output is v[0].
 TEST_F(ExamplesTest, RequestJsonAttends) {

@@ -14,6 +14,7 @@
 #include "common/version.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/client/cli/cli_fixture.h"
 #include "tests/server/server_fixture.h"
 
 namespace attend {
@@ -22,17 +23,7 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-class HabitsTest : public ::attend::testing::ServerSuite {
- protected:
-  int Run(std::vector<std::string> tokens) {
-    tokens.insert(tokens.begin(), {"--target", absl::StrCat("127.0.0.1:", server_->port())});
-    out_.str("");
-    err_.str("");
-    return cli::RunCli(tokens, out_, err_);
-  }
-
-  std::ostringstream out_, err_;
-};
+class HabitsTest : public ::attend::testing::CliServerSuite {};
 
 TEST_F(HabitsTest, DashHAndHelpPrintTheOverview) {
   ASSERT_EQ(Run({"--help"}), cli::kExitOk);

@@ -13,6 +13,7 @@
 #include "client/cli/command.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/client/cli/cli_fixture.h"
 #include "tests/server/server_fixture.h"
 
 namespace attend {
@@ -21,17 +22,7 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-class OutputTest : public ::attend::testing::ServerSuite {
- protected:
-  int Run(std::vector<std::string> tokens) {
-    tokens.insert(tokens.begin(), {"--target", absl::StrCat("127.0.0.1:", server_->port())});
-    out_.str("");
-    err_.str("");
-    return cli::RunCli(tokens, out_, err_);
-  }
-
-  std::ostringstream out_, err_;
-};
+class OutputTest : public ::attend::testing::CliServerSuite {};
 
 TEST_F(OutputTest, BenchTakesNHeadWithHeadsAsAnAlias) {
   ASSERT_EQ(Run({"bench", "--n_head", "4", "--n_head_kv", "2", "--n_kv", "8", "--head_dim", "4",
