@@ -1,7 +1,8 @@
 // What the CLI's pictures show, read back from the SVG as python3's xml.etree parses it: heads
 // in a grid within a bounded size, values printed only where legible, queries numbered by
 // position, shared key/value heads named, the masked legend only when needed, a fixed colour
-// scale. And that rsvg-convert (librsvg) renders them to PNG with the colours the cells claim.
+// scale; charts with a log y axis, marked points, notes and stacked panels. And that rsvg-convert
+// (librsvg) renders them to PNG with the colours the cells claim.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/cli/attention_heatmap.h"
+#include "client/cli/svg_chart.h"
 #include "client/cli/svg_heatmap.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -195,6 +197,73 @@ TEST(HeatmapScale, FixedRunsFromZeroToOneInEveryPicture) {
             (std::vector<std::string>{"fixed scale"}));
 }
 
+// The y pixel of each point of the polyline of `series`.
+std::vector<double> PolylineYs(const std::string& svg, const std::string& series) {
+  const std::vector<std::string> names = Select(svg, "polyline", "", "data-series");
+  const std::vector<std::string> points = Select(svg, "polyline", "", "points");
+  std::vector<double> ys;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i] != series) continue;
+    for (absl::string_view p : absl::StrSplit(points[i], ' ', absl::SkipEmpty())) {
+      ys.push_back(std::stod(std::string(p.substr(p.find(',') + 1))));
+    }
+  }
+  return ys;
+}
+
+TEST(ChartLogY, TicksArePowersOfTenAndDecadesEvenlySpaced) {
+  LineChart chart;
+  chart.series = {{"growth", {0, 1, 2, 3, 4}, {0, 1, 10, 100, 1000}}};
+  chart.log_y = true;
+  const std::string svg = RenderSvg(chart);
+  EXPECT_EQ(XmlProblem(svg), "");
+  EXPECT_EQ(Select(svg, "text", "y-tick", "text"),
+            (std::vector<std::string>{"1", "10", "100", "1,000"}));
+  const std::vector<double> ys = PolylineYs(svg, "growth");
+  ASSERT_EQ(ys.size(), 4u);  // y = 0 has no place on a log axis
+  for (size_t i = 2; i < ys.size(); ++i) EXPECT_NEAR(ys[i - 1] - ys[i], ys[0] - ys[1], 0.02);
+  chart.log_y = false;
+  const std::vector<double> linear = PolylineYs(RenderSvg(chart), "growth");
+  ASSERT_EQ(linear.size(), 5u);
+  EXPECT_GT(linear[3] - linear[4], 5 * (linear[2] - linear[3]));
+}
+
+TEST(ChartPoints, MarkedOnTheirLineWithTheirLabel) {
+  LineChart chart;
+  chart.series = {{"kv", {0, 100}, {0, 50}}, {"budget", {0, 100}, {30, 30}, true}};
+  chart.points = {{60, 30, "fits to 60 tokens", "kv"}};
+  const std::string svg = RenderSvg(chart);
+  EXPECT_EQ(Select(svg, "circle", "point", "data-point"),
+            (std::vector<std::string>{"fits to 60 tokens"}));
+  EXPECT_EQ(Select(svg, "circle", "point", "data-series"), (std::vector<std::string>{"kv"}));
+  EXPECT_EQ(Select(svg, "text", "point-label", "text"),
+            (std::vector<std::string>{"fits to 60 tokens"}));
+  // The ring sits on the budget line, in the kv line's colour.
+  EXPECT_NEAR(std::stod(Select(svg, "circle", "point", "cy").at(0)),
+              PolylineYs(svg, "budget").at(0), 0.02);
+  EXPECT_EQ(Select(svg, "circle", "point", "stroke").at(0), "#0072B2");
+}
+
+TEST(ChartNotesAndPanels, NotesUnderThePlotAndPanelsStacked) {
+  LineChart flops, time;
+  flops.title = "flops";
+  flops.series = {{"a", {0, 1}, {0, 1}}};
+  flops.notes = {"note: the x axis runs past the model's 8,192 tokens"};
+  time.title = "time";
+  time.series = {{"b", {0, 1}, {1, 100}}};
+  time.log_y = true;
+  const std::string svg = RenderSvg(std::vector<LineChart>{flops, time});
+  EXPECT_EQ(XmlProblem(svg), "");
+  EXPECT_EQ(Select(svg, "text", "note", "text"), flops.notes);
+  EXPECT_EQ(Select(svg, "g", "chart-panel", "transform"),
+            (std::vector<std::string>{"", "translate(0 500)"}));
+  EXPECT_EQ(Select(svg, "svg", "", "height"), (std::vector<std::string>{"1000"}));
+  EXPECT_EQ(Select(svg, "clipPath", "", "id"),
+            (std::vector<std::string>{"plot-area", "plot-area-1"}));
+  EXPECT_EQ(Select(svg, "text", "title", "text"), (std::vector<std::string>{"flops", "time"}));
+  EXPECT_EQ(Select(svg, "title", "", "text"), (std::vector<std::string>{"flops"}));
+}
+
 // rsvg-convert's absence skips the test unless ATTEND_REQUIRE_RSVG=1 (scripts/test.sh, after
 // scripts/setup.sh installed librsvg2-bin), where it fails.
 bool ShouldRunRsvg() {
@@ -271,6 +340,19 @@ TEST(RsvgConvert, RendersAHeatmapWithTheColoursOfItsCells) {
   const double height = std::stod(Select(svg, "svg", "", "height").at(0));
   EXPECT_EQ(out[0], absl::StrCat(static_cast<int>(width), " ", static_cast<int>(height)));
   for (size_t i = 0; i < expected.size(); ++i) EXPECT_EQ(out[i + 1], expected[i]) << i;
+}
+
+TEST(RsvgConvert, RendersStackedCharts) {
+  if (!ShouldRunRsvg()) GTEST_SKIP() << "rsvg-convert not installed (Debian: librsvg2-bin)";
+  LineChart a, b;
+  a.series = {{"a", {0, 1}, {0, 1}}};
+  b.series = {{"b", {1, 2}, {1, 1000}}};
+  b.log_y = true;
+  const std::string svg = RenderSvg(std::vector<LineChart>{a, b});
+  // A pixel of the white background, top left.
+  const std::vector<std::string> out = Lines(RunPythonOn(
+      svg, absl::StrCat("import sys\nsys.argv += ['2,2']\n", kRenderScript), "rsvg_chart"));
+  EXPECT_EQ(out, (std::vector<std::string>{"860 1000", "#ffffff"}));
 }
 
 }  // namespace
