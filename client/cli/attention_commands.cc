@@ -553,7 +553,10 @@ Command AttendCommand() {
   attend_flags.push_back(
       {"example",
        "a worked example of the lessons: it (\"it\" over animal/tired/street) or "
-       "causal (\"The cat sat down\")"});
+       "causal (\"The cat sat down\")",
+       false,
+       "",
+       {"it", "causal"}});
   for (FlagSpec& f : CommonAttentionFlags()) attend_flags.push_back(f);
   return {
       "attend",

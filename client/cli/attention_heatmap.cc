@@ -26,7 +26,9 @@ FlagSpec HeatmapScaleFlag() {
   return {"heatmap_scale",
           "colours of --heatmap: 'auto' (each picture its own range) or 'fixed' (0 to 1, "
           "comparable across pictures)",
-          false, "auto"};
+          false,
+          "auto",
+          {"auto", "fixed"}};
 }
 
 absl::StatusOr<bool> ParseHeatmapScale(const Args& args) {

@@ -182,19 +182,24 @@ int RunExample(Context& c) {
 }  // namespace
 
 std::vector<Command> ExampleCommands() {
-  return {{"example",
-           "the lessons' worked examples, run on the server and printed as the lessons print them",
-           "attend example list | attend example <name> [--heatmap=w.svg]",
-           "`attend example list` names every example with its lesson. `attend example <name>`\n"
-           "runs it through the server and prints the lesson's numbers in the lesson's layout;\n"
-           "--json prints the computed numbers instead, --heatmap draws the attention weights.\n"
-           "Examples:\n  attend example list\n  attend example qkv\n"
-           "  attend example full-attention --heatmap full.svg\n  attend --json example cost\n",
-           {{"heatmap", "write the example's attention weights as an SVG heatmap to this file"},
-            HeatmapScaleFlag()},
-           RunExample,
-           {},
-           1}};
+  std::vector<std::string> names = {"list"};
+  for (const examples::Example& e : AllExamples()) names.push_back(e.name);
+  std::vector<Command> commands = {
+      {"example",
+       "the lessons' worked examples, run on the server and printed as the lessons print them",
+       "attend example list | attend example <name> [--heatmap=w.svg]",
+       "`attend example list` names every example with its lesson. `attend example <name>`\n"
+       "runs it through the server and prints the lesson's numbers in the lesson's layout;\n"
+       "--json prints the computed numbers instead, --heatmap draws the attention weights.\n"
+       "Examples:\n  attend example list\n  attend example qkv\n"
+       "  attend example full-attention --heatmap full.svg\n  attend --json example cost\n",
+       {{"heatmap", "write the example's attention weights as an SVG heatmap to this file"},
+        HeatmapScaleFlag()},
+       RunExample,
+       {},
+       1}};
+  commands[0].positional_words = std::move(names);
+  return commands;
 }
 
 }  // namespace attend::cli

@@ -433,7 +433,11 @@ Command PlanCommand() {
        "memory of one replica of a fleet (e.g. 64GiB): how many replicas hold --batch sequences "
        "behind the consistent-hash proxy"},
       {"plot", "also write an SVG of KV-cache size against context to this file"},
-      {"plot_by", "one line per 'variant' (MHA/GQA/MQA) or per KV 'dtype'", false, "variant"},
+      {"plot_by",
+       "one line per 'variant' (MHA/GQA/MQA) or per KV 'dtype'",
+       false,
+       "variant",
+       {"variant", "dtype"}},
       {"log_y", "--plot with a log y axis (MQA's megabytes beside MHA's gigabytes)", true},
   };
   for (FlagSpec& f : ModelSourceFlags()) plan_flags.push_back(f);
