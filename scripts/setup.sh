@@ -16,6 +16,7 @@ packages=(
   openssl
   clang libclang-rt-14-dev libomp-14-dev  # scripts/fuzz.sh: libFuzzer, and OpenMP for clang
   nginx prometheus python3-yaml  # deploy/: the local fleet's proxy, promtool, config tests
+  librsvg2-bin  # rsvg-convert: the CLI's pictures are rendered to PNG in a test
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -20,16 +20,21 @@
 namespace attend::cli {
 
 struct FlagSpec {
-  FlagSpec(std::string name, std::string help, bool is_bool = false, std::string default_value = "")
+  FlagSpec(std::string name, std::string help, bool is_bool = false, std::string default_value = "",
+           std::vector<std::string> values = {})
       : name(std::move(name)),
         help(std::move(help)),
         is_bool(is_bool),
-        default_value(std::move(default_value)) {}
+        default_value(std::move(default_value)),
+        values(std::move(values)) {}
 
   std::string name;
   std::string help;
   bool is_bool = false;
   std::string default_value;  // shown in help; empty = none
+  // The values the flag takes, when they are a fixed few: what shell completion offers after
+  // it (others complete file names). Parsing does not check them; the command does.
+  std::vector<std::string> values;
 };
 
 class Args {

@@ -15,10 +15,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/attention_client.h"
+#include "client/cli/attention_heatmap.h"
 #include "client/cli/command.h"
 #include "client/cli/format.h"
 #include "client/cli/lesson_flags.h"
-#include "client/cli/svg_heatmap.h"
 #include "client/json_input.h"
 #include "client/npy.h"
 
@@ -41,6 +41,7 @@ std::vector<FlagSpec> CommonAttentionFlags() {
       {"weights_out", "write the weights to this .npy file", false},
       {"heatmap", "write the weights as an SVG heatmap, one panel per head, to this file"},
       {"labels", "comma-separated names of the tokens (keys), for the heatmap"},
+      HeatmapScaleFlag(),
   };
 }
 
@@ -65,7 +66,8 @@ absl::Status ApplyCommon(const Args& args, client::MaskSettings* mask, std::opti
   absl::StatusOr<client::Wire> w = client::ParseWire(args.GetString("wire", "f32"));
   if (!w.ok()) return w.status();
   *wire = *w;
-  return absl::OkStatus();
+  // Checked before the call, which --heatmap_scale only draws.
+  return ParseHeatmapScale(args).status();
 }
 
 // Writes the tensor of --<flag> when the flag is given.
@@ -179,61 +181,18 @@ absl::StatusOr<std::vector<std::string>> ParseLabels(const Args& args, const std
   return labels;
 }
 
-// Writes `weights` [heads, n_q, n_kv] to --heatmap, cells hidden by `mask` hatched. Key labels
-// come from --labels (or `key_labels`); the queries take the labels of their positions (the
-// last n_q keys') unless `query_labels` names them. Prints what it wrote unless --json.
-int WriteHeatmap(Context& c, const FloatTensor& weights, const client::MaskSettings& mask,
-                 std::vector<std::string> key_labels, std::vector<std::string> query_labels,
-                 const std::string& title) {
-  const int64_t heads = weights.shape[0], n_q = weights.shape[1], n_kv = weights.shape[2];
+// Writes `weights` [heads, n_q, n_kv] to --heatmap. Key labels come from --labels (or
+// `key_labels`); the queries take the labels of their positions unless `query_labels` names
+// them (--labels renames the tokens, so it drops `query_labels`).
+int WriteHeatmap(Context& c, const FloatTensor& weights, AttentionPicture picture) {
   if (c.args.Has("labels")) {
-    absl::StatusOr<std::vector<std::string>> labels = ParseLabels(c.args, "labels", n_kv, "keys");
+    absl::StatusOr<std::vector<std::string>> labels =
+        ParseLabels(c.args, "labels", weights.shape[2], "keys");
     if (!labels.ok()) return UsageError(c, labels.status());
-    key_labels = *std::move(labels);
-    query_labels.clear();
+    picture.key_labels = *std::move(labels);
+    picture.query_labels.clear();
   }
-  if (query_labels.empty() && !key_labels.empty() && n_q <= n_kv) {
-    query_labels.assign(key_labels.end() - n_q, key_labels.end());
-  }
-  Heatmap h;
-  h.title = title;
-  std::vector<std::string> mask_words;
-  if (mask.causal) mask_words.push_back("causal");
-  if (mask.window_tokens > 0) mask_words.push_back(absl::StrCat("window ", mask.window_tokens));
-  h.subtitle = absl::StrCat(Plural(heads, "head", "heads"), ", ", Plural(n_q, "query", "queries"),
-                            " x ", Plural(n_kv, "key", "keys"), "; ",
-                            mask_words.empty() ? "no mask" : absl::StrJoin(mask_words, ", "),
-                            "; hover a cell for its weight");
-  h.heads = heads;
-  h.rows = n_q;
-  h.cols = n_kv;
-  h.values = weights.values;
-  h.masked.resize(weights.values.size());
-  for (int64_t head = 0; head < heads; ++head) {
-    for (int64_t i = 0; i < n_q; ++i) {
-      for (int64_t j = 0; j < n_kv; ++j) {
-        h.masked[static_cast<size_t>((head * n_q + i) * n_kv + j)] =
-            !client::KeyVisible(mask, n_q, n_kv, i, j);
-      }
-    }
-  }
-  h.row_labels = std::move(query_labels);
-  h.column_labels = std::move(key_labels);
-  absl::StatusOr<std::string> svg = RenderHeatmapSvg(h);
-  if (!svg.ok()) return LocalError(c, svg.status());
-  const std::string path = c.args.GetString("heatmap");
-  if (absl::Status s = WriteTextFile(path, *svg); !s.ok()) return LocalError(c, s);
-  if (!c.json) {
-    *c.out << "wrote " << path << ": " << Plural(heads, "head", "heads") << " of " << n_q << " x "
-           << n_kv << " weights";
-    if (HeatmapTruncated(h)) {
-      *c.out << " (drawn: the first " << std::min(heads, h.max_panels) << " heads, "
-             << std::min(n_q, h.max_rows) << " queries and " << std::min(n_kv, h.max_cols)
-             << " keys)";
-    }
-    *c.out << "\n";
-  }
-  return kExitOk;
+  return WriteAttentionHeatmap(c, weights, std::move(picture));
 }
 
 int RunSoftmax(Context& c) {
@@ -412,8 +371,13 @@ int RunAttend(Context& c) {
     PrintStats(*c.out, r->stats);
   }
   if (c.args.Has("heatmap") && r->weights) {
-    return WriteHeatmap(c, *r->weights, input.mask, std::move(request.key_labels),
-                        std::move(request.query_labels), request.title);
+    AttentionPicture picture;
+    picture.title = request.title;
+    picture.mask = input.mask;
+    picture.n_head_kv = input.k.shape.size() == 3 ? input.k.shape[1] : 0;
+    picture.key_labels = std::move(request.key_labels);
+    picture.query_labels = std::move(request.query_labels);
+    return WriteHeatmap(c, *r->weights, std::move(picture));
   }
   return kExitOk;
 }
@@ -520,7 +484,11 @@ int RunMultiHead(Context& c) {
     PrintMultiHead(*c.out, *r, c.args.GetBool("weights"));
   }
   if (c.args.Has("heatmap") && r->weights) {
-    return WriteHeatmap(c, *r->weights, input.mask, {}, {}, title);
+    AttentionPicture picture;
+    picture.title = title;
+    picture.mask = input.mask;
+    picture.n_head_kv = input.n_head_kv;
+    return WriteHeatmap(c, *r->weights, std::move(picture));
   }
   return kExitOk;
 }
@@ -585,7 +553,10 @@ Command AttendCommand() {
   attend_flags.push_back(
       {"example",
        "a worked example of the lessons: it (\"it\" over animal/tired/street) or "
-       "causal (\"The cat sat down\")"});
+       "causal (\"The cat sat down\")",
+       false,
+       "",
+       {"it", "causal"}});
   for (FlagSpec& f : CommonAttentionFlags()) attend_flags.push_back(f);
   return {
       "attend",
@@ -597,9 +568,11 @@ Command AttendCommand() {
       "\"window_tokens\": 0}, \"scale\": 0.5}\n"
       "where each T is {\"shape\": [..], \"values\": [..]} as --json prints tensors; "
       "mask and scale\nare optional, and --causal, --window and --scale override them.\n"
-      "--heatmap draws the weights, one panel per head (rows are queries, columns keys; masked\n"
-      "cells hatched grey; hover a cell for its value). At most 8 heads of 48 x 48 cells are\n"
-      "drawn (the first ones), and the picture says so when that leaves some out.\n"
+      "--heatmap draws the weights, one panel per head in a grid (rows are queries, numbered by\n"
+      "position; columns keys; masked cells hatched grey; each value in its cell's tooltip, and\n"
+      "inside cells large enough to hold it). At most 16 heads of 48 x 48 cells, 6,144 cells in\n"
+      "all, are drawn (the first ones), and the picture says so when that leaves some out.\n"
+      "--heatmap_scale fixed colours weights from 0 to 1 in every picture, for comparing them.\n"
       "Examples:\n  attend attend --n_q 4 --causal --weights\n"
       "  attend attend --example it --heatmap it.svg\n"
       "  attend attend --example causal --heatmap causal.svg --labels The,cat,sat,down\n"

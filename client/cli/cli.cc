@@ -51,7 +51,9 @@ std::vector<FlagSpec> GlobalFlags() {
       {"json", "print JSON instead of tables (the same as -o json)", true},
       {"output",
        "-o: table, json (the same as --json) or wide (every column of a table, however wide)",
-       false, "table"},
+       false,
+       "table",
+       {"table", "json", "wide"}},
       {"no_headers", "tables without their header line (and without notes below them)", true},
       {"help", "show help", true},
       {"version", "print the client's version and commit", true},
@@ -274,7 +276,8 @@ std::vector<Command> CliCommands(const std::vector<Command>* commands) {
       {"completion",
        "print a bash or zsh completion script: source <(attend completion bash)",
        "attend completion bash|zsh",
-       "Completes command names, subcommands and flags.\n"
+       "Completes command names, subcommands, flags, the values of flags that take a few\n"
+       "(-o table|json|wide, --example, ...) and the names of 'attend example'.\n"
        "Examples:\n  source <(attend completion bash)\n"
        "  attend completion zsh > \"${fpath[1]}/_attend\"\n",
        {},

@@ -69,6 +69,8 @@ struct Command {
   // False for the commands that never talk to a server (help, version, completion): RunCli
   // does not read the connection flags for them.
   bool connects = true;
+  // What shell completion offers for the first positional argument (e.g. example names).
+  std::vector<std::string> positional_words = {};
 };
 
 // Prints "error: <CODE>: <message>" and returns the exit code for `status`.

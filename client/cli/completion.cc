@@ -1,5 +1,6 @@
 #include "client/cli/completion.h"
 
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -24,20 +25,50 @@ std::string FlagWords(const std::vector<FlagSpec>& flags) {
   return absl::StrJoin(words, " ");
 }
 
-// "--target|--deadline|...": every flag of `globals` and `commands` that takes a value, as a
-// case pattern; the word after one is its value, not a command.
+// "--target|--deadline|...": every flag of `globals` and `commands` that takes a value (and
+// -o, --output's short name), as a case pattern; the word after one is its value, not a command.
 std::string ValueFlagPattern(const std::vector<Command>& commands,
                              const std::vector<FlagSpec>& globals) {
   std::set<std::string> names;
-  for (const FlagSpec& f : globals) {
-    if (!f.is_bool) names.insert("--" + f.name);
-  }
+  const auto add = [&names](const FlagSpec& f) {
+    if (f.is_bool) return;
+    names.insert("--" + f.name);
+    if (f.name == "output") names.insert("-o");
+  };
+  for (const FlagSpec& f : globals) add(f);
   for (const Command& c : commands) {
-    for (const FlagSpec& f : c.flags) {
-      if (!f.is_bool) names.insert("--" + f.name);
-    }
+    for (const FlagSpec& f : c.flags) add(f);
   }
   return absl::StrJoin(names, "|");
+}
+
+// For each flag with FlagSpec::values, a case pattern ("--output|-o") and the values offered
+// after it; a name that several commands declare offers the values of all of them.
+std::map<std::string, std::set<std::string>> FlagValues(const std::vector<Command>& commands,
+                                                        const std::vector<FlagSpec>& globals) {
+  std::map<std::string, std::set<std::string>> out;
+  const auto add = [&out](const FlagSpec& f) {
+    if (f.values.empty()) return;
+    const std::string pattern = f.name == "output" ? "--output|-o" : "--" + f.name;
+    out[pattern].insert(f.values.begin(), f.values.end());
+  };
+  for (const FlagSpec& f : globals) add(f);
+  for (const Command& c : commands) {
+    for (const FlagSpec& f : c.flags) add(f);
+  }
+  return out;
+}
+
+// The `case "$prev"` arms for the flags of FlagValues, each ending in `reply(words)`.
+template <typename Reply>
+std::string FlagValueCases(const std::vector<Command>& commands,
+                           const std::vector<FlagSpec>& globals, Reply reply) {
+  std::string out;
+  for (const auto& [pattern, values] : FlagValues(commands, globals)) {
+    absl::StrAppend(&out, "    ", pattern, ")\n      ",
+                    reply(absl::StrJoin(values.begin(), values.end(), " ")), "\n      return ;;\n");
+  }
+  return out;
 }
 
 // The shell code common to bash and zsh: finds $cmd and $sub (the first two words that are
@@ -63,7 +94,8 @@ std::string CaseBody(const std::vector<Command>& commands, const std::vector<Fla
       continue;
     }
     if (c.subcommands.empty()) {
-      absl::StrAppend(&out, "    ", c.name, ") ", set_words(flags), " ;;\n");
+      absl::StrAppend(&out, "    ", c.name, ") ",
+                      set_words(Words(absl::StrJoin(c.positional_words, " "), flags)), " ;;\n");
       continue;
     }
     std::vector<std::string> subs;
@@ -104,7 +136,13 @@ std::string BashCompletion(const std::vector<Command>& commands,
       "  local cword=$COMP_CWORD cur=\"${COMP_WORDS[COMP_CWORD]}\"\n"
       "  local prev=\"${COMP_WORDS[COMP_CWORD-1]}\"\n"
       "  local -a cwords=(\"${COMP_WORDS[@]}\")\n";
-  absl::StrAppend(&out, "  case \"$prev\" in\n    ", ValueFlagPattern(commands, globals),
+  absl::StrAppend(&out, "  case \"$prev\" in\n",
+                  FlagValueCases(commands, globals,
+                                 [](const std::string& words) {
+                                   return absl::StrCat("COMPREPLY=($(compgen -W \"", words,
+                                                       "\" -- \"$cur\"))");
+                                 }),
+                  "    ", ValueFlagPattern(commands, globals),
                   ")\n      COMPREPLY=($(compgen -f -- \"$cur\"))\n      return ;;\n  esac\n");
   absl::StrAppend(&out, ScanLoop(commands, globals, 1), "  local words=\"\"\n");
   absl::StrAppend(&out, CaseBody(commands, globals, [](const std::string& words) {
@@ -126,9 +164,11 @@ std::string ZshCompletion(const std::vector<Command>& commands,
       "_attend() {\n"
       "  local cword=$CURRENT\n"
       "  local -a cwords=(\"${words[@]}\")\n";
-  absl::StrAppend(&out, "  case \"${words[CURRENT-1]}\" in\n    ",
-                  ValueFlagPattern(commands, globals),
-                  ")\n      _files\n      return ;;\n  esac\n");
+  absl::StrAppend(
+      &out, "  case \"${words[CURRENT-1]}\" in\n",
+      FlagValueCases(commands, globals,
+                     [](const std::string& words) { return absl::StrCat("compadd ", words); }),
+      "    ", ValueFlagPattern(commands, globals), ")\n      _files\n      return ;;\n  esac\n");
   absl::StrAppend(&out, ScanLoop(commands, globals, 2), "  local -a cands\n");
   absl::StrAppend(&out, CaseBody(commands, globals, [](const std::string& words) {
     return absl::StrCat("cands=(", words, ")");

@@ -1,7 +1,9 @@
 // Shell completion scripts for the attend CLI, generated from the same command and flag tables
 // that RunCli parses with, so that they cannot drift from it. They complete command names, a
 // command group's subcommands (`attend seq cr<TAB>`), each command's flags and the global
-// ones, and file names after a flag that takes a value.
+// ones, a command's positional words (Command::positional_words: example names), the values of
+// flags that take a fixed few (FlagSpec::values: -o table|json|wide), and file names after
+// any other flag that takes a value.
 //
 // Thread-safety: pure functions.
 #ifndef ATTEND_CLIENT_CLI_COMPLETION_H_

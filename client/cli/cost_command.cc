@@ -124,9 +124,71 @@ std::pair<double, std::string> FlopUnit(double largest) {
   return {1.0, "FLOP"};
 }
 
-absl::StatusOr<LineChart> CostChart(const client::PlannerClient& planner,
-                                    const v1::EstimateCostRequest& base,
-                                    const v1::EstimateCostResponse& e) {
+// Picks the time unit that keeps the largest value of a chart between 1 and 1000.
+std::pair<double, std::string> TimeUnit(double largest_seconds) {
+  if (largest_seconds >= 1) return {1, "s"};
+  if (largest_seconds >= 1e-3) return {1e-3, "ms"};
+  return {1e-6, "us"};
+}
+
+// The cost of prefilling a prompt of each length of `xs` (and of a decode step at that
+// context), from the server.
+absl::StatusOr<std::vector<v1::EstimateCostResponse>> CostSamples(
+    const client::PlannerClient& planner, v1::EstimateCostRequest request,
+    const std::set<int64_t>& xs) {
+  request.clear_context_tokens();
+  std::vector<v1::EstimateCostResponse> samples;
+  for (int64_t x : xs) {
+    request.set_prompt_tokens(x);
+    absl::StatusOr<v1::EstimateCostResponse> r = planner.EstimateCost(request);
+    if (!r.ok()) return r.status();
+    samples.push_back(*std::move(r));
+  }
+  return samples;
+}
+
+// The second panel: roofline time of the whole prefill and of one decode step against the
+// tokens (the prompt's, and the context's), on the request's hardware.
+LineChart TimeChart(const v1::EstimateCostResponse& e,
+                    const std::vector<v1::EstimateCostResponse>& samples) {
+  ChartSeries prefill{"prefill (the whole prompt)", {}, {}};
+  ChartSeries decode{"decode step (one token per sequence)", {}, {}};
+  double largest = 0;
+  for (const v1::EstimateCostResponse& r : samples) {
+    prefill.x.push_back(static_cast<double>(r.prompt_tokens()));
+    prefill.y.push_back(r.prefill().roofline_seconds());
+    decode.x.push_back(static_cast<double>(r.context_tokens()));
+    decode.y.push_back(r.decode().roofline_seconds());
+    largest = std::max({largest, prefill.y.back(), decode.y.back()});
+  }
+  const auto [scale, unit] = TimeUnit(largest);
+  for (ChartSeries* s : {&prefill, &decode}) {
+    for (double& y : s->y) y /= scale;
+  }
+  const std::string hardware = e.hardware().name().empty() ? "custom" : e.hardware().name();
+  LineChart chart;
+  chart.title = absl::StrCat(e.model().display_name(), " on ", hardware, ": roofline time");
+  chart.subtitle = absl::StrCat(Plural(e.batch(), "sequence", "sequences"));
+  if (!e.prefill().bound().empty()) {
+    absl::StrAppend(&chart.subtitle, "; at ", Count(e.prompt_tokens()), " tokens prefill takes ",
+                    Duration(e.prefill().roofline_seconds()), " (", e.prefill().bound(),
+                    "-bound), a decode step ", Duration(e.decode().roofline_seconds()), " (",
+                    e.decode().bound(), "-bound)");
+  }
+  // A whole prefill and one decode step differ by orders of magnitude: on a linear axis the
+  // decode line would lie on the x axis.
+  chart.log_y = true;
+  chart.x_label = "prompt (prefill) or context (decode), tokens";
+  chart.y_label = absl::StrCat("time (", unit, ", log scale)");
+  chart.series = {std::move(prefill), std::move(decode)};
+  return chart;
+}
+
+// Two panels: prefill FLOPs (attention and weights) against the prompt's length, with the
+// crossover and the prompt marked, and the roofline time of prefill and decode.
+absl::StatusOr<std::vector<LineChart>> CostCharts(const client::PlannerClient& planner,
+                                                  const v1::EstimateCostRequest& base,
+                                                  const v1::EstimateCostResponse& e, bool log_y) {
   const int64_t crossover = e.prefill_crossover_tokens();
   int64_t x_max = std::max(e.prompt_tokens(), e.context_tokens());
   if (crossover > 0) {
@@ -137,18 +199,15 @@ absl::StatusOr<LineChart> CostChart(const client::PlannerClient& planner,
   for (int i = 1; i <= kPoints; ++i) {
     xs.insert(std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(x_max) * i / kPoints)));
   }
+  absl::StatusOr<std::vector<v1::EstimateCostResponse>> samples = CostSamples(planner, base, xs);
+  if (!samples.ok()) return samples.status();
   ChartSeries attention{"prefill attention", {}, {}};
   ChartSeries weights{"prefill weights (2P per token)", {}, {}};
-  v1::EstimateCostRequest request = base;
-  request.clear_context_tokens();
-  for (int64_t x : xs) {
-    request.set_prompt_tokens(x);
-    absl::StatusOr<v1::EstimateCostResponse> r = planner.EstimateCost(request);
-    if (!r.ok()) return r.status();
-    attention.x.push_back(static_cast<double>(x));
-    attention.y.push_back(r->prefill().attention_flops());
-    weights.x.push_back(static_cast<double>(x));
-    weights.y.push_back(r->prefill().weight_flops());
+  for (const v1::EstimateCostResponse& r : *samples) {
+    attention.x.push_back(static_cast<double>(r.prompt_tokens()));
+    attention.y.push_back(r.prefill().attention_flops());
+    weights.x.push_back(static_cast<double>(r.prompt_tokens()));
+    weights.y.push_back(r.prefill().weight_flops());
   }
   double largest = 0;
   for (const ChartSeries* s : {&attention, &weights}) {
@@ -158,26 +217,45 @@ absl::StatusOr<LineChart> CostChart(const client::PlannerClient& planner,
   for (ChartSeries* s : {&attention, &weights}) {
     for (double& y : s->y) y /= scale;
   }
-  LineChart chart;
-  chart.title = absl::StrCat(e.model().display_name(), ": prefill FLOPs against prompt length");
-  chart.subtitle = absl::StrCat(
+  LineChart flops;
+  flops.title = absl::StrCat(e.model().display_name(), ": prefill FLOPs against prompt length");
+  flops.subtitle = absl::StrCat(
       Plural(e.batch(), "sequence", "sequences"), ", P = ", Count(e.parameters()),
       base.non_causal() ? ", non-causal" : "",
       crossover > 0
           ? absl::StrCat("; attention overtakes the weights at ", Count(crossover), " tokens")
           : "; attention never overtakes the weights");
-  chart.x_label = "prompt (tokens)";
-  chart.y_label = absl::StrCat("FLOPs (", unit, ")");
-  chart.series = {std::move(attention), std::move(weights)};
+  flops.x_label = "prompt (tokens)";
+  flops.y_label = absl::StrCat("FLOPs (", unit, ")");
+  flops.series = {std::move(attention), std::move(weights)};
   if (crossover > 0) {
-    chart.markers.push_back(
+    flops.markers.push_back(
         {static_cast<double>(crossover), absl::StrCat("crossover ", Count(crossover))});
   }
-  if (e.prompt_tokens() > 0 && e.prompt_tokens() != crossover) {
-    chart.markers.push_back({static_cast<double>(e.prompt_tokens()),
-                             absl::StrCat("prompt ", Count(e.prompt_tokens()))});
+  std::vector<LineChart> charts = {std::move(flops), TimeChart(e, *samples)};
+  const int64_t max_context = e.model().max_context_tokens();
+  if (log_y) {
+    charts[0].log_y = true;
+    charts[0].y_label.insert(charts[0].y_label.size() - 1, ", log scale");
   }
-  return chart;
+  for (LineChart& chart : charts) {
+    if (e.prompt_tokens() > 0 && e.prompt_tokens() != crossover) {
+      chart.markers.push_back(
+          {static_cast<double>(e.prompt_tokens()),
+           absl::StrCat("prompt ", Count(e.prompt_tokens()),
+                        e.prompt_tokens() == max_context ? " (the maximum context)" : "")});
+    }
+    if (max_context > 0 && x_max > max_context) {
+      if (e.prompt_tokens() != max_context) {
+        chart.markers.push_back(
+            {static_cast<double>(max_context), absl::StrCat("max context ", Count(max_context))});
+      }
+      chart.notes.push_back(absl::StrCat("note: the axis runs past ", e.model().display_name(),
+                                         "'s maximum context of ", Count(max_context),
+                                         " tokens, to ", Count(x_max)));
+    }
+  }
+  return charts;
 }
 
 // The hardware of --hardware, or a custom profile (named by --hardware) when any hardware figure
@@ -254,6 +332,9 @@ absl::StatusOr<v1::EstimateCostRequest> CostRequestFromFlags(const Args& args) {
 int RunCost(Context& c) {
   absl::StatusOr<v1::EstimateCostRequest> request = CostRequestFromFlags(c.args);
   if (!request.ok()) return UsageError(c, request.status());
+  if (c.args.Has("log_y") && !c.args.Has("plot")) {
+    return UsageError(c, absl::InvalidArgumentError("--log_y goes with --plot <file.svg>"));
+  }
   client::PlannerClient planner(c.Channel(), c.connection);
   if (int code = ResolveModel(c, planner, request->mutable_model()); code != kExitOk) return code;
   absl::StatusOr<v1::EstimateCostResponse> r = planner.EstimateCost(*request);
@@ -265,10 +346,11 @@ int RunCost(Context& c) {
   }
   WarnIfNotFits(*c.err, *request, *r);
   if (c.args.Has("plot")) {
-    absl::StatusOr<LineChart> chart = CostChart(planner, *request, *r);
-    if (!chart.ok()) return ReportError(c, chart.status());
+    absl::StatusOr<std::vector<LineChart>> charts =
+        CostCharts(planner, *request, *r, c.args.GetBool("log_y"));
+    if (!charts.ok()) return ReportError(c, charts.status());
     const std::string path = c.args.GetString("plot");
-    if (absl::Status s = WriteTextFile(path, RenderSvg(*chart)); !s.ok()) return LocalError(c, s);
+    if (absl::Status s = WriteTextFile(path, RenderSvg(*charts)); !s.ok()) return LocalError(c, s);
     if (!c.json) *c.out << "\nwrote " << path << "\n";
   }
   return kExitOk;
@@ -293,7 +375,10 @@ Command CostCommand() {
       {"peak_flops_fp8", "custom hardware: fp8/int8 peak FLOP/s"},
       {"bandwidth", "custom hardware: memory bytes per second, e.g. 3.35e12 or 3.35TB"},
       {"memory", "custom hardware: memory capacity, e.g. 80GiB"},
-      {"plot", "also write an SVG of prefill FLOPs against prompt length to this file"},
+      {"plot",
+       "also write an SVG of prefill FLOPs against prompt length, and of prefill and decode "
+       "roofline time, to this file"},
+      {"log_y", "--plot with a log y axis for FLOPs too (time always has one)", true},
   };
   for (FlagSpec& f : ModelSourceFlags()) cost_flags.push_back(f);
   return {
@@ -303,8 +388,13 @@ Command CostCommand() {
       "FLOPs count 2 x (head_dim + head_dim_v) per attention pair and head, and 2P per token\n"
       "for the weights; time is the roofline max(FLOPs / peak, bytes / bandwidth).\n"
       "Any of --peak_flops, --bandwidth, ... makes a custom profile (named by --hardware).\n"
+      "--plot draws two panels: prefill FLOPs (attention against the weights, with the\n"
+      "crossover) and the roofline time of the prefill and of a decode step against the tokens\n"
+      "(on a log axis: a decode step's milliseconds beside prefill's seconds); it marks the\n"
+      "model's maximum context when the axis runs past it.\n"
       "Examples:\n  attend cost llama-3-8b --prompt 8192 --hardware h100\n"
       "  attend cost llama-3-8b --prompt 8192 --parameters 8e9 --plot cost.svg\n"
+      "  attend cost llama-3-70b --prompt 4096 --hardware a100 --plot cost.svg --log_y\n"
       "  attend cost llama-3-70b --prompt 2048 --context 32768 --batch 32 --price 2.5\n"
       "  attend cost llama-3-8b --prompt 1024 --hardware local\n"
       "  attend cost llama-3-8b --prompt 1024 --peak_flops 100e12 --bandwidth 1TB\n",

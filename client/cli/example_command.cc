@@ -10,8 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "client/cli/attention_heatmap.h"
 #include "client/cli/format.h"
-#include "client/cli/svg_heatmap.h"
 
 namespace attend::cli {
 namespace examples {
@@ -130,35 +130,12 @@ int RunList(Context& c, const std::vector<examples::Example>& all) {
 
 // Draws the example's weights to --heatmap, masked cells hatched.
 int WriteHeatmap(Context& c, const examples::Example& e, const examples::Weights& w) {
-  Heatmap h;
-  h.title = absl::StrCat("attention weights: ", e.lesson, " (attend example ", e.name, ")");
-  h.heads = w.weights.shape[0];
-  h.rows = w.weights.shape[1];
-  h.cols = w.weights.shape[2];
-  h.subtitle =
-      absl::StrCat(Plural(h.heads, "head", "heads"), ", ", Plural(h.rows, "query", "queries"),
-                   " x ", Plural(h.cols, "key", "keys"), w.mask.causal ? "; causal" : "");
-  h.values = w.weights.values;
-  h.masked.resize(h.values.size());
-  for (int64_t head = 0; head < h.heads; ++head) {
-    for (int64_t i = 0; i < h.rows; ++i) {
-      for (int64_t j = 0; j < h.cols; ++j) {
-        h.masked[static_cast<size_t>((head * h.rows + i) * h.cols + j)] =
-            !client::KeyVisible(w.mask, h.rows, h.cols, i, j);
-      }
-    }
-  }
-  h.column_labels = w.key_labels;
-  h.row_labels = w.query_labels;
-  if (h.row_labels.empty() && !h.column_labels.empty() && h.rows <= h.cols) {
-    h.row_labels.assign(h.column_labels.end() - h.rows, h.column_labels.end());
-  }
-  absl::StatusOr<std::string> svg = RenderHeatmapSvg(h);
-  if (!svg.ok()) return LocalError(c, svg.status());
-  const std::string path = c.args.GetString("heatmap");
-  if (absl::Status s = WriteTextFile(path, *svg); !s.ok()) return LocalError(c, s);
-  if (!c.json) *c.out << "wrote " << path << "\n";
-  return kExitOk;
+  AttentionPicture picture;
+  picture.title = absl::StrCat("attention weights: ", e.lesson, " (attend example ", e.name, ")");
+  picture.mask = w.mask;
+  picture.key_labels = w.key_labels;
+  picture.query_labels = w.query_labels;
+  return WriteAttentionHeatmap(c, w.weights, std::move(picture));
 }
 
 int RunExample(Context& c) {
@@ -179,6 +156,9 @@ int RunExample(Context& c) {
     return UsageError(c, absl::InvalidArgumentError(
                              absl::StrCat("'", positional[0], "' is not an example; one of: list, ",
                                           absl::StrJoin(names, ", "))));
+  }
+  if (absl::StatusOr<bool> scale = ParseHeatmapScale(c.args); !scale.ok()) {
+    return UsageError(c, scale.status());
   }
   client::AttentionClient attention(c.Channel(), c.connection);
   client::PlannerClient planner(c.Channel(), c.connection);
@@ -202,18 +182,24 @@ int RunExample(Context& c) {
 }  // namespace
 
 std::vector<Command> ExampleCommands() {
-  return {{"example",
-           "the lessons' worked examples, run on the server and printed as the lessons print them",
-           "attend example list | attend example <name> [--heatmap=w.svg]",
-           "`attend example list` names every example with its lesson. `attend example <name>`\n"
-           "runs it through the server and prints the lesson's numbers in the lesson's layout;\n"
-           "--json prints the computed numbers instead, --heatmap draws the attention weights.\n"
-           "Examples:\n  attend example list\n  attend example qkv\n"
-           "  attend example full-attention --heatmap full.svg\n  attend --json example cost\n",
-           {{"heatmap", "write the example's attention weights as an SVG heatmap to this file"}},
-           RunExample,
-           {},
-           1}};
+  std::vector<std::string> names = {"list"};
+  for (const examples::Example& e : AllExamples()) names.push_back(e.name);
+  std::vector<Command> commands = {
+      {"example",
+       "the lessons' worked examples, run on the server and printed as the lessons print them",
+       "attend example list | attend example <name> [--heatmap=w.svg]",
+       "`attend example list` names every example with its lesson. `attend example <name>`\n"
+       "runs it through the server and prints the lesson's numbers in the lesson's layout;\n"
+       "--json prints the computed numbers instead, --heatmap draws the attention weights.\n"
+       "Examples:\n  attend example list\n  attend example qkv\n"
+       "  attend example full-attention --heatmap full.svg\n  attend --json example cost\n",
+       {{"heatmap", "write the example's attention weights as an SVG heatmap to this file"},
+        HeatmapScaleFlag()},
+       RunExample,
+       {},
+       1}};
+  commands[0].positional_words = std::move(names);
+  return commands;
 }
 
 }  // namespace attend::cli

@@ -1,6 +1,8 @@
 // `attend plan`: the KV cache of a model, per token, per sequence, for a batch and against a
 // memory budget, by attention variant, and with --plot its size against the context.
+#include <cmath>
 #include <cstdint>
+#include <optional>
 #include <ostream>
 #include <set>
 #include <string>
@@ -195,10 +197,13 @@ void PrintPlan(std::ostream& out, const v1::PlanKvCacheResponse& p) {
 }
 
 // Contexts at which to sample a KV-size curve up to `max_context`: evenly spaced points plus
-// every window edge. Between those the size is linear in the context, so the polyline through
-// them is the exact curve.
-std::vector<int64_t> KvSamples(const v1::ModelSpec& m, int64_t max_context) {
+// every window edge (and on a log axis powers of two). Between those the size is linear in the
+// context, so the polyline through them is the exact curve.
+std::vector<int64_t> KvSamples(const v1::ModelSpec& m, int64_t max_context, bool log_y) {
   std::set<int64_t> xs = {1, max_context};
+  // On a log axis a straight segment is not the curve: powers of two keep the short contexts,
+  // where it bends, finely sampled.
+  for (int64_t x = 2; log_y && x < max_context; x *= 2) xs.insert(x);
   constexpr int kSteps = 12;
   for (int i = 1; i < kSteps; ++i) {
     xs.insert(
@@ -267,18 +272,60 @@ absl::Status AddDTypeSeries(const client::PlannerClient& planner, v1::PlanKvCach
   return absl::OkStatus();
 }
 
+// Where `s` first rises through `level`, by linear interpolation between its samples (exact
+// for KV sizes, which are linear in the context between the samples); nullopt when it starts at
+// or above the level or never reaches it.
+std::optional<double> CrossingX(const ChartSeries& s, double level) {
+  for (size_t i = 0; i + 1 < std::min(s.x.size(), s.y.size()); ++i) {
+    if (i == 0 && s.y[0] >= level) return std::nullopt;
+    if (s.y[i] < level && s.y[i + 1] >= level) {
+      return s.x[i] + (level - s.y[i]) / (s.y[i + 1] - s.y[i]) * (s.x[i + 1] - s.x[i]);
+    }
+  }
+  return std::nullopt;
+}
+
+// The budget as a dashed line, and where each line meets it a point "fits to N tokens": the
+// longest context whose cache fits (the server's figure for the model's own line).
+void AddBudget(const v1::PlanKvCacheResponse& plan, bool by_dtype, LineChart* chart) {
+  const v1::BudgetPlan& b = plan.budget();
+  const double gib = static_cast<double>(b.available_bytes()) / kGiB;
+  const size_t lines = chart->series.size();
+  for (size_t i = 0; i < lines; ++i) {
+    const ChartSeries& s = chart->series[i];
+    const std::optional<double> x = CrossingX(s, gib);
+    if (!x) continue;
+    // The model's own line, unpaged like the curves: the server's longest context.
+    const bool own =
+        !by_dtype && !plan.has_paged() && plan.variants(static_cast<int>(i)).is_model();
+    const int64_t tokens = own && !b.context_unbounded() && b.max_context_tokens() > 0
+                               ? b.max_context_tokens()
+                               : static_cast<int64_t>(std::floor(*x));
+    chart->points.push_back({static_cast<double>(tokens), gib,
+                             absl::StrCat("fits to ", Count(tokens), " tokens"), s.name});
+  }
+  ChartSeries budget;
+  budget.name = absl::StrCat("budget: ", BinaryBytes(b.available_bytes()), " for the cache");
+  budget.dashed = true;
+  budget.x = {0.0, static_cast<double>(plan.context_tokens())};
+  budget.y = {gib, gib};
+  chart->series.push_back(std::move(budget));
+}
+
 // Asks the server for the KV size of each variant (or each KV type) at a series of contexts,
-// and adds the budget as a dashed line and the window edges as markers.
+// and adds the budget with the fit points, the window edges as markers, and a note when the
+// axis runs past the model's maximum context.
 absl::StatusOr<LineChart> KvChart(const client::PlannerClient& planner,
                                   const v1::PlanKvCacheRequest& base,
-                                  const v1::PlanKvCacheResponse& plan, bool by_dtype) {
+                                  const v1::PlanKvCacheResponse& plan, bool by_dtype, bool log_y) {
   const v1::ModelSpec& m = plan.model();
-  const std::vector<int64_t> xs = KvSamples(m, plan.context_tokens());
+  const std::vector<int64_t> xs = KvSamples(m, plan.context_tokens(), log_y);
   LineChart chart;
   chart.title = absl::StrCat(m.display_name(), ": KV cache against context");
   chart.x_label = "context (tokens per sequence)";
-  chart.y_label =
-      absl::StrCat("KV cache (GiB, ", Plural(plan.batch(), "sequence", "sequences"), ")");
+  chart.y_label = absl::StrCat("KV cache (GiB, ", Plural(plan.batch(), "sequence", "sequences"),
+                               log_y ? ", log scale)" : ")");
+  chart.log_y = log_y;
   v1::PlanKvCacheRequest request = base;
   request.clear_memory_budget_bytes();
   request.clear_block_tokens();
@@ -286,16 +333,7 @@ absl::StatusOr<LineChart> KvChart(const client::PlannerClient& planner,
   const absl::Status added = by_dtype ? AddDTypeSeries(planner, request, m, xs, &chart)
                                       : AddVariantSeries(planner, request, plan, xs, &chart);
   if (!added.ok()) return added;
-  if (plan.has_budget() && plan.budget().available_bytes() > 0) {
-    ChartSeries budget;
-    budget.name =
-        absl::StrCat("budget: ", BinaryBytes(plan.budget().available_bytes()), " for the cache");
-    budget.dashed = true;
-    const double gib = static_cast<double>(plan.budget().available_bytes()) / kGiB;
-    budget.x = {0.0, static_cast<double>(plan.context_tokens())};
-    budget.y = {gib, gib};
-    chart.series.push_back(std::move(budget));
-  }
+  if (plan.has_budget() && plan.budget().available_bytes() > 0) AddBudget(plan, by_dtype, &chart);
   std::set<int64_t> windows;
   for (const v1::LayerSpec& l : m.layer_specs()) {
     if (l.window_tokens() > 0 && l.window_tokens() < plan.context_tokens()) {
@@ -304,6 +342,13 @@ absl::StatusOr<LineChart> KvChart(const client::PlannerClient& planner,
   }
   for (int64_t w : windows) {
     chart.markers.push_back({static_cast<double>(w), absl::StrCat("window ", Count(w))});
+  }
+  if (m.max_context_tokens() > 0 && plan.context_tokens() > m.max_context_tokens()) {
+    chart.markers.push_back({static_cast<double>(m.max_context_tokens()),
+                             absl::StrCat("max context ", Count(m.max_context_tokens()))});
+    chart.notes.push_back(absl::StrCat("note: the axis runs past ", m.display_name(),
+                                       "'s maximum context of ", Count(m.max_context_tokens()),
+                                       " tokens, to ", Count(plan.context_tokens())));
   }
   return chart;
 }
@@ -345,8 +390,11 @@ int RunPlan(Context& c) {
     return UsageError(c, absl::InvalidArgumentError(absl::StrCat(
                              "--plot_by: '", plot_by, "'; use variant (default) or dtype")));
   }
-  if (c.args.Has("plot_by") && !c.args.Has("plot")) {
-    return UsageError(c, absl::InvalidArgumentError("--plot_by goes with --plot <file.svg>"));
+  for (const char* flag : {"plot_by", "log_y"}) {
+    if (c.args.Has(flag) && !c.args.Has("plot")) {
+      return UsageError(
+          c, absl::InvalidArgumentError(absl::StrCat("--", flag, " goes with --plot <file.svg>")));
+    }
   }
 
   client::PlannerClient planner(c.Channel(), c.connection);
@@ -359,7 +407,8 @@ int RunPlan(Context& c) {
     PrintPlan(*c.out, *r);
   }
   if (c.args.Has("plot")) {
-    absl::StatusOr<LineChart> chart = KvChart(planner, request, *r, plot_by == "dtype");
+    absl::StatusOr<LineChart> chart =
+        KvChart(planner, request, *r, plot_by == "dtype", c.args.GetBool("log_y"));
     if (!chart.ok()) return ReportError(c, chart.status());
     const std::string path = c.args.GetString("plot");
     if (absl::Status s = WriteTextFile(path, RenderSvg(*chart)); !s.ok()) return LocalError(c, s);
@@ -384,7 +433,12 @@ Command PlanCommand() {
        "memory of one replica of a fleet (e.g. 64GiB): how many replicas hold --batch sequences "
        "behind the consistent-hash proxy"},
       {"plot", "also write an SVG of KV-cache size against context to this file"},
-      {"plot_by", "one line per 'variant' (MHA/GQA/MQA) or per KV 'dtype'", false, "variant"},
+      {"plot_by",
+       "one line per 'variant' (MHA/GQA/MQA) or per KV 'dtype'",
+       false,
+       "variant",
+       {"variant", "dtype"}},
+      {"log_y", "--plot with a log y axis (MQA's megabytes beside MHA's gigabytes)", true},
   };
   for (FlagSpec& f : ModelSourceFlags()) plan_flags.push_back(f);
   return {"plan",
@@ -396,11 +450,14 @@ Command PlanCommand() {
           "at their window. With --replica_memory, how many replicas of that memory hold --batch\n"
           "sequences when a consistent-hash proxy places them (the busiest replica holds more\n"
           "than the mean; sized so that it fits in 99 of 100 fleets).\n"
+          "--plot draws the budget too, with a point where each line meets it (the longest\n"
+          "context that fits), and marks the model's maximum context when --context is beyond it.\n"
           "Examples:\n  attend plan llama-3-8b --context 8192\n"
           "  attend plan llama-3-70b --context 32768 --batch 16 --kv_dtype fp8 --budget 80GiB\n"
           "  attend plan llama-3-8b --budget 80GB --subtract_weights --block_tokens 16\n"
           "  attend plan llama-3-70b --context 32768 --batch 500 --replica_memory 64GiB\n"
           "  attend plan mistral-7b --plot kv.svg\n"
+          "  attend plan llama-3-8b --context 32768 --budget 4GiB --plot kv.svg --log_y\n"
           "  attend plan --config config.json --context 32768 --plot kv.svg --plot_by dtype\n",
           plan_flags,
           RunPlan};

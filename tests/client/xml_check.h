@@ -214,6 +214,25 @@ inline std::string PythonHeatmapCells(const std::string& svg) {
                      "svg_heatmap");
 }
 
+// For each element `tag` (in the SVG namespace) whose class is `cls` ("" for any), in document
+// order, a line with the value of `what` as python3's xml.etree reads it: an attribute's value
+// ("" when absent), or with what = "text" the element's text content.
+inline std::string PythonSelect(const std::string& svg, const std::string& tag,
+                                const std::string& cls, const std::string& what) {
+  return RunPythonOn(svg,
+                     absl::StrCat("import sys, xml.etree.ElementTree as ET\n"
+                                  "ns = '{http://www.w3.org/2000/svg}'\n"
+                                  "root = ET.parse(sys.argv[1]).getroot()\n"
+                                  "assert root.tag == ns + 'svg', root.tag\n"
+                                  "for e in root.iter(ns + '",
+                                  tag, "'):\n    if '", cls, "' and e.get('class') != '", cls,
+                                  "': continue\n    print(",
+                                  what == "text" ? std::string("''.join(e.itertext())")
+                                                 : absl::StrCat("e.get('", what, "', '')"),
+                                  ")\n"),
+                     "svg_select");
+}
+
 }  // namespace attend::testing
 
 #endif  // ATTEND_TESTS_CLIENT_XML_CHECK_H_

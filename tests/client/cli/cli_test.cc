@@ -289,17 +289,34 @@ TEST_F(CliTest, MhaHeatmapHasAPanelPerHeadWithRowsSummingToOne) {
 
 TEST_F(CliTest, LargeHeatmapsAreCappedAndSaySo) {
   const std::string path = ::testing::TempDir() + "/cli_big.svg";
-  ASSERT_EQ(Run({"attend", "--n_q", "50", "--n_kv", "60", "--n_head", "9", "--n_head_kv", "3",
+  ASSERT_EQ(Run({"attend", "--n_q", "50", "--n_kv", "60", "--n_head", "18", "--n_head_kv", "3",
                  "--head_dim", "2", "--heatmap", path}),
             cli::kExitOk)
       << err_.str();
-  EXPECT_THAT(out_.str(), HasSubstr("9 heads of 50 x 60 weights (drawn: the first 8 heads, 48 "
-                                    "queries and 48 keys)"));
+  // 16 heads of 6,144 cells: 384 each, the longer side cut first.
+  EXPECT_THAT(out_.str(), HasSubstr("18 heads of 50 x 60 weights (drawn: the first 16 heads, 20 "
+                                    "queries and 19 keys)"));
   const std::string svg = ReadFile(path);
   EXPECT_EQ(::attend::testing::XmlProblem(svg), "");
-  EXPECT_THAT(svg, HasSubstr("truncated: showing heads 0-7 of 9, queries 0-47 of 50, keys 0-47 "
-                             "of 60"));
-  EXPECT_EQ(ParseCells(::attend::testing::PythonHeatmapCells(svg)).size(), 8u * 48u * 48u);
+  // The queries are positions 10-59: the drawn ones are numbered so.
+  EXPECT_THAT(svg, HasSubstr("truncated: showing heads 0-15 of 18, queries 10-29 (20 of 50), "
+                             "keys 0-18 of 60"));
+  EXPECT_EQ(ParseCells(::attend::testing::PythonHeatmapCells(svg)).size(), 16u * 20u * 19u);
+  EXPECT_NE(svg.find(">head 15 (KV head 2)<"), std::string::npos);  // 6 query heads per KV head
+}
+
+TEST_F(CliTest, HeatmapScaleFixedOrAuto) {
+  const std::string path = ::testing::TempDir() + "/cli_scale.svg";
+  ASSERT_EQ(Run({"attend", "--example", "it", "--heatmap", path, "--heatmap_scale", "fixed"}),
+            cli::kExitOk)
+      << err_.str();
+  EXPECT_THAT(ReadFile(path), HasSubstr(">fixed scale</text>"));
+  ASSERT_EQ(Run({"mha", "--n", "3", "--heatmap", path}), cli::kExitOk) << err_.str();
+  EXPECT_THAT(ReadFile(path), HasSubstr(">this picture's scale</text>"));
+  EXPECT_EQ(Run({"attend", "--heatmap", path, "--heatmap_scale", "log"}), cli::kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("--heatmap_scale: 'log'; use auto (default) or fixed"));
+  EXPECT_EQ(Run({"attend", "--heatmap_scale", "fixed"}), cli::kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("--heatmap_scale goes with --heatmap"));
 }
 
 TEST_F(CliTest, AttendReadsAJsonRequest) {

@@ -95,6 +95,41 @@ TEST_F(HabitsTest, BashCompletionParsesAndNamesCommandsSubcommandsAndFlags) {
   }
 }
 
+// What the bash script offers for the last of `words` (the word being completed, maybe ""):
+// its _attend run by bash on COMP_WORDS, sorted, one line.
+std::string BashOffers(const std::string& script, const std::vector<std::string>& words) {
+  const std::string stem = ::testing::TempDir() + "/attend_completion_run";
+  std::ofstream(stem + ".bash") << script;
+  std::string quoted;
+  for (const std::string& w : words) absl::StrAppend(&quoted, " '", w, "'");
+  std::ofstream(stem + ".sh")
+      << "source " << stem << ".bash\nCOMP_WORDS=(attend" << quoted
+      << ")\nCOMP_CWORD=" << words.size()
+      << "\n_attend\nprintf '%s\\n' \"${COMPREPLY[@]}\" | sort | tr '\\n' ' '\n";
+  FILE* pipe = popen(absl::StrCat("bash ", stem, ".sh").c_str(), "r");
+  std::string out;
+  char buffer[4096];
+  size_t got;
+  while (pipe != nullptr && (got = fread(buffer, 1, sizeof(buffer), pipe)) > 0) {
+    out.append(buffer, got);
+  }
+  if (pipe != nullptr) pclose(pipe);
+  return out;
+}
+
+TEST_F(HabitsTest, BashCompletionOffersFlagValuesAndExampleNames) {
+  ASSERT_EQ(Run({"completion", "bash"}), cli::kExitOk) << err_.str();
+  const std::string script = out_.str();
+  EXPECT_EQ(BashOffers(script, {"-o", ""}), "json table wide ");
+  EXPECT_EQ(BashOffers(script, {"--output", "w"}), "wide ");
+  EXPECT_EQ(BashOffers(script, {"attend", "--example", ""}), "causal it ");
+  EXPECT_EQ(BashOffers(script, {"attend", "--heatmap_scale", ""}), "auto fixed ");
+  EXPECT_THAT(BashOffers(script, {"example", "f"}), HasSubstr("full-attention "));
+  EXPECT_THAT(BashOffers(script, {"example", "l"}), HasSubstr("list "));
+  // -o's value is not taken for the command: after it come the commands.
+  EXPECT_THAT(BashOffers(script, {"-o", "json", "pl"}), HasSubstr("plan "));
+}
+
 TEST_F(HabitsTest, ZshCompletionNamesTheCommands) {
   ASSERT_EQ(Run({"completion", "zsh"}), cli::kExitOk) << err_.str();
   const std::string script = out_.str();

@@ -515,11 +515,13 @@ TEST_F(PlannerCliTest, CostPlotsFlopsWithTheCrossover) {
   ASSERT_EQ(Run({"cost", "llama-3-8b", "--prompt", "8192", "--parameters", "8e9", "--plot", path}),
             cli::kExitOk)
       << err_.str();
-  EXPECT_EQ(PythonSeries(path), "prefill attention\nprefill weights (2P per token)\n");
+  EXPECT_EQ(PythonSeries(path),
+            "prefill attention\nprefill weights (2P per token)\n"
+            "prefill (the whole prompt)\ndecode step (one token per sequence)\n");
   const std::string svg = ::attend::testing::ReadFile(path);
   for (const char* label :
        {"Llama 3 8B: prefill FLOPs against prompt length", "prompt (tokens)", "FLOPs (PFLOP)",
-        "data-marker=\"crossover 61,035\"", "data-marker=\"prompt 8,192\"",
+        "data-marker=\"crossover 61,035\"", "data-marker=\"prompt 8,192 (the maximum context)\"",
         "attention overtakes the weights at 61,035 tokens"}) {
     EXPECT_NE(svg.find(label), std::string::npos) << label;
   }
