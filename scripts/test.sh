@@ -16,6 +16,8 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 # setup.sh installed promtool: the scrape lint must run, not skip.
 export ATTEND_REQUIRE_PROMTOOL=1
+# setup.sh installed librsvg2-bin: the PNG rendering test must run, not skip.
+export ATTEND_REQUIRE_RSVG=1
 build_dir=${ATTEND_BUILD_DIR:-build}
 jobs=${ATTEND_JOBS:-$(nproc)}
 ctest --test-dir "$build_dir" --output-on-failure -j "$jobs"
