@@ -211,6 +211,10 @@ json::Limits HfConfigJsonLimits() {
   limits.max_array_elements = size_t{1} << 16;
   limits.max_object_members = size_t{1} << 14;
   limits.max_values = size_t{1} << 16;
+  // transformers saves configs with Python's json module, which writes Infinity (Mamba-2's and
+  // Nemotron-H's time_step_limit); no value the importer reads can be one, since AsInt64
+  // refuses them.
+  limits.allow_python_non_finite = true;
   return limits;
 }
 

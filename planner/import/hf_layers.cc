@@ -109,7 +109,10 @@ absl::StatusOr<std::vector<LayerSpec>> FromWindows(const ConfigReader& r, const 
   }
   ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> pattern,
                           r.Int("sliding_window_pattern", 1, kMaxLayers));
+  // The configs' defaults when the file leaves the pattern out: Gemma2Config alternates,
+  // Gemma3TextConfig makes every sixth layer global.
   if (!pattern && model_type == "gemma2") pattern = 2;
+  if (!pattern && (model_type == "gemma3" || model_type == "gemma3_text")) pattern = 6;
   for (int64_t i = 0; i < m.layers; ++i) {
     const bool global = pattern && (i + 1) % *pattern == 0;
     specs[static_cast<size_t>(i)].window_tokens = global ? 0 : window;
