@@ -587,6 +587,8 @@ absl::Status ReadSlidingPattern(const GgufMetadata& md, const std::string& arch,
     *period = 6;
   } else if (arch == "cohere2") {
     *period = 4;
+  } else if (arch == "gpt-oss") {
+    *period = 2;  // llama.cpp's OPENAI_MOE: set_swa_pattern(2), even layers slide
   }
   return absl::OkStatus();
 }
