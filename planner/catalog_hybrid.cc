@@ -68,7 +68,7 @@ ModelSpec DeepSeekV3() {
 // Gated delta-net layers: conv (4 - 1) x (2 x 16 x 128 + 32 x 128) = 24,576 values, recurrent
 // 32 x 128 x 128 = 524,288 (planner/import/hf_layers.h).
 ModelSpec QwenNext() {
-  ModelSpec m = Base("qwen3-next-80b-a3b", "Qwen3-Next 80B-A3B",
+  ModelSpec m = Base("qwen3-next-80b", "Qwen3-Next 80B-A3B",
                      "Hugging Face Qwen/Qwen3-Next-80B-A3B-Instruct config.json "
                      "(full_attention_interval 4; gated delta-net layers of 16 key and 32 value "
                      "heads of 128, kernel 4)",
@@ -139,7 +139,7 @@ ModelSpec Llama4Scout() {
 // Mamba-2 mixers: d_inner 128 x 64 = 8192; conv 3 x (8192 + 2 x 8 x 128) = 30,720, SSM
 // 128 x 64 x 128 = 1,048,576.
 ModelSpec MambaCodestral() {
-  ModelSpec m = Base("mamba-codestral-7b", "Mamba-Codestral 7B (Mamba-2)",
+  ModelSpec m = Base("mamba2-7b", "Mamba-Codestral 7B (Mamba-2)",
                      "Hugging Face mistralai/Mamba-Codestral-7B-v0.1 config.json (64 Mamba-2 "
                      "layers: 128 heads of 64, state_size 128, n_groups 8, conv_kernel 4; no "
                      "attention, no max_position_embeddings)",

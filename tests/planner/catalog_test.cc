@@ -136,12 +136,12 @@ TEST(ModelCatalog, HybridPresetsMatchTheirConfigs) {
     int64_t state_bytes;
   };
   const Row rows[] = {
-      {"deepseek-v3", 70272, 0},                // 61 x 576 x 2
-      {"qwen3-next-80b-a3b", 24576, 39518208},  // 12 x 2 x 256 x 4; 36 x 1,097,728
-      {"jamba-v0.1", 16384, 8716288},           // 4 x 8 x 128 x 4; 28 x 311,296
-      {"gpt-oss-120b", 73728, 0},               // 36 x 8 x 64 x 4 within the windows
-      {"llama-4-scout", 196608, 0},             // 48 x 8 x 128 x 4 within a chunk
-      {"mamba-codestral-7b", 0, 138149888},     // 64 x 1,079,296 x 2
+      {"deepseek-v3", 70272, 0},            // 61 x 576 x 2
+      {"qwen3-next-80b", 24576, 39518208},  // 12 x 2 x 256 x 4; 36 x 1,097,728
+      {"jamba-v0.1", 16384, 8716288},       // 4 x 8 x 128 x 4; 28 x 311,296
+      {"gpt-oss-120b", 73728, 0},           // 36 x 8 x 64 x 4 within the windows
+      {"llama-4-scout", 196608, 0},         // 48 x 8 x 128 x 4 within a chunk
+      {"mamba2-7b", 0, 138149888},          // 64 x 1,079,296 x 2
   };
   for (const Row& row : rows) {
     SCOPED_TRACE(row.preset);

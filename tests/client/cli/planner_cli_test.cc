@@ -548,7 +548,7 @@ TEST_F(PlannerCliTest, PlanLayersShowsTheBreakdownAndTheState) {
                  "state per sequence  8.31 MiB (8,716,288 bytes) in bfloat16",
                  "28: 0, 1, 2, ..., 31  state space  -  -  304.00 KiB  8.31 MiB",
                  "4: 4, 12, 20, 28  attention  8  4,096  -  15.62 MiB"});
-  ASSERT_EQ(Run({"plan", "mamba-codestral-7b", "--context", "4096", "--kv_dtype", "bf16"}),
+  ASSERT_EQ(Run({"plan", "mamba2-7b", "--context", "4096", "--kv_dtype", "bf16"}),
             cli::kExitOk)
       << err_.str();
   ExpectAligned({"64 layers, no attention", "state per sequence  131.75 MiB"});
