@@ -142,12 +142,14 @@ ModelSpec MambaCodestral() {
   ModelSpec m = Base("mamba2-7b", "Mamba-Codestral 7B (Mamba-2)",
                      "Hugging Face mistralai/Mamba-Codestral-7B-v0.1 config.json (64 Mamba-2 "
                      "layers: 128 heads of 64, state_size 128, n_groups 8, conv_kernel 4; no "
-                     "attention, no max_position_embeddings)",
+                     "attention; no max_position_embeddings, the 262,144-token context is the "
+                     "one Mistral AI's announcement says it was tested to)",
                      "mamba2");
   Shape(&m, 64, 0, 0, 0, 0, 4096, 32768, 0);
   Parameters(&m, 0, 0, 7290000000, 7290000000,
              "published: the Hugging Face model page (7.29B, rounded)");
   m.layer_specs.assign(64, Recurrent(LayerKind::kStateSpace, 30720, 1048576));
+  m.max_context_tokens = 262144;
   m.weights_dtype = "bfloat16";
   return m;
 }

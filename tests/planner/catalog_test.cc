@@ -35,8 +35,7 @@ TEST(ModelCatalog, EveryPresetIsCanonicalAndDocumented) {
                 absl::StartsWith(m.parameters_source, "computed") ||
                 absl::StartsWith(m.parameters_source, "total published"))
         << m.parameters_source;
-    // A model without KV layers (Mamba-2) has no position limit to publish.
-    if (HasKvLayers(m)) EXPECT_GT(m.max_context_tokens, 0);
+    EXPECT_GT(m.max_context_tokens, 0);
     // gpt-oss publishes mxfp4 weights, a type the planner does not size; its source says so.
     EXPECT_TRUE(!m.weights_dtype.empty() || absl::StrContains(m.source, "does not size"));
     absl::StatusOr<ModelSpec> canonical = CanonicalModel(m);

@@ -1,5 +1,6 @@
 // The parts of a KV plan beyond its totals: the key and value halves, the per-layer projection
 // parameter counts, and the fleet of replicas behind the consistent-hash proxy.
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -172,7 +173,14 @@ TEST(PlanKvCache, HalvesSumToTheTotalForEveryPresetAndDType) {
           EXPECT_GT(p.k_bytes_per_sequence, 0);
           EXPECT_EQ(p.k_bytes_per_sequence, p.v_bytes_per_sequence);
         }
-        EXPECT_EQ(p.projections.empty(), m.d_model == 0);
+        // Projections are of the plain (and chunked) attention layers only.
+        const bool plain = m.layer_specs.empty() ||
+                           std::any_of(m.layer_specs.begin(), m.layer_specs.end(),
+                                       [](const LayerSpec& l) {
+                                         return l.kind == LayerKind::kAttention ||
+                                                l.kind == LayerKind::kChunkedAttention;
+                                       });
+        EXPECT_EQ(p.projections.empty(), m.d_model == 0 || !plain);
       }
     }
   }
