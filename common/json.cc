@@ -164,7 +164,26 @@ class Parser {
 
   bool AtEnd() const { return pos_ >= text_.size(); }
   char Peek() const { return text_[pos_]; }  // REQUIRES: !AtEnd()
-  bool AtNumber() const { return !AtEnd() && (Peek() == '-' || IsDigit(Peek())); }
+  bool AtNumber() const {
+    return !AtEnd() && (Peek() == '-' || IsDigit(Peek()) ||
+                        (limits_.allow_python_non_finite && (Peek() == 'N' || Peek() == 'I')));
+  }
+
+  // Python's non-finite literals, when the limits allow them: sets *value and advances.
+  bool ParseNonFinite(double* value, std::string* text) {
+    if (!limits_.allow_python_non_finite) return false;
+    for (const auto& [word, v] : {std::pair<absl::string_view, double>{"NaN", std::nan("")},
+                                  {"Infinity", HUGE_VAL},
+                                  {"-Infinity", -HUGE_VAL}}) {
+      if (text_.substr(pos_, word.size()) == word) {
+        pos_ += word.size();
+        *value = v;
+        if (text != nullptr) text->assign(word.data(), word.size());
+        return true;
+      }
+    }
+    return false;
+  }
 
   void SkipWhitespace() {
     while (!AtEnd()) {
@@ -427,6 +446,7 @@ class Parser {
   // RFC 8259: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?. `text` (optional) receives the
   // literal.
   absl::Status ParseNumber(double* value, std::string* text) {
+    if (ParseNonFinite(value, text)) return absl::OkStatus();
     const size_t start = pos_;
     const auto digits = [&] {
       const size_t from = pos_;

@@ -2,7 +2,8 @@
 // texts) and the client (request files of tensors). It depends on Abseil only, so that the client
 // can use it without linking the core (and oneDNN).
 //
-// Strict: no comments, trailing commas, NaN/Infinity, leading zeros or '+', unescaped control
+// Strict: no comments, trailing commas, NaN/Infinity (unless Limits allow Python's), leading
+// zeros or '+', unescaped control
 // characters, invalid UTF-8, lone surrogates, duplicate object keys or trailing content. Numbers
 // must be finite doubles: 1e400 is an error, 1e-400 underflows to 0 as in any parser.
 //
@@ -50,6 +51,10 @@ struct Limits {
   size_t max_array_elements = size_t{1} << 28;
   size_t max_object_members = size_t{1} << 28;
   size_t max_values = size_t{1} << 28;  // every value of the document, array elements included
+  // Accept Python's NaN, Infinity and -Infinity as numbers (their text kept as written). Python's
+  // json module writes them, so config.json files saved by transformers carry them (Mamba-2's
+  // "time_step_limit": [0.0, Infinity]); they are not JSON, so this is off by default.
+  bool allow_python_non_finite = false;
 };
 
 class Value {

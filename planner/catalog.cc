@@ -3,11 +3,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "planner/catalog_hybrid.h"
 #include "planner/parameter_counts.h"
 
 namespace attend::planner {
@@ -191,6 +193,7 @@ ModelSpec ToModelSpec(const PresetRow& p) {
 std::vector<ModelSpec> BuildCatalog() {
   std::vector<ModelSpec> c;
   for (const PresetRow& p : kPresets) c.push_back(ToModelSpec(p));
+  for (ModelSpec& m : HybridPresets()) c.push_back(std::move(m));
   return c;
 }
 

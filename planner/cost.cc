@@ -18,19 +18,31 @@ absl::Status CheckCount(absl::string_view field, int64_t value, int64_t hi) {
   return absl::OkStatus();
 }
 
-// FLOPs per attention pair of one layer: every query head scores (2 d_k) and mixes (2 d_v).
-double FlopsPerPair(const ModelSpec& m) {
-  return 2.0 * static_cast<double>(m.head_dim + m.head_dim_v) * static_cast<double>(m.n_head);
+// FLOPs per attention pair of layer `layer`: every query head scores (2 d_k) and mixes (2 d_v);
+// a latent layer's decode scores against the latent and mixes within it (cost.h). 0 for layers
+// without KV.
+double FlopsPerPair(const ModelSpec& m, int64_t layer, bool decode) {
+  const LayerKind kind = LayerKindOf(m, layer);
+  if (!HoldsKv(kind)) return 0.0;
+  const double heads = static_cast<double>(m.n_head);
+  if (kind == LayerKind::kLatentAttention && decode) {
+    const LayerSpec& l = m.layer_specs[static_cast<size_t>(layer)];
+    return 2.0 * static_cast<double>(2 * l.kv_lora_rank + l.qk_rope_head_dim) * heads;
+  }
+  return 2.0 * static_cast<double>(m.head_dim + m.head_dim_v) * heads;
 }
 
+// `kv_bytes` is the cache traffic, `state_bytes` the state's part of it.
 PhaseCost Phase(double attention_flops, double weight_flops, double weight_bytes, double kv_bytes,
-                double tokens, double peak_flops, double bandwidth, double price_per_hour) {
+                double state_bytes, double tokens, double peak_flops, double bandwidth,
+                double price_per_hour) {
   PhaseCost p;
   if (tokens <= 0.0) return p;
   p.attention_flops = attention_flops;
   p.weight_flops = weight_flops;
   p.weight_bytes = weight_bytes;
   p.kv_bytes = kv_bytes;
+  p.state_bytes = state_bytes;
   p.bytes_moved = weight_bytes + kv_bytes;
   const double flops = attention_flops + weight_flops;
   p.arithmetic_intensity = p.bytes_moved > 0.0 ? flops / p.bytes_moved : 0.0;
@@ -70,21 +82,36 @@ double PrefillPairs(int64_t n, int64_t window, bool causal) {
   return dn + (w - 1.0) * (2.0 * dn - w);
 }
 
+double ChunkedPrefillPairs(int64_t n, int64_t chunk, bool causal) {
+  const double full = static_cast<double>(n / chunk);
+  const double c = static_cast<double>(chunk);
+  const double r = static_cast<double>(n % chunk);
+  if (causal) return full * c * (c + 1.0) / 2.0 + r * (r + 1.0) / 2.0;
+  return full * c * c + r * r;
+}
+
 double PrefillAttentionFlops(const ModelSpec& model, int64_t n, bool causal) {
-  double pairs = 0.0;
+  double flops = 0.0;
   for (int64_t layer = 0; layer < model.layers; ++layer) {
-    pairs += PrefillPairs(n, LayerWindow(model, layer), causal);
+    const double per_pair = FlopsPerPair(model, layer, /*decode=*/false);
+    if (per_pair == 0.0) continue;
+    const int64_t window = LayerWindow(model, layer);
+    const double pairs = LayerKindOf(model, layer) == LayerKind::kChunkedAttention
+                             ? ChunkedPrefillPairs(n, window, causal)
+                             : PrefillPairs(n, window, causal);
+    flops += per_pair * pairs;
   }
-  return FlopsPerPair(model) * pairs;
+  return flops;
 }
 
 double DecodeAttentionFlops(const ModelSpec& model, int64_t n) {
-  double pairs = 0.0;
+  double flops = 0.0;
   for (int64_t layer = 0; layer < model.layers; ++layer) {
     const int64_t window = LayerWindow(model, layer);
-    pairs += static_cast<double>(window > 0 ? std::min(n, window) : n);
+    flops += FlopsPerPair(model, layer, /*decode=*/true) *
+             static_cast<double>(window > 0 ? std::min(n, window) : n);
   }
-  return FlopsPerPair(model) * pairs;
+  return flops;
 }
 
 namespace {
@@ -207,21 +234,29 @@ absl::StatusOr<CostEstimate> EstimateCost(const ModelSpec& model, const CostRequ
   const double batch = static_cast<double>(e.batch);
   const double bandwidth = hardware.memory_bandwidth_bytes_per_second;
   const bool causal = !request.non_causal;
+  const KvDType state_dtype = request.state_dtype.value_or(request.kv_dtype);
+  ATTEND_ASSIGN_OR_RETURN(const int64_t state_one, StateBytesPerSequence(m, state_dtype));
+  const double state = batch * static_cast<double>(state_one);
   if (e.prompt_tokens > 0) {
-    ATTEND_ASSIGN_OR_RETURN(const int64_t kv_one,
-                            KvBytesPerSequence(m, request.kv_dtype, e.prompt_tokens));
+    ATTEND_ASSIGN_OR_RETURN(
+        const int64_t cache_one,
+        KvBytesPerSequence(m, request.kv_dtype, e.prompt_tokens, 0, state_dtype));
     const double tokens = batch * static_cast<double>(e.prompt_tokens);
     e.prefill = Phase(batch * PrefillAttentionFlops(m, e.prompt_tokens, causal), 2.0 * p * tokens,
-                      weights.BytesRead(tokens), batch * static_cast<double>(kv_one), tokens,
-                      e.peak_flops, bandwidth, request.price_per_hour_usd);
+                      weights.BytesRead(tokens), batch * static_cast<double>(cache_one), state,
+                      tokens, e.peak_flops, bandwidth, request.price_per_hour_usd);
   }
-  ATTEND_ASSIGN_OR_RETURN(const int64_t kv_one,
-                          KvBytesPerSequence(m, request.kv_dtype, e.context_tokens));
+  ATTEND_ASSIGN_OR_RETURN(
+      const int64_t cache_one,
+      KvBytesPerSequence(m, request.kv_dtype, e.context_tokens, 0, state_dtype));
+  const double resident = batch * static_cast<double>(cache_one);
+  // A decode step reads the whole cache and writes the updated state back.
   e.decode = Phase(batch * DecodeAttentionFlops(m, e.context_tokens), 2.0 * p * batch,
-                   weights.BytesRead(batch), batch * static_cast<double>(kv_one), batch,
-                   e.peak_flops, bandwidth, request.price_per_hour_usd);
+                   weights.BytesRead(batch), resident + state, 2.0 * state, batch, e.peak_flops,
+                   bandwidth, request.price_per_hour_usd);
   e.weights_bytes = static_cast<double>(weights.total) * weights.bytes_per_weight;
-  e.kv_cache_bytes = e.decode.kv_bytes;
+  e.kv_cache_bytes = resident;
+  e.state_bytes = state;
   if (hardware.memory_bytes > 0.0) {
     e.fits = e.weights_bytes + e.kv_cache_bytes <= hardware.memory_bytes;
   }

@@ -11,13 +11,25 @@
 //     then w(w+1)/2 + (n - w) w. Non-causal with a window counts the pairs with |i - j| < w:
 //     n + (w - 1)(2n - w) when w < n. A decode step at context c (keys in the cache, the new
 //     token's included) has c pairs, min(c, w) on a windowed layer.
+//   - Other layer kinds (model.h): a chunked layer (chunk C) lets token i see the i mod C + 1
+//     tokens of its chunk, so a prefill of n = kC + r costs k C(C+1)/2 + r(r+1)/2 pairs causal
+//     (k C^2 + r^2 non-causal), and a decode step is counted at min(c, C) pairs, the most it
+//     sees (at a chunk's last token), which keeps the crossover search monotone. A latent layer
+//     (MLA) computes a prefill in the expanded form (head_dim / head_dim_v per query head, as
+//     above) and a decode step in the absorbed form that reads the cached latent: 2 x
+//     (kv_lora_rank + qk_rope_head_dim) FLOPs for the score and 2 x kv_lora_rank for the mix,
+//     per query head per pair (DeepSeek-V2's paper, section 2.1.3; vLLM's MLA backend does the
+//     same). Linear-attention and state-space layers have no pairs: their recurrence costs a few
+//     FLOPs per state value per token, not counted, as softmax is not.
 //   - Weights: 2 x P FLOPs per token, P = the model's active parameters or the request's.
-//   - Bytes: a prefill reads the weights once and writes the prompt's KV cache; a decode step
-//     reads the weights once and the whole KV cache of every sequence. For a mixture of experts
+//   - Bytes: a prefill reads the weights once and writes the prompt's KV cache and each
+//     sequence's state; a decode step reads the weights once, the whole KV cache of every
+//     sequence, and reads and writes back every sequence's state (the recurrence updates all of
+//     it each token). For a mixture of experts
 //     the weights read are the shared part plus min(experts, tokens x experts_active) experts (an
 //     upper bound: the batch's tokens may share experts). Activations are not counted.
-//   - Memory: the weights (all of them, every expert) plus the KV cache of batch x context
-//     tokens must fit in the hardware's memory; activations and workspace are not counted.
+//   - Memory: the weights (all of them, every expert) plus the cache (KV and state) of batch x
+//     context tokens must fit in the hardware's memory; activations and workspace are not counted.
 //   - Roofline: time = max(FLOPs / peak, bytes / bandwidth), and the larger term is the bound.
 //     Doubles throughout (FLOP counts reach 10^18 and beyond).
 //
@@ -43,8 +55,9 @@ struct CostRequest {
   bool non_causal = false;     // count n^2 prefill pairs instead of n(n+1)/2
   std::string compute_dtype;   // "bfloat16" (default; also "float16"), "float32", "fp8"/"int8"
   KvDType kv_dtype = KvDType::kFloat16;
-  std::string weights_dtype;          // default: the model's
-  std::optional<int64_t> parameters;  // P; default: the model's active parameters (dense)
+  std::optional<KvDType> state_dtype;  // recurrent layers' state; default kv_dtype
+  std::string weights_dtype;           // default: the model's
+  std::optional<int64_t> parameters;   // P; default: the model's active parameters (dense)
   double price_per_hour_usd = 0.0;
 };
 
@@ -53,7 +66,8 @@ struct PhaseCost {
   double attention_flops = 0.0;
   double weight_flops = 0.0;
   double weight_bytes = 0.0;          // weights read
-  double kv_bytes = 0.0;              // cache written (prefill) or read (decode)
+  double kv_bytes = 0.0;              // cache written (prefill) or read (decode), state too
+  double state_bytes = 0.0;           // the state's part of kv_bytes
   double bytes_moved = 0.0;           // weight_bytes + kv_bytes
   double arithmetic_intensity = 0.0;  // FLOPs per byte
   double compute_seconds = 0.0;       // FLOPs / peak
@@ -84,7 +98,8 @@ struct CostEstimate {
   // batch x context_tokens in kv_dtype. `fits` says whether their sum is at most
   // hardware.memory_bytes; nullopt when that is unknown (0).
   double weights_bytes = 0.0;
-  double kv_cache_bytes = 0.0;
+  double kv_cache_bytes = 0.0;  // KV and state
+  double state_bytes = 0.0;     // the state's part of kv_cache_bytes
   std::optional<bool> fits;
 };
 
@@ -97,6 +112,8 @@ absl::StatusOr<CostEstimate> EstimateCost(const ModelSpec& model, const CostRequ
 
 // Attention pairs of one layer for a prompt of n tokens (see above); window 0 = full.
 double PrefillPairs(int64_t n, int64_t window, bool causal);
+// The same for a chunked layer of `chunk` tokens (>= 1).
+double ChunkedPrefillPairs(int64_t n, int64_t chunk, bool causal);
 // Attention FLOPs of one sequence's prefill of n tokens, and of one decode step at context n,
 // summed over layers and heads. REQUIRES: `model` is canonical, n >= 0.
 double PrefillAttentionFlops(const ModelSpec& model, int64_t n, bool causal);

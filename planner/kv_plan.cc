@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -13,37 +14,68 @@
 namespace attend::planner {
 namespace {
 
-// Layers that cache the same bytes per token with the same window, counted together so that a
-// context costs O(distinct layer kinds) to evaluate, not O(layers).
+// Layers that cache the same bytes per token with the same window and hold the same state,
+// counted together so that a context costs O(distinct layer kinds) to evaluate, not O(layers).
 struct LayerGroup {
-  int64_t row_bytes = 0;  // one layer, one token: n_head_kv x (row(d_k) + row(d_v))
-  int64_t window = 0;     // 0: full attention
+  int64_t row_bytes = 0;    // one layer, one token: n_head_kv x (row(d_k) + row(d_v)), or latent
+  int64_t window = 0;       // 0: full attention (or no KV)
+  int64_t fixed_bytes = 0;  // one layer, one sequence: its state, whatever the context
   int64_t layers = 0;
 };
 
 // Which cached rows a LayerGroup counts: both (the cache), or only the keys or the values.
 enum class KvHalf { kBoth, kKeys, kValues };
 
-// REQUIRES: `model` is canonical. `kv_override` > 0 replaces every layer's n_head_kv. `half`
-// drops the other half's row (a row of 0 bytes), so the groups of kKeys and kValues count the
-// same layers, windows and slots as kBoth and their bytes add up to its bytes exactly.
+struct GroupOptions {
+  int64_t kv_override = 0;  // > 0: every KV layer's n_head_kv, latent layers expanded
+  KvHalf half = KvHalf::kBoth;
+  bool expand_latent = false;  // latent layers as their n_head_kv expanded heads
+};
+
+// One layer's bytes per token and its fixed state bytes. REQUIRES: canonical `l`, rows that
+// StorageBytes could size (checked by GroupLayers).
+std::pair<int64_t, int64_t> LayerBytes(const LayerSpec& l, KvDType dtype, KvDType state_dtype,
+                                       int64_t k_row, int64_t v_row, const GroupOptions& o) {
+  if (HoldsState(l.kind)) {
+    // A state is neither half of the key/value rows: the halves carry no fixed bytes.
+    if (o.half != KvHalf::kBoth) return {0, 0};
+    // Bounded by CanonicalModel: 2 x 2^36 values x 4 bytes.
+    return {0, *StorageBytes(state_dtype, l.conv_state_values) +
+                   *StorageBytes(state_dtype, l.recurrent_state_values)};
+  }
+  if (!HoldsKv(l.kind)) return {0, 0};
+  if (l.kind == LayerKind::kLatentAttention && o.kv_override == 0 && !o.expand_latent) {
+    // <= 2 x 65536 values x 4 bytes.
+    return {
+        o.half == KvHalf::kValues ? 0 : *StorageBytes(dtype, l.kv_lora_rank + l.qk_rope_head_dim),
+        0};
+  }
+  const int64_t kv = o.kv_override > 0 ? o.kv_override : l.n_head_kv;
+  const int64_t k = o.half == KvHalf::kValues ? 0 : k_row;
+  const int64_t v = o.half == KvHalf::kKeys ? 0 : v_row;
+  // Bounded by CanonicalModel: 65536 heads x 2 x 65536 values x 4 bytes = 2^35.
+  return {kv * (k + v), 0};
+}
+
+// REQUIRES: `model` is canonical.
 absl::StatusOr<std::vector<LayerGroup>> GroupLayers(const ModelSpec& model, KvDType dtype,
-                                                    int64_t kv_override = 0,
-                                                    KvHalf half = KvHalf::kBoth) {
-  std::optional<int64_t> k_row = StorageBytes(dtype, model.head_dim);
-  std::optional<int64_t> v_row = StorageBytes(dtype, model.head_dim_v);
+                                                    KvDType state_dtype,
+                                                    const GroupOptions& options = {}) {
+  const std::optional<int64_t> k_row = StorageBytes(dtype, model.head_dim);
+  const std::optional<int64_t> v_row = StorageBytes(dtype, model.head_dim_v);
   if (!k_row || !v_row) return absl::InvalidArgumentError("head row bytes overflow int64");
-  if (half == KvHalf::kValues) k_row = 0;
-  if (half == KvHalf::kKeys) v_row = 0;
-  std::map<std::pair<int64_t, int64_t>, int64_t> counts;  // (row bytes, window) -> layers
+  // (row bytes, window, fixed bytes) -> layers
+  std::map<std::tuple<int64_t, int64_t, int64_t>, int64_t> counts;
   for (int64_t layer = 0; layer < model.layers; ++layer) {
-    const int64_t kv = kv_override > 0 ? kv_override : LayerKvHeads(model, layer);
-    // Bounded by CanonicalModel: 65536 heads x 2 x 65536 values x 4 bytes = 2^35.
-    const int64_t row = kv * (*k_row + *v_row);
-    ++counts[{row, LayerWindow(model, layer)}];
+    const LayerSpec l = model.layer_specs.empty() ? LayerSpec{model.n_head_kv, 0}
+                                                  : model.layer_specs[static_cast<size_t>(layer)];
+    const auto [row, fixed] = LayerBytes(l, dtype, state_dtype, *k_row, *v_row, options);
+    ++counts[{row, HoldsKv(l.kind) ? l.window_tokens : 0, fixed}];
   }
   std::vector<LayerGroup> groups;
-  for (const auto& [key, layers] : counts) groups.push_back({key.first, key.second, layers});
+  for (const auto& [key, layers] : counts) {
+    groups.push_back({std::get<0>(key), std::get<1>(key), std::get<2>(key), layers});
+  }
   return groups;
 }
 
@@ -73,8 +105,11 @@ std::optional<int64_t> SequenceBytes(const std::vector<LayerGroup>& groups, int6
                                      int64_t block_tokens) {
   int64_t total = 0;
   for (const LayerGroup& g : groups) {
+    // Layers without KV hold no blocks: paging applies to KV layers only.
+    const int64_t slots = g.row_bytes > 0 ? LayerSlots(context, g.window, block_tokens) : 0;
     std::optional<int64_t> bytes = CheckedMul(g.row_bytes, g.layers);
-    if (bytes) bytes = CheckedMul(*bytes, LayerSlots(context, g.window, block_tokens));
+    if (bytes) bytes = CheckedMul(*bytes, slots);
+    if (bytes) bytes = CheckedAdd(*bytes, g.fixed_bytes * g.layers);  // <= 4096 x 2^39
     if (bytes) bytes = CheckedAdd(total, *bytes);
     if (!bytes) return std::nullopt;
     total = *bytes;
@@ -272,8 +307,11 @@ absl::StatusOr<BudgetPlan> PlanBudget(const ModelSpec& m, const KvPlanRequest& r
   const int64_t need = bytes_one_sequence * batch;  // checked by the caller
   b.fits = need <= b.available_bytes;
   b.max_sequences = b.available_bytes / bytes_one_sequence;  // bytes_one_sequence >= 1
-  b.max_context_tokens = MaxContext(groups, block_tokens, batch, b.available_bytes);
-  b.max_context_tokens_one_sequence = MaxContext(groups, block_tokens, 1, b.available_bytes);
+  // -1 (not even an empty cache fits) when the state alone of the sequences does not fit.
+  b.max_context_tokens =
+      std::max<int64_t>(0, MaxContext(groups, block_tokens, batch, b.available_bytes));
+  b.max_context_tokens_one_sequence =
+      std::max<int64_t>(0, MaxContext(groups, block_tokens, 1, b.available_bytes));
   const bool all_windowed = BytesPerToken(groups, /*full_attention_only=*/true) == 0;
   b.context_unbounded = all_windowed && b.max_context_tokens == kMaxContextTokens;
 
@@ -313,16 +351,113 @@ absl::StatusOr<BudgetPlan> PlanBudget(const ModelSpec& m, const KvPlanRequest& r
   }
   if (b.context_unbounded) {
     int64_t widest = 0;
-    for (const LayerGroup& g : groups) widest = std::max(widest, g.window);
-    absl::StrAppend(&words, " Every layer keeps at most ", FormatCount(widest),
-                    " tokens, so the cache stops growing there: memory does not limit the "
-                    "context length.");
+    for (const LayerGroup& g : groups) {
+      if (g.row_bytes > 0) widest = std::max(widest, g.window);
+    }
+    if (widest == 0) {
+      absl::StrAppend(&words,
+                      " No layer caches keys and values per token, only a fixed state per "
+                      "sequence: memory does not limit the context length.");
+    } else {
+      absl::StrAppend(&words, " Every layer keeps at most ", FormatCount(widest),
+                      " tokens, so the cache stops growing there: memory does not limit the "
+                      "context length.");
+    }
   } else if (m.max_context_tokens > 0 && b.max_context_tokens > m.max_context_tokens) {
     absl::StrAppend(&words, " (The model itself accepts at most ",
                     FormatCount(m.max_context_tokens), " tokens.)");
   }
   b.explanation = std::move(words);
   return b;
+}
+
+// The fixed part of one sequence: every layer's state (bounded: 4096 layers x 2^39 bytes).
+int64_t StateBytes(const std::vector<LayerGroup>& groups) {
+  int64_t total = 0;
+  for (const LayerGroup& g : groups) total += g.fixed_bytes * g.layers;
+  return total;
+}
+
+// MHA, GQA and MQA rows for the model's layers (see PlanKvCache in kv_plan.h).
+absl::StatusOr<std::vector<VariantRow>> PlanVariants(const ModelSpec& m, const KvPlan& plan) {
+  std::vector<VariantRow> rows;
+  if (!HasKvLayers(m) || m.n_head == 0) return rows;
+  // The model's own row is marked only when it is one of these: every KV layer plain attention
+  // with the model-wide head count.
+  const bool uniform =
+      std::all_of(m.layer_specs.begin(), m.layer_specs.end(), [&](const LayerSpec& l) {
+        return !HoldsKv(l.kind) ||
+               (l.kind != LayerKind::kLatentAttention && l.n_head_kv == m.n_head_kv);
+      });
+  int64_t gqa = m.n_head_kv;
+  if (gqa == m.n_head || gqa == 1) gqa = DefaultGqaHeads(m.n_head);
+  for (const auto& [variant, kv] :
+       {std::pair<const char*, int64_t>{"MHA", m.n_head}, {"GQA", gqa}, {"MQA", int64_t{1}}}) {
+    if (kv == 0) continue;
+    VariantRow row;
+    row.variant = variant;
+    row.n_head_kv = kv;
+    row.group_size = m.n_head / kv;
+    row.is_model = uniform && kv == m.n_head_kv;
+    GroupOptions options;
+    options.kv_override = kv;
+    ATTEND_ASSIGN_OR_RETURN(const std::vector<LayerGroup> g,
+                            GroupLayers(m, plan.kv_dtype, plan.state_dtype, options));
+    row.bytes_per_token = BytesPerToken(g, false);
+    const std::optional<int64_t> bytes = SequenceBytes(g, plan.context_tokens, 0);
+    if (!bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("the ", variant, " cache of one sequence of ",
+                                                     plan.context_tokens,
+                                                     " tokens overflows int64"));
+    }
+    row.bytes_per_sequence = *bytes;
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+// The per-layer breakdown: one entry per distinct LayerSpec, each sized by the same GroupLayers
+// as the totals (a one-layer model of it), so the entries' bytes add up to the plan's.
+absl::StatusOr<std::vector<LayerGroupPlan>> PlanLayerGroups(const ModelSpec& m,
+                                                            const KvPlan& plan) {
+  std::vector<LayerGroupPlan> out;
+  for (int64_t i = 0; i < m.layers; ++i) {
+    const LayerSpec l =
+        m.layer_specs.empty() ? LayerSpec{m.n_head_kv, 0} : m.layer_specs[static_cast<size_t>(i)];
+    auto it = std::find_if(out.begin(), out.end(), [&](const LayerGroupPlan& g) {
+      const LayerSpec& o = g.layer;
+      return o.kind == l.kind && o.n_head_kv == l.n_head_kv && o.window_tokens == l.window_tokens &&
+             o.kv_lora_rank == l.kv_lora_rank && o.qk_rope_head_dim == l.qk_rope_head_dim &&
+             o.conv_state_values == l.conv_state_values &&
+             o.recurrent_state_values == l.recurrent_state_values;
+    });
+    if (it != out.end()) {
+      it->layer_indices.push_back(i);
+      continue;
+    }
+    ModelSpec one = m;
+    one.layers = 1;
+    one.layer_specs = {l};
+    LayerGroupPlan g;
+    g.layer = l;
+    g.layer_indices = {i};
+    ATTEND_ASSIGN_OR_RETURN(const std::vector<LayerGroup> groups,
+                            GroupLayers(one, plan.kv_dtype, plan.state_dtype));
+    GroupOptions expanded;
+    expanded.expand_latent = true;
+    ATTEND_ASSIGN_OR_RETURN(const std::vector<LayerGroup> expanded_groups,
+                            GroupLayers(one, plan.kv_dtype, plan.state_dtype, expanded));
+    g.bytes_per_token = BytesPerToken(groups, false);
+    g.expanded_bytes_per_token = BytesPerToken(expanded_groups, false);
+    g.state_bytes_per_sequence = StateBytes(groups);
+    // A single layer's bytes are at most the plan's, which did not overflow.
+    g.bytes_per_sequence = SequenceBytes(groups, plan.context_tokens, 0).value_or(0);
+    out.push_back(std::move(g));
+  }
+  for (LayerGroupPlan& g : out) {
+    g.bytes_per_sequence *= static_cast<int64_t>(g.layer_indices.size());
+  }
+  return out;
 }
 
 }  // namespace
@@ -341,17 +476,26 @@ absl::StatusOr<int64_t> WeightsBytes(int64_t parameters, absl::string_view dtype
 }
 
 absl::StatusOr<int64_t> KvBytesPerSequence(const ModelSpec& model, KvDType kv_dtype,
-                                           int64_t context_tokens, int64_t block_tokens) {
+                                           int64_t context_tokens, int64_t block_tokens,
+                                           std::optional<KvDType> state_dtype) {
   ATTEND_ASSIGN_OR_RETURN(const ModelSpec m, CanonicalModel(model));
   ATTEND_RETURN_IF_ERROR(CheckRequestField("context_tokens", context_tokens, kMaxContextTokens));
   ATTEND_RETURN_IF_ERROR(CheckRequestField("block_tokens", block_tokens, kMaxBlockTokens));
-  ATTEND_ASSIGN_OR_RETURN(const std::vector<LayerGroup> groups, GroupLayers(m, kv_dtype));
+  ATTEND_ASSIGN_OR_RETURN(const std::vector<LayerGroup> groups,
+                          GroupLayers(m, kv_dtype, state_dtype.value_or(kv_dtype)));
   const std::optional<int64_t> bytes = SequenceBytes(groups, context_tokens, block_tokens);
   if (!bytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("the cache of one sequence of ", context_tokens, " tokens overflows int64"));
   }
   return *bytes;
+}
+
+absl::StatusOr<int64_t> StateBytesPerSequence(const ModelSpec& model, KvDType state_dtype) {
+  ATTEND_ASSIGN_OR_RETURN(const ModelSpec m, CanonicalModel(model));
+  ATTEND_ASSIGN_OR_RETURN(const std::vector<LayerGroup> groups,
+                          GroupLayers(m, state_dtype, state_dtype));
+  return StateBytes(groups);
 }
 
 absl::StatusOr<KvPlan> PlanKvCache(const ModelSpec& model, const KvPlanRequest& request) {
@@ -367,6 +511,7 @@ absl::StatusOr<KvPlan> PlanKvCache(const ModelSpec& model, const KvPlanRequest& 
   ATTEND_RETURN_IF_ERROR(CheckRequestField("replica_memory_bytes", request.replica_memory_bytes,
                                            std::numeric_limits<int64_t>::max()));
   plan.kv_dtype = request.kv_dtype;
+  plan.state_dtype = request.state_dtype.value_or(request.kv_dtype);
   plan.context_tokens = request.context_tokens > 0 ? request.context_tokens : m.max_context_tokens;
   if (plan.context_tokens == 0) {
     return absl::InvalidArgumentError(
@@ -376,9 +521,15 @@ absl::StatusOr<KvPlan> PlanKvCache(const ModelSpec& model, const KvPlanRequest& 
   plan.batch = request.batch > 0 ? request.batch : 1;
   plan.bytes_per_value = BytesPerValue(request.kv_dtype);
 
-  ATTEND_ASSIGN_OR_RETURN(const std::vector<LayerGroup> groups, GroupLayers(m, request.kv_dtype));
+  ATTEND_ASSIGN_OR_RETURN(const std::vector<LayerGroup> groups,
+                          GroupLayers(m, plan.kv_dtype, plan.state_dtype));
   plan.bytes_per_token = BytesPerToken(groups, false);
   plan.full_attention_bytes_per_token = BytesPerToken(groups, true);
+  GroupOptions expanded;
+  expanded.expand_latent = true;
+  ATTEND_ASSIGN_OR_RETURN(const std::vector<LayerGroup> expanded_groups,
+                          GroupLayers(m, plan.kv_dtype, plan.state_dtype, expanded));
+  plan.expanded_bytes_per_token = BytesPerToken(expanded_groups, false);
   const auto overflow = [&](absl::string_view what) {
     return absl::InvalidArgumentError(absl::StrCat(what, " for ", plan.batch, " x ",
                                                    plan.context_tokens, " tokens overflows int64"));
@@ -389,14 +540,20 @@ absl::StatusOr<KvPlan> PlanKvCache(const ModelSpec& model, const KvPlanRequest& 
   const std::optional<int64_t> total = CheckedMul(plan.bytes_per_sequence, plan.batch);
   if (!total) return overflow("the cache");
   plan.total_bytes = *total;
+  // Parts of the totals above, so neither overflows.
+  plan.state_bytes_per_sequence = StateBytes(groups);
+  plan.state_total_bytes = plan.state_bytes_per_sequence * plan.batch;
 
   // The halves are counted by the same functions as the total, over rows of one half, so the
   // windows and block padding apply to each exactly as to the whole. Each half is at most the
   // total, so none of these overflows once the total has not.
+  GroupOptions keys, values;
+  keys.half = KvHalf::kKeys;
+  values.half = KvHalf::kValues;
   ATTEND_ASSIGN_OR_RETURN(const std::vector<LayerGroup> k_groups,
-                          GroupLayers(m, request.kv_dtype, 0, KvHalf::kKeys));
+                          GroupLayers(m, plan.kv_dtype, plan.state_dtype, keys));
   ATTEND_ASSIGN_OR_RETURN(const std::vector<LayerGroup> v_groups,
-                          GroupLayers(m, request.kv_dtype, 0, KvHalf::kValues));
+                          GroupLayers(m, plan.kv_dtype, plan.state_dtype, values));
   plan.k_bytes_per_token = BytesPerToken(k_groups, false);
   plan.v_bytes_per_token = BytesPerToken(v_groups, false);
   plan.k_bytes_per_sequence = SequenceBytes(k_groups, plan.context_tokens, 0).value_or(0);
@@ -404,6 +561,7 @@ absl::StatusOr<KvPlan> PlanKvCache(const ModelSpec& model, const KvPlanRequest& 
   plan.k_total_bytes = plan.k_bytes_per_sequence * plan.batch;
   plan.v_total_bytes = plan.v_bytes_per_sequence * plan.batch;
   plan.projections = LayerProjectionKinds(m);
+  ATTEND_ASSIGN_OR_RETURN(plan.layer_groups, PlanLayerGroups(m, plan));
 
   if (request.block_tokens > 0) {
     // One computation for all three: each layer's blocks (LayerBlocks), their bytes
@@ -412,6 +570,7 @@ absl::StatusOr<KvPlan> PlanKvCache(const ModelSpec& model, const KvPlanRequest& 
     PagedPlan p;
     p.block_tokens = request.block_tokens;
     for (const LayerGroup& g : groups) {
+      if (g.row_bytes == 0) continue;  // no KV: no blocks
       p.blocks_per_sequence = std::max(p.blocks_per_sequence,
                                        LayerBlocks(plan.context_tokens, g.window, p.block_tokens));
     }
@@ -446,25 +605,7 @@ absl::StatusOr<KvPlan> PlanKvCache(const ModelSpec& model, const KvPlanRequest& 
                                                   std::max<int64_t>(1, *peak)));
   }
 
-  const bool uniform = std::all_of(m.layer_specs.begin(), m.layer_specs.end(),
-                                   [&](const LayerSpec& l) { return l.n_head_kv == m.n_head_kv; });
-  int64_t gqa = m.n_head_kv;
-  if (gqa == m.n_head || gqa == 1) gqa = DefaultGqaHeads(m.n_head);
-  for (const auto& [variant, kv] :
-       {std::pair<const char*, int64_t>{"MHA", m.n_head}, {"GQA", gqa}, {"MQA", int64_t{1}}}) {
-    if (kv == 0) continue;
-    VariantRow row;
-    row.variant = variant;
-    row.n_head_kv = kv;
-    row.group_size = m.n_head / kv;
-    row.is_model = uniform && kv == m.n_head_kv;
-    ATTEND_ASSIGN_OR_RETURN(const std::vector<LayerGroup> g, GroupLayers(m, request.kv_dtype, kv));
-    row.bytes_per_token = BytesPerToken(g, false);
-    const std::optional<int64_t> bytes = SequenceBytes(g, plan.context_tokens, 0);
-    if (!bytes) return overflow(absl::StrCat("the ", variant, " cache of one sequence"));
-    row.bytes_per_sequence = *bytes;
-    plan.variants.push_back(std::move(row));
-  }
+  ATTEND_ASSIGN_OR_RETURN(plan.variants, PlanVariants(m, plan));
   return plan;
 }
 

@@ -23,6 +23,17 @@
 // newest block was opened), and search that non-decreasing function exactly (binary search over
 // the context), never dividing by one bytes-per-token figure.
 //
+// Layers of other kinds (model.h's LayerKind): a chunked layer (Llama 4) is sized as a window of
+// its chunk, the most it holds (at a chunk's last token; (n - 1) mod chunk + 1 tokens at n). A
+// latent layer (MLA) caches one row(kv_lora_rank + qk_rope_head_dim) per token, counted in the
+// key half: the values are read from the same latent, as llama.cpp's V view of its K cache. A
+// linear-attention or state-space layer caches nothing per token but holds a fixed state per
+// sequence, row(conv_state_values) + row(recurrent_state_values) bytes in the state dtype (the
+// request's, default the KV dtype), whatever the context. The state is part of every
+// per-sequence figure (bytes_per_sequence, totals, budgets, the fleet) and is also reported on
+// its own; it is not paged, since a sequence's state is one fixed allocation. A feed-forward
+// layer holds nothing.
+//
 // All byte counts are int64 with overflow checks; an input whose answer would overflow is
 // INVALID_ARGUMENT.
 //
@@ -46,6 +57,9 @@ inline constexpr int64_t kMaxBlockTokens = int64_t{1} << 20;
 
 struct KvPlanRequest {
   KvDType kv_dtype = KvDType::kFloat16;
+  // Type of the recurrent layers' state; default kv_dtype. Engines differ (llama.cpp keeps it in
+  // float32, vLLM in the model's dtype unless told otherwise), so the plan says which it used.
+  std::optional<KvDType> state_dtype;
   int64_t context_tokens = 0;  // per sequence; 0: the model's max_context_tokens
   int64_t batch = 1;           // concurrent sequences; 0: 1
   int64_t block_tokens = 0;    // paged allocation block; 0: no paging
@@ -113,24 +127,43 @@ struct VariantRow {
   bool is_model = false;           // the model's own (uniform) KV head count
 };
 
+// The layers that share one LayerSpec, in the order of their first layer.
+struct LayerGroupPlan {
+  LayerSpec layer;  // canonical
+  std::vector<int64_t> layer_indices;
+  int64_t bytes_per_token = 0;  // one layer, while within its window or chunk
+  // One layer, if a latent layer cached its n_head_kv expanded heads (the multi-head form);
+  // bytes_per_token for the other kinds.
+  int64_t expanded_bytes_per_token = 0;
+  int64_t state_bytes_per_sequence = 0;  // one layer
+  int64_t bytes_per_sequence = 0;        // every layer of the group, at context_tokens, state too
+};
+
 struct KvPlan {
   ModelSpec model;  // canonical
   KvDType kv_dtype = KvDType::kFloat16;
-  int64_t context_tokens = 0;  // after defaults
+  KvDType state_dtype = KvDType::kFloat16;  // after the default
+  int64_t context_tokens = 0;               // after defaults
   int64_t batch = 0;
   double bytes_per_value = 0.0;
   // Bytes one token adds while the context is within every window (all layers grow).
   int64_t bytes_per_token = 0;
   // Bytes one token adds once every window is full (full-attention layers only).
   int64_t full_attention_bytes_per_token = 0;
-  int64_t bytes_per_sequence = 0;  // at context_tokens
+  int64_t bytes_per_sequence = 0;  // at context_tokens, the state included
   int64_t total_bytes = 0;         // bytes_per_sequence x batch
+  // The recurrent layers' state: its part of bytes_per_sequence and of total_bytes.
+  int64_t state_bytes_per_sequence = 0;
+  int64_t state_total_bytes = 0;
+  // bytes_per_token if every latent layer cached its expanded heads; equal to it without them.
+  int64_t expanded_bytes_per_token = 0;
+  std::vector<LayerGroupPlan> layer_groups;
   // The key and value halves of bytes_per_token, bytes_per_sequence and total_bytes, as
   // llama.cpp reports "K (f16): 2.00 MiB, V (f16): 2.00 MiB". A half is every layer's
   // n_head_kv x row(head_dim) (keys) or row(head_dim_v) (values) x the tokens it keeps, with the
   // same windows as the total, so they differ only when head_dim_v != head_dim. Block formats
   // pad each head row of each half to whole blocks, which is how the total is counted too, so
-  // the halves always sum exactly to the total.
+  // the halves always sum exactly to the KV part of the total (the total less the state).
   int64_t k_bytes_per_token = 0;
   int64_t v_bytes_per_token = 0;
   int64_t k_bytes_per_sequence = 0;
@@ -152,17 +185,22 @@ struct KvPlan {
 // max_context_tokens, weights that cannot be sized (no dtype and no weights_bytes, or no
 // parameter count), and answers that overflow int64.
 //
-// The variant rows replace every layer's n_head_kv by n_head (MHA), the model's n_head_kv (GQA;
-// for a multi-head or multi-query model, n_head / g for the smallest group size g >= 4 that
-// divides n_head, else the smallest g >= 2; omitted when n_head has no proper divisor) and 1
-// (MQA), keeping the windows.
+// The variant rows replace every KV layer's n_head_kv by n_head (MHA), the model's n_head_kv
+// (GQA; for a multi-head or multi-query model, n_head / g for the smallest group size g >= 4
+// that divides n_head, else the smallest g >= 2; omitted when n_head has no proper divisor) and
+// 1 (MQA), keeping the windows and the state; a latent layer counts as expanded heads there, so
+// the MHA row of an MLA model is its multi-head cache. No rows for a model without KV layers.
 absl::StatusOr<KvPlan> PlanKvCache(const ModelSpec& model, const KvPlanRequest& request);
 
 // Bytes the cache of one sequence of `context_tokens` needs (block_tokens 0) or is allocated at
-// that length (block_tokens > 0: whole blocks per layer, as above). INVALID_ARGUMENT for an
-// invalid model or context, or on overflow.
+// that length (block_tokens > 0: whole blocks per KV layer, as above), the state of recurrent
+// layers (in `state_dtype`, default kv_dtype) included. INVALID_ARGUMENT for an invalid model or
+// context, or on overflow.
 absl::StatusOr<int64_t> KvBytesPerSequence(const ModelSpec& model, KvDType kv_dtype,
-                                           int64_t context_tokens, int64_t block_tokens = 0);
+                                           int64_t context_tokens, int64_t block_tokens = 0,
+                                           std::optional<KvDType> state_dtype = std::nullopt);
+// The state part of that: every recurrent layer's state of one sequence in `state_dtype`.
+absl::StatusOr<int64_t> StateBytesPerSequence(const ModelSpec& model, KvDType state_dtype);
 
 // Weight bytes of `parameters` stored as `dtype` (a DTypeName or alias); block formats round up
 // to whole blocks over the whole count. INVALID_ARGUMENT on a bad dtype, negative count or

@@ -65,7 +65,79 @@ absl::Status CheckDivides(absl::string_view prefix, absl::string_view field, int
   return absl::OkStatus();
 }
 
+// One entry of layer_specs, checked by its kind; fills a KV layer's n_head_kv default.
+absl::Status CheckLayer(const ModelSpec& m, const std::string& layer, LayerSpec* l) {
+  const auto must_be_zero = [&](absl::string_view field, int64_t value,
+                                absl::string_view which) -> absl::Status {
+    if (value == 0) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(FieldPath(layer, field), ": ", value, " on a ",
+                                                   LayerKindName(l->kind), " layer; only ", which,
+                                                   " layers have one"));
+  };
+  if (!HoldsKv(l->kind)) {
+    ATTEND_RETURN_IF_ERROR(must_be_zero("n_head_kv", l->n_head_kv, "attention"));
+    ATTEND_RETURN_IF_ERROR(must_be_zero("window_tokens", l->window_tokens, "attention"));
+  } else {
+    if (l->n_head_kv == 0) l->n_head_kv = m.n_head_kv;
+    ATTEND_RETURN_IF_ERROR(CheckRange(layer, "n_head_kv", l->n_head_kv, 1, m.n_head));
+    ATTEND_RETURN_IF_ERROR(CheckDivides(layer, "n_head_kv", l->n_head_kv, m.n_head));
+    const int64_t min_window = l->kind == LayerKind::kChunkedAttention ? 1 : 0;
+    ATTEND_RETURN_IF_ERROR(
+        CheckRange(layer, "window_tokens", l->window_tokens, min_window, kMaxContextTokens));
+  }
+  if (l->kind == LayerKind::kLatentAttention) {
+    ATTEND_RETURN_IF_ERROR(CheckRange(layer, "kv_lora_rank", l->kv_lora_rank, 1, kMaxHeadDim));
+    ATTEND_RETURN_IF_ERROR(
+        CheckRange(layer, "qk_rope_head_dim", l->qk_rope_head_dim, 0, m.head_dim));
+  } else {
+    ATTEND_RETURN_IF_ERROR(must_be_zero("kv_lora_rank", l->kv_lora_rank, "latent_attention"));
+    ATTEND_RETURN_IF_ERROR(
+        must_be_zero("qk_rope_head_dim", l->qk_rope_head_dim, "latent_attention"));
+  }
+  if (!HoldsState(l->kind)) {
+    constexpr char kRecurrent[] = "linear_attention and state_space";
+    ATTEND_RETURN_IF_ERROR(must_be_zero("conv_state_values", l->conv_state_values, kRecurrent));
+    return must_be_zero("recurrent_state_values", l->recurrent_state_values, kRecurrent);
+  }
+  ATTEND_RETURN_IF_ERROR(
+      CheckRange(layer, "conv_state_values", l->conv_state_values, 0, kMaxStateValues));
+  ATTEND_RETURN_IF_ERROR(
+      CheckRange(layer, "recurrent_state_values", l->recurrent_state_values, 0, kMaxStateValues));
+  if (l->conv_state_values + l->recurrent_state_values == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(layer, ": a ", LayerKindName(l->kind),
+                                                   " layer with no state; give its state values"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+absl::string_view LayerKindName(LayerKind kind) {
+  switch (kind) {
+    case LayerKind::kAttention:
+      return "attention";
+    case LayerKind::kChunkedAttention:
+      return "chunked_attention";
+    case LayerKind::kLatentAttention:
+      return "latent_attention";
+    case LayerKind::kLinearAttention:
+      return "linear_attention";
+    case LayerKind::kStateSpace:
+      return "state_space";
+    case LayerKind::kFeedForward:
+      return "feed_forward";
+  }
+  return "unknown";
+}
+
+bool HoldsKv(LayerKind kind) {
+  return kind == LayerKind::kAttention || kind == LayerKind::kChunkedAttention ||
+         kind == LayerKind::kLatentAttention;
+}
+
+bool HoldsState(LayerKind kind) {
+  return kind == LayerKind::kLinearAttention || kind == LayerKind::kStateSpace;
+}
 
 absl::string_view DTypeName(KvDType dtype) {
   switch (dtype) {
@@ -154,13 +226,16 @@ absl::StatusOr<ModelSpec> CanonicalModel(const ModelSpec& model, absl::string_vi
   ATTEND_RETURN_IF_ERROR(CheckLength(p, "architecture", m.architecture, kMaxNameBytes));
   ATTEND_RETURN_IF_ERROR(CheckLength(p, "parameters_source", m.parameters_source, kMaxSourceBytes));
   ATTEND_RETURN_IF_ERROR(CheckRange(p, "layers", m.layers, 1, kMaxLayers));
-  ATTEND_RETURN_IF_ERROR(CheckRange(p, "n_head", m.n_head, 1, kMaxHeads));
+  // A model without KV layers (Mamba) has no attention heads; when it gives some anyway they are
+  // checked as for any model.
+  const int64_t min_heads = HasKvLayers(m) || m.n_head > 0 ? 1 : 0;
+  ATTEND_RETURN_IF_ERROR(CheckRange(p, "n_head", m.n_head, min_heads, kMaxHeads));
   if (m.n_head_kv == 0) m.n_head_kv = m.n_head;
-  ATTEND_RETURN_IF_ERROR(CheckRange(p, "n_head_kv", m.n_head_kv, 1, m.n_head));
-  ATTEND_RETURN_IF_ERROR(CheckDivides(p, "n_head_kv", m.n_head_kv, m.n_head));
-  ATTEND_RETURN_IF_ERROR(CheckRange(p, "head_dim", m.head_dim, 1, kMaxHeadDim));
+  ATTEND_RETURN_IF_ERROR(CheckRange(p, "n_head_kv", m.n_head_kv, min_heads, m.n_head));
+  if (m.n_head > 0) ATTEND_RETURN_IF_ERROR(CheckDivides(p, "n_head_kv", m.n_head_kv, m.n_head));
+  ATTEND_RETURN_IF_ERROR(CheckRange(p, "head_dim", m.head_dim, min_heads, kMaxHeadDim));
   if (m.head_dim_v == 0) m.head_dim_v = m.head_dim;
-  ATTEND_RETURN_IF_ERROR(CheckRange(p, "head_dim_v", m.head_dim_v, 1, kMaxHeadDim));
+  ATTEND_RETURN_IF_ERROR(CheckRange(p, "head_dim_v", m.head_dim_v, min_heads, kMaxHeadDim));
   ATTEND_RETURN_IF_ERROR(CheckRange(p, "d_model", m.d_model, 0, kMaxDModel));
   ATTEND_RETURN_IF_ERROR(CheckRange(p, "vocab_size", m.vocab_size, 0, kMaxVocab));
   ATTEND_RETURN_IF_ERROR(
@@ -197,13 +272,8 @@ absl::StatusOr<ModelSpec> CanonicalModel(const ModelSpec& model, absl::string_vi
                        m.layers, " layers; give none or one per layer"));
     }
     for (size_t i = 0; i < m.layer_specs.size(); ++i) {
-      LayerSpec& l = m.layer_specs[i];
-      const std::string layer = FieldPath(p, absl::StrCat("layer_specs[", i, "]"));
-      if (l.n_head_kv == 0) l.n_head_kv = m.n_head_kv;
-      ATTEND_RETURN_IF_ERROR(CheckRange(layer, "n_head_kv", l.n_head_kv, 1, m.n_head));
-      ATTEND_RETURN_IF_ERROR(CheckDivides(layer, "n_head_kv", l.n_head_kv, m.n_head));
       ATTEND_RETURN_IF_ERROR(
-          CheckRange(layer, "window_tokens", l.window_tokens, 0, kMaxContextTokens));
+          CheckLayer(m, FieldPath(p, absl::StrCat("layer_specs[", i, "]")), &m.layer_specs[i]));
     }
   }
   return m;
@@ -226,6 +296,23 @@ int64_t LayerWindow(const ModelSpec& model, int64_t layer) {
 bool HasSlidingWindows(const ModelSpec& model) {
   return std::any_of(model.layer_specs.begin(), model.layer_specs.end(),
                      [](const LayerSpec& l) { return l.window_tokens > 0; });
+}
+
+LayerKind LayerKindOf(const ModelSpec& model, int64_t layer) {
+  if (model.layer_specs.empty()) return LayerKind::kAttention;
+  return model.layer_specs[static_cast<size_t>(layer)].kind;
+}
+
+bool HasKvLayers(const ModelSpec& model) {
+  return model.layer_specs.empty() ||
+         std::any_of(model.layer_specs.begin(), model.layer_specs.end(),
+                     [](const LayerSpec& l) { return HoldsKv(l.kind); });
+}
+
+bool HasNonAttentionLayers(const ModelSpec& model) {
+  return std::any_of(model.layer_specs.begin(), model.layer_specs.end(), [](const LayerSpec& l) {
+    return l.kind != LayerKind::kAttention && l.kind != LayerKind::kChunkedAttention;
+  });
 }
 
 std::string FormatBytes(int64_t bytes) {

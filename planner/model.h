@@ -51,10 +51,45 @@ double BytesPerValue(KvDType dtype);
 // of 80 values takes ceil(80 / 32) = 3 blocks. nullopt on int64 overflow.
 std::optional<int64_t> StorageBytes(KvDType dtype, int64_t values);
 
-// One layer's attention where it differs from the model-wide values.
+// Values of one layer's state for one sequence, per part (convolution or recurrent): Mamba-2 7B
+// holds 2^20; the bound keeps 4096 layers x 2 parts x 4 bytes far inside int64.
+inline constexpr int64_t kMaxStateValues = int64_t{1} << 36;
+
+// What a layer keeps for each sequence. Attention kinds cache rows per token (KV layers); the
+// recurrent kinds hold a fixed state whatever the context; feed-forward layers hold nothing.
+enum class LayerKind {
+  kAttention,         // keys and values of every token, or of the last window_tokens
+  kChunkedAttention,  // keys and values of the current chunk of window_tokens tokens (Llama 4)
+  kLatentAttention,   // one row of kv_lora_rank + qk_rope_head_dim values per token (MLA)
+  kLinearAttention,   // a convolution and a recurrent state per sequence (gated delta-net)
+  kStateSpace,        // the same for Mamba / Mamba-2 mixers
+  kFeedForward,       // an MLP or MoE block without a mixer (Nemotron-H's '-' and 'E')
+};
+
+// "attention", "chunked_attention", "latent_attention", "linear_attention", "state_space",
+// "feed_forward".
+absl::string_view LayerKindName(LayerKind kind);
+// Whether layers of `kind` cache rows per token (and take part in paging and attention FLOPs).
+bool HoldsKv(LayerKind kind);
+// Whether layers of `kind` hold a fixed state per sequence.
+bool HoldsState(LayerKind kind);
+
+// One layer where it differs from the model-wide values. The two fields before `kind` keep the
+// meaning they had before kinds existed, so {n_head_kv, window_tokens} still describes an
+// attention layer.
 struct LayerSpec {
-  int64_t n_head_kv = 0;      // 0: the model's n_head_kv
-  int64_t window_tokens = 0;  // 0: full attention; otherwise the layer caches at most this many
+  int64_t n_head_kv = 0;      // KV kinds: 0 = the model's n_head_kv; recurrent kinds: 0
+  int64_t window_tokens = 0;  // attention: 0 = full, else a sliding window; chunked: chunk size
+  LayerKind kind = LayerKind::kAttention;
+  // Latent attention only: the compressed key/value rank and the decoupled RoPE key size, cached
+  // per token instead of n_head_kv expanded heads of head_dim / head_dim_v.
+  int64_t kv_lora_rank = 0;
+  int64_t qk_rope_head_dim = 0;
+  // Linear attention and state-space only: values of the convolution state and of the
+  // recurrent (SSM or delta-rule) state of one sequence, computed by the importer from the
+  // model's definition (planner/import/hf_layers.h says which formula for which family).
+  int64_t conv_state_values = 0;
+  int64_t recurrent_state_values = 0;
 };
 
 // Mirrors attend.v1.ModelSpec. Zero means "not given" for the optional counts.
@@ -85,10 +120,14 @@ struct ModelSpec {
 };
 
 // Returns `model` with defaults filled in (n_head_kv, head_dim_v, experts_active for dense
-// models, active_parameters for dense models, per-layer n_head_kv 0 -> model's, weights_dtype
-// canonical name) after checking every field against the bounds above: layers, heads and head
-// sizes >= 1; n_head_kv divides n_head (per layer too); layer_specs empty or one per layer;
-// windows >= 0; counts >= 0; active parameters <= parameters; name/source lengths.
+// models, active_parameters for dense models, per-layer n_head_kv 0 -> model's on KV layers,
+// weights_dtype canonical name) after checking every field against the bounds above: layers,
+// heads and head sizes >= 1 (heads and head sizes may be 0 when no layer holds KV, as in
+// Mamba); n_head_kv divides n_head (per layer too); layer_specs empty or one per layer;
+// windows >= 0, chunks >= 1; latent layers with kv_lora_rank in [1, kMaxHeadDim] and
+// qk_rope_head_dim in [0, head_dim]; recurrent layers with no heads or window, state parts in
+// [0, kMaxStateValues] and some state; fields of other kinds 0; counts >= 0; active parameters
+// <= parameters; name/source lengths.
 // INVALID_ARGUMENT names the field by its path under `field_prefix` (FieldPath), e.g.
 // "n_head_kv: 3 does not divide n_head 32", or with field_prefix "model.spec",
 // "model.spec.n_head_kv: 3 does not divide n_head 32".
@@ -100,8 +139,15 @@ absl::Status ValidateModel(const ModelSpec& model, absl::string_view field_prefi
 // 0 <= layer < model.layers.
 int64_t LayerKvHeads(const ModelSpec& model, int64_t layer);
 int64_t LayerWindow(const ModelSpec& model, int64_t layer);
-// True when some layer has a sliding window.
+// True when some layer has a sliding window or a chunk.
 bool HasSlidingWindows(const ModelSpec& model);
+// The kind of layer `layer` (kAttention when layer_specs is empty). REQUIRES: as above.
+LayerKind LayerKindOf(const ModelSpec& model, int64_t layer);
+// Whether some layer caches rows per token (true when layer_specs is empty), and whether some
+// layer is not plain attention (latent, recurrent or feed-forward): the shape-based parameter
+// count and projection table describe plain attention layers only.
+bool HasKvLayers(const ModelSpec& model);
+bool HasNonAttentionLayers(const ModelSpec& model);
 
 // "1.00 GiB", "512.00 KiB", "100 bytes": binary units, two decimals.
 std::string FormatBytes(int64_t bytes);

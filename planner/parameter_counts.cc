@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "absl/strings/str_cat.h"
 #include "core/base/tensor.h"
 
 namespace attend::planner {
@@ -21,6 +22,8 @@ std::vector<LayerProjectionKind> LayerProjectionKinds(const ModelSpec& model) {
   std::vector<LayerProjectionKind> kinds;
   if (model.d_model <= 0) return kinds;
   for (int64_t layer = 0; layer < model.layers; ++layer) {
+    const LayerKind kind = LayerKindOf(model, layer);
+    if (kind != LayerKind::kAttention && kind != LayerKind::kChunkedAttention) continue;
     const int64_t kv = LayerKvHeads(model, layer);
     // A handful of kinds at most (kMaxLayers bounds the scan), so a linear search is enough.
     auto it = std::find_if(kinds.begin(), kinds.end(),
@@ -44,6 +47,13 @@ absl::StatusOr<ParameterCount> ComputeParameters(const ModelSpec& model) {
       return absl::InvalidArgumentError(
           absl::StrCat(field, " is unknown (0): the parameter count cannot be computed"));
     }
+  }
+  if (HasNonAttentionLayers(model)) {
+    // Latent attention, recurrent mixers and feed-forward-only blocks have weights of their own
+    // shapes (down/up projections, SSM in/out projections) that the rules below do not describe.
+    return absl::InvalidArgumentError(
+        "the parameter count of latent-attention, linear-attention, state-space and "
+        "feed-forward-only layers is not computed from the shape; give the published count");
   }
   // Under the CanonicalModel bounds each per-layer term fits in int64 (the largest, experts x 3 x
   // d_model x intermediate, stays below 2^58), but summed over 4096 layers they can overflow, so

@@ -34,9 +34,10 @@ struct LayerProjectionKind {
   int64_t first_layer = 0;          // the lowest such layer index
   ProjectionParameters parameters;  // of one such layer
 };
-// One entry per distinct n_head_kv, in the order of each kind's first layer, so a uniform model
-// has exactly one (layer 0's). Empty when d_model is 0 (unknown): the projections cannot be
-// sized without it. REQUIRES: `model` is canonical.
+// One entry per distinct n_head_kv of the attention and chunked-attention layers (the only kinds
+// with Wq/Wk/Wv/Wo of these shapes), in the order of each kind's first layer, so a uniform model
+// has exactly one (layer 0's) and a model without such layers none. Empty when d_model is 0
+// (unknown): the projections cannot be sized without it. REQUIRES: `model` is canonical.
 std::vector<LayerProjectionKind> LayerProjectionKinds(const ModelSpec& model);
 
 struct ParameterCount {
@@ -65,7 +66,8 @@ bool HasGatedMlp(const ModelSpec& model);
 // 2/3/3.1, Mistral, Mixtral, Qwen2 and Gemma 2 exactly (see the catalog tests) and Falcon-7B's
 // and Falcon-40B's counts from their architecture (tied embeddings); other architectures are
 // estimates (Falcon's linear biases, present when its config says bias: true, are not counted).
-// INVALID_ARGUMENT when d_model, vocab_size or intermediate_size is 0 (unknown).
+// INVALID_ARGUMENT when d_model, vocab_size or intermediate_size is 0 (unknown), or when some
+// layer is not plain (or chunked) attention (HasNonAttentionLayers).
 // REQUIRES: `model` is canonical.
 absl::StatusOr<ParameterCount> ComputeParameters(const ModelSpec& model);
 

@@ -35,8 +35,21 @@ absl::StatusOr<pl::ModelSpec> FromProto(const v1::ModelSpec& spec, absl::string_
   m.active_parameters = spec.active_parameters();
   m.parameters_source = spec.parameters_source();
   m.layer_specs.reserve(static_cast<size_t>(spec.layer_specs_size()));
-  for (const v1::LayerSpec& l : spec.layer_specs()) {
-    m.layer_specs.push_back(pl::LayerSpec{l.n_head_kv(), l.window_tokens()});
+  for (int i = 0; i < spec.layer_specs_size(); ++i) {
+    const v1::LayerSpec& l = spec.layer_specs(i);
+    // Proto3 enums are open: any int32 arrives.
+    if (l.kind() < v1::LAYER_ATTENTION || l.kind() > v1::LAYER_FEED_FORWARD) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(pl::FieldPath(field_prefix, absl::StrCat("layer_specs[", i, "].kind")), ": ",
+                       static_cast<int>(l.kind()), " is not a LayerKind (0 to 5)"));
+    }
+    pl::LayerSpec layer{l.n_head_kv(), l.window_tokens()};
+    layer.kind = static_cast<pl::LayerKind>(l.kind());
+    layer.kv_lora_rank = l.kv_lora_rank();
+    layer.qk_rope_head_dim = l.qk_rope_head_dim();
+    layer.conv_state_values = l.conv_state_values();
+    layer.recurrent_state_values = l.recurrent_state_values();
+    m.layer_specs.push_back(layer);
   }
   m.max_context_tokens = spec.max_context_tokens();
   m.weights_dtype = spec.weights_dtype();
@@ -62,16 +75,32 @@ void ToProto(const pl::ModelSpec& m, v1::ModelSpec* out) {
   out->set_parameters(m.parameters);
   out->set_active_parameters(m.active_parameters);
   out->clear_layer_specs();
-  for (const pl::LayerSpec& l : m.layer_specs) {
-    v1::LayerSpec* layer = out->add_layer_specs();
-    layer->set_n_head_kv(static_cast<int32_t>(l.n_head_kv));
-    layer->set_window_tokens(l.window_tokens);
-  }
+  for (const pl::LayerSpec& l : m.layer_specs) ToProto(l, out->add_layer_specs());
   out->set_max_context_tokens(m.max_context_tokens);
   out->set_weights_dtype(m.weights_dtype);
   out->set_tied_embeddings(m.tied_embeddings);
   out->set_architecture(m.architecture);
   out->set_parameters_source(m.parameters_source);
+}
+
+void ToProto(const pl::LayerSpec& l, v1::LayerSpec* out) {
+  // CanonicalModel bounds heads and ranks by kMaxHeads / kMaxHeadDim, far below 2^31.
+  out->set_n_head_kv(static_cast<int32_t>(l.n_head_kv));
+  out->set_window_tokens(l.window_tokens);
+  out->set_kind(static_cast<v1::LayerKind>(l.kind));
+  out->set_kv_lora_rank(static_cast<int32_t>(l.kv_lora_rank));
+  out->set_qk_rope_head_dim(static_cast<int32_t>(l.qk_rope_head_dim));
+  out->set_conv_state_values(l.conv_state_values);
+  out->set_recurrent_state_values(l.recurrent_state_values);
+}
+
+void ToProto(const pl::LayerGroupPlan& g, v1::LayerGroupPlan* out) {
+  ToProto(g.layer, out->mutable_layer());
+  for (int64_t i : g.layer_indices) out->add_layer_indices(static_cast<int32_t>(i));
+  out->set_bytes_per_token(g.bytes_per_token);
+  out->set_expanded_bytes_per_token(g.expanded_bytes_per_token);
+  out->set_state_bytes_per_sequence(g.state_bytes_per_sequence);
+  out->set_bytes_per_sequence(g.bytes_per_sequence);
 }
 
 absl::StatusOr<pl::KvDType> FromProto(v1::KvDType value, absl::string_view field) {
@@ -130,6 +159,9 @@ void ToProto(const pl::HardwareProfile& h, v1::HardwareProfile* out) {
 absl::StatusOr<pl::KvPlanRequest> FromProto(const v1::PlanKvCacheRequest& request) {
   pl::KvPlanRequest r;
   ATTEND_ASSIGN_OR_RETURN(r.kv_dtype, FromProto(request.kv_dtype(), "kv_dtype"));
+  if (request.state_dtype() != v1::KV_DTYPE_UNSPECIFIED) {
+    ATTEND_ASSIGN_OR_RETURN(r.state_dtype, FromProto(request.state_dtype(), "state_dtype"));
+  }
   r.context_tokens = request.context_tokens();
   r.batch = request.batch();
   r.block_tokens = request.block_tokens();
@@ -162,6 +194,11 @@ void ToProto(const pl::KvPlan& plan, v1::PlanKvCacheResponse* out) {
   out->set_k_total_bytes(plan.k_total_bytes);
   out->set_v_total_bytes(plan.v_total_bytes);
   for (const pl::LayerProjectionKind& k : plan.projections) ToProto(k, out->add_projections());
+  out->set_state_bytes_per_sequence(plan.state_bytes_per_sequence);
+  out->set_state_total_bytes(plan.state_total_bytes);
+  out->set_state_dtype(ToProto(plan.state_dtype));
+  out->set_expanded_bytes_per_token(plan.expanded_bytes_per_token);
+  for (const pl::LayerGroupPlan& g : plan.layer_groups) ToProto(g, out->add_layer_groups());
 }
 
 void ToProto(const pl::LayerProjectionKind& kind, v1::ProjectionParameters* out) {
@@ -225,6 +262,9 @@ absl::StatusOr<pl::CostRequest> FromProto(const v1::EstimateCostRequest& request
   r.non_causal = request.non_causal();
   r.compute_dtype = request.compute_dtype();
   ATTEND_ASSIGN_OR_RETURN(r.kv_dtype, FromProto(request.kv_dtype(), "kv_dtype"));
+  if (request.state_dtype() != v1::KV_DTYPE_UNSPECIFIED) {
+    ATTEND_ASSIGN_OR_RETURN(r.state_dtype, FromProto(request.state_dtype(), "state_dtype"));
+  }
   r.weights_dtype = request.weights_dtype();
   if (request.has_parameters()) r.parameters = request.parameters();
   r.price_per_hour_usd = request.price_per_hour_usd();
@@ -246,6 +286,7 @@ void ToProto(const pl::CostEstimate& e, v1::EstimateCostResponse* out) {
   out->set_peak_flops(e.peak_flops);
   out->set_weights_bytes(e.weights_bytes);
   out->set_kv_cache_bytes(e.kv_cache_bytes);
+  out->set_state_bytes(e.state_bytes);
   if (e.fits.has_value()) out->set_fits(*e.fits);
 }
 
@@ -262,6 +303,7 @@ void ToProto(const pl::PhaseCost& p, v1::PhaseCost* out) {
   out->set_usd_per_million_tokens(p.usd_per_million_tokens);
   out->set_weight_bytes(p.weight_bytes);
   out->set_kv_bytes(p.kv_bytes);
+  out->set_state_bytes(p.state_bytes);
 }
 
 }  // namespace attend::server

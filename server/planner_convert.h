@@ -1,14 +1,15 @@
 // Conversions between the attend.v1 planner messages and the planner's structs, under one naming
 // scheme: FromProto(message, ...) returns the planner value, and ToProto(value, message*) fills
 // the message (ToProto(KvDType) returns the enum value). FromProto returns StatusOr where the
-// message can hold what the planner cannot take: an unknown enum value, or more layer_specs
-// than a model has layers.
+// message can hold what the planner cannot take: an unknown enum value (a KvDType, a layer's
+// LayerKind), or more layer_specs than a model has layers.
 //
 // The planner structs mirror the protos field by field; KvDType's planner value is the proto
-// value minus 1 (KV_DTYPE_UNSPECIFIED means float16). The conversions check only what a copy
-// needs; every other check is the planner's (CanonicalModel, ValidateHardware, PlanKvCache,
-// EstimateCost). Errors are INVALID_ARGUMENT and name the field by its path in the request,
-// which the caller passes in (`field`, or `field_prefix` for the fields of a message).
+// value minus 1 (KV_DTYPE_UNSPECIFIED means float16), LayerKind's the proto value. A request's
+// state_dtype of KV_DTYPE_UNSPECIFIED means "the kv_dtype" (nullopt). The conversions check only
+// what a copy needs; every other check is the planner's (CanonicalModel, ValidateHardware,
+// PlanKvCache, EstimateCost). Errors are INVALID_ARGUMENT and name the field by its path in the
+// request, which the caller passes in (`field`, or `field_prefix` for the fields of a message).
 //
 // Thread-safety: pure functions.
 #ifndef ATTEND_SERVER_PLANNER_CONVERT_H_
@@ -48,6 +49,8 @@ void ToProto(const planner::FleetPlan& fleet, v1::FleetPlan* out);
 void ToProto(const planner::BudgetPlan& budget, v1::BudgetPlan* out);
 void ToProto(const planner::VariantRow& variant, v1::VariantRow* out);
 void ToProto(const planner::LayerProjectionKind& kind, v1::ProjectionParameters* out);
+void ToProto(const planner::LayerSpec& layer, v1::LayerSpec* out);
+void ToProto(const planner::LayerGroupPlan& group, v1::LayerGroupPlan* out);
 
 // The request's figures, without its model and hardware (which the service resolves). Errors
 // name the request's fields ("kv_dtype: ...").

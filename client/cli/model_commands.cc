@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "client/cli/command.h"
 #include "client/cli/format.h"
+#include "client/cli/plan_layers.h"
 #include "client/cli/planner_commands.h"
 
 namespace attend::cli {
@@ -51,12 +52,32 @@ std::string LayerList(const std::vector<int>& layers) {
   return absl::StrCat(layers[0], ", ", layers[1], ", ", layers[2], ", ..., ", layers.back());
 }
 
-// The distinct per-layer shapes of a model, one line each.
+// The distinct per-layer shapes of a model, one line each: the KV layers' heads and window, or
+// what a layer without KV holds.
 std::vector<std::string> LayerGroups(const v1::ModelSpec& m) {
-  std::vector<std::pair<std::pair<int64_t, int64_t>, std::vector<int>>> groups;
+  std::vector<std::pair<std::string, std::vector<int>>> groups;
   for (int i = 0; i < m.layer_specs_size(); ++i) {
-    const std::pair<int64_t, int64_t> key{m.layer_specs(i).n_head_kv(),
-                                          m.layer_specs(i).window_tokens()};
+    const v1::LayerSpec& l = m.layer_specs(i);
+    std::string key;
+    switch (l.kind()) {
+      case v1::LAYER_ATTENTION:
+        key = absl::StrCat(Plural(l.n_head_kv(), "key/value head", "key/value heads"), ", ",
+                           l.window_tokens() > 0 ? absl::StrCat("sliding window of ",
+                                                                Count(l.window_tokens()), " tokens")
+                                                 : "full attention");
+        break;
+      case v1::LAYER_CHUNKED_ATTENTION:
+      case v1::LAYER_LATENT_ATTENTION:
+        key = absl::StrCat(Plural(l.n_head_kv(), "key/value head", "key/value heads"), ", ",
+                           LayerKindLabel(l));
+        break;
+      default:
+        key = LayerKindLabel(l);
+        if (l.conv_state_values() + l.recurrent_state_values() > 0) {
+          absl::StrAppend(&key, ", state of ", Count(l.conv_state_values()), " + ",
+                          Count(l.recurrent_state_values()), " values");
+        }
+    }
     auto it =
         std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == key; });
     if (it == groups.end()) {
@@ -67,11 +88,8 @@ std::vector<std::string> LayerGroups(const v1::ModelSpec& m) {
   }
   std::vector<std::string> lines;
   for (const auto& [key, layers] : groups) {
-    lines.push_back(absl::StrCat(
-        Plural(static_cast<int64_t>(layers.size()), "layer", "layers"), " (", LayerList(layers),
-        "): ", Plural(key.first, "key/value head", "key/value heads"), ", ",
-        key.second > 0 ? absl::StrCat("sliding window of ", Count(key.second), " tokens")
-                       : "full attention"));
+    lines.push_back(absl::StrCat(Plural(static_cast<int64_t>(layers.size()), "layer", "layers"),
+                                 " (", LayerList(layers), "): ", key));
   }
   return lines;
 }

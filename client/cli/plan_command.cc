@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "client/cli/command.h"
 #include "client/cli/format.h"
+#include "client/cli/plan_layers.h"
 #include "client/cli/planner_commands.h"
 #include "client/cli/svg_chart.h"
 
@@ -59,11 +60,16 @@ std::string KibPerToken(int64_t bytes) {
 void PrintPlanHeadline(std::ostream& out, const v1::PlanKvCacheResponse& p) {
   const v1::ModelSpec& m = p.model();
   const std::string dtype = KvDTypeName(p.kv_dtype());
-  out << m.display_name() << " (" << m.name() << "): " << Plural(m.layers(), "layer", "layers")
-      << ", " << Count(m.n_head()) << " query heads, "
-      << Plural(m.n_head_kv(), "key/value head", "key/value heads") << ", head size "
-      << m.head_dim() << (m.head_dim_v() != m.head_dim() ? absl::StrCat("/", m.head_dim_v()) : "")
-      << "\n"
+  out << m.display_name() << " (" << m.name() << "): " << Plural(m.layers(), "layer", "layers");
+  if (m.n_head() > 0) {
+    out << ", " << Count(m.n_head()) << " query heads, "
+        << Plural(m.n_head_kv(), "key/value head", "key/value heads") << ", head size "
+        << m.head_dim()
+        << (m.head_dim_v() != m.head_dim() ? absl::StrCat("/", m.head_dim_v()) : "");
+  } else {
+    out << ", no attention";
+  }
+  out << "\n"
       << "KV cache in " << dtype << " (" << absl::StrFormat("%g", p.bytes_per_value())
       << (p.bytes_per_value() == 1.0 ? " byte" : " bytes") << " per value), "
       << Count(p.context_tokens()) << " tokens x " << Plural(p.batch(), "sequence", "sequences")
@@ -100,6 +106,7 @@ void PrintPlanSizes(std::ostream& out, const v1::PlanKvCacheResponse& p) {
         BytesWithCount(p.total_bytes()));
   // For one sequence the total is the sequence, already split above.
   if (p.batch() > 1) f.Add(kHalves, KeysPlusValues(p.k_total_bytes(), p.v_total_bytes()));
+  AddPlanStateFields(p, &f);
   if (p.has_paged()) {
     const v1::PagedPlan& pg = p.paged();
     f.Add(absl::StrCat("paged (", Count(pg.block_tokens()), "-token blocks)"),
@@ -123,8 +130,10 @@ void PrintPlanBudget(std::ostream& out, const v1::PlanKvCacheResponse& p) {
   if (b.available_bytes() >= 0) {
     Fields bf;
     bf.Add(absl::StrCat("longest context, ", Plural(p.batch(), "sequence", "sequences")),
-           b.context_unbounded() ? "unbounded (every layer is windowed)"
-                                 : absl::StrCat(Count(b.max_context_tokens()), " tokens"));
+           b.context_unbounded()
+               ? (p.bytes_per_token() == 0 ? "unbounded (no layer grows with the context)"
+                                           : "unbounded (every layer is windowed)")
+               : absl::StrCat(Count(b.max_context_tokens()), " tokens"));
     if (p.batch() > 1) {
       bf.Add("longest context, one sequence",
              absl::StrCat(Count(b.max_context_tokens_one_sequence()), " tokens"));
@@ -188,9 +197,10 @@ void PrintPlanVariants(std::ostream& out, const v1::PlanKvCacheResponse& p) {
   if (marked) out << "* the model's own key/value heads\n";
 }
 
-void PrintPlan(std::ostream& out, const v1::PlanKvCacheResponse& p) {
+void PrintPlan(std::ostream& out, const v1::PlanKvCacheResponse& p, bool layers) {
   PrintPlanHeadline(out, p);
   PrintPlanSizes(out, p);
+  if (layers) PrintPlanLayers(out, p);
   PrintPlanBudget(out, p);
   PrintPlanFleet(out, p);
   PrintPlanVariants(out, p);
@@ -333,6 +343,7 @@ absl::StatusOr<LineChart> KvChart(const client::PlannerClient& planner,
   const absl::Status added = by_dtype ? AddDTypeSeries(planner, request, m, xs, &chart)
                                       : AddVariantSeries(planner, request, plan, xs, &chart);
   if (!added.ok()) return added;
+  AddStateSeries(plan, xs, &chart);
   if (plan.has_budget() && plan.budget().available_bytes() > 0) AddBudget(plan, by_dtype, &chart);
   std::set<int64_t> windows;
   for (const v1::LayerSpec& l : m.layer_specs()) {
@@ -404,7 +415,7 @@ int RunPlan(Context& c) {
   if (c.json) {
     *c.out << ToJson(*r);
   } else {
-    PrintPlan(*c.out, *r);
+    PrintPlan(*c.out, *r, c.args.GetBool("layers"));
   }
   if (c.args.Has("plot")) {
     absl::StatusOr<LineChart> chart =
@@ -432,6 +443,7 @@ Command PlanCommand() {
       {"replica_memory",
        "memory of one replica of a fleet (e.g. 64GiB): how many replicas hold --batch sequences "
        "behind the consistent-hash proxy"},
+      {"layers", "also print the per-layer breakdown (kind, heads, bytes, state)", true},
       {"plot", "also write an SVG of KV-cache size against context to this file"},
       {"plot_by",
        "one line per 'variant' (MHA/GQA/MQA) or per KV 'dtype'",
@@ -447,8 +459,10 @@ Command PlanCommand() {
           "[--plot kv.svg]",
           "Sizes in binary units (GiB = 2^30 bytes). With --budget, says whether the batch fits,\n"
           "the longest context and the most sequences that do. Sliding-window layers stop growing\n"
-          "at their window. With --replica_memory, how many replicas of that memory hold --batch\n"
-          "sequences when a consistent-hash proxy places them (the busiest replica holds more\n"
+          "at their window; linear-attention and state-space layers hold a fixed state per\n"
+          "sequence (the state line), and --layers prints each layer kind. With\n"
+          "--replica_memory, how many replicas of that memory hold --batch sequences when a\n"
+          "consistent-hash proxy places them (the busiest replica holds more\n"
           "than the mean; sized so that it fits in 99 of 100 fleets).\n"
           "--plot draws the budget too, with a point where each line meets it (the longest\n"
           "context that fits), and marks the model's maximum context when --context is beyond it.\n"
@@ -458,6 +472,7 @@ Command PlanCommand() {
           "  attend plan llama-3-70b --context 32768 --batch 500 --replica_memory 64GiB\n"
           "  attend plan mistral-7b --plot kv.svg\n"
           "  attend plan llama-3-8b --context 32768 --budget 4GiB --plot kv.svg --log_y\n"
+          "  attend plan jamba-v0.1 --context 262144 --layers\n"
           "  attend plan --config config.json --context 32768 --plot kv.svg --plot_by dtype\n",
           plan_flags,
           RunPlan};

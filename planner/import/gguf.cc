@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/base/status_macros.h"
 #include "planner/import/gguf_format.h"
+#include "planner/import/gguf_layers.h"
 #include "planner/import/imported_model.h"
 
 namespace attend::planner {
@@ -48,6 +49,16 @@ bool IsModelKey(absl::string_view key) {
       ".attention.value_length",
       ".attention.sliding_window",
       ".attention.sliding_window_pattern",
+      // Latent attention, recurrent layers and hybrids (gguf_layers.h).
+      ".attention.kv_lora_rank",
+      ".attention.key_length_mla",
+      ".attention.value_length_mla",
+      ".rope.dimension_count",
+      ".ssm.conv_kernel",
+      ".ssm.inner_size",
+      ".ssm.state_size",
+      ".ssm.group_count",
+      ".full_attention_interval",
   };
   if (key.size() > kMaxKeptKey) return false;
   for (absl::string_view k : kExact) {
@@ -260,6 +271,10 @@ class GgufReader {
 // Typed access to the key/values read from a GGUF header, with errors naming the key.
 class GgufMetadata {
  public:
+  // The model's block count, once read (per-layer arrays are checked against it).
+  int64_t layers() const { return layers_; }
+  void set_layers(int64_t layers) { layers_ = layers; }
+
   absl::flat_hash_map<std::string, GgufValue>& map() { return map_; }
 
   const GgufValue* Find(const std::string& key) const {
@@ -339,6 +354,7 @@ class GgufMetadata {
 
  private:
   absl::flat_hash_map<std::string, GgufValue> map_;
+  int64_t layers_ = 0;
 };
 
 bool AllEqual(const std::vector<int64_t>& v) {
@@ -447,12 +463,22 @@ absl::StatusOr<std::string> ReadArchitecture(const GgufMetadata& md) {
 // Query and key/value heads (`a` is "<arch>."). Sets n_head and n_head_kv (the largest per-layer
 // count) and returns the key/value heads: one value, or one per layer.
 absl::StatusOr<std::vector<int64_t>> ReadHeads(const GgufMetadata& md, const std::string& a,
-                                               ModelSpec* m) {
-  ATTEND_ASSIGN_OR_RETURN(std::vector<int64_t> heads,
-                          md.IntOrPerLayer(a + "attention.head_count", m->layers, 1, kMaxHeads));
+                                               bool zero_kv_layers, ModelSpec* m) {
+  // Hybrids write 0 heads for their recurrent and MLP layers (gguf_layers.h).
+  const int64_t min_heads = zero_kv_layers ? 0 : 1;
+  ATTEND_ASSIGN_OR_RETURN(
+      std::vector<int64_t> heads,
+      md.IntOrPerLayer(a + "attention.head_count", m->layers, min_heads, kMaxHeads));
   if (heads.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("gguf: ", QuoteForError(a + "attention.head_count"), " is missing"));
+  }
+  if (zero_kv_layers) {
+    heads.erase(std::remove(heads.begin(), heads.end(), 0), heads.end());
+    if (heads.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gguf: ", QuoteForError(a + "attention.head_count"), ": no layer has attention heads"));
+    }
   }
   if (!AllEqual(heads)) {
     return absl::InvalidArgumentError(
@@ -463,9 +489,10 @@ absl::StatusOr<std::vector<int64_t>> ReadHeads(const GgufMetadata& md, const std
 
   const std::string kv_key = a + "attention.head_count_kv";
   ATTEND_ASSIGN_OR_RETURN(std::vector<int64_t> kv,
-                          md.IntOrPerLayer(kv_key, m->layers, 1, m->n_head));
+                          md.IntOrPerLayer(kv_key, m->layers, min_heads, m->n_head));
   if (kv.empty()) kv.push_back(m->n_head);
   for (size_t i = 0; i < kv.size(); ++i) {
+    if (kv[i] == 0) continue;  // a recurrent or MLP layer of a hybrid
     if (m->n_head % kv[i] != 0) {
       const std::string field = kv.size() == 1 ? kv_key : absl::StrCat(kv_key, "[", i, "]");
       return absl::InvalidArgumentError(absl::StrCat("gguf: ", QuoteForError(field), ": ", kv[i],
@@ -560,6 +587,8 @@ absl::Status ReadSlidingPattern(const GgufMetadata& md, const std::string& arch,
     *period = 6;
   } else if (arch == "cohere2") {
     *period = 4;
+  } else if (arch == "gpt-oss") {
+    *period = 2;  // llama.cpp's OPENAI_MOE: set_swa_pattern(2), even layers slide
   }
   return absl::OkStatus();
 }
@@ -588,19 +617,37 @@ absl::StatusOr<std::vector<int64_t>> ReadWindows(const GgufMetadata& md, const s
   return windows;
 }
 
+// The header as gguf_layers.cc reads it.
+GgufInts LayerLookup(const GgufMetadata& md) {
+  GgufInts ints;
+  ints.scalar = [&md](const std::string& key, int64_t lo, int64_t hi) {
+    return md.Int(key, lo, hi);
+  };
+  ints.per_layer = [&md](const std::string& key, int64_t lo, int64_t hi) {
+    // Every caller passes keys of per-layer values; the layer count is the block count's.
+    return md.IntOrPerLayer(key, md.layers(), lo, hi);
+  };
+  ints.has = [&md](const std::string& key) { return md.Find(key) != nullptr; };
+  return ints;
+}
+
 }  // namespace
 
 absl::StatusOr<ModelSpec> ImportGguf(absl::string_view bytes, absl::string_view name) {
   uint32_t version = 0;
   uint64_t kv_count = 0;
-  ATTEND_ASSIGN_OR_RETURN(const GgufMetadata md, ReadGgufMetadata(bytes, &version, &kv_count));
+  ATTEND_ASSIGN_OR_RETURN(GgufMetadata md, ReadGgufMetadata(bytes, &version, &kv_count));
   ModelSpec m;
   ATTEND_ASSIGN_OR_RETURN(m.architecture, ReadArchitecture(md));
   const std::string a = m.architecture + ".";
   ATTEND_ASSIGN_OR_RETURN(m.layers, md.RequiredInt(a + "block_count", 1, kMaxLayers));
+  md.set_layers(m.layers);
   ATTEND_ASSIGN_OR_RETURN(m.d_model, md.RequiredInt(a + "embedding_length", 1, kMaxDModel));
-  ATTEND_ASSIGN_OR_RETURN(const std::vector<int64_t> kv, ReadHeads(md, a, &m));
-  ATTEND_RETURN_IF_ERROR(ReadHeadSizes(md, a, &m));
+  std::vector<int64_t> kv = {0};
+  if (!GgufArchIsStateSpaceOnly(m.architecture)) {
+    ATTEND_ASSIGN_OR_RETURN(kv, ReadHeads(md, a, GgufArchHasZeroKvLayers(m.architecture), &m));
+    ATTEND_RETURN_IF_ERROR(ReadHeadSizes(md, a, &m));
+  }
   ATTEND_RETURN_IF_ERROR(ReadSizes(md, a, &m));
   ATTEND_RETURN_IF_ERROR(ReadExperts(md, a, &m));
   ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> file_type,
@@ -614,6 +661,7 @@ absl::StatusOr<ModelSpec> ImportGguf(absl::string_view bytes, absl::string_view 
     const size_t l = static_cast<size_t>(i);
     m.layer_specs[l] = LayerSpec{kv.size() == 1 ? kv[0] : kv[l], windows[l]};
   }
+  ATTEND_RETURN_IF_ERROR(ReadGgufLayerKinds(LayerLookup(md), m.architecture, kv, &m));
 
   ATTEND_ASSIGN_OR_RETURN(std::optional<std::string> general_name, md.String("general.name"));
   NameImportedModel(name, SanitizeText(general_name.value_or("")), m.architecture, &m);

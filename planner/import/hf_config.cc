@@ -8,79 +8,18 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/base/status_macros.h"
+#include "planner/import/hf_config_reader.h"
+#include "planner/import/hf_fields.h"
+#include "planner/import/hf_layers.h"
 #include "planner/import/imported_model.h"
 
 namespace attend::planner {
 namespace {
 
-// Typed access to the keys of one config object, with errors naming the key (after `prefix`,
-// "text_config." for a multimodal config's text model).
-class ConfigReader {
- public:
-  ConfigReader(const json::Value& object, std::string prefix)
-      : object_(object), prefix_(std::move(prefix)) {}
-
-  std::string Field(absl::string_view key) const { return absl::StrCat(prefix_, key); }
-
-  // Absent and null both mean "not given".
-  const json::Value* Get(absl::string_view key) const {
-    const json::Value* v = object_.Find(key);
-    return v == nullptr || v->is_null() ? nullptr : v;
-  }
-
-  absl::StatusOr<std::optional<int64_t>> Int(absl::string_view key, int64_t lo, int64_t hi) const {
-    const json::Value* v = Get(key);
-    if (v == nullptr) return std::optional<int64_t>();
-    ATTEND_ASSIGN_OR_RETURN(const int64_t value, json::AsInt64(*v, Field(key)));
-    if (value < lo || value > hi) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(Field(key), ": ", value, "; must be in [", lo, ", ", hi, "]"));
-    }
-    return std::optional<int64_t>(value);
-  }
-
-  absl::StatusOr<int64_t> RequiredInt(absl::string_view key, int64_t lo, int64_t hi) const {
-    ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> value, Int(key, lo, hi));
-    if (!value) return absl::InvalidArgumentError(absl::StrCat(Field(key), " is missing"));
-    return *value;
-  }
-
-  absl::StatusOr<std::optional<bool>> Bool(absl::string_view key) const {
-    const json::Value* v = Get(key);
-    if (v == nullptr) return std::optional<bool>();
-    if (!v->is_bool()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(Field(key), ": expected a boolean, got ", v->type_name()));
-    }
-    return std::optional<bool>(v->bool_value());
-  }
-
-  absl::StatusOr<std::optional<std::string>> String(absl::string_view key) const {
-    const json::Value* v = Get(key);
-    if (v == nullptr) return std::optional<std::string>();
-    if (!v->is_string()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(Field(key), ": expected a string, got ", v->type_name()));
-    }
-    return std::optional<std::string>(v->string_value());
-  }
-
- private:
-  const json::Value& object_;
-  std::string prefix_;
-};
-
 // Falcon's model_type; its first releases, for their own modelling code, said RefinedWebModel
 // (falcon-7b) and RefinedWeb (falcon-40b).
 bool IsFalconModelType(absl::string_view model_type) {
   return model_type == "falcon" || model_type == "RefinedWebModel" || model_type == "RefinedWeb";
-}
-
-// `key` when the config gives it, else `alias` when that is given, else `key` (so that an error
-// about a missing value names the current spelling).
-std::string KeyOrAlias(const ConfigReader& r, absl::string_view key, absl::string_view alias) {
-  if (r.Get(key) == nullptr && r.Get(alias) != nullptr) return std::string(alias);
-  return std::string(key);
 }
 
 // Falcon's key/value heads, as Transformers' FalconAttention decides them: the new decoder
@@ -103,82 +42,6 @@ absl::StatusOr<int64_t> FalconKvHeads(const ConfigReader& r, absl::string_view m
   return multi_query.value_or(true) ? 1 : n_head;
 }
 
-// Windows from layer_types: `window` (the config's sliding_window, 0 when absent) on every
-// "sliding_attention" layer, 0 on every "full_attention" one.
-absl::StatusOr<std::vector<int64_t>> LayerTypeWindows(const ConfigReader& r,
-                                                      const json::Value& types, int64_t layers,
-                                                      int64_t window) {
-  if (!types.is_array()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(r.Field("layer_types"), ": expected an array, got ", types.type_name()));
-  }
-  if (static_cast<int64_t>(types.size()) != layers) {
-    return absl::InvalidArgumentError(absl::StrCat(r.Field("layer_types"), ": ", types.size(),
-                                                   " entries for ", layers, " layers"));
-  }
-  // The parser keeps an array of numbers only as doubles (no Values): every element, the
-  // first included, is then a number where a string belongs.
-  if (types.all_numbers() && types.size() > 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(r.Field("layer_types"), "[0]: expected a string, got a number"));
-  }
-  std::vector<int64_t> windows(static_cast<size_t>(layers), 0);
-  for (size_t i = 0; i < types.size(); ++i) {
-    const json::Value& t = types.items()[i];
-    const std::string field = absl::StrCat(r.Field("layer_types"), "[", i, "]");
-    if (!t.is_string()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ": expected a string, got ", t.type_name()));
-    }
-    if (t.string_value() == "full_attention") continue;
-    if (t.string_value() != "sliding_attention") {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ": ", QuoteForError(t.string_value()),
-                       " is not supported (expected sliding_attention or full_attention)"));
-    }
-    if (window == 0) {
-      return absl::InvalidArgumentError(absl::StrCat(field, ": sliding_attention but ",
-                                                     r.Field("sliding_window"), " is not set"));
-    }
-    windows[i] = window;
-  }
-  return windows;
-}
-
-// Which layers slide, per the precedence documented in hf_config.h: each layer's window, 0 for
-// full attention.
-absl::StatusOr<std::vector<int64_t>> HfWindows(const ConfigReader& r, int64_t layers,
-                                               const std::string& model_type) {
-  ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> window_opt,
-                          r.Int("sliding_window", 0, kMaxContextTokens));
-  const int64_t window = window_opt.value_or(0);
-  if (const json::Value* types = r.Get("layer_types")) {
-    return LayerTypeWindows(r, *types, layers, window);
-  }
-  std::vector<int64_t> windows(static_cast<size_t>(layers), 0);
-  if (window == 0) return windows;
-
-  ATTEND_ASSIGN_OR_RETURN(std::optional<bool> use_window, r.Bool("use_sliding_window"));
-  if (use_window.has_value()) {
-    if (!*use_window) return windows;
-    // Transformers' Qwen2: the first max_window_layers layers attend fully, the rest slide.
-    ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> full_layers,
-                            r.Int("max_window_layers", 0, kMaxLayers));
-    for (int64_t i = full_layers.value_or(0); i < layers; ++i) {
-      windows[static_cast<size_t>(i)] = window;
-    }
-    return windows;
-  }
-  ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> pattern,
-                          r.Int("sliding_window_pattern", 1, kMaxLayers));
-  if (!pattern && model_type == "gemma2") pattern = 2;
-  for (int64_t i = 0; i < layers; ++i) {
-    const bool global = pattern && (i + 1) % *pattern == 0;
-    windows[static_cast<size_t>(i)] = global ? 0 : window;
-  }
-  return windows;
-}
-
 // The parsed text, which must be an object. Parser errors keep their position and say that they
 // are about config.json.
 absl::StatusOr<json::Value> ParseConfig(absl::string_view text) {
@@ -195,7 +58,17 @@ absl::StatusOr<json::Value> ParseConfig(absl::string_view text) {
   return parsed;
 }
 
-// Layers, query and key/value heads, hidden size and head size. `model_type` is the config's
+// A layer count taken from a pattern's length, checked as num_hidden_layers would be.
+absl::Status CheckLayerCount(const ConfigReader& r, int64_t layers) {
+  if (layers < 1 || layers > kMaxLayers) {
+    return absl::InvalidArgumentError(absl::StrCat(r.Field("hybrid_override_pattern"), ": ", layers,
+                                                   " layers; must be in [1, ", kMaxLayers, "]"));
+  }
+  return absl::OkStatus();
+}
+
+// Layers, query and key/value heads, hidden size and head size (layers and hidden size only for
+// a model without attention). `model_type` is the config's
 // (sanitised); `falcon` whether it is one of Falcon's.
 absl::Status ReadAttentionShape(const ConfigReader& r, const std::string& model_type, bool falcon,
                                 ModelSpec* m) {
@@ -204,7 +77,17 @@ absl::Status ReadAttentionShape(const ConfigReader& r, const std::string& model_
       falcon ? KeyOrAlias(r, "num_hidden_layers", "n_layer") : "num_hidden_layers";
   const std::string heads_key =
       falcon ? KeyOrAlias(r, "num_attention_heads", "n_head") : "num_attention_heads";
-  ATTEND_ASSIGN_OR_RETURN(m->layers, r.RequiredInt(layers_key, 1, kMaxLayers));
+  // Mamba's configs say both num_hidden_layers and n_layer; newer Nemotron-H configs give only
+  // the pattern, whose length is the layer count.
+  const std::optional<int64_t> pattern_layers = PatternLayers(r);
+  if (r.Get(layers_key) == nullptr && pattern_layers) {
+    ATTEND_RETURN_IF_ERROR(CheckLayerCount(r, *pattern_layers));
+    m->layers = *pattern_layers;
+  } else {
+    ATTEND_ASSIGN_OR_RETURN(m->layers, r.RequiredInt(layers_key, 1, kMaxLayers));
+  }
+  ATTEND_ASSIGN_OR_RETURN(m->d_model, r.RequiredInt("hidden_size", 1, kMaxDModel));
+  if (IsStateSpaceOnly(model_type)) return absl::OkStatus();  // no attention heads
   ATTEND_ASSIGN_OR_RETURN(m->n_head, r.RequiredInt(heads_key, 1, kMaxHeads));
   std::string kv_field = "num_key_value_heads";
   if (falcon) {
@@ -217,8 +100,9 @@ absl::Status ReadAttentionShape(const ConfigReader& r, const std::string& model_
     return absl::InvalidArgumentError(absl::StrCat(
         r.Field(kv_field), ": ", m->n_head_kv, " does not divide num_attention_heads ", m->n_head));
   }
-  ATTEND_ASSIGN_OR_RETURN(m->d_model, r.RequiredInt("hidden_size", 1, kMaxDModel));
-  ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> head_dim, r.Int("head_dim", 1, kMaxHeadDim));
+  // Nemotron-H's first configs call the attention head size attention_head_dim.
+  ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> head_dim,
+                          r.Int(KeyOrAlias(r, "head_dim", "attention_head_dim"), 1, kMaxHeadDim));
   if (!head_dim) {
     if (m->d_model % m->n_head != 0) {
       return absl::InvalidArgumentError(absl::StrCat(r.Field("hidden_size"), " ", m->d_model,
@@ -286,6 +170,10 @@ absl::Status ReadExperts(const ConfigReader& r, ModelSpec* m) {
   if (!experts) {
     ATTEND_ASSIGN_OR_RETURN(experts, r.Int("num_experts", 0, kMaxExperts));
   }
+  if (!experts) {
+    // DeepSeek-V2/V3 and Kimi K2 (routed experts; the shared one is part of every token).
+    ATTEND_ASSIGN_OR_RETURN(experts, r.Int("n_routed_experts", 0, kMaxExperts));
+  }
   m->experts = experts.value_or(0);
   if (m->experts <= 1) {
     m->experts_active = m->experts;
@@ -323,6 +211,10 @@ json::Limits HfConfigJsonLimits() {
   limits.max_array_elements = size_t{1} << 16;
   limits.max_object_members = size_t{1} << 14;
   limits.max_values = size_t{1} << 16;
+  // transformers saves configs with Python's json module, which writes Infinity (Mamba-2's and
+  // Nemotron-H's time_step_limit); no value the importer reads can be one, since AsInt64
+  // refuses them.
+  limits.allow_python_non_finite = true;
   return limits;
 }
 
@@ -348,6 +240,7 @@ absl::StatusOr<ModelSpec> ImportHfConfig(absl::string_view text, absl::string_vi
   // Every Falcon config is one architecture, "falcon" as in Transformers and GGUF, so that the
   // parameter count applies Falcon's rules (HasGatedMlp) whichever model_type it was saved with.
   const bool falcon = IsFalconModelType(given_type);
+  ATTEND_RETURN_IF_ERROR(CheckHfFields(*config, prefix, given_type));
   ModelSpec m;
   m.architecture = falcon ? "falcon" : given_type;
   ATTEND_RETURN_IF_ERROR(ReadAttentionShape(r, given_type, falcon, &m));
@@ -355,9 +248,7 @@ absl::StatusOr<ModelSpec> ImportHfConfig(absl::string_view text, absl::string_vi
   ATTEND_RETURN_IF_ERROR(ReadWeights(r, top, falcon, &m));
   ATTEND_RETURN_IF_ERROR(ReadExperts(r, &m));
 
-  ATTEND_ASSIGN_OR_RETURN(std::vector<int64_t> windows, HfWindows(r, m.layers, m.architecture));
-  m.layer_specs.resize(static_cast<size_t>(m.layers));
-  for (size_t i = 0; i < windows.size(); ++i) m.layer_specs[i] = LayerSpec{m.n_head_kv, windows[i]};
+  ATTEND_RETURN_IF_ERROR(ReadLayerLayout(r, m.architecture, &m));
 
   ATTEND_ASSIGN_OR_RETURN(const std::string label, ReadLabel(top, m.architecture));
   NameImportedModel(name, label, "imported", &m);

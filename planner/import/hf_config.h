@@ -33,13 +33,19 @@ namespace attend::planner {
 // (default true), else the head count. Its MLP width is ffn_hidden_size, default 4 x hidden_size;
 // its embeddings default to tied.
 //
-// Sliding windows, in order of precedence:
+// Layers that are not plain attention (latent attention, Jamba, Nemotron-H, Qwen3-Next / 3.5,
+// Mamba, Mamba-2, Llama 4's chunks) and their state sizes follow planner/import/hf_layers.h; a
+// model without attention (Mamba) needs no head counts. Fail closed: a field that is neither read
+// nor knowingly ignored and that may shape the cache is refused (planner/import/hf_fields.h).
+//
+// Sliding windows, in order of precedence (when no rule of hf_layers.h applies):
 //   - layer_types: one "sliding_attention" or "full_attention" per layer; sliding layers use
 //     sliding_window;
 //   - use_sliding_window false (Qwen2): no window, whatever sliding_window says; true: layers
 //     from max_window_layers on slide, as Transformers' Qwen2 does;
 //   - sliding_window_pattern p (Gemma 3): layer i is global when (i + 1) % p == 0;
-//   - model_type gemma2: even layers slide, odd layers are global;
+//   - model_type gemma2: even layers slide, odd layers are global; gemma3 / gemma3_text: every
+//     sixth layer is global (Gemma3TextConfig's default pattern);
 //   - otherwise a non-null sliding_window applies to every layer (Mistral v0.1).
 // `name` names the result; empty: from _name_or_path (last path part), else model_type.
 absl::StatusOr<ModelSpec> ImportHfConfig(absl::string_view json, absl::string_view name);
@@ -47,7 +53,8 @@ absl::StatusOr<ModelSpec> ImportHfConfig(absl::string_view json, absl::string_vi
 // The bounds ImportHfConfig parses with. config.json files are a few KiB of hand-written keys, so
 // these are far tighter than json::Limits' defaults (which suit requests of tensors): 1 MiB of
 // text, nesting 64 deep, strings up to 64 KiB, numbers up to 256 characters, arrays of 2^16
-// elements, objects of 2^14 members, 2^16 values in all.
+// elements, objects of 2^14 members, 2^16 values in all; Python's NaN and Infinity are accepted
+// (transformers writes them).
 json::Limits HfConfigJsonLimits();
 
 }  // namespace attend::planner

@@ -52,7 +52,8 @@ void NameImportedModel(absl::string_view name, absl::string_view label,
 absl::StatusOr<ModelSpec> FinishImportedModel(ModelSpec m) {
   const bool uniform =
       std::all_of(m.layer_specs.begin(), m.layer_specs.end(), [&](const LayerSpec& l) {
-        return l.window_tokens == 0 && (l.n_head_kv == 0 || l.n_head_kv == m.n_head_kv);
+        return l.kind == LayerKind::kAttention && l.window_tokens == 0 &&
+               (l.n_head_kv == 0 || l.n_head_kv == m.n_head_kv);
       });
   if (uniform) m.layer_specs.clear();
   ATTEND_ASSIGN_OR_RETURN(m, CanonicalModel(m));

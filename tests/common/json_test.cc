@@ -411,4 +411,24 @@ TEST(JsonParse, SurvivesMutations) {
 }
 
 }  // namespace
+
+// Python's json module writes NaN and Infinity; a caller that reads its files may accept them,
+// in arrays of numbers too, and keeps their text.
+TEST(JsonParse, PythonNonFiniteNumbersOnlyWhenAllowed) {
+  Limits python;
+  python.allow_python_non_finite = true;
+  absl::StatusOr<Value> v =
+      Parse(R"({"limit": [0.0, Infinity], "x": -Infinity, "y": NaN})", python);
+  ASSERT_TRUE(v.ok()) << v.status();
+  const Value* limit = v->Find("limit");
+  ASSERT_NE(limit, nullptr);
+  ASSERT_TRUE(limit->all_numbers());
+  ASSERT_EQ(limit->numbers().size(), 2u);
+  EXPECT_TRUE(std::isinf(limit->numbers()[1]) && limit->numbers()[1] > 0);
+  EXPECT_EQ(v->Find("x")->number_text(), "-Infinity");
+  EXPECT_TRUE(std::isnan(v->Find("y")->number_value()));
+  EXPECT_FALSE(Parse(R"([0.0, Infinity])", Limits()).ok());
+  EXPECT_FALSE(Parse(R"([Infinite])", python).ok());
+}
+
 }  // namespace attend::json

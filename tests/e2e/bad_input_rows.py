@@ -568,9 +568,11 @@ class BadInputRows:
             row("import: config.json duplicate key", lambda: plan.ImportModel(
                 pl.ImportModelRequest(hf_config_json=hf_config()[:-1] + ", \"hidden_size\": 64}"),
                 timeout=T), IA, "hidden_size", "duplicate"),
-            row("import: config.json NaN literal", lambda: plan.ImportModel(pl.ImportModelRequest(
-                hf_config_json=hf_config()[:-1] + ", \"rope_theta\": NaN}"), timeout=T), IA,
-                "hf_config_json: config.json"),
+            # Python's NaN parses (transformers writes it), but never where a count belongs.
+            row("import: config.json NaN as a count", lambda: plan.ImportModel(
+                pl.ImportModelRequest(
+                    hf_config_json=hf_config()[:-1] + ", \"sliding_window\": NaN}"),
+                timeout=T), IA, "sliding_window"),
             row("import: config.json lone surrogate", lambda: plan.ImportModel(
                 pl.ImportModelRequest(hf_config_json="{\"model_type\": \"\\ud800\"}"), timeout=T),
                 IA, "hf_config_json: config.json"),

@@ -179,9 +179,30 @@ def hf_configs():
               "multi_query": True, "vocab_size": 65024, "parallel_attn": True}
     refined = {"model_type": "RefinedWeb", "hidden_size": 8192, "n_head": 128, "n_layer": 60,
                "n_head_kv": 8, "vocab_size": 65024}
+    # Layer kinds other than plain attention (planner/import/hf_layers.h), small shapes.
+    deepseek = {"model_type": "deepseek_v3", "hidden_size": 512, "num_attention_heads": 8,
+                "num_key_value_heads": 8, "num_hidden_layers": 4, "kv_lora_rank": 64,
+                "qk_rope_head_dim": 16, "qk_nope_head_dim": 32, "v_head_dim": 32,
+                "n_routed_experts": 8, "num_experts_per_tok": 2, "vocab_size": 1000}
+    jamba = {"model_type": "jamba", "hidden_size": 256, "num_attention_heads": 8,
+             "num_key_value_heads": 2, "num_hidden_layers": 8, "attn_layer_period": 4,
+             "attn_layer_offset": 2, "mamba_d_state": 16, "mamba_d_conv": 4, "mamba_expand": 2}
+    qwen_next = {"model_type": "qwen3_next", "hidden_size": 256, "num_attention_heads": 4,
+                 "num_key_value_heads": 2, "head_dim": 64, "num_hidden_layers": 8,
+                 "full_attention_interval": 4, "linear_conv_kernel_dim": 4,
+                 "linear_key_head_dim": 32, "linear_value_head_dim": 32,
+                 "linear_num_key_heads": 4, "linear_num_value_heads": 8}
+    nemotron_h = {"model_type": "nemotron_h", "hidden_size": 256, "num_attention_heads": 4,
+                  "num_key_value_heads": 2, "head_dim": 64, "hybrid_override_pattern": "M-M*",
+                  "mamba_num_heads": 8, "mamba_head_dim": 64, "ssm_state_size": 16,
+                  "n_groups": 2, "conv_kernel": 4}
+    mamba2 = {"model_type": "mamba2", "hidden_size": 256, "num_hidden_layers": 4,
+              "num_heads": 8, "head_dim": 64, "expand": 2, "state_size": 16, "n_groups": 1,
+              "conv_kernel": 4, "time_step_limit": [0.0, float("inf")]}
     return {"llama3": llama, "mistral": mistral, "qwen2": qwen2, "gemma2": gemma2,
             "gemma3": gemma3, "layer-types": layer_types, "mixtral": mixtral,
-            "falcon": falcon, "refinedweb": refined}
+            "falcon": falcon, "refinedweb": refined, "deepseek-v3": deepseek, "jamba": jamba,
+            "qwen3-next": qwen_next, "nemotron-h": nemotron_h, "mamba2": mamba2}
 
 
 GGUF_U8, GGUF_I8, GGUF_U16, GGUF_I16, GGUF_U32, GGUF_I32, GGUF_F32, GGUF_BOOL, GGUF_STRING, \
@@ -229,6 +250,15 @@ def gguf_headers():
              ("x.i64", GGUF_I64, struct.pack("<q", -1)), ("x.f64", GGUF_F64, struct.pack("<d", 2))]
     return {
         "llama": gguf(arch("llama") + [u32("llama.vocab_size", 32000)]),
+        "deepseek2-mla": gguf(arch("deepseek2", kv=1) + [
+            u32("deepseek2.attention.kv_lora_rank", 64), u32("deepseek2.rope.dimension_count", 16),
+            u32("deepseek2.attention.key_length", 80), u32("deepseek2.attention.value_length", 64),
+            u32("deepseek2.attention.key_length_mla", 48),
+            u32("deepseek2.attention.value_length_mla", 32)]),
+        "jamba-ssm": gguf(arch("jamba")[:-1] + [
+            arr("jamba.attention.head_count_kv", GGUF_U32, "<I", [0, 2, 0, 0]),
+            u32("jamba.ssm.conv_kernel", 4), u32("jamba.ssm.inner_size", 512),
+            u32("jamba.ssm.state_size", 16)]),
         "llama-v2-tokens": gguf(arch("llama") + [tokens], version=2),
         "per-layer-kv": gguf(arch("llama")[:-1] + [arr("llama.attention.head_count_kv", GGUF_U32,
                                                        "<I", [2, 4, 2, 8])]),

@@ -35,6 +35,16 @@ inline void ExpectSameShape(const ModelSpec& actual, const ModelSpec& expected) 
     EXPECT_EQ(actual.layer_specs[i].n_head_kv, expected.layer_specs[i].n_head_kv) << "layer " << i;
     EXPECT_EQ(actual.layer_specs[i].window_tokens, expected.layer_specs[i].window_tokens)
         << "layer " << i;
+    EXPECT_EQ(actual.layer_specs[i].kind, expected.layer_specs[i].kind) << "layer " << i;
+    EXPECT_EQ(actual.layer_specs[i].kv_lora_rank, expected.layer_specs[i].kv_lora_rank)
+        << "layer " << i;
+    EXPECT_EQ(actual.layer_specs[i].qk_rope_head_dim, expected.layer_specs[i].qk_rope_head_dim)
+        << "layer " << i;
+    EXPECT_EQ(actual.layer_specs[i].conv_state_values, expected.layer_specs[i].conv_state_values)
+        << "layer " << i;
+    EXPECT_EQ(actual.layer_specs[i].recurrent_state_values,
+              expected.layer_specs[i].recurrent_state_values)
+        << "layer " << i;
   }
 }
 

@@ -17,6 +17,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "planner/catalog.h"
 #include "tests/client/xml_check.h"
+#include "tests/planner/hybrid_model_files.h"
 #include "tests/planner/model_files.h"
 #include "tests/server/server_fixture.h"
 #include "tests/test_util.h"
@@ -535,4 +536,27 @@ TEST_F(PlannerCliTest, CostPlotsFlopsWithTheCrossover) {
 }
 
 }  // namespace
+
+// A hybrid imported from its published config.json: the state line, the breakdown of --layers
+// (Jamba: 28 Mamba layers of 311,296 bytes = 304.00 KiB each, 4 attention layers of 4,096
+// bytes per token), and a preset without attention that says so.
+TEST_F(PlannerCliTest, PlanLayersShowsTheBreakdownAndTheState) {
+  const std::string config = WriteTemp("planner_cli_jamba.json", planner::testing::kJamba);
+  ASSERT_EQ(
+      Run({"plan", "--config", config, "--context", "1000", "--kv_dtype", "bf16", "--layers"}),
+      cli::kExitOk)
+      << err_.str();
+  ExpectAligned({"bytes per token  16.00 KiB (16,384 bytes)",
+                 "state per sequence  8.31 MiB (8,716,288 bytes) in bfloat16",
+                 "28: 0, 1, 2, ..., 31  state space  -  -  304.00 KiB  8.31 MiB",
+                 "4: 4, 12, 20, 28  attention  8  4,096  -  15.62 MiB"});
+  ASSERT_EQ(Run({"plan", "mamba2-7b", "--context", "4096", "--kv_dtype", "bf16"}),
+            cli::kExitOk)
+      << err_.str();
+  ExpectAligned({"64 layers, no attention", "state per sequence  131.75 MiB"});
+  // Without --layers there is no breakdown.
+  ASSERT_EQ(Run({"plan", "--config", config, "--context", "1000"}), cli::kExitOk) << err_.str();
+  EXPECT_EQ(out_.str().find("per layer ("), std::string::npos) << out_.str();
+}
+
 }  // namespace attend

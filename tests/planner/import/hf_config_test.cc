@@ -350,7 +350,13 @@ TEST(ImportHfConfig, RejectsHostileAndWrongInput) {
                          "sliding_window": 16,
                          "layer_types": ["full_attention", "chunked_attention"]})",
                      "x"),
-      StatusIs(kInvalid, {"layer_types[1]: 'chunked_attention' is not supported"}));
+      StatusIs(kInvalid,
+               {"layer_types[1]: chunked_attention but attention_chunk_size is not set"}));
+  EXPECT_THAT(
+      ImportHfConfig(R"({"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 64,
+                         "layer_types": ["full_attention", "mamba"]})",
+                     "x"),
+      StatusIs(kInvalid, {"layer_types[1]: 'mamba' is not modelled"}));
   EXPECT_THAT(
       ImportHfConfig(R"({"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 64,
                          "layer_types": ["full_attention", "sliding_attention"]})",

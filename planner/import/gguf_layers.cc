@@ -1,0 +1,167 @@
+#include "planner/import/gguf_layers.h"
+
+#include "absl/strings/str_cat.h"
+#include "core/base/status_macros.h"
+
+namespace attend::planner {
+namespace {
+
+absl::Status Bad(const std::string& key, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("gguf: ", QuoteForError(key), ": ", what));
+}
+
+absl::Status Missing(const std::string& key, absl::string_view why) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("gguf: ", QuoteForError(key), " is missing ", why));
+}
+
+bool IsDeltaNetArch(const std::string& arch) {
+  return arch == "qwen3next" || arch == "qwen35" || arch == "qwen35moe";
+}
+
+// Latent attention: the expanded sizes on the model, the latent on every attention layer.
+absl::Status ReadLatent(const GgufInts& md, const std::string& a, ModelSpec* m) {
+  ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> rank,
+                          md.scalar(a + "attention.kv_lora_rank", 1, kMaxHeadDim));
+  ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> rope,
+                          md.scalar(a + "rope.dimension_count", 0, kMaxHeadDim));
+  if (!rope) return Missing(a + "rope.dimension_count", "for a latent-attention model");
+  ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> k_mla,
+                          md.scalar(a + "attention.key_length_mla", 1, kMaxHeadDim));
+  ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> v_mla,
+                          md.scalar(a + "attention.value_length_mla", 1, kMaxHeadDim));
+  if (k_mla) {
+    // The MQA form: key_length is the cached row, which must be the latent and the RoPE key.
+    if (m->head_dim != *rank + *rope) {
+      return Bad(a + "attention.key_length",
+                 absl::StrCat(m->head_dim, " is not kv_lora_rank ", *rank,
+                              " + rope.dimension_count ", *rope));
+    }
+    m->head_dim = *k_mla;
+    m->head_dim_v = v_mla.value_or(*k_mla);
+    m->n_head_kv = m->n_head;
+  }
+  if (*rope > m->head_dim) {
+    return Bad(a + "rope.dimension_count",
+               absl::StrCat(*rope, " is larger than the key head size ", m->head_dim));
+  }
+  for (LayerSpec& l : m->layer_specs) {
+    if (l.kind != LayerKind::kAttention) continue;
+    l.kind = LayerKind::kLatentAttention;
+    l.n_head_kv = m->n_head_kv;
+    l.kv_lora_rank = *rank;
+    l.qk_rope_head_dim = *rope;
+  }
+  return absl::OkStatus();
+}
+
+// The state of one recurrent layer (llama_hparams::n_embd_r / n_embd_s).
+absl::StatusOr<LayerSpec> RecurrentState(const GgufInts& md, const std::string& a, LayerKind kind) {
+  constexpr int64_t kMax = int64_t{1} << 20;  // bounds each factor; products stay below 2^62
+  ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> conv, md.scalar(a + "ssm.conv_kernel", 1, kMax));
+  ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> inner, md.scalar(a + "ssm.inner_size", 1, kMax));
+  ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> state, md.scalar(a + "ssm.state_size", 1, kMax));
+  ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> groups, md.scalar(a + "ssm.group_count", 0, kMax));
+  for (const auto& [key, value] :
+       {std::pair<const char*, bool>{"ssm.conv_kernel", conv.has_value()},
+        {"ssm.inner_size", inner.has_value()},
+        {"ssm.state_size", state.has_value()}}) {
+    if (!value) return Missing(a + key, "for a model with recurrent layers");
+  }
+  LayerSpec l;
+  l.kind = kind;
+  l.conv_state_values = (*conv - 1) * (*inner + 2 * groups.value_or(0) * *state);
+  l.recurrent_state_values = *state * *inner;
+  if (l.conv_state_values > kMaxStateValues || l.recurrent_state_values > kMaxStateValues) {
+    return Bad(a + "ssm.inner_size",
+               absl::StrCat("the state of one layer is over ", kMaxStateValues, " values"));
+  }
+  return l;
+}
+
+// Which layers are recurrent (and which are MLP-only), per the architecture's rule above.
+absl::Status MarkRecurrent(const GgufInts& md, const std::string& arch,
+                           const std::vector<int64_t>& kv, ModelSpec* m, bool* any) {
+  const std::string a = arch + ".";
+  std::vector<int64_t> ffn;
+  if (arch == "nemotron_h") {
+    ATTEND_ASSIGN_OR_RETURN(ffn, md.per_layer(a + "feed_forward_length", 0, kMaxIntermediate));
+  }
+  int64_t interval = 4;
+  if (IsDeltaNetArch(arch)) {
+    ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> given,
+                            md.scalar(a + "full_attention_interval", 1, m->layers));
+    interval = given.value_or(4);
+  }
+  *any = false;
+  for (int64_t i = 0; i < m->layers; ++i) {
+    const size_t l = static_cast<size_t>(i);
+    const int64_t heads = kv.size() == 1 ? kv[0] : kv[l];
+    LayerKind kind = LayerKind::kAttention;
+    if (GgufArchIsStateSpaceOnly(arch)) {
+      kind = LayerKind::kStateSpace;
+    } else if (IsDeltaNetArch(arch)) {
+      if ((i + 1) % interval != 0) kind = LayerKind::kLinearAttention;
+    } else if (GgufArchHasZeroKvLayers(arch) && heads == 0) {
+      const int64_t ff = ffn.empty() ? 0 : (ffn.size() == 1 ? ffn[0] : ffn[l]);
+      kind = ff > 0 ? LayerKind::kFeedForward : LayerKind::kStateSpace;
+    }
+    if (kind == LayerKind::kAttention) continue;
+    m->layer_specs[l] = LayerSpec{};
+    m->layer_specs[l].kind = kind;
+    *any = *any || HoldsState(kind);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool GgufArchHasZeroKvLayers(const std::string& arch) {
+  return arch == "jamba" || arch == "plamo2" || arch == "granitehybrid" || arch == "nemotron_h";
+}
+
+bool GgufArchIsStateSpaceOnly(const std::string& arch) {
+  return arch == "mamba" || arch == "mamba2";
+}
+
+absl::Status ReadGgufLayerKinds(const GgufInts& md, const std::string& arch,
+                                const std::vector<int64_t>& kv, ModelSpec* m) {
+  const std::string a = arch + ".";
+  bool recurrent = false;
+  ATTEND_RETURN_IF_ERROR(MarkRecurrent(md, arch, kv, m, &recurrent));
+  if (!recurrent) {
+    for (const char* key : {"ssm.conv_kernel", "ssm.inner_size", "ssm.state_size"}) {
+      if (md.has(a + key)) {
+        return Bad(a + key, absl::StrCat("recurrent layers of architecture ", QuoteForError(arch),
+                                         " are not modelled"));
+      }
+    }
+  } else {
+    const bool delta = IsDeltaNetArch(arch);
+    ATTEND_ASSIGN_OR_RETURN(
+        const LayerSpec state,
+        RecurrentState(md, a, delta ? LayerKind::kLinearAttention : LayerKind::kStateSpace));
+    for (LayerSpec& l : m->layer_specs) {
+      if (HoldsState(l.kind)) l = state;
+    }
+  }
+  if (md.has(a + "attention.kv_lora_rank")) ATTEND_RETURN_IF_ERROR(ReadLatent(md, a, m));
+  if (arch == "llama4") {
+    ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> window,
+                            md.scalar(a + "attention.sliding_window", 0, kMaxContextTokens));
+    if (window.value_or(1) != 0) {
+      for (int64_t i = 0; i < m->layers; ++i) {
+        LayerSpec& l = m->layer_specs[static_cast<size_t>(i)];
+        if (i % 4 < 3) {
+          l.kind = LayerKind::kChunkedAttention;
+          l.window_tokens = 8192;
+        } else {
+          l.window_tokens = 0;
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace attend::planner

@@ -1,0 +1,412 @@
+#include "planner/import/hf_layers.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/base/status_macros.h"
+
+namespace attend::planner {
+namespace {
+
+absl::Status Invalid(absl::string_view field, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
+}
+
+LayerSpec Attention(int64_t n_head_kv, int64_t window = 0) { return LayerSpec{n_head_kv, window}; }
+
+LayerSpec OfKind(LayerKind kind) {
+  LayerSpec l;
+  l.kind = kind;
+  return l;
+}
+
+// The elements of a string array of exactly `layers` entries.
+absl::StatusOr<std::vector<std::string>> StringList(const ConfigReader& r, absl::string_view key,
+                                                    int64_t layers) {
+  const json::Value* v = r.Get(key);
+  if (!v->is_array())
+    return Invalid(r.Field(key), absl::StrCat("expected an array, got ", v->type_name()));
+  if (static_cast<int64_t>(v->size()) != layers) {
+    return Invalid(r.Field(key), absl::StrCat(v->size(), " entries for ", layers, " layers"));
+  }
+  // The parser keeps an array of numbers only as doubles (no Values): every element, the first
+  // included, is then a number where a string belongs.
+  if (v->all_numbers() && v->size() > 0) {
+    return Invalid(absl::StrCat(r.Field(key), "[0]"), "expected a string, got a number");
+  }
+  std::vector<std::string> out;
+  for (size_t i = 0; i < v->size(); ++i) {
+    const json::Value& t = v->items()[i];
+    if (!t.is_string()) {
+      return Invalid(absl::StrCat(r.Field(key), "[", i, "]"),
+                     absl::StrCat("expected a string, got ", t.type_name()));
+    }
+    out.push_back(t.string_value());
+  }
+  return out;
+}
+
+// layer_types: one kind per layer (hf_layers.h).
+absl::StatusOr<std::vector<LayerSpec>> FromLayerTypes(const ConfigReader& r, const ModelSpec& m) {
+  ATTEND_ASSIGN_OR_RETURN(const std::vector<std::string> types,
+                          StringList(r, "layer_types", m.layers));
+  ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> window,
+                          r.Int("sliding_window", 0, kMaxContextTokens));
+  ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> chunk,
+                          r.Int("attention_chunk_size", 1, kMaxContextTokens));
+  std::vector<LayerSpec> specs;
+  for (size_t i = 0; i < types.size(); ++i) {
+    const std::string field = absl::StrCat(r.Field("layer_types"), "[", i, "]");
+    const std::string& t = types[i];
+    if (t == "full_attention") {
+      specs.push_back(Attention(m.n_head_kv));
+    } else if (t == "sliding_attention") {
+      if (window.value_or(0) == 0) {
+        return Invalid(field, absl::StrCat("sliding_attention but ", r.Field("sliding_window"),
+                                           " is not set"));
+      }
+      specs.push_back(Attention(m.n_head_kv, *window));
+    } else if (t == "chunked_attention") {
+      if (!chunk) {
+        return Invalid(field, absl::StrCat("chunked_attention but ",
+                                           r.Field("attention_chunk_size"), " is not set"));
+      }
+      LayerSpec l = Attention(m.n_head_kv, *chunk);
+      l.kind = LayerKind::kChunkedAttention;
+      specs.push_back(l);
+    } else if (t == "linear_attention") {
+      specs.push_back(OfKind(LayerKind::kLinearAttention));
+    } else {
+      return Invalid(field, absl::StrCat(QuoteForError(t),
+                                         " is not modelled (expected full_attention, "
+                                         "sliding_attention, chunked_attention or "
+                                         "linear_attention); the architecture is not supported"));
+    }
+  }
+  return specs;
+}
+
+// Which layers slide when the config has no layer_types, per the precedence in hf_config.h.
+absl::StatusOr<std::vector<LayerSpec>> FromWindows(const ConfigReader& r, const ModelSpec& m,
+                                                   const std::string& model_type) {
+  ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> window_opt,
+                          r.Int("sliding_window", 0, kMaxContextTokens));
+  const int64_t window = window_opt.value_or(0);
+  std::vector<LayerSpec> specs(static_cast<size_t>(m.layers), Attention(m.n_head_kv));
+  if (window == 0) return specs;
+  ATTEND_ASSIGN_OR_RETURN(std::optional<bool> use_window, r.Bool("use_sliding_window"));
+  if (use_window.has_value()) {
+    if (!*use_window) return specs;
+    // Transformers' Qwen2: the first max_window_layers layers attend fully, the rest slide.
+    ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> full_layers,
+                            r.Int("max_window_layers", 0, kMaxLayers));
+    for (int64_t i = full_layers.value_or(0); i < m.layers; ++i) {
+      specs[static_cast<size_t>(i)].window_tokens = window;
+    }
+    return specs;
+  }
+  ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> pattern,
+                          r.Int("sliding_window_pattern", 1, kMaxLayers));
+  // The configs' defaults when the file leaves the pattern out: Gemma2Config alternates,
+  // Gemma3TextConfig makes every sixth layer global.
+  if (!pattern && model_type == "gemma2") pattern = 2;
+  if (!pattern && (model_type == "gemma3" || model_type == "gemma3_text")) pattern = 6;
+  for (int64_t i = 0; i < m.layers; ++i) {
+    const bool global = pattern && (i + 1) % *pattern == 0;
+    specs[static_cast<size_t>(i)].window_tokens = global ? 0 : window;
+  }
+  return specs;
+}
+
+// Nemotron-H: hybrid_override_pattern, or layers_block_type.
+absl::StatusOr<std::vector<LayerSpec>> FromPattern(const ConfigReader& r, const ModelSpec& m) {
+  std::vector<LayerSpec> specs;
+  if (r.Get("hybrid_override_pattern") != nullptr) {
+    ATTEND_ASSIGN_OR_RETURN(std::optional<std::string> pattern,
+                            r.String("hybrid_override_pattern"));
+    if (static_cast<int64_t>(pattern->size()) != m.layers) {
+      return Invalid(r.Field("hybrid_override_pattern"),
+                     absl::StrCat(pattern->size(), " characters for ", m.layers,
+                                  " layers (num_hidden_layers); give one per layer"));
+    }
+    for (size_t i = 0; i < pattern->size(); ++i) {
+      const char c = (*pattern)[i];
+      if (c == 'M') {
+        specs.push_back(OfKind(LayerKind::kStateSpace));
+      } else if (c == '*') {
+        specs.push_back(Attention(m.n_head_kv));
+      } else if (c == '-' || c == 'E') {
+        specs.push_back(OfKind(LayerKind::kFeedForward));
+      } else {
+        return Invalid(absl::StrCat(r.Field("hybrid_override_pattern"), "[", i, "]"),
+                       absl::StrCat(QuoteForError(pattern->substr(i, 1)),
+                                    " is not modelled (expected M, *, - or E)"));
+      }
+    }
+    return specs;
+  }
+  ATTEND_ASSIGN_OR_RETURN(const std::vector<std::string> types,
+                          StringList(r, "layers_block_type", m.layers));
+  for (size_t i = 0; i < types.size(); ++i) {
+    if (types[i] == "mamba") {
+      specs.push_back(OfKind(LayerKind::kStateSpace));
+    } else if (types[i] == "attention") {
+      specs.push_back(Attention(m.n_head_kv));
+    } else if (types[i] == "mlp" || types[i] == "moe") {
+      specs.push_back(OfKind(LayerKind::kFeedForward));
+    } else {
+      return Invalid(absl::StrCat(r.Field("layers_block_type"), "[", i, "]"),
+                     absl::StrCat(QuoteForError(types[i]),
+                                  " is not modelled (expected mamba, attention, mlp or moe)"));
+    }
+  }
+  return specs;
+}
+
+// Jamba: attention on layer i when i % attn_layer_period == attn_layer_offset.
+absl::StatusOr<std::vector<LayerSpec>> FromPeriod(const ConfigReader& r, const ModelSpec& m) {
+  ATTEND_ASSIGN_OR_RETURN(const int64_t period, r.RequiredInt("attn_layer_period", 1, kMaxLayers));
+  ATTEND_ASSIGN_OR_RETURN(const int64_t offset, r.RequiredInt("attn_layer_offset", 0, kMaxLayers));
+  if (offset >= period) {
+    return Invalid(r.Field("attn_layer_offset"),
+                   absl::StrCat(offset, " is not below attn_layer_period ", period));
+  }
+  if (offset >= m.layers) {
+    return Invalid(r.Field("attn_layer_offset"),
+                   absl::StrCat(offset, " is past the ", m.layers, " layers: no layer attends"));
+  }
+  std::vector<LayerSpec> specs;
+  for (int64_t i = 0; i < m.layers; ++i) {
+    specs.push_back(i % period == offset ? Attention(m.n_head_kv) : OfKind(LayerKind::kStateSpace));
+  }
+  return specs;
+}
+
+// Qwen3-Next / Qwen3.5 without layer_types: full attention every interval-th layer.
+absl::StatusOr<std::vector<LayerSpec>> FromInterval(const ConfigReader& r, const ModelSpec& m) {
+  ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> interval,
+                          r.Int("full_attention_interval", 1, kMaxLayers));
+  const int64_t every = interval.value_or(4);  // Qwen3NextConfig's default
+  if (every > m.layers) {
+    return Invalid(
+        r.Field("full_attention_interval"),
+        absl::StrCat(every, " is past the ", m.layers, " layers: no layer would attend fully"));
+  }
+  std::vector<LayerSpec> specs;
+  for (int64_t i = 0; i < m.layers; ++i) {
+    specs.push_back((i + 1) % every == 0 ? Attention(m.n_head_kv)
+                                         : OfKind(LayerKind::kLinearAttention));
+  }
+  return specs;
+}
+
+// Llama 4: chunked layers, and full attention on the NoPE layers.
+absl::StatusOr<std::vector<LayerSpec>> FromChunks(const ConfigReader& r, const ModelSpec& m) {
+  ATTEND_ASSIGN_OR_RETURN(const int64_t chunk,
+                          r.RequiredInt("attention_chunk_size", 1, kMaxContextTokens));
+  std::vector<bool> rope(static_cast<size_t>(m.layers), true);
+  const json::Value* list = r.Get("no_rope_layers");
+  if (list != nullptr && !(list->is_array() && list->size() == 0)) {
+    if (!list->is_array() || !list->all_numbers()) {
+      return Invalid(r.Field("no_rope_layers"), "expected an array of 0 and 1");
+    }
+    if (static_cast<int64_t>(list->size()) != m.layers) {
+      return Invalid(r.Field("no_rope_layers"),
+                     absl::StrCat(list->size(), " entries for ", m.layers, " layers"));
+    }
+    for (size_t i = 0; i < list->size(); ++i) {
+      const double v = list->numbers()[i];
+      if (v != 0.0 && v != 1.0) {
+        return Invalid(absl::StrCat(r.Field("no_rope_layers"), "[", i, "]"),
+                       "expected 0 (NoPE, full attention) or 1 (RoPE, chunked)");
+      }
+      rope[i] = v == 1.0;
+    }
+  } else {
+    ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> interval,
+                            r.Int("no_rope_layer_interval", 1, kMaxLayers));
+    for (int64_t i = 0; i < m.layers; ++i) {
+      rope[static_cast<size_t>(i)] = (i + 1) % interval.value_or(4) != 0;
+    }
+  }
+  std::vector<LayerSpec> specs;
+  for (bool chunked : rope) {
+    LayerSpec l = Attention(m.n_head_kv, chunked ? chunk : 0);
+    if (chunked) l.kind = LayerKind::kChunkedAttention;
+    specs.push_back(l);
+  }
+  return specs;
+}
+
+// The layers' kinds (and windows) by the precedence in hf_layers.h.
+absl::StatusOr<std::vector<LayerSpec>> LayerKinds(const ConfigReader& r,
+                                                  const std::string& model_type,
+                                                  const ModelSpec& m) {
+  if (IsStateSpaceOnly(model_type)) {
+    return std::vector<LayerSpec>(static_cast<size_t>(m.layers), OfKind(LayerKind::kStateSpace));
+  }
+  if (r.Get("hybrid_override_pattern") != nullptr || r.Get("layers_block_type") != nullptr) {
+    return FromPattern(r, m);
+  }
+  if (r.Get("attn_layer_period") != nullptr || r.Get("attn_layer_offset") != nullptr ||
+      model_type == "jamba") {
+    return FromPeriod(r, m);
+  }
+  if (r.Get("layer_types") != nullptr) return FromLayerTypes(r, m);
+  if (r.Get("full_attention_interval") != nullptr || model_type == "qwen3_next" ||
+      model_type == "qwen3_5_text" || model_type == "qwen3_5_moe_text") {
+    return FromInterval(r, m);
+  }
+  if (r.Get("attention_chunk_size") != nullptr) return FromChunks(r, m);
+  return FromWindows(r, m, model_type);
+}
+
+// (kernel - 1) x channels + recurrent values of one sequence, checked against the bounds.
+absl::Status SetState(const ConfigReader& r, absl::string_view kernel_key, int64_t kernel,
+                      int64_t channels, int64_t recurrent, LayerSpec* l) {
+  if (channels > kMaxStateValues || recurrent > kMaxStateValues ||
+      (kernel - 1) * channels > kMaxStateValues) {
+    return Invalid(r.Field(kernel_key),
+                   absl::StrCat("the state of one layer is over ", kMaxStateValues, " values"));
+  }
+  l->conv_state_values = (kernel - 1) * channels;
+  l->recurrent_state_values = recurrent;
+  return absl::OkStatus();
+}
+
+// Each factor is bounded by kMaxHeads or kMaxHeadDim (2^16) or kMaxDModel (2^20), so products of
+// three stay below 2^52 before SetState compares them with the bound.
+constexpr int64_t kMaxStateFactor = int64_t{1} << 16;
+
+// Mamba-1 (mamba, falcon_mamba) and Jamba mixers (hf_layers.h).
+absl::Status MambaState(const ConfigReader& r, const ModelSpec& m, bool jamba, LayerSpec* l) {
+  ATTEND_ASSIGN_OR_RETURN(const int64_t state, r.RequiredInt(jamba ? "mamba_d_state" : "state_size",
+                                                             1, kMaxStateFactor));
+  const std::string kernel_key = jamba ? "mamba_d_conv" : "conv_kernel";
+  ATTEND_ASSIGN_OR_RETURN(const int64_t kernel, r.RequiredInt(kernel_key, 1, kMaxStateFactor));
+  ATTEND_ASSIGN_OR_RETURN(const int64_t expand,
+                          r.RequiredInt(jamba ? "mamba_expand" : "expand", 1, 64));
+  const int64_t inner = expand * m.d_model;
+  return SetState(r, kernel_key, kernel, inner, inner * state, l);
+}
+
+// Mamba-2 (mamba2) and Nemotron-H mixers (hf_layers.h).
+absl::Status Mamba2State(const ConfigReader& r, const ModelSpec& m, bool nemotron, LayerSpec* l) {
+  const std::string heads_key = nemotron ? "mamba_num_heads" : "num_heads";
+  const std::string dim_key = nemotron ? "mamba_head_dim" : "head_dim";
+  ATTEND_ASSIGN_OR_RETURN(const int64_t heads, r.RequiredInt(heads_key, 1, kMaxStateFactor));
+  ATTEND_ASSIGN_OR_RETURN(const int64_t dim, r.RequiredInt(dim_key, 1, kMaxStateFactor));
+  ATTEND_ASSIGN_OR_RETURN(
+      const int64_t state,
+      r.RequiredInt(nemotron ? "ssm_state_size" : "state_size", 1, kMaxStateFactor));
+  const std::string groups_key =
+      nemotron ? KeyOrAlias(r, "n_groups", "mamba_n_groups") : "n_groups";
+  ATTEND_ASSIGN_OR_RETURN(const int64_t groups, r.RequiredInt(groups_key, 1, kMaxStateFactor));
+  const std::string kernel_key =
+      nemotron ? KeyOrAlias(r, "conv_kernel", "mamba_d_conv") : "conv_kernel";
+  ATTEND_ASSIGN_OR_RETURN(const int64_t kernel, r.RequiredInt(kernel_key, 1, kMaxStateFactor));
+  if (!nemotron) {
+    // Mamba2Mixer sizes its projections by expand x hidden_size and its state by the heads: a
+    // config where they disagree describes no model that loads.
+    ATTEND_ASSIGN_OR_RETURN(const int64_t expand, r.RequiredInt("expand", 1, 64));
+    if (heads * dim != expand * m.d_model) {
+      return Invalid(r.Field("num_heads"),
+                     absl::StrCat(heads, " x head_dim ", dim, " is not expand ", expand,
+                                  " x hidden_size ", m.d_model));
+    }
+  }
+  const int64_t inner = heads * dim;
+  return SetState(r, kernel_key, kernel, inner + 2 * groups * state, inner * state, l);
+}
+
+// Gated delta-net (Qwen3-Next, Qwen3.5; hf_layers.h).
+absl::Status DeltaNetState(const ConfigReader& r, LayerSpec* l) {
+  ATTEND_ASSIGN_OR_RETURN(const int64_t kernel,
+                          r.RequiredInt("linear_conv_kernel_dim", 1, kMaxStateFactor));
+  ATTEND_ASSIGN_OR_RETURN(const int64_t dk,
+                          r.RequiredInt("linear_key_head_dim", 1, kMaxStateFactor));
+  ATTEND_ASSIGN_OR_RETURN(const int64_t dv,
+                          r.RequiredInt("linear_value_head_dim", 1, kMaxStateFactor));
+  ATTEND_ASSIGN_OR_RETURN(const int64_t nk,
+                          r.RequiredInt("linear_num_key_heads", 1, kMaxStateFactor));
+  ATTEND_ASSIGN_OR_RETURN(const int64_t nv,
+                          r.RequiredInt("linear_num_value_heads", 1, kMaxStateFactor));
+  return SetState(r, "linear_conv_kernel_dim", kernel, 2 * nk * dk + nv * dv, nv * dk * dv, l);
+}
+
+// Multi-head latent attention: the expanded head sizes on the model, the latent on each layer.
+absl::Status LatentAttention(const ConfigReader& r, ModelSpec* m) {
+  ATTEND_ASSIGN_OR_RETURN(const int64_t rank, r.RequiredInt("kv_lora_rank", 1, kMaxHeadDim));
+  ATTEND_ASSIGN_OR_RETURN(const int64_t rope, r.RequiredInt("qk_rope_head_dim", 0, kMaxHeadDim));
+  ATTEND_ASSIGN_OR_RETURN(const int64_t nope, r.RequiredInt("qk_nope_head_dim", 0, kMaxHeadDim));
+  ATTEND_ASSIGN_OR_RETURN(const int64_t v, r.RequiredInt("v_head_dim", 1, kMaxHeadDim));
+  if (rope + nope < 1 || rope + nope > kMaxHeadDim) {
+    return Invalid(r.Field("qk_nope_head_dim"), absl::StrCat(nope, " + qk_rope_head_dim ", rope,
+                                                             " is not in [1, ", kMaxHeadDim, "]"));
+  }
+  m->head_dim = rope + nope;
+  m->head_dim_v = v;
+  for (LayerSpec& l : m->layer_specs) {
+    if (l.kind != LayerKind::kAttention) continue;
+    l.kind = LayerKind::kLatentAttention;
+    l.kv_lora_rank = rank;
+    l.qk_rope_head_dim = rope;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool IsStateSpaceOnly(absl::string_view model_type) {
+  return model_type == "mamba" || model_type == "falcon_mamba" || model_type == "mamba2";
+}
+
+std::optional<int64_t> PatternLayers(const ConfigReader& r) {
+  const json::Value* pattern = r.Get("hybrid_override_pattern");
+  if (pattern != nullptr && pattern->is_string()) {
+    return static_cast<int64_t>(pattern->string_value().size());
+  }
+  const json::Value* types = r.Get("layers_block_type");
+  if (types != nullptr && types->is_array()) return static_cast<int64_t>(types->size());
+  return std::nullopt;
+}
+
+absl::Status ReadLayerLayout(const ConfigReader& r, const std::string& model_type, ModelSpec* m) {
+  // Gemma 2's published config repeats its window as sliding_window_size; one that disagrees
+  // with sliding_window describes no model this importer knows.
+  ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> window,
+                          r.Int("sliding_window", 0, kMaxContextTokens));
+  ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> window_size,
+                          r.Int("sliding_window_size", 0, kMaxContextTokens));
+  if (window_size && window_size != window) {
+    return Invalid(r.Field("sliding_window_size"),
+                   absl::StrCat(*window_size, " differs from sliding_window ",
+                                window ? absl::StrCat(*window) : "(not set)"));
+  }
+  ATTEND_ASSIGN_OR_RETURN(m->layer_specs, LayerKinds(r, model_type, *m));
+  if (r.Get("kv_lora_rank") != nullptr) ATTEND_RETURN_IF_ERROR(LatentAttention(r, m));
+  // Every recurrent layer of a model has the same mixer, so its state is sized once.
+  std::optional<LayerSpec> state;
+  for (LayerSpec& l : m->layer_specs) {
+    if (!HoldsState(l.kind)) continue;
+    if (!state) {
+      LayerSpec s = l;
+      if (l.kind == LayerKind::kLinearAttention) {
+        ATTEND_RETURN_IF_ERROR(DeltaNetState(r, &s));
+      } else if (model_type == "mamba2" || model_type == "nemotron_h" ||
+                 r.Get("hybrid_override_pattern") != nullptr ||
+                 r.Get("layers_block_type") != nullptr) {
+        ATTEND_RETURN_IF_ERROR(Mamba2State(r, *m, model_type != "mamba2", &s));
+      } else {
+        ATTEND_RETURN_IF_ERROR(MambaState(r, *m, !IsStateSpaceOnly(model_type), &s));
+      }
+      state = s;
+    }
+    l = *state;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace attend::planner

@@ -1,0 +1,66 @@
+// Which kind each layer of a Hugging Face config.json is, and what it holds per sequence: the
+// per-layer part of ImportHfConfig (hf_config.h).
+//
+// Layouts, in order of precedence (the first that the config describes):
+//   - model_type mamba / falcon_mamba / mamba2: every layer is a state-space mixer.
+//   - hybrid_override_pattern (Nemotron-H; one character per layer: M Mamba-2, * attention, - MLP,
+//     E MoE) or layers_block_type ("mamba", "attention", "mlp", "moe").
+//   - attn_layer_period / attn_layer_offset (Jamba): layer i attends when i % period == offset,
+//     the others are Mamba mixers (transformers' JambaConfig.layers_block_type).
+//   - layer_types: "full_attention", "sliding_attention" (sliding_window), "chunked_attention"
+//     (attention_chunk_size), "linear_attention" (gated delta-net).
+//   - full_attention_interval (Qwen3-Next, Qwen3.5; default 4 for their model_types): layer i is
+//     full attention when (i + 1) % interval == 0, else linear attention (Qwen3NextConfig).
+//   - attention_chunk_size (Llama 4): chunked, except the NoPE layers (no_rope_layers[i] == 0,
+//     default every no_rope_layer_interval-th, 4), which attend fully (Llama4TextConfig).
+//   - otherwise the sliding-window rules of hf_config.h.
+// With kv_lora_rank (DeepSeek-V2/V3, Kimi K2) every attention layer is latent: it caches
+// kv_lora_rank + qk_rope_head_dim values per token, and head_dim / head_dim_v become the
+// expanded qk_nope_head_dim + qk_rope_head_dim and v_head_dim (DeepseekV3Attention).
+//
+// State sizes per sequence and layer, from the models' definitions. The convolution keeps
+// kernel - 1 columns, as llama.cpp (llama_hparams::n_embd_r) and vLLM do; transformers' caches
+// keep kernel columns, one of which is shifted out before it is read.
+//   - Mamba (modeling_mamba.py, MambaMixer): d_inner = expand x hidden_size; conv (conv_kernel -
+//     1) x d_inner; SSM d_inner x state_size. Jamba the same with mamba_expand, mamba_d_conv,
+//     mamba_d_state.
+//   - Mamba-2 (modeling_mamba2.py, Mamba2Mixer): d_inner = num_heads x head_dim (= expand x
+//     hidden_size); conv (conv_kernel - 1) x (d_inner + 2 x n_groups x state_size); SSM
+//     num_heads x head_dim x state_size. Nemotron-H the same with mamba_num_heads,
+//     mamba_head_dim, n_groups, ssm_state_size, conv_kernel (modeling_nemotron_h.py).
+//   - Gated delta-net (modeling_qwen3_next.py, Qwen3NextGatedDeltaNet): key_dim =
+//     linear_num_key_heads x linear_key_head_dim, value_dim = linear_num_value_heads x
+//     linear_value_head_dim; conv (linear_conv_kernel_dim - 1) x (2 x key_dim + value_dim);
+//     recurrent linear_num_value_heads x linear_key_head_dim x linear_value_head_dim.
+// Every count is read with its bound, and hostile layouts (an interval or period of 0, an offset
+// past the layer count, a pattern or list of the wrong length, an unknown layer type) are
+// INVALID_ARGUMENT naming the field.
+//
+// Thread-safety: pure functions.
+#ifndef ATTEND_PLANNER_IMPORT_HF_LAYERS_H_
+#define ATTEND_PLANNER_IMPORT_HF_LAYERS_H_
+
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "planner/import/hf_config_reader.h"
+#include "planner/model.h"
+
+namespace attend::planner {
+
+// Whether `model_type` has no attention at all (Mamba, Falcon Mamba, Mamba-2).
+bool IsStateSpaceOnly(absl::string_view model_type);
+
+// The layer count of a Nemotron-H config that gives only its pattern (the length of
+// hybrid_override_pattern or layers_block_type); nullopt when it gives neither.
+std::optional<int64_t> PatternLayers(const ConfigReader& r);
+
+// Sets m->layer_specs (one per layer) and, for latent attention, m->head_dim and m->head_dim_v.
+// REQUIRES: m->layers, and for models with attention m->n_head_kv, are read.
+absl::Status ReadLayerLayout(const ConfigReader& r, const std::string& model_type, ModelSpec* m);
+
+}  // namespace attend::planner
+
+#endif  // ATTEND_PLANNER_IMPORT_HF_LAYERS_H_
