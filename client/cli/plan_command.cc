@@ -129,14 +129,19 @@ void PrintPlanBudget(std::ostream& out, const v1::PlanKvCacheResponse& p) {
   out << ": " << (b.fits() ? "fits" : "does not fit") << "\n" << Wrap(b.explanation(), 100, "  ");
   if (b.available_bytes() >= 0) {
     Fields bf;
-    bf.Add(absl::StrCat("longest context, ", Plural(p.batch(), "sequence", "sequences")),
-           b.context_unbounded()
-               ? (p.bytes_per_token() == 0 ? "unbounded (no layer grows with the context)"
-                                           : "unbounded (every layer is windowed)")
-               : absl::StrCat(Count(b.max_context_tokens()), " tokens"));
+    const std::string unbounded = p.bytes_per_token() == 0
+                                      ? "unbounded (no layer grows with the context)"
+                                      : "unbounded (every layer is windowed)";
+    bf.Add(
+        absl::StrCat("longest context, ", Plural(p.batch(), "sequence", "sequences")),
+        b.context_unbounded() ? unbounded : absl::StrCat(Count(b.max_context_tokens()), " tokens"));
     if (p.batch() > 1) {
+      // One sequence fits whenever the batch does, so an unbounded batch is unbounded here too
+      // (the response carries the planner's cap, not a limit of the memory).
       bf.Add("longest context, one sequence",
-             absl::StrCat(Count(b.max_context_tokens_one_sequence()), " tokens"));
+             b.context_unbounded()
+                 ? unbounded
+                 : absl::StrCat(Count(b.max_context_tokens_one_sequence()), " tokens"));
     }
     bf.Add(absl::StrCat("most sequences of ", Count(p.context_tokens()), " tokens"),
            Count(b.max_sequences()));

@@ -1,6 +1,7 @@
 #include "client/cli/plan_layers.h"
 
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -10,11 +11,33 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-// "3, 7, 11, ..., 47", or all of them when there are few.
+// The layers as runs ("0-3, 5-11, 13-19"); an evenly strided list of single layers as
+// "3, 7, ..., 47 (every 4th)"; past six runs otherwise, the first three and the last with "..."
+// between (the group's count precedes the list).
 std::string Indices(const v1::LayerGroupPlan& g) {
   const auto& l = g.layer_indices();
-  if (l.size() <= 6) return absl::StrJoin(l, ", ");
-  return absl::StrCat(l[0], ", ", l[1], ", ", l[2], ", ..., ", l[l.size() - 1]);
+  std::vector<std::pair<int64_t, int64_t>> runs;
+  for (const int64_t i : l) {
+    if (!runs.empty() && runs.back().second + 1 == i) {
+      runs.back().second = i;
+    } else {
+      runs.push_back({i, i});
+    }
+  }
+  const auto run = [](const std::pair<int64_t, int64_t>& r) {
+    return r.first == r.second ? absl::StrCat(r.first) : absl::StrCat(r.first, "-", r.second);
+  };
+  if (runs.size() <= 6)
+    return absl::StrJoin(runs, ", ", [&](std::string* out, const auto& r) { out->append(run(r)); });
+  const int64_t stride = l[1] - l[0];
+  bool strided = runs.size() == static_cast<size_t>(l.size());
+  for (int i = 1; strided && i < l.size(); ++i) strided = l[i] - l[i - 1] == stride;
+  if (strided) {
+    return absl::StrCat(l[0], ", ", l[1], ", ..., ", l[l.size() - 1], " (every ", stride,
+                        stride == 2 ? "nd)" : (stride == 3 ? "rd)" : "th)"));
+  }
+  return absl::StrCat(run(runs[0]), ", ", run(runs[1]), ", ", run(runs[2]), ", ..., ",
+                      run(runs.back()));
 }
 
 // The state dtype's name as plan_command.cc prints KV types.

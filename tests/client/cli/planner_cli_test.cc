@@ -548,12 +548,17 @@ TEST_F(PlannerCliTest, PlanLayersShowsTheBreakdownAndTheState) {
       << err_.str();
   ExpectAligned({"bytes per token  16.00 KiB (16,384 bytes)",
                  "state per sequence  8.31 MiB (8,716,288 bytes) in bfloat16",
-                 "28: 0, 1, 2, ..., 31  state space  -  -  304.00 KiB  8.31 MiB",
+                 "28: 0-3, 5-11, 13-19, 21-27, 29-31  state space  -  -  304.00 KiB  8.31 MiB",
                  "4: 4, 12, 20, 28  attention  8  4,096  -  15.62 MiB"});
-  ASSERT_EQ(Run({"plan", "mamba2-7b", "--context", "4096", "--kv_dtype", "bf16"}),
-            cli::kExitOk)
+  ASSERT_EQ(Run({"plan", "mamba2-7b", "--context", "4096", "--kv_dtype", "bf16"}), cli::kExitOk)
       << err_.str();
   ExpectAligned({"64 layers, no attention", "state per sequence  131.75 MiB"});
+  // Only state: no context limit, for the batch or for one sequence (not the planner's cap).
+  ASSERT_EQ(Run({"plan", "mamba2-7b", "--context", "4096", "--batch", "8", "--budget", "4GiB"}),
+            cli::kExitOk)
+      << err_.str();
+  ExpectAligned({"longest context, 8 sequences  unbounded (no layer grows with the context)",
+                 "longest context, one sequence  unbounded (no layer grows with the context)"});
   // Without --layers there is no breakdown.
   ASSERT_EQ(Run({"plan", "--config", config, "--context", "1000"}), cli::kExitOk) << err_.str();
   EXPECT_EQ(out_.str().find("per layer ("), std::string::npos) << out_.str();
