@@ -46,16 +46,6 @@ std::vector<float> Random(int64_t n, uint64_t seed) {
   return x;
 }
 
-// Reads 64 MiB (twice this machine's L3) between timed steps, so that each step reads its K/V
-// from memory as serving does (many sequences and layers between two steps of one), not from a
-// last-level cache that still holds the previous step's. Returns a sum so it is not elided.
-float EvictCaches() {
-  static std::vector<float> buffer(size_t{16} << 20, 1.0f);
-  float sum = 0;
-  for (size_t i = 0; i < buffer.size(); i += 16) sum += buffer[i];
-  return sum;
-}
-
 DType StorageOf(int64_t arg) {
   return arg == 0 ? DType::kFloat32 : (arg == 1 ? DType::kBFloat16 : DType::kInt8);
 }
