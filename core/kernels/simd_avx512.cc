@@ -42,13 +42,17 @@ namespace {
 // The vdpbf16ps operand type; the casts from __m512i are bit casts.
 using Bh512 = __m512bh;
 
+// The first n lanes (none for n <= 0, all past the width).
 ATTEND_AVX512 inline __mmask16 Mask16(int64_t n) {
+  if (n <= 0) return 0;
   return n >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1);
 }
 ATTEND_AVX512 inline __mmask32 Mask32(int64_t n) {
+  if (n <= 0) return 0;
   return n >= 32 ? static_cast<__mmask32>(0xffffffffu) : static_cast<__mmask32>((1u << n) - 1);
 }
 ATTEND_AVX512 inline __mmask64 Mask64(int64_t n) {
+  if (n <= 0) return 0;
   return n >= 64 ? ~__mmask64{0} : static_cast<__mmask64>((uint64_t{1} << n) - 1);
 }
 
