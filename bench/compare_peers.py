@@ -112,11 +112,17 @@ def main():
             sys.exit("%s is missing: run bash scripts/setup.sh first" % binary)
 
     machine, prefill = run_bench(attention, "CausalPrefill/n:2048/.*/threads:0")
-    _, decoded = run_bench(decode, "(context:(4096|16384)/batch:1/|context:4096/batch:16/)storage:[01]/threads:0")
+    _, decoded = run_bench(decode, "(context:(4096|16384)/batch:1/|context:4096/batch:16/)storage:[012]/threads:0")
     print(machine)
     # attend's ratios are against the limits probed around each of its cases; the peers', which
     # run later, against the best probe of the run.
-    matmul = max(b["matmul_GFLOPs"] for b in prefill)
+    # Each prefill case's probe is the matmul of its own dtype (f32 or bf16): the peers' ratios are
+    # against the probe of the same dtype.
+    def prefill_dtype(b):
+        fields = dict(part.split(":") for part in b["name"].split("/")[1:] if ":" in part)
+        return "bfloat16" if fields["bf16"] == "1" else "float32"
+    matmul = {dtype: max([b["matmul_GFLOPs"] for b in prefill if prefill_dtype(b) == dtype] or [0.0])
+              for dtype in ("float32", "bfloat16")}
     bandwidth = max(b["read_bw_GBs"] for b in decoded)
 
     torch_results = None
@@ -171,19 +177,22 @@ def main():
 
     print()
     print("attend and ggml: median iteration; PyTorch: best of its runs")
-    print("prefill, causal: useful GFLOP/s (4 x d per attended pair); best f32 matmul probe %.1f GFLOP/s" % matmul)
+    print("prefill, causal: useful GFLOP/s (4 x d per attended pair); best matmul probes: "
+          "f32 %.1f GFLOP/s, bf16 %.1f GFLOP/s (each case against its dtype's)"
+          % (matmul["float32"], matmul["bfloat16"]))
     print("%-34s %10s %7s %10s %7s %10s %7s" % ("shape (heads/kv, n, d, dtype)", "attend", "ratio",
                                                "PyTorch", "ratio", "ggml", "ratio"))
     for b in prefill:
         name = b["name"]
         fields = dict(part.split(":") for part in name.split("/")[1:] if ":" in part)
         heads, kv, n, d = (int(fields[x]) for x in ("heads", "kv_heads", "n", "d"))
-        dtype = "bfloat16" if fields["bf16"] == "1" else "float32"
+        dtype = prefill_dtype(b)
+        peak = matmul[dtype]
         t = torch_figure("prefill", dtype, (heads, kv, n, d))
         g = ggml_figure("prefill", dtype, (heads, kv, n, d))
         print("%-34s %10.1f %7.2f %10s %7s %10s %7s" % (
             "%d/%d, %d, %d, %s" % (heads, kv, n, d, dtype), b["useful_GFLOPs"], b["ratio"], fmt(t),
-            fmt(t / matmul, 2) if t != "-" else "-", fmt(g), fmt(g / matmul, 2) if g != "-" else "-"))
+            fmt(t / peak, 2) if t != "-" else "-", fmt(g), fmt(g / peak, 2) if g != "-" else "-"))
     print()
     print("decode over the cache: K/V GB/s read; best read bandwidth probe %.1f GB/s" % bandwidth)
     print("%-34s %10s %7s %10s %7s %10s %7s" % ("shape (heads/kv, context, batch, dtype)", "attend",
@@ -191,7 +200,7 @@ def main():
     for b in decoded:
         fields = dict(part.split(":") for part in b["name"].split("/")[1:] if ":" in part)
         context, batch = int(fields["context"]), int(fields["batch"])
-        dtype = "bfloat16" if fields["storage"] == "1" else "float32"
+        dtype = {"0": "float32", "1": "bfloat16", "2": "int8"}[fields["storage"]]
         t = torch_figure("decode", dtype, (32, 8, context, batch))
         g = ggml_figure("decode", dtype, (32, 8, context, batch))
         print("%-34s %10.1f %7.2f %10s %7s %10s %7s" % (

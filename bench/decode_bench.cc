@@ -46,16 +46,6 @@ std::vector<float> Random(int64_t n, uint64_t seed) {
   return x;
 }
 
-// Reads 64 MiB (twice this machine's L3) between timed steps, so that each step reads its K/V
-// from memory as serving does (many sequences and layers between two steps of one), not from a
-// last-level cache that still holds the previous step's. Returns a sum so it is not elided.
-float EvictCaches() {
-  static std::vector<float> buffer(size_t{16} << 20, 1.0f);
-  float sum = 0;
-  for (size_t i = 0; i < buffer.size(); i += 16) sum += buffer[i];
-  return sum;
-}
-
 DType StorageOf(int64_t arg) {
   return arg == 0 ? DType::kFloat32 : (arg == 1 ? DType::kBFloat16 : DType::kInt8);
 }
@@ -177,12 +167,25 @@ void BM_DecodeBatch(benchmark::State& state) {
 }
 
 // The decode kernels (q.k for a GQA group of 4 query heads, then p.v) over `rows` cached tokens
-// of one KV head, on the calling thread; arg: storage. K and V (256 KiB for f32) stay in L2.
+// of one KV head, on the calling thread; args: storage, kernel set (an index into the sets this
+// CPU runs, simd::testing::RunnableKernels(); -1 = the one decode uses). K and V (256 KiB for
+// f32) stay in L2.
 void BM_DecodeKernel(benchmark::State& state) {
   const DType storage = StorageOf(state.range(0));
+  const std::vector<std::string> sets = simd::testing::RunnableKernels();
+  if (state.range(1) >= static_cast<int64_t>(sets.size())) {
+    state.SkipWithError("kernel set not runnable on this CPU");
+    return;
+  }
+  if (state.range(1) >= 0) simd::testing::UseKernels(sets[static_cast<size_t>(state.range(1))]);
   constexpr int64_t kGroup = kHeads / kKvHeads, kRows = 256;
   MeasureMachineLimits();
-  const std::vector<float> q = Random(kGroup * kDim, 4), values = Random(2 * kRows * kDim, 5);
+  std::vector<float> q = Random(kGroup * kDim, 4);
+  const std::vector<float> values = Random(2 * kRows * kDim, 5);
+  // Over bf16 storage decode computes in bf16 (Precision::kAuto): q arrives rounded.
+  if (storage == DType::kBFloat16) {
+    for (float& x : q) x = Bf16ToFloat(FloatToBf16(x));
+  }
   // K and V in the storage dtype; int8 with one scale per row (the values' absmax / 127).
   std::vector<char> kv(static_cast<size_t>(2 * kRows * kDim * DTypeSize(storage)));
   std::vector<float> scales(2 * kRows, 1.0f);
@@ -228,6 +231,7 @@ void BM_DecodeKernel(benchmark::State& state) {
       limits.fma8_per_second_per_core > 0 ? fma8 / seconds / limits.fma8_per_second_per_core : 0.0;
   state.counters["two_cores_vs_read_bw"] = 2 * bytes / seconds / limits.read_bytes_per_second;
   state.SetLabel(simd::KernelName());
+  simd::testing::UseScalarKernels(false);  // back to the best
 }
 
 // Reads floats [begin, end) of `data` as four sequential streams (as the probe does), eight
@@ -320,7 +324,15 @@ void BM_ReadWithFmas(benchmark::State& state) {
   state.counters["ratio_best"] = bytes / times.Best() / limits.read_bytes_per_second;
 }
 
-BENCHMARK(BM_DecodeKernel)->ArgName("storage")->DenseRange(0, 2)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_DecodeKernel)
+    ->ArgNames({"storage", "kernels"})
+    ->ArgsProduct({{0, 1, 2}, {-1}})
+    ->Unit(benchmark::kMicrosecond);
+// Every kernel set against every other (1 = avx2, then the AVX-512 sets the CPU has).
+BENCHMARK(BM_DecodeKernel)
+    ->ArgNames({"storage", "kernels"})
+    ->ArgsProduct({{0, 1, 2}, {1, 2, 3, 4}})
+    ->Unit(benchmark::kMicrosecond);
 
 BENCHMARK(BM_ReadWithFmas)
     ->ArgName("fmas_per_32B")

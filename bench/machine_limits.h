@@ -32,6 +32,12 @@ MachineLimits MeasureLimitsNow();
 // Field by field, the larger of a and b.
 MachineLimits BetterOf(const MachineLimits& a, const MachineLimits& b);
 
+// Reads 64 MiB (twice the last-level cache of the machines measured so far) so that the next
+// step reads its K/V from memory, as serving does (many sequences and layers between two steps
+// of one), not from a cache that still holds the previous step's. Returns a sum so that the
+// reads are not elided.
+float EvictCaches();
+
 }  // namespace attend::bench
 
 #endif  // ATTEND_BENCH_MACHINE_LIMITS_H_

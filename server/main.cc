@@ -29,6 +29,7 @@
 #include "core/base/large_memory.h"
 #include "core/kernels/cpu_features.h"
 #include "core/kernels/onednn.h"
+#include "core/kernels/simd.h"
 #include "server/server.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -267,6 +268,7 @@ void LogStart(const attend::server::ServerOptions& options,
                     {"bearer_tokens", options.auth_tokens.empty() ? "off" : "required"},
                     {"cpu_isa", attend::CpuIsaName()},
                     {"bf16_matmul", attend::HasBf16Matmul() ? "native" : "emulated"},
+                    {"kernels", attend::simd::KernelName()},
                     {"kv_cache_bytes", absl::StrCat(server.SampleStats().kv.capacity_bytes)},
                     {"kv_block_bytes", absl::StrCat(options.kv_cache.block_bytes)},
                     {"kv_eviction", absl::GetFlag(FLAGS_kv_eviction)},
@@ -294,7 +296,8 @@ void PrintStartupLine(const attend::server::ServerOptions& options,
             << (options.auth_tokens.empty() ? "" : ", bearer token required (health open)");
   const int compute_threads = server.compute_threads();
   std::cout << " (cpu " << attend::CpuIsaName() << ", bf16 matmul "
-            << (attend::HasBf16Matmul() ? "native" : "emulated") << ", KV cache "
+            << (attend::HasBf16Matmul() ? "native" : "emulated") << ", kernels "
+            << attend::simd::KernelName() << ", KV cache "
             << absl::StrFormat("%.1f", static_cast<double>(options.kv_cache.capacity_bytes) /
                                            static_cast<double>(int64_t{1} << 30))
             << " GiB, huge pages " << HugePagesNote(options.kv_cache.huge_pages) << ", "

@@ -6,6 +6,7 @@
 #include "common/version.h"
 #include "core/kernels/cpu_features.h"
 #include "core/kernels/onednn.h"
+#include "core/kernels/simd.h"
 #include "google/protobuf/descriptor.h"
 
 namespace attend::server {
@@ -190,12 +191,13 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
   }
   prometheus::BuildGauge()
       .Name("attend_build_info")
-      .Help("Version, git commit and the CPU features the engine uses")
+      .Help("Version, git commit, the CPU features the engine uses and its decode kernel set")
       .Register(*registry_)
       .Add({{"version", std::string(Version())},
             {"commit", std::string(GitCommit())},
             {"cpu_isa", CpuIsaName()},
-            {"bf16_matmul", HasBf16Matmul() ? "native" : "emulated"}})
+            {"bf16_matmul", HasBf16Matmul() ? "native" : "emulated"},
+            {"kernels", simd::KernelName()}})
       .Set(1);
 }
 

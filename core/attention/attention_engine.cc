@@ -17,6 +17,7 @@
 #include "core/base/status_macros.h"
 #include "core/kernels/cpu_features.h"
 #include "core/kernels/onednn.h"
+#include "core/kernels/simd.h"
 
 namespace attend {
 namespace {
@@ -266,8 +267,10 @@ absl::Status AttentionEngine::Compute(const AttentionProblem& problem, absl::Spa
     *stats = CountAttentionWork(s, options.mask);
     stats->compute_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    // Decode-sized calls run the vector kernels: the engine names their set.
     stats->engine =
-        absl::StrCat("onednn/", PrecisionName(precision), bf16 && !native_bf16 ? "-emulated" : "");
+        absl::StrCat("onednn/", PrecisionName(precision), bf16 && !native_bf16 ? "-emulated" : "",
+                     kernels ? absl::StrCat("+", simd::KernelName()) : "");
   }
   return absl::OkStatus();
 }

@@ -7,45 +7,23 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "common/half.h"
+#include "core/kernels/simd_internal.h"
 
 namespace attend::simd {
 namespace {
 
-// exp(x) for x <= 0 as 2^n * e^r: n = round(x / ln 2), r = x - n ln 2 (Cody-Waite split), e^r by
-// a degree-6 polynomial; relative error about 1e-7. Below -87 the result is 0.
-inline float ExpScalar(float x) {
-  if (x < -87.0f) return 0.0f;
-  // A score that overflowed (inf - inf) stays NaN for the caller's output check to report;
-  // converting it to an int below would be undefined.
-  if (std::isnan(x)) return x;
-  const float n = std::nearbyint(x * 1.44269504088896341f);
-  const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof(scale));
-  return p * scale;
-}
-
-// Element i of a row's storage, without the int8 scale.
-inline float Load(const void* base, DType dtype, int64_t i) {
-  switch (dtype) {
-    case DType::kBFloat16:
-      return Bf16ToFloat(static_cast<const uint16_t*>(base)[i]);
-    case DType::kInt8:
-      return static_cast<float>(static_cast<const int8_t*>(base)[i]);
-    default:
-      return static_cast<const float*>(base)[i];
-  }
-}
+using internal::ExpScalar;
+using internal::kElementBytes;
+using internal::Kernels;
+using internal::Load;
+using internal::PrefetchLine;
+using internal::RowAt;
+using internal::ScaleAt;
 
 inline const void* RowStart(const Rows& rows, int64_t t) {
   return static_cast<const char*>(rows.data) + t * rows.stride * DTypeSize(rows.dtype);
@@ -215,30 +193,6 @@ ATTEND_AVX2 void ScaleAddAvx2(float* dst, float alpha, const float* src, int64_t
 // (without that, GCC keeps them on the stack and the kernels run several times slower). Key
 // rows are read once for all query rows and streamed in order: that keeps the memory busy, which
 // matters more than arithmetic here.
-
-// Bytes per stored element, known at compile time in the kernels: DTypeSize is an out-of-line
-// call, and calling it for every row held the bf16 dot kernel to 6.1 GB/s from L2 (8.4 without).
-template <DType kType>
-constexpr int64_t kElementBytes = kType == DType::kFloat32 ? 4 : (kType == DType::kInt8 ? 1 : 2);
-
-template <DType kType>
-inline const void* RowAt(const Rows& rows, int64_t t) {
-  return static_cast<const char*>(rows.data) + t * rows.stride * kElementBytes<kType>;
-}
-
-template <DType kType>
-inline float ScaleAt(const Rows& rows, int64_t t) {
-  if constexpr (kType == DType::kInt8) {
-    return rows.scales[t];
-  } else {
-    return 1.0f;
-  }
-}
-
-// One prefetcht0, as a volatile asm statement that the compiler must keep. With _mm_prefetch,
-// GCC 12 deleted the whole prefetch loop once the element size was a compile-time constant: no
-// prefetch was left in the binary, and f32 decode fell from 0.85 to 0.5 of the bandwidth.
-inline void PrefetchLine(const char* p) { __asm__ volatile("prefetcht0 %0" : : "m"(*p)); }
 
 // Asks for the cache lines of row `t` of `rows` (when it exists) ahead of their use. The
 // kernels do little work per byte, so the out-of-order window covers only a few rows: without
@@ -473,32 +427,35 @@ ATTEND_AVX2 void AccumulateRowsAvx2(const float* p, int64_t ld, int64_t m, const
   }
 }
 
-struct Kernels {
-  const char* name;
-  float (*exp_shift_sum)(const float*, float, float*, int64_t);
-  void (*round_to_bf16)(float*, int64_t);
-  float (*max)(const float*, int64_t);
-  void (*scale_add)(float*, float, const float*, int64_t);
-  void (*row_to_float)(const Rows&, int64_t, int64_t, float*);
-  void (*dot_rows)(const float*, int64_t, int64_t, const Rows&, int64_t, float*, int64_t);
-  void (*accumulate_rows)(const float*, int64_t, int64_t, const Rows&, int64_t, int64_t, float*);
-};
-
 const Kernels kScalarKernels{"scalar",      ExpShiftSumScalar,   RoundToBf16Scalar,
                              MaxScalar,     ScaleAddScalar,      RowToFloatScalar,
                              DotRowsScalar, AccumulateRowsScalar};
 
-const Kernels& Best() {
-  static const Kernels kernels = [] {
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-      return Kernels{"avx2",       ExpShiftSumAvx2, RoundToBf16Avx2, MaxAvx2,
-                     ScaleAddAvx2, RowToFloatAvx2,  DotRowsAvx2,     AccumulateRowsAvx2};
-    }
-    return kScalarKernels;
-  }();
-  return kernels;
+const Kernels kAvx2Kernels{"avx2",       ExpShiftSumAvx2, RoundToBf16Avx2, MaxAvx2,
+                           ScaleAddAvx2, RowToFloatAvx2,  DotRowsAvx2,     AccumulateRowsAvx2};
+
+bool CpuHasAvx2() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
+
+// Every kernel set this CPU can run, the portable one first and the best last.
+const std::vector<const Kernels*>& Runnable() {
+  static const std::vector<const Kernels*> sets = [] {
+    std::vector<const Kernels*> out{&kScalarKernels};
+    if (!CpuHasAvx2()) return out;
+    out.push_back(&kAvx2Kernels);
+    int count = 0;
+    const internal::Avx512Set* avx512 = internal::Avx512Sets(&count);
+    for (int i = 0; i < count; ++i) {
+      if (avx512[i].cpu_ok) out.push_back(avx512[i].kernels);
+    }
+    return out;
+  }();
+  return sets;
+}
+
+const Kernels& Best() { return *Runnable().back(); }
 
 std::atomic<const Kernels*> g_kernels{nullptr};
 
@@ -541,9 +498,29 @@ void AccumulateRows(const float* p, int64_t ld, int64_t m, const Rows& v, int64_
   Chosen().accumulate_rows(p, ld, m, v, rows, dv, acc);
 }
 
+namespace internal {
+const Kernels& Avx2Kernels() { return kAvx2Kernels; }
+}  // namespace internal
+
 namespace testing {
 void UseScalarKernels(bool scalar) {
   g_kernels.store(scalar ? &kScalarKernels : &Best(), std::memory_order_release);
+}
+
+std::vector<std::string> RunnableKernels() {
+  std::vector<std::string> names;
+  for (const Kernels* k : Runnable()) names.push_back(k->name);
+  return names;
+}
+
+bool UseKernels(std::string_view name) {
+  for (const Kernels* k : Runnable()) {
+    if (name == k->name) {
+      g_kernels.store(k, std::memory_order_release);
+      return true;
+    }
+  }
+  return false;
 }
 }  // namespace testing
 

@@ -3,20 +3,25 @@
 // (a handful of query rows against many keys), which is memory-bound and must stream K and V at
 // the machine's bandwidth.
 //
-// Each kernel has an AVX2+FMA version (AVX-512 machines use it too) and a portable scalar one,
-// chosen once per process from the CPU's features.
+// Each kernel has a portable scalar version, an AVX2+FMA one and AVX-512 ones (bf16 dot products
+// on vdpbf16ps where the CPU has AVX512-BF16, int8 ones on vpdpbusd where it has AVX512-VNNI);
+// the best set the CPU runs is chosen once per process, at the first call. The build targets
+// no particular CPU: each set is compiled for its instruction set with target attributes.
 //
 // Thread-safety: pure functions.
 #ifndef ATTEND_CORE_KERNELS_SIMD_H_
 #define ATTEND_CORE_KERNELS_SIMD_H_
 
 #include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "core/base/tensor.h"
 
 namespace attend::simd {
 
-// "avx2" or "scalar": the kernels this process uses.
+// The kernel set this process uses: "avx512_bf16", "avx512_vnni", "avx512", "avx2" or "scalar".
 const char* KernelName();
 
 // y[i] = exp(x[i] - shift) for i < n; returns the sum of the y[i]. x and y may be the same.
@@ -44,11 +49,17 @@ struct Rows {
 // out[i] = element i of row `t` of `rows` as float (int8 times the row's scale), for i < n.
 void RowToFloat(const Rows& rows, int64_t t, int64_t n, float* out);
 
-// scores[j * ld + t] = dot(q[j * d ...], key row t) for j < m, t < rows.
+// scores[j * ld + t] = dot(q[j * d ...], key row t) for j < m, t < rows. Against bf16 and int8
+// rows the AVX-512 kernels carry q in 16 significant bits (as two int8 parts, for the dot
+// product instruction): each q value within 2^-16 of its row's largest |q|, far below the error
+// of the storage itself (1/254 of the row's largest). Against bf16 rows they use bf16 dot
+// products when q holds bf16 values (bf16 arithmetic), and are exact f32 otherwise.
 void DotRows(const float* q, int64_t m, int64_t d, const Rows& k, int64_t rows, float* scores,
              int64_t ld);
 
 // acc[j * dv + c] += sum over t < rows of p[j * ld + t] * value row t [c], for j < m, c < dv.
+// Against bf16 rows the AVX-512 kernels use bf16 dot products when p holds bf16 values (bf16
+// arithmetic rounds the probabilities), and f32 otherwise.
 void AccumulateRows(const float* p, int64_t ld, int64_t m, const Rows& v, int64_t rows, int64_t dv,
                     float* acc);
 
@@ -56,6 +67,11 @@ namespace testing {
 // Makes every kernel use the portable scalar code (true) or the CPU's best (false), so that
 // tests cover both. Not for concurrent use with the kernels.
 void UseScalarKernels(bool scalar);
+// The names of the kernel sets this CPU can run, "scalar" first and the best last.
+std::vector<std::string> RunnableKernels();
+// Makes every kernel use the set `name` (one of RunnableKernels()); false if it cannot run here.
+// Not for concurrent use with the kernels.
+bool UseKernels(std::string_view name);
 }  // namespace testing
 
 }  // namespace attend::simd

@@ -12,6 +12,7 @@
 #include "core/base/tensor.h"
 #include "core/kernels/cpu_features.h"
 #include "core/kernels/onednn.h"
+#include "core/kernels/simd.h"
 
 namespace attend::kv {
 namespace {
@@ -65,7 +66,7 @@ absl::Status RunPagedAttention(absl::Span<const PagedProblem> problems, Precisio
   heads.reserve(total_heads);  // Work keeps pointers into it
   works.reserve(total_heads);
   int64_t pairs = 0, flops = 0;
-  bool any_bf16 = false, any_emulated = false, any_int8 = false;
+  bool any_bf16 = false, any_emulated = false, any_int8 = false, any_kernels = false;
   for (const PagedProblem& p : problems) {
     if (p.n == 0) continue;
     const BlockLayout& layout = *p.layout;
@@ -75,6 +76,7 @@ absl::Status RunPagedAttention(absl::Span<const PagedProblem> problems, Precisio
     any_bf16 |= bf16;
     any_emulated |= bf16 && !native;
     any_int8 |= layout.quantized();
+    any_kernels |= tile::UsesKernels(p.n, p.n_head / layout.n_head_kv);
     if (p.weights != nullptr) std::fill_n(p.weights, p.n_head * p.n * p.tokens, 0.0f);
     for (int64_t g = 0; g < layout.n_head_kv; ++g) {
       heads.emplace_back(p, g);
@@ -114,7 +116,8 @@ absl::Status RunPagedAttention(absl::Span<const PagedProblem> problems, Precisio
     stats->compute_seconds +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     stats->engine = absl::StrCat("onednn-paged/", any_bf16 ? "bf16" : "f32",
-                                 any_emulated ? "-emulated" : "", any_int8 ? "+int8kv" : "");
+                                 any_emulated ? "-emulated" : "", any_int8 ? "+int8kv" : "",
+                                 any_kernels ? absl::StrCat("+", simd::KernelName()) : "");
   }
   return absl::OkStatus();
 }

@@ -13,8 +13,10 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "attend/v1/attention.grpc.pb.h"
 #include "attend/v1/kv_cache.grpc.pb.h"
+#include "core/kernels/simd.h"
 #include "tests/server/server_fixture.h"
 
 namespace attend {
@@ -226,6 +228,8 @@ TEST_F(MetricsTest, ServesTextWithoutExposerSelfMetrics) {
   EXPECT_EQ(response.find("exposer_"), std::string::npos);
   EXPECT_EQ(response.find("NaN"), std::string::npos);
   EXPECT_NE(response.find("attend_build_info{"), std::string::npos);
+  // The decode kernel set the process chose, as a label.
+  EXPECT_NE(response.find(absl::StrCat("kernels=\"", simd::KernelName(), "\"")), std::string::npos);
 }
 
 // HEAD answers the headers without the body; only the exact path serves metrics.

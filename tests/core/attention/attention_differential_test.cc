@@ -79,21 +79,21 @@ struct Case {
   MaskSpec mask;
   std::optional<float> scale;
   int threads = 0;
-  bool scalar_kernels = false;
+  std::string kernels;  // the simd kernel set (simd::testing::RunnableKernels())
   bool want_weights = false;
   float q_std = 1.0f;
 
   int64_t group() const { return n_head / n_head_kv; }
   std::string ToString() const {
-    return absl::StrCat(
-        "case ", index, " (reproduce: ATTEND_DIFF_SEED=", seed, " ATTEND_DIFF_CASE=", index,
-        "), focus ", focus, ": n_q ", n_q, ", n_kv ", n_kv, ", n_head ", n_head, ", n_head_kv ",
-        n_head_kv, ", head_dim ", head_dim, ", head_dim_v ", head_dim_v, ", q ", DTypeName(q_dtype),
-        ", k ", DTypeName(k_dtype), ", v ", DTypeName(v_dtype), ", precision ",
-        PrecisionName(precision), ", output ", DTypeName(out_dtype), ", causal ", mask.causal,
-        ", window ", mask.window, ", scale ", scale ? absl::StrCat(*scale) : "default",
-        ", threads ", threads, ", kernels ", scalar_kernels ? "scalar" : simd::KernelName(),
-        ", weights ", want_weights, ", q stddev ", q_std);
+    return absl::StrCat("case ", index, " (reproduce: ATTEND_DIFF_SEED=", seed,
+                        " ATTEND_DIFF_CASE=", index, "), focus ", focus, ": n_q ", n_q, ", n_kv ",
+                        n_kv, ", n_head ", n_head, ", n_head_kv ", n_head_kv, ", head_dim ",
+                        head_dim, ", head_dim_v ", head_dim_v, ", q ", DTypeName(q_dtype), ", k ",
+                        DTypeName(k_dtype), ", v ", DTypeName(v_dtype), ", precision ",
+                        PrecisionName(precision), ", output ", DTypeName(out_dtype), ", causal ",
+                        mask.causal, ", window ", mask.window, ", scale ",
+                        scale ? absl::StrCat(*scale) : "default", ", threads ", threads,
+                        ", kernels ", kernels, ", weights ", want_weights, ", q stddev ", q_std);
   }
 };
 
@@ -135,7 +135,7 @@ std::vector<std::string> Coverage(const Case& c) {
                                             : "n_kv past a key tile multiple"),
       KeySplits(c) > 1 ? "keys split across threads" : "keys not split",
       c.threads == 1 ? "one thread" : "several threads",
-      c.scalar_kernels ? "scalar simd kernels" : "best simd kernels",
+      kernels ? absl::StrCat("vector kernels ", c.kernels) : "no vector kernels",
       c.mask.causal ? (c.mask.window ? "causal + window" : "causal")
                     : (c.mask.window ? "window" : "no mask"),
       c.scale ? "explicit scale" : "default scale",
@@ -263,7 +263,9 @@ Case MakeCase(uint64_t seed, int64_t index) {
   c.out_dtype = kDtypes[combo / 81 % 3];
   Shape(rng, c);
   MaskAndScale(rng, c);
-  c.scalar_kernels = Uniform(rng, 0, 4) == 0;
+  // Every kernel set this CPU runs (scalar, AVX2, the AVX-512 sets), each as likely.
+  const std::vector<std::string> sets = simd::testing::RunnableKernels();
+  c.kernels = sets[static_cast<size_t>(Uniform(rng, 0, static_cast<int64_t>(sets.size()) - 1))];
   c.want_weights = Uniform(rng, 0, 1) == 0;
   c.q_std = Pick(rng, {1.0f, 1.0f, 3.0f});
   return c;
@@ -295,10 +297,10 @@ std::vector<float> Encoded(const std::vector<float>& output, DType dtype) {
   return out;
 }
 
-class ScopedScalarKernels {
+class ScopedKernels {
  public:
-  explicit ScopedScalarKernels(bool scalar) { simd::testing::UseScalarKernels(scalar); }
-  ~ScopedScalarKernels() { simd::testing::UseScalarKernels(false); }
+  explicit ScopedKernels(const std::string& name) { EXPECT_TRUE(simd::testing::UseKernels(name)); }
+  ~ScopedKernels() { simd::testing::UseScalarKernels(false); }  // back to the best
 };
 
 // The largest error / tolerance ratio seen, by what was compared.
@@ -327,7 +329,7 @@ void CheckCase(const Case& c, Margins* margins, std::string* engine_name) {
   std::vector<float> weights(c.want_weights ? static_cast<size_t>(shape->weight_elements()) : 0);
   AttentionStats stats;
   {
-    const ScopedScalarKernels kernels(c.scalar_kernels);
+    const ScopedKernels kernels(c.kernels);
     const AttentionEngine engine(EngineOptions{c.threads});
     const absl::Status status =
         engine.Compute(q.view, k.view, v.view, options, AttentionLimits{}, absl::MakeSpan(output),
@@ -426,7 +428,6 @@ TEST(AttentionDifferential, EngineMatchesReference) {
                              "keys not split",
                              "one thread",
                              "several threads",
-                             "scalar simd kernels",
                              "no mask",
                              "causal",
                              "window",
@@ -443,6 +444,9 @@ TEST(AttentionDifferential, EngineMatchesReference) {
                              "K copy of 1 MiB or more",
                              "weights"}) {
       EXPECT_GT(covered[side], 0) << "no default case covers: " << side;
+    }
+    for (const std::string& set : simd::testing::RunnableKernels()) {
+      EXPECT_GT(covered["vector kernels " + set], 0) << "no default case runs kernels " << set;
     }
   }
 }

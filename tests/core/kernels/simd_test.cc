@@ -2,6 +2,7 @@
 // the portable scalar ones, with sizes that are not multiples of the vector width.
 #include "core/kernels/simd.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -12,10 +13,11 @@
 namespace attend::simd {
 namespace {
 
-class Kernels : public ::testing::TestWithParam<bool> {
+// Every kernel set this CPU runs (scalar, AVX2, the AVX-512 sets), each against plain loops.
+class Kernels : public ::testing::TestWithParam<std::string> {
  protected:
-  void SetUp() override { testing::UseScalarKernels(GetParam()); }
-  void TearDown() override { testing::UseScalarKernels(false); }
+  void SetUp() override { ASSERT_TRUE(testing::UseKernels(GetParam())); }
+  void TearDown() override { testing::UseScalarKernels(false); }  // back to the best
 };
 
 TEST_P(Kernels, ExpShiftSumMatchesStdExp) {
@@ -59,7 +61,84 @@ TEST_P(Kernels, RoundToBf16MatchesTheScalarConversion) {
 struct RowsCase {
   int64_t m, d, rows, stride;
   DType dtype;
+  bool bf16_operands = false;  // q and p hold bf16 values
+  bool zero_row = false;       // q's first row is all zeros
 };
+
+// RowToFloat, DotRows and AccumulateRows on case `c` against double-precision loops.
+void CheckRowsCase(const RowsCase& c, std::mt19937_64& rng) {
+  SCOPED_TRACE(::testing::Message()
+               << "m " << c.m << " d " << c.d << " rows " << c.rows << " stride " << c.stride << " "
+               << DTypeName(c.dtype) << (c.bf16_operands ? " bf16 operands" : "")
+               << (c.zero_row ? " zero row" : ""));
+  std::vector<float> q = ::attend::testing::RandomFloats(rng, c.m * c.d);
+  // bf16 values (as bf16 arithmetic gives the kernels) take the dot kernels' one-part path.
+  if (c.bf16_operands) {
+    for (float& x : q) x = Bf16ToFloat(FloatToBf16(x));
+  }
+  if (c.zero_row) std::fill(q.begin(), q.begin() + c.d, 0.0f);
+  // `keys` holds the exact values the storage represents.
+  std::vector<float> keys = ::attend::testing::RandomFloats(rng, c.rows * c.stride);
+  std::vector<uint16_t> keys_bf16(keys.size());
+  std::vector<int8_t> keys_int8(keys.size());
+  std::vector<float> scales(c.rows);
+  for (int64_t t = 0; t < c.rows; ++t) {
+    scales[t] = 0.01f + 0.002f * t;
+    for (int64_t x = 0; x < c.stride; ++x) {
+      const size_t i = t * c.stride + x;
+      keys_bf16[i] = FloatToBf16(keys[i]);
+      keys_int8[i] = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
+      if (c.dtype == DType::kBFloat16) keys[i] = Bf16ToFloat(keys_bf16[i]);
+      if (c.dtype == DType::kInt8) keys[i] = keys_int8[i] * scales[t];
+    }
+  }
+  Rows k{keys.data(), c.dtype, c.stride, nullptr};
+  if (c.dtype == DType::kBFloat16) k.data = keys_bf16.data();
+  if (c.dtype == DType::kInt8) {
+    k.data = keys_int8.data();
+    k.scales = scales.data();
+  }
+  // Each row widened (and dequantized) to float: exactly the values it stores.
+  std::vector<float> row(c.d);
+  for (int64_t t = 0; t < c.rows; ++t) {
+    RowToFloat(k, t, c.d, row.data());
+    for (int64_t x = 0; x < c.d; ++x) ASSERT_EQ(row[x], keys[t * c.stride + x]) << t << "," << x;
+  }
+  const int64_t ld = c.rows + 3;
+  std::vector<float> scores(c.m * ld, -1.0f);
+  DotRows(q.data(), c.m, c.d, k, c.rows, scores.data(), ld);
+  for (int64_t j = 0; j < c.m; ++j) {
+    double q_absmax = 0.0;
+    for (int64_t x = 0; x < c.d; ++x)
+      q_absmax = std::max<double>(q_absmax, std::abs(q[j * c.d + x]));
+    for (int64_t t = 0; t < c.rows; ++t) {
+      double dot = 0.0, k_abs = 0.0;
+      for (int64_t x = 0; x < c.d; ++x) {
+        dot += q[j * c.d + x] * keys[t * c.stride + x];
+        k_abs += std::abs(keys[t * c.stride + x]);
+      }
+      // DotRows may carry q in 16 bits against bf16 and int8 rows (simd.h): each q value
+      // within 2^-16 of the row's largest.
+      const double q_bound = c.dtype == DType::kFloat32 ? 0.0 : std::ldexp(q_absmax, -16) * k_abs;
+      ASSERT_NEAR(scores[j * ld + t], dot, 1e-4 * (1 + std::abs(dot)) + q_bound);
+    }
+  }
+  // Probabilities with some zeros (masked) and the keys as values.
+  std::vector<float> p(c.m * ld, 0.0f);
+  for (int64_t i = 0; i < c.m * ld; ++i) p[i] = (i % 5 == 0) ? 0.0f : std::abs(scores[i]) * 0.01f;
+  if (c.bf16_operands) {
+    for (float& x : p) x = Bf16ToFloat(FloatToBf16(x));
+  }
+  std::vector<float> acc(c.m * c.d, 0.5f);
+  AccumulateRows(p.data(), ld, c.m, k, c.rows, c.d, acc.data());
+  for (int64_t j = 0; j < c.m; ++j) {
+    for (int64_t x = 0; x < c.d; ++x) {
+      double expected = 0.5;
+      for (int64_t t = 0; t < c.rows; ++t) expected += p[j * ld + t] * keys[t * c.stride + x];
+      ASSERT_NEAR(acc[j * c.d + x], expected, 1e-4 * (1 + std::abs(expected)));
+    }
+  }
+}
 
 TEST_P(Kernels, RowToFloatDotRowsAndAccumulateRowsMatchLoops) {
   std::mt19937_64 rng(2);
@@ -75,67 +154,60 @@ TEST_P(Kernels, RowToFloatDotRowsAndAccumulateRowsMatchLoops) {
         RowsCase{3, 128, 13, 128, DType::kInt8}, RowsCase{7, 128, 11, 136, DType::kFloat32},
         RowsCase{6, 64, 11, 64, DType::kBFloat16}, RowsCase{1, 64, 10, 72, DType::kInt8},
         RowsCase{5, 64, 9, 64, DType::kFloat32}}) {
-    SCOPED_TRACE(::testing::Message() << "m " << c.m << " d " << c.d << " rows " << c.rows
-                                      << " stride " << c.stride << " " << DTypeName(c.dtype));
-    const std::vector<float> q = ::attend::testing::RandomFloats(rng, c.m * c.d);
-    // `keys` holds the exact values the storage represents.
-    std::vector<float> keys = ::attend::testing::RandomFloats(rng, c.rows * c.stride);
-    std::vector<uint16_t> keys_bf16(keys.size());
-    std::vector<int8_t> keys_int8(keys.size());
-    std::vector<float> scales(c.rows);
-    for (int64_t t = 0; t < c.rows; ++t) {
-      scales[t] = 0.01f + 0.002f * t;
-      for (int64_t x = 0; x < c.stride; ++x) {
-        const size_t i = t * c.stride + x;
-        keys_bf16[i] = FloatToBf16(keys[i]);
-        keys_int8[i] = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
-        if (c.dtype == DType::kBFloat16) keys[i] = Bf16ToFloat(keys_bf16[i]);
-        if (c.dtype == DType::kInt8) keys[i] = keys_int8[i] * scales[t];
-      }
-    }
-    Rows k{keys.data(), c.dtype, c.stride, nullptr};
-    if (c.dtype == DType::kBFloat16) k.data = keys_bf16.data();
-    if (c.dtype == DType::kInt8) {
-      k.data = keys_int8.data();
-      k.scales = scales.data();
-    }
-    // Each row widened (and dequantized) to float: exactly the values it stores.
-    std::vector<float> row(c.d);
-    for (int64_t t = 0; t < c.rows; ++t) {
-      RowToFloat(k, t, c.d, row.data());
-      for (int64_t x = 0; x < c.d; ++x) ASSERT_EQ(row[x], keys[t * c.stride + x]) << t << "," << x;
-    }
-    const int64_t ld = c.rows + 3;
-    std::vector<float> scores(c.m * ld, -1.0f);
-    DotRows(q.data(), c.m, c.d, k, c.rows, scores.data(), ld);
-    for (int64_t j = 0; j < c.m; ++j) {
-      for (int64_t t = 0; t < c.rows; ++t) {
-        double dot = 0.0;
-        for (int64_t x = 0; x < c.d; ++x) dot += q[j * c.d + x] * keys[t * c.stride + x];
-        ASSERT_NEAR(scores[j * ld + t], dot, 1e-4 * (1 + std::abs(dot)));
-      }
-    }
-    // Probabilities with some zeros (masked) and the keys as values.
-    std::vector<float> p(c.m * ld, 0.0f);
-    for (int64_t i = 0; i < c.m * ld; ++i) p[i] = (i % 5 == 0) ? 0.0f : std::abs(scores[i]) * 0.01f;
-    std::vector<float> acc(c.m * c.d, 0.5f);
-    AccumulateRows(p.data(), ld, c.m, k, c.rows, c.d, acc.data());
-    for (int64_t j = 0; j < c.m; ++j) {
-      for (int64_t x = 0; x < c.d; ++x) {
-        double expected = 0.5;
-        for (int64_t t = 0; t < c.rows; ++t) expected += p[j * ld + t] * keys[t * c.stride + x];
-        ASSERT_NEAR(acc[j * c.d + x], expected, 1e-4 * (1 + std::abs(expected)));
-      }
-    }
+    CheckRowsCase(c, rng);
+    if (HasFatalFailure()) return;
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Simd, Kernels, ::testing::Values(false, true),
-                         [](const auto& info) { return info.param ? "scalar" : "best"; });
+// Generated shapes: head sizes past every vector width and the int8 dot kernels' limit (512),
+// row counts past every block, bf16-valued operands, all-zero query rows.
+TEST_P(Kernels, GeneratedRowsMatchLoops) {
+  std::mt19937_64 rng(7);
+  const DType dtypes[] = {DType::kFloat32, DType::kBFloat16, DType::kInt8};
+  for (int i = 0; i < 120; ++i) {
+    RowsCase c{};
+    c.m = 1 + static_cast<int64_t>(rng() % 9);
+    c.d = 1 + static_cast<int64_t>(rng() % (i % 10 == 0 ? 700 : 160));
+    c.rows = 1 + static_cast<int64_t>(rng() % 90);
+    c.stride = c.d + static_cast<int64_t>(rng() % 3) * 8;
+    c.dtype = dtypes[i % 3];
+    c.bf16_operands = rng() % 2 == 0;
+    c.zero_row = rng() % 7 == 0;
+    CheckRowsCase(c, rng);
+    if (HasFatalFailure()) return;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Simd, Kernels, ::testing::ValuesIn(testing::RunnableKernels()),
+                         [](const auto& info) { return info.param; });
 
 TEST(SimdKernels, NameSaysWhichKernelsRun) {
+  const std::vector<std::string> runnable = testing::RunnableKernels();
+  ASSERT_FALSE(runnable.empty());
+  EXPECT_EQ(runnable.front(), "scalar");
+  // The best set the CPU runs is the one chosen.
+  EXPECT_EQ(KernelName(), runnable.back());
+  EXPECT_FALSE(testing::UseKernels("no-such-kernels"));
+}
+
+// The sets the CPU reports are the ones that run: on a CPU with AVX512-BF16 the bf16 kernels
+// are chosen, not skipped by a wrong feature test.
+TEST(SimdKernels, ChoiceFollowsTheCpu) {
+  __builtin_cpu_init();
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
   const std::string name = KernelName();
-  EXPECT_TRUE(name == "avx2" || name == "scalar") << name;
+  if (avx512 && __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vnni")) {
+    EXPECT_EQ(name, "avx512_bf16");
+  } else if (avx512 && __builtin_cpu_supports("avx512vnni")) {
+    EXPECT_EQ(name, "avx512_vnni");
+  } else if (avx512) {
+    EXPECT_EQ(name, "avx512");
+  } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    EXPECT_EQ(name, "avx2");
+  } else {
+    EXPECT_EQ(name, "scalar");
+  }
 }
 
 }  // namespace

@@ -29,6 +29,7 @@
 #include "common/half.h"
 #include "core/attention/testing/reference_attention.h"
 #include "core/attention/tile_attention.h"
+#include "core/kernels/simd.h"
 #include "core/kv_cache/kv_cache.h"
 #include "tests/core/attention/attention_error_bound.h"
 #include "tests/core/attention/encoded_input.h"
@@ -116,6 +117,9 @@ class Walk {
     options.capacity_bytes = int64_t{256} << 20;
     options.huge_pages = false;
     options.compute_threads = static_cast<int>(Pick<int64_t>(rng_, {0, 1, 2, 3}));
+    // Every kernel set this CPU runs (scalar, AVX2, the AVX-512 sets), each as likely.
+    const std::vector<std::string> sets = simd::testing::RunnableKernels();
+    kernels_ = sets[static_cast<size_t>(Uniform(rng_, 0, static_cast<int64_t>(sets.size()) - 1))];
     cache_ = std::make_unique<KvCache>(options);
     header_ = absl::StrCat(
         "kv case ", index, " (reproduce: ATTEND_DIFF_SEED=", seed, " ATTEND_DIFF_CASE=", index,
@@ -123,11 +127,14 @@ class Walk {
         config_.n_head_kv, ", head_dim ", config_.head_dim, ", head_dim_v ", config_.head_dim_v,
         ", storage ", DTypeName(config_.kv_dtype), ", window ", config_.window, ", scale ",
         config_.scale ? absl::StrCat(*config_.scale) : "default", ", block_bytes ",
-        options.block_bytes, ", compute_threads ", options.compute_threads);
+        options.block_bytes, ", compute_threads ", options.compute_threads, ", kernels ", kernels_);
   }
 
   void Run() {
+    EXPECT_TRUE(simd::testing::UseKernels(kernels_)) << kernels_;
+    Cover("kernels " + kernels_);
     for (int64_t op = 0; op < kOpsPerCase && !::testing::Test::HasFatalFailure(); ++op) Step();
+    simd::testing::UseScalarKernels(false);  // back to the best
     for (const auto& [id, model] : std::map<std::string, Model>(models_)) ReleaseSequence(id);
     const CacheStats stats = cache_->Stats();
     EXPECT_EQ(stats.used_bytes, 0) << Describe();
@@ -406,6 +413,7 @@ class Walk {
   int64_t next_id_ = 0;
   std::map<std::string, Model> models_;
   std::string header_;
+  std::string kernels_;  // the simd kernel set the walk runs on
   std::vector<std::string> log_;
 };
 
@@ -498,6 +506,9 @@ TEST(KvCacheDifferential, CacheMatchesOneShotReference) {
           "fork at a block boundary", "fork past the end refused", "fork behind the window refused",
           "truncate", "truncate refused", "window released a block", "release"}) {
       EXPECT_GT(covered[what], 0) << "no default case covers: " << what;
+    }
+    for (const std::string& set : simd::testing::RunnableKernels()) {
+      EXPECT_GT(covered["kernels " + set], 0) << "no default case runs kernels " << set;
     }
   }
 }

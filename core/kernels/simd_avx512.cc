@@ -1,0 +1,747 @@
+// The AVX-512 kernel sets of simd.h. Decode reads every cached byte once per step, so what matters
+// is instructions per byte read: 16-lane FMAs halve the AVX2 kernels' count for f32, and the dot
+// product instructions remove the widening that held bf16 and int8 to about half of f32's byte
+// rate (each bf16 value took a zero-extend, a shift and an FMA):
+//   - bf16 q.k and p.v on vdpbf16ps (AVX512-BF16): 32 products per instruction, exact products
+//     of bf16 values with f32 sums. That needs q and p in bf16, as bf16 arithmetic (the default
+//     over bf16 storage) gives them; under f32 arithmetic the widening kernels run instead.
+//   - int8 q.k on vpdpbusd (AVX512-VNNI): q is split the same way into two int8 parts on one
+//     scale (hi = round(q / s), lo = round((q - hi s) * 256 / s)), so it carries about 15 bits;
+//     the per-token scales multiply the int32 sums afterwards. vpdpbusd multiplies unsigned by
+//     signed bytes, so q goes in offset by 128 and 128 * (the row's sum) comes off again.
+//   - int8 p.v stays widened to f32: a byte dot product would need p in 8 bits.
+// The f32 kernels are the AVX2 ones widened to 16 lanes, with masked tails.
+// Rows are read R at a time from R equal spans of the tile (as in the AVX2 kernels: sequential
+// streams that the hardware prefetchers follow).
+//
+// Thread-safety: pure functions.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "common/half.h"
+#include "core/kernels/simd_internal.h"
+
+// GCC 12's own intrinsics header trips -Wmaybe-uninitialized in the masked and cast intrinsics
+// (its _mm512_undefined_* idiom, GCC bug 105593); nothing in this file reads an undefined value.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace attend::simd::internal {
+namespace {
+
+#define ATTEND_AVX512_BASE "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,bmi,bmi2"
+#define ATTEND_AVX512 __attribute__((target(ATTEND_AVX512_BASE)))
+#define ATTEND_AVX512_VNNI __attribute__((target(ATTEND_AVX512_BASE ",avx512vnni")))
+#define ATTEND_AVX512_BF16 __attribute__((target(ATTEND_AVX512_BASE ",avx512vnni,avx512bf16")))
+
+// The vdpbf16ps operand type; the casts from __m512i are bit casts.
+using Bh512 = __m512bh;
+
+// The first n lanes (none for n <= 0, all past the width).
+ATTEND_AVX512 inline __mmask16 Mask16(int64_t n) {
+  if (n <= 0) return 0;
+  return n >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1);
+}
+ATTEND_AVX512 inline __mmask32 Mask32(int64_t n) {
+  if (n <= 0) return 0;
+  return n >= 32 ? static_cast<__mmask32>(0xffffffffu) : static_cast<__mmask32>((1u << n) - 1);
+}
+ATTEND_AVX512 inline __mmask64 Mask64(int64_t n) {
+  if (n <= 0) return 0;
+  return n >= 64 ? ~__mmask64{0} : static_cast<__mmask64>((uint64_t{1} << n) - 1);
+}
+
+ATTEND_AVX512 inline __m512 Exp16(__m512 x) {
+  // As the AVX2 kernel: below -87 gives 0 (NaN compares false and is not zeroed).
+  const __mmask16 below = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_LT_OQ);
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  const __m512i bits =
+      _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  return _mm512_maskz_mul_ps(static_cast<__mmask16>(~below), p, _mm512_castsi512_ps(bits));
+}
+
+ATTEND_AVX512 float ExpShiftSum512(const float* x, float shift, float* y, int64_t n) {
+  const __m512 s = _mm512_set1_ps(shift);
+  __m512 sum = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 e = Exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), s));
+    _mm512_storeu_ps(y + i, e);
+    sum = _mm512_add_ps(sum, e);
+  }
+  float total = _mm512_reduce_add_ps(sum);
+  for (; i < n; ++i) {
+    y[i] = ExpScalar(x[i] - shift);
+    total += y[i];
+  }
+  return total;
+}
+
+ATTEND_AVX512 float Max512(const float* x, int64_t n) {
+  __m512 m = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) m = _mm512_max_ps(m, _mm512_loadu_ps(x + i));
+  if (i < n)
+    m = _mm512_mask_max_ps(m, Mask16(n - i), m, _mm512_maskz_loadu_ps(Mask16(n - i), x + i));
+  return _mm512_reduce_max_ps(m);
+}
+
+ATTEND_AVX512 void ScaleAdd512(float* dst, float alpha, const float* src, int64_t n) {
+  const __m512 a = _mm512_set1_ps(alpha);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = Mask16(n - i);
+    _mm512_mask_storeu_ps(
+        dst + i, k,
+        _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, dst + i), a, _mm512_maskz_loadu_ps(k, src + i)));
+  }
+}
+
+// Sixteen consecutive values as floats (the first `n` when n < 16, zero after: masked loads do
+// not touch the memory of masked-off elements).
+template <DType kType>
+ATTEND_AVX512 inline __m512 Load16(const void* base, int64_t i, __mmask16 k) {
+  if constexpr (kType == DType::kBFloat16) {
+    const __m256i h = _mm256_maskz_loadu_epi16(k, static_cast<const uint16_t*>(base) + i);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  } else if constexpr (kType == DType::kInt8) {
+    const __m128i b = _mm_maskz_loadu_epi8(k, static_cast<const int8_t*>(base) + i);
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
+  } else {
+    return _mm512_maskz_loadu_ps(k, static_cast<const float*>(base) + i);
+  }
+}
+
+// Eight horizontal sums: lane i of the result is the sum of the 16 lanes of v[i] (v[i] for i >=
+// N counts as zero).
+template <int N>
+ATTEND_AVX512 inline __m256 Sum8Of16(const __m512* v) {
+  static_assert(N >= 1 && N <= 8);
+  __m512 x[8];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) x[i] = i < N ? v[i] : _mm512_setzero_ps();
+  // Per 128-bit lane L: [a(L0)+a(L2), b(L0)+b(L2), a(L1)+a(L3), b(L1)+b(L3)] for each pair.
+  __m512 y[4];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    y[i] = _mm512_add_ps(_mm512_unpacklo_ps(x[2 * i], x[2 * i + 1]),
+                         _mm512_unpackhi_ps(x[2 * i], x[2 * i + 1]));
+  }
+  // Per 128-bit lane: the lane's sums of four vectors.
+  __m512 z[2];
+#pragma GCC unroll 2
+  for (int i = 0; i < 2; ++i) {
+    const __m512d a = _mm512_castps_pd(y[2 * i]), b = _mm512_castps_pd(y[2 * i + 1]);
+    // (Unpacked as pairs of floats, added as floats.)
+    z[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
+                         _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+  }
+  // Adds the four 128-bit lanes: s = [z0 L0+L2, z0 L1+L3, z1 L0+L2, z1 L1+L3], then pairs.
+  const __m512 s =
+      _mm512_add_ps(_mm512_shuffle_f32x4(z[0], z[1], 0x44), _mm512_shuffle_f32x4(z[0], z[1], 0xee));
+  const __m512 t =
+      _mm512_add_ps(_mm512_shuffle_f32x4(s, s, 0x88), _mm512_shuffle_f32x4(s, s, 0xdd));
+  return _mm512_castps512_ps256(t);
+}
+
+// Row r of R's rows at step g: row g of span r (spans of `span` rows).
+inline int64_t SpanRow(int r, int64_t g, int64_t span) { return r * span + g; }
+
+// Scores of M query rows against R key rows at a time (M * R <= 8 accumulators), values widened
+// to f32 (f32 storage, and bf16 or int8 where the CPU has no dot product instruction for them).
+template <int M, int R, DType kType>
+ATTEND_AVX512 void DotBlock(const float* q, int64_t d, const Rows& k, int64_t rows, float* scores,
+                            int64_t ld) {
+  static_assert(M * R <= 8);
+  const int64_t span = rows / R;
+  for (int64_t g = 0; g < span; ++g) {
+    __m512 acc[M * R];
+#pragma GCC unroll 8
+    for (int i = 0; i < M * R; ++i) acc[i] = _mm512_setzero_ps();
+    const void* row[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) row[r] = RowAt<kType>(k, SpanRow(r, g, span));
+    for (int64_t c = 0; c < d; c += 16) {
+      const __mmask16 mask = Mask16(d - c);
+      __m512 kv[R];
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) kv[r] = Load16<kType>(row[r], c, mask);
+#pragma GCC unroll 4
+      for (int j = 0; j < M; ++j) {
+        __m512 qv = _mm512_maskz_loadu_ps(mask, q + j * d + c);
+        if constexpr (R > 1) __asm__("" : "+v"(qv));  // one load for the R FMAs
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) acc[j * R + r] = _mm512_fmadd_ps(qv, kv[r], acc[j * R + r]);
+      }
+    }
+    alignas(32) float sums[8];
+    _mm256_store_ps(sums, Sum8Of16<M * R>(acc));
+#pragma GCC unroll 4
+    for (int j = 0; j < M; ++j) {
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const int64_t t = SpanRow(r, g, span);
+        scores[j * ld + t] = sums[j * R + r] * ScaleAt<kType>(k, t);
+      }
+    }
+  }
+  if constexpr (R > 1) {
+    const int64_t done = span * R;
+    if (done < rows) {
+      Rows rest = k;
+      rest.data = RowAt<kType>(k, done);
+      if (k.scales != nullptr) rest.scales = k.scales + done;
+      DotBlock<M, 1, kType>(q, d, rest, rows - done, scores + done, ld);
+    }
+  }
+}
+
+template <DType kType>
+ATTEND_AVX512 void DotWidened(const float* q, int64_t m, int64_t d, const Rows& k, int64_t rows,
+                              float* scores, int64_t ld) {
+  int64_t j = 0;
+  for (; j + 4 <= m; j += 4) DotBlock<4, 2, kType>(q + j * d, d, k, rows, scores + j * ld, ld);
+  for (; j + 2 <= m; j += 2) DotBlock<2, 4, kType>(q + j * d, d, k, rows, scores + j * ld, ld);
+  for (; j < m; ++j) DotBlock<1, 8, kType>(q + j * d, d, k, rows, scores + j * ld, ld);
+}
+
+// p.v for M accumulator rows, four value rows (from four spans) per step, values widened to f32.
+template <int M, DType kType>
+ATTEND_AVX512 void AccumulateBlock(const float* p, int64_t ld, const Rows& v, int64_t rows,
+                                   int64_t dv, float* acc) {
+  const int64_t span = rows / 4;
+  for (int64_t g = 0; g < span; ++g) {
+    int64_t at[4];
+    __m512 w[M][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) {
+      at[r] = SpanRow(r, g, span);
+      const float scale = ScaleAt<kType>(v, at[r]);
+#pragma GCC unroll 4
+      for (int j = 0; j < M; ++j) w[j][r] = _mm512_set1_ps(p[j * ld + at[r]] * scale);
+    }
+    const void* r0 = RowAt<kType>(v, at[0]);
+    const void* r1 = RowAt<kType>(v, at[1]);
+    const void* r2 = RowAt<kType>(v, at[2]);
+    const void* r3 = RowAt<kType>(v, at[3]);
+    for (int64_t c = 0; c < dv; c += 16) {
+      const __mmask16 mask = Mask16(dv - c);
+      const __m512 v0 = Load16<kType>(r0, c, mask);
+      const __m512 v1 = Load16<kType>(r1, c, mask);
+      const __m512 v2 = Load16<kType>(r2, c, mask);
+      const __m512 v3 = Load16<kType>(r3, c, mask);
+#pragma GCC unroll 4
+      for (int j = 0; j < M; ++j) {
+        float* a = acc + j * dv + c;
+        __m512 x = _mm512_fmadd_ps(w[j][0], v0, _mm512_maskz_loadu_ps(mask, a));
+        x = _mm512_fmadd_ps(w[j][1], v1, x);
+        x = _mm512_fmadd_ps(w[j][2], v2, x);
+        _mm512_mask_storeu_ps(a, mask, _mm512_fmadd_ps(w[j][3], v3, x));
+      }
+    }
+  }
+  for (int64_t t = 4 * span; t < rows; ++t) {
+    const void* row = RowAt<kType>(v, t);
+    const float scale = ScaleAt<kType>(v, t);
+    for (int64_t c = 0; c < dv; c += 16) {
+      const __mmask16 mask = Mask16(dv - c);
+      const __m512 vv = Load16<kType>(row, c, mask);
+#pragma GCC unroll 4
+      for (int j = 0; j < M; ++j) {
+        float* a = acc + j * dv + c;
+        const __m512 wj = _mm512_set1_ps(p[j * ld + t] * scale);
+        _mm512_mask_storeu_ps(a, mask, _mm512_fmadd_ps(wj, vv, _mm512_maskz_loadu_ps(mask, a)));
+      }
+    }
+  }
+}
+
+template <DType kType>
+ATTEND_AVX512 void AccumulateWidened(const float* p, int64_t ld, int64_t m, const Rows& v,
+                                     int64_t rows, int64_t dv, float* acc) {
+  int64_t j = 0;
+  for (; j + 4 <= m; j += 4) AccumulateBlock<4, kType>(p + j * ld, ld, v, rows, dv, acc + j * dv);
+  for (; j + 2 <= m; j += 2) AccumulateBlock<2, kType>(p + j * ld, ld, v, rows, dv, acc + j * dv);
+  for (; j < m; ++j) AccumulateBlock<1, kType>(p + j * ld, ld, v, rows, dv, acc + j * dv);
+}
+
+ATTEND_AVX512 void DotRows512(const float* q, int64_t m, int64_t d, const Rows& k, int64_t rows,
+                              float* scores, int64_t ld) {
+  switch (k.dtype) {
+    case DType::kBFloat16:
+      return DotWidened<DType::kBFloat16>(q, m, d, k, rows, scores, ld);
+    case DType::kInt8:
+      return DotWidened<DType::kInt8>(q, m, d, k, rows, scores, ld);
+    default:
+      return DotWidened<DType::kFloat32>(q, m, d, k, rows, scores, ld);
+  }
+}
+
+ATTEND_AVX512 void AccumulateRows512(const float* p, int64_t ld, int64_t m, const Rows& v,
+                                     int64_t rows, int64_t dv, float* acc) {
+  switch (v.dtype) {
+    case DType::kBFloat16:
+      return AccumulateWidened<DType::kBFloat16>(p, ld, m, v, rows, dv, acc);
+    case DType::kInt8:
+      return AccumulateWidened<DType::kInt8>(p, ld, m, v, rows, dv, acc);
+    default:
+      return AccumulateWidened<DType::kFloat32>(p, ld, m, v, rows, dv, acc);
+  }
+}
+
+// ---- bf16 on vdpbf16ps ----
+
+// Sixteen floats rounded to bf16 (to nearest even, as FloatToBf16 for finite values, denormals
+// included): the bf16 bits in the upper half of each lane, zeros below (the rounded floats).
+ATTEND_AVX512 inline __m512i RoundBf16Bits(__m512 x) {
+  const __m512i bits = _mm512_castps_si512(x);
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_add_epi32(bits, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd));
+  return _mm512_and_si512(rounded, _mm512_set1_epi32(static_cast<int>(0xffff0000u)));
+}
+
+// Sixteen floats as bf16 at `out`; returns whether any was not a bf16 value (was rounded).
+ATTEND_AVX512 inline bool ToBf16x16(__m512 x, uint16_t* out) {
+  const __m512i h = RoundBf16Bits(x);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out),
+                      _mm512_cvtepi32_epi16(_mm512_srli_epi32(h, 16)));
+  return _mm512_cmp_ps_mask(x, _mm512_castsi512_ps(h), _CMP_NEQ_UQ) != 0;
+}
+
+// The `n` floats at x as bf16, padded with zeros to `width` (a multiple of 16). Returns whether
+// they were all bf16 values already (as under bf16 arithmetic), which the bf16 dot kernels need.
+ATTEND_AVX512 bool ToBf16Row(const float* x, int64_t n, int64_t width, uint16_t* out) {
+  bool exact = true;
+  for (int64_t c = 0; c < width; c += 16) {
+    const __mmask16 mask = c < n ? Mask16(n - c) : 0;
+    exact &= !ToBf16x16(_mm512_maskz_loadu_ps(mask, x + c), out + c);
+  }
+  return exact;
+}
+
+template <int M, int R>
+ATTEND_AVX512_BF16 void DotBf16Block(const uint16_t* qh, int64_t width, int64_t d, const Rows& k,
+                                     int64_t rows, float* scores, int64_t ld) {
+  static_assert(M * R <= 8);
+  const int64_t span = rows / R;
+  for (int64_t g = 0; g < span; ++g) {
+    __m512 acc[M * R];
+#pragma GCC unroll 8
+    for (int i = 0; i < M * R; ++i) acc[i] = _mm512_setzero_ps();
+    const uint16_t* row[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      row[r] = static_cast<const uint16_t*>(RowAt<DType::kBFloat16>(k, SpanRow(r, g, span)));
+    }
+    for (int64_t c = 0; c < d; c += 32) {
+      const __mmask32 mask = Mask32(d - c);
+      __m512i kv[R];
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) kv[r] = _mm512_maskz_loadu_epi16(mask, row[r] + c);
+#pragma GCC unroll 4
+      for (int j = 0; j < M; ++j) {
+        const __m512i hv = _mm512_loadu_si512(qh + j * width + c);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+          acc[j * R + r] = _mm512_dpbf16_ps(acc[j * R + r], (Bh512)kv[r], (Bh512)hv);
+        }
+      }
+    }
+    alignas(32) float sums[8];
+    _mm256_store_ps(sums, Sum8Of16<M * R>(acc));
+#pragma GCC unroll 4
+    for (int j = 0; j < M; ++j) {
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) scores[j * ld + SpanRow(r, g, span)] = sums[j * R + r];
+    }
+  }
+  if constexpr (R > 1) {
+    const int64_t done = span * R;
+    if (done < rows) {
+      Rows rest = k;
+      rest.data = RowAt<DType::kBFloat16>(k, done);
+      DotBf16Block<M, 1>(qh, width, d, rest, rows - done, scores + done, ld);
+    }
+  }
+}
+
+ATTEND_AVX512_BF16 void DotBf16Rows(const uint16_t* qh, int64_t width, int64_t m, int64_t d,
+                                    const Rows& k, int64_t rows, float* scores, int64_t ld) {
+  int64_t j = 0;
+  for (; j + 4 <= m; j += 4) {
+    DotBf16Block<4, 2>(qh + j * width, width, d, k, rows, scores + j * ld, ld);
+  }
+  for (; j + 2 <= m; j += 2) {
+    DotBf16Block<2, 4>(qh + j * width, width, d, k, rows, scores + j * ld, ld);
+  }
+  for (; j < m; ++j) DotBf16Block<1, 8>(qh + j * width, width, d, k, rows, scores + j * ld, ld);
+}
+
+ATTEND_AVX512_BF16 void DotBf16(const float* q, int64_t m, int64_t d, const Rows& k, int64_t rows,
+                                float* scores, int64_t ld) {
+  thread_local std::vector<uint16_t> hi;
+  const int64_t width = (d + 31) / 32 * 32;
+  hi.resize(static_cast<size_t>(m * width));
+  bool exact = true;
+  for (int64_t j = 0; j < m; ++j) exact &= ToBf16Row(q + j * d, d, width, hi.data() + j * width);
+  // q in f32 (f32 arithmetic): the widening kernels keep its every bit.
+  if (!exact) return Avx2Kernels().dot_rows(q, m, d, k, rows, scores, ld);
+  DotBf16Rows(hi.data(), width, m, d, k, rows, scores, ld);
+}
+
+// The weights of value rows (2i, 2i + 1) of accumulator row j as pair i of bf16 values: p's rows
+// as bf16 (hi and lo parts), padded with a zero to an even count, which vdpbf16ps reads as pairs.
+// Pair i of bf16 values at w, broadcast to every 32-bit lane.
+ATTEND_AVX512 inline __m512i PairAt(const uint16_t* w, int64_t i) {
+  int32_t pair;
+  std::memcpy(&pair, w + 2 * i, sizeof(pair));
+  return _mm512_set1_epi32(pair);
+}
+
+// acc[j][c0 + 32 g ...] += the sums vdpbf16ps left in (even, odd) = (lanes from unpacklo,
+// unpackhi): unpacklo of two rows holds, per 128-bit lane L, columns 8L..8L+3, unpackhi columns
+// 8L+4..8L+7.
+ATTEND_AVX512 inline void AddPairSums(__m512 even, __m512 odd, float* a, int64_t cols) {
+  const __m512i first = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+  const __m512i second =
+      _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+  const __mmask16 m0 = Mask16(cols), m1 = Mask16(cols - 16);
+  const __m512 lo = _mm512_permutex2var_ps(even, first, odd);
+  _mm512_mask_storeu_ps(a, m0, _mm512_add_ps(_mm512_maskz_loadu_ps(m0, a), lo));
+  if (cols > 16) {
+    const __m512 hi = _mm512_permutex2var_ps(even, second, odd);
+    _mm512_mask_storeu_ps(a + 16, m1, _mm512_add_ps(_mm512_maskz_loadu_ps(m1, a + 16), hi));
+  }
+}
+
+// Rows [t0, t0 + n) of p.v into M accumulator rows, G column chunks of 32 at a time: pairs of
+// value rows interleaved (unpacklo/hi) so that each 32-bit lane holds one column of two rows,
+// which vdpbf16ps multiplies by the pair's two weights.
+template <int M, int G>
+ATTEND_AVX512_BF16 void AccumulateBf16Rows(const uint16_t* wh, int64_t pairs, const Rows& v,
+                                           int64_t t0, int64_t n, int64_t total, int64_t dv,
+                                           float* acc) {
+  for (int64_t c0 = 0; c0 < dv; c0 += 32 * G) {
+    __m512 even[M][G], odd[M][G];
+#pragma GCC unroll 4
+    for (int j = 0; j < M; ++j) {
+#pragma GCC unroll 8
+      for (int g = 0; g < G; ++g) even[j][g] = odd[j][g] = _mm512_setzero_ps();
+    }
+    for (int64_t t = t0; t < t0 + n; t += 2) {
+      const auto* a = static_cast<const uint16_t*>(RowAt<DType::kBFloat16>(v, t));
+      const auto* b = static_cast<const uint16_t*>(RowAt<DType::kBFloat16>(v, t + 1));
+      const bool has_b = t + 1 < total;
+      __m512i lo[G], hi[G];
+#pragma GCC unroll 8
+      for (int g = 0; g < G; ++g) {
+        const int64_t c = c0 + 32 * g;
+        const __mmask32 mask = c < dv ? Mask32(dv - c) : 0;
+        const __m512i x = _mm512_maskz_loadu_epi16(mask, a + c);
+        const __m512i y = _mm512_maskz_loadu_epi16(has_b ? mask : 0, b + c);
+        lo[g] = _mm512_unpacklo_epi16(x, y);
+        hi[g] = _mm512_unpackhi_epi16(x, y);
+      }
+#pragma GCC unroll 4
+      for (int j = 0; j < M; ++j) {
+        const __m512i w = PairAt(wh, j * pairs + t / 2);
+#pragma GCC unroll 8
+        for (int g = 0; g < G; ++g) {
+          even[j][g] = _mm512_dpbf16_ps(even[j][g], (Bh512)lo[g], (Bh512)w);
+          odd[j][g] = _mm512_dpbf16_ps(odd[j][g], (Bh512)hi[g], (Bh512)w);
+        }
+      }
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < M; ++j) {
+#pragma GCC unroll 8
+      for (int g = 0; g < G; ++g) {
+        const int64_t c = c0 + 32 * g;
+        if (c < dv)
+          AddPairSums(even[j][g], odd[j][g], acc + j * dv + c, std::min<int64_t>(32, dv - c));
+      }
+    }
+  }
+}
+
+// Value rows in blocks of 32 (8 KiB of bf16 rows of 128), so that the passes over a block's
+// column chunks after the first read it from L1.
+template <int M, int G>
+ATTEND_AVX512_BF16 void AccumulateBf16Block(const uint16_t* wh, int64_t pairs, const Rows& v,
+                                            int64_t rows, int64_t dv, float* acc) {
+  constexpr int64_t kBlockRows = 32;
+  for (int64_t t0 = 0; t0 < rows; t0 += kBlockRows) {
+    AccumulateBf16Rows<M, G>(wh, pairs, v, t0, std::min(kBlockRows, rows - t0), rows, dv, acc);
+  }
+}
+
+ATTEND_AVX512_BF16 void AccumulateBf16(const float* p, int64_t ld, int64_t m, const Rows& v,
+                                       int64_t rows, int64_t dv, float* acc) {
+  thread_local std::vector<uint16_t> hi;
+  const int64_t pairs = (rows + 1) / 2;
+  // Rows of 2 * pairs weights; ToBf16Row writes whole vectors of 16, so the last row gets room.
+  const int64_t width = 2 * pairs, padded = (width + 15) / 16 * 16;
+  hi.resize(static_cast<size_t>((m - 1) * width + padded));
+  bool exact = true;
+  for (int64_t j = 0; j < m; ++j) {
+    // Rows `width` apart, in order: what a row writes past its end the next row overwrites.
+    exact &= ToBf16Row(p + j * ld, rows, padded, hi.data() + j * width);
+  }
+  // p in f32 (f32 arithmetic): the widening kernels keep its every bit.
+  if (!exact) return Avx2Kernels().accumulate_rows(p, ld, m, v, rows, dv, acc);
+  int64_t j = 0;
+  for (; j + 4 <= m; j += 4) {
+    AccumulateBf16Block<4, 2>(hi.data() + j * width, pairs, v, rows, dv, acc + j * dv);
+  }
+  for (; j + 2 <= m; j += 2) {
+    AccumulateBf16Block<2, 4>(hi.data() + j * width, pairs, v, rows, dv, acc + j * dv);
+  }
+  for (; j < m; ++j) {
+    AccumulateBf16Block<1, 4>(hi.data() + j * width, pairs, v, rows, dv, acc + j * dv);
+  }
+}
+
+// ---- int8 q.k on vpdpbusd ----
+
+// Beyond this head size a row's int32 sum could overflow: 256 * hi.k + lo.k is at most
+// 257 * 127 * 127 * d (the int32 arithmetic before it wraps, and the result is exact when it
+// fits). Larger heads take the widening kernel.
+constexpr int64_t kMaxVnniHeadDim = 512;
+
+// Each q row as two int8 parts on the row's scale s = max|q| / 127, offset by 128 into uint8:
+// q ~ s * (hi + lo / 256), each value within s / 512. Rows padded to `width` (a multiple of 64)
+// with the offset zero; an all-zero row gets s = 0.
+ATTEND_AVX512 void QuantizeRows(const float* q, int64_t m, int64_t d, int64_t width,
+                                std::vector<uint8_t>* hi, std::vector<uint8_t>* lo,
+                                std::vector<float>* scale) {
+  hi->resize(static_cast<size_t>(m * width));
+  lo->resize(hi->size());
+  scale->resize(static_cast<size_t>(m));
+  const __m512 limit = _mm512_set1_ps(127.0f);
+  const __m512i offset = _mm512_set1_epi32(128);
+  for (int64_t j = 0; j < m; ++j) {
+    const float* row = q + j * d;
+    __m512 absmax = _mm512_setzero_ps();
+    for (int64_t c = 0; c < d; c += 16) {
+      absmax = _mm512_max_ps(absmax, _mm512_abs_ps(_mm512_maskz_loadu_ps(Mask16(d - c), row + c)));
+    }
+    const float top = _mm512_reduce_max_ps(absmax);
+    (*scale)[static_cast<size_t>(j)] = top / 127.0f;
+    const __m512 inverse = _mm512_set1_ps(top > 0.0f ? 127.0f / top : 0.0f);
+    for (int64_t c = 0; c < width; c += 16) {
+      const __mmask16 mask = c < d ? Mask16(d - c) : 0;
+      const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, row + c), inverse);
+      const __m512 h = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      __m512 l = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_sub_ps(x, h), _mm512_set1_ps(256.0f)),
+                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      l = _mm512_max_ps(_mm512_min_ps(l, limit), _mm512_set1_ps(-127.0f));
+      const size_t at = static_cast<size_t>(j * width + c);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(hi->data() + at),
+                       _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(h), offset)));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(lo->data() + at),
+                       _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(l), offset)));
+    }
+  }
+}
+
+// Eight horizontal int32 sums as in Sum8Of16 (v[i] for i >= N counts as zero).
+template <int N>
+ATTEND_AVX512 inline __m256i Sum8Of16I(const __m512i* v) {
+  static_assert(N >= 1 && N <= 8);
+  __m512i x[8];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) x[i] = i < N ? v[i] : _mm512_setzero_si512();
+  __m512i y[4];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    y[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(x[2 * i], x[2 * i + 1]),
+                            _mm512_unpackhi_epi32(x[2 * i], x[2 * i + 1]));
+  }
+  __m512i z[2];
+#pragma GCC unroll 2
+  for (int i = 0; i < 2; ++i) {
+    z[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(y[2 * i], y[2 * i + 1]),
+                            _mm512_unpackhi_epi64(y[2 * i], y[2 * i + 1]));
+  }
+  const __m512i s = _mm512_add_epi32(_mm512_shuffle_i32x4(z[0], z[1], 0x44),
+                                     _mm512_shuffle_i32x4(z[0], z[1], 0xee));
+  const __m512i t =
+      _mm512_add_epi32(_mm512_shuffle_i32x4(s, s, 0x88), _mm512_shuffle_i32x4(s, s, 0xdd));
+  return _mm512_castsi512_si256(t);
+}
+
+template <int M, int R>
+ATTEND_AVX512_VNNI void DotInt8Block(const uint8_t* qh, const uint8_t* ql, const float* qs,
+                                     int64_t width, int64_t d, const Rows& k, int64_t rows,
+                                     float* scores, int64_t ld) {
+  static_assert(M * R <= 8);
+  const __m512i ones = _mm512_set1_epi8(1);
+  const int64_t span = rows / R;
+  // Locals, so that the stores to `scores` do not make the compiler reload them (aliasing).
+  const float* const key_scales = k.scales;
+  float q_factor[M];
+#pragma GCC unroll 4
+  for (int j = 0; j < M; ++j) q_factor[j] = qs[j] * (1.0f / 256.0f);
+  for (int64_t g = 0; g < span; ++g) {
+    // Per (j, r): 256 * hi.k + lo.k, each with its 128 * sum(k) offset.
+    __m512i ah[M * R], al[M * R], sum[R];
+#pragma GCC unroll 8
+    for (int i = 0; i < M * R; ++i) ah[i] = al[i] = _mm512_setzero_si512();
+    const int8_t* row[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      sum[r] = _mm512_setzero_si512();
+      row[r] = static_cast<const int8_t*>(RowAt<DType::kInt8>(k, SpanRow(r, g, span)));
+    }
+    for (int64_t c = 0; c < d; c += 64) {
+      const __mmask64 mask = Mask64(d - c);
+      __m512i kv[R];
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        kv[r] = _mm512_maskz_loadu_epi8(mask, row[r] + c);
+        sum[r] = _mm512_dpbusd_epi32(sum[r], ones, kv[r]);
+      }
+#pragma GCC unroll 4
+      for (int j = 0; j < M; ++j) {
+        const __m512i hv = _mm512_loadu_si512(qh + j * width + c);
+        const __m512i lv = _mm512_loadu_si512(ql + j * width + c);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+          ah[j * R + r] = _mm512_dpbusd_epi32(ah[j * R + r], hv, kv[r]);
+          al[j * R + r] = _mm512_dpbusd_epi32(al[j * R + r], lv, kv[r]);
+        }
+      }
+    }
+    // 256 * (hi.k - 128 sum) + (lo.k - 128 sum), lane by lane, in wrapping int32 arithmetic:
+    // exact, since the row's total fits (kMaxVnniHeadDim).
+    __m512i combined[M * R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      // 128 * 257 * sum, as shifts (vpmulld is a slow instruction).
+      const __m512i offset =
+          _mm512_add_epi32(_mm512_slli_epi32(sum[r], 15), _mm512_slli_epi32(sum[r], 7));
+#pragma GCC unroll 4
+      for (int j = 0; j < M; ++j) {
+        combined[j * R + r] = _mm512_sub_epi32(
+            _mm512_add_epi32(_mm512_slli_epi32(ah[j * R + r], 8), al[j * R + r]), offset);
+      }
+    }
+    alignas(32) int32_t sums[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(sums), Sum8Of16I<M * R>(combined));
+#pragma GCC unroll 4
+    for (int j = 0; j < M; ++j) {
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const int64_t t = SpanRow(r, g, span);
+        scores[j * ld + t] = static_cast<float>(sums[j * R + r]) * q_factor[j] * key_scales[t];
+      }
+    }
+  }
+  if constexpr (R > 1) {
+    const int64_t done = span * R;
+    if (done < rows) {
+      Rows rest = k;
+      rest.data = RowAt<DType::kInt8>(k, done);
+      rest.scales = k.scales + done;
+      DotInt8Block<M, 1>(qh, ql, qs, width, d, rest, rows - done, scores + done, ld);
+    }
+  }
+}
+
+ATTEND_AVX512_VNNI void DotInt8(const float* q, int64_t m, int64_t d, const Rows& k, int64_t rows,
+                                float* scores, int64_t ld) {
+  if (d > kMaxVnniHeadDim) return Avx2Kernels().dot_rows(q, m, d, k, rows, scores, ld);
+  thread_local std::vector<uint8_t> hi, lo;
+  thread_local std::vector<float> scale;
+  const int64_t width = (d + 63) / 64 * 64;
+  QuantizeRows(q, m, d, width, &hi, &lo, &scale);
+  int64_t j = 0;
+  for (; j + 4 <= m; j += 4) {
+    DotInt8Block<4, 2>(hi.data() + j * width, lo.data() + j * width, scale.data() + j, width, d, k,
+                       rows, scores + j * ld, ld);
+  }
+  for (; j + 2 <= m; j += 2) {
+    DotInt8Block<2, 4>(hi.data() + j * width, lo.data() + j * width, scale.data() + j, width, d, k,
+                       rows, scores + j * ld, ld);
+  }
+  for (; j < m; ++j) {
+    DotInt8Block<1, 4>(hi.data() + j * width, lo.data() + j * width, scale.data() + j, width, d, k,
+                       rows, scores + j * ld, ld);
+  }
+}
+
+ATTEND_AVX512_VNNI void DotRowsVnni(const float* q, int64_t m, int64_t d, const Rows& k,
+                                    int64_t rows, float* scores, int64_t ld) {
+  if (k.dtype == DType::kInt8) return DotInt8(q, m, d, k, rows, scores, ld);
+  return DotRows512(q, m, d, k, rows, scores, ld);
+}
+
+ATTEND_AVX512_BF16 void DotRowsBf16(const float* q, int64_t m, int64_t d, const Rows& k,
+                                    int64_t rows, float* scores, int64_t ld) {
+  if (k.dtype == DType::kBFloat16) return DotBf16(q, m, d, k, rows, scores, ld);
+  return DotRowsVnni(q, m, d, k, rows, scores, ld);
+}
+
+// p.v with VNNI: int8 values widened by the AVX2 kernel, which ran as fast as the 16-lane one on
+// Zen 4 (BM_DecodeKernel, BENCHMARKS.md); the rest as the "avx512" set.
+ATTEND_AVX512 void AccumulateRowsVnni(const float* p, int64_t ld, int64_t m, const Rows& v,
+                                      int64_t rows, int64_t dv, float* acc) {
+  if (v.dtype == DType::kInt8) return Avx2Kernels().accumulate_rows(p, ld, m, v, rows, dv, acc);
+  return AccumulateRows512(p, ld, m, v, rows, dv, acc);
+}
+
+ATTEND_AVX512_BF16 void AccumulateRowsBf16(const float* p, int64_t ld, int64_t m, const Rows& v,
+                                           int64_t rows, int64_t dv, float* acc) {
+  if (v.dtype == DType::kBFloat16) return AccumulateBf16(p, ld, m, v, rows, dv, acc);
+  return AccumulateRowsVnni(p, ld, m, v, rows, dv, acc);
+}
+
+Kernels Make(const char* name,
+             void (*dot_rows)(const float*, int64_t, int64_t, const Rows&, int64_t, float*,
+                              int64_t),
+             void (*accumulate_rows)(const float*, int64_t, int64_t, const Rows&, int64_t, int64_t,
+                                     float*)) {
+  const Kernels& avx2 = Avx2Kernels();
+  return Kernels{name,        ExpShiftSum512,    avx2.round_to_bf16, Max512,
+                 ScaleAdd512, avx2.row_to_float, dot_rows,           accumulate_rows};
+}
+
+bool CpuHasAvx512() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+}  // namespace
+
+const Avx512Set* Avx512Sets(int* count) {
+  static const Kernels avx512 = Make("avx512", DotRows512, AccumulateRows512);
+  static const Kernels vnni = Make("avx512_vnni", DotRowsVnni, AccumulateRowsVnni);
+  static const Kernels bf16 = Make("avx512_bf16", DotRowsBf16, AccumulateRowsBf16);
+  static const Avx512Set sets[] = {
+      {&avx512, CpuHasAvx512()},
+      {&vnni, CpuHasAvx512() && __builtin_cpu_supports("avx512vnni")},
+      {&bf16, CpuHasAvx512() && __builtin_cpu_supports("avx512vnni") &&
+                  __builtin_cpu_supports("avx512bf16")},
+  };
+  *count = 3;
+  return sets;
+}
+
+}  // namespace attend::simd::internal
