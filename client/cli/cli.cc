@@ -50,7 +50,10 @@ std::vector<FlagSpec> GlobalFlags() {
        "HTTP/2 keepalive ping interval, 0 = off, else >= 10 (env "
        "ATTEND_KEEPALIVE_SECONDS)",
        false, "0"},
-      {"json", "print JSON instead of tables (the same as -o json)", true},
+      {"json",
+       "print JSON instead of tables (the same as -o json); 64-bit integers are numbers up to "
+       "2^53, strings beyond",
+       true},
       {"output",
        "-o: table, json (the same as --json) or wide (every column of a table, however wide)",
        false,

@@ -16,6 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "client/cli/json_int64.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace attend::cli {
@@ -286,7 +287,9 @@ std::string ToJson(const google::protobuf::Message& message) {
   options.preserve_proto_field_names = true;
   // Printing a message the client holds cannot fail: it has no Any fields.
   (void)google::protobuf::util::MessageToJsonString(message, &json, options);
-  return json;
+  // The printer quotes every 64-bit integer; the CLI's rule (json_int64.h) quotes only those a
+  // double cannot hold exactly.
+  return UnquoteExactInt64s(json, *message.GetDescriptor());
 }
 
 void PrintHeadRows(std::ostream& out, const client::FloatTensor& t, const std::string& row_name,

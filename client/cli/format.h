@@ -126,7 +126,8 @@ std::string JsonNumbers(absl::Span<const double> values);
 std::string JsonString(const std::string& s);
 // {"shape": [...], "values": [...]}: what `attend attend --input` reads back.
 std::string JsonTensor(const client::FloatTensor& tensor);
-// A response message as indented JSON with the proto field names, defaults included.
+// A response message as indented JSON with the proto field names, defaults included; 64-bit
+// integers are numbers up to 2^53 in magnitude and strings beyond (json_int64.h).
 std::string ToJson(const google::protobuf::Message& message);
 
 // Rows [row, head] of a [rows, heads, dim] tensor (a [rows, dim] one has one head), at most
