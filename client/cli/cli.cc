@@ -364,7 +364,8 @@ int OutputFromFlags(Context& c) {
 
 }  // namespace
 
-int RunCli(const std::vector<std::string>& tokens, std::ostream& out, std::ostream& err) {
+int RunCli(const std::vector<std::string>& tokens, std::ostream& out, std::ostream& err,
+           const CliOptions& options) {
   std::vector<Command> commands = HealthCommands();
   for (Command& c : AttentionCommands()) commands.push_back(std::move(c));
   for (Command& c : PlannerCommands()) commands.push_back(std::move(c));
@@ -443,6 +444,8 @@ int RunCli(const std::vector<std::string>& tokens, std::ostream& out, std::ostre
   Context context;
   context.out = &out;
   context.err = &err;
+  context.err_is_terminal = options.err_is_terminal;
+  context.working_note_after = options.working_note_after;
   context.args = *std::move(args);
   if (int code = OutputFromFlags(context); code != kExitOk) return code;
   if (command->connects) {

@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "client/cli/command.h"
 #include "client/cli/format.h"
+#include "client/cli/terminal_notes.h"
 #include "client/kv_cache_client.h"
 #include "client/npy.h"
 
@@ -265,7 +266,13 @@ int RunAppend(Context& c) {
   input.return_weights = c.args.GetBool("weights");
   if (int code = FillAppendTokens(c, kv, &input); code != kExitOk) return code;
   const int64_t n = input.k.shape.empty() ? 0 : input.k.shape[0];
-  absl::StatusOr<client::AppendOutput> r = kv.Append(input);
+  absl::StatusOr<client::AppendOutput> r;
+  {
+    const WorkingNote note(
+        c.err, c.err_is_terminal, c.working_note_after,
+        WorkingText(absl::StrCat("Append of ", Plural(n, "token", "tokens")), c.connection.target));
+    r = kv.Append(input);
+  }
   if (!r.ok()) return ReportError(c, r.status());
   if (c.args.Has("out")) {
     if (absl::Status s = client::WriteNpyFile(c.args.GetString("out"), r->output); !s.ok()) {
