@@ -69,7 +69,9 @@ class Fields {
   void Add(std::string label, std::string value) {
     rows_.emplace_back(std::move(label), std::move(value));
   }
-  std::string Render(const std::string& indent = "") const;
+  // With `max_width` > 0 (TableStyle::max_width), a value that would make its line longer is
+  // wrapped at spaces onto lines of its own, indented to the value column.
+  std::string Render(const std::string& indent = "", size_t max_width = 0) const;
 
  private:
   std::vector<std::pair<std::string, std::string>> rows_;

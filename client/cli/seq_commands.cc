@@ -386,6 +386,7 @@ int RunList(Context& c) {
   } else {
     Table table({"id", "layers", "heads", "dims", "kv", "tokens", "blocks", "shared", "bytes",
                  "forked from", "idle"});
+    table.set_drop_order({"forked from", "shared", "blocks", "idle", "dims", "layers", "heads"});
     for (const v1::SequenceInfo& s : listed.sequences()) {
       const v1::SequenceConfig& config = s.config();
       table.AddRow({s.sequence_id(), absl::StrCat(config.layers()),
@@ -397,7 +398,8 @@ int RunList(Context& c) {
                     Count(s.shared_blocks()), BinaryBytes(s.bytes()),
                     s.forked_from().empty() ? "-" : s.forked_from(), Ago(s.last_used_unix_ms())});
     }
-    *c.out << table.Render() << Plural(listed.sequences_size(), "sequence", "sequences");
+    PrintTable(table, TableStyleFromFlags(c.args), *c.out, *c.err);
+    *c.out << Plural(listed.sequences_size(), "sequence", "sequences");
     int64_t bytes = 0;
     for (const v1::SequenceInfo& s : listed.sequences()) bytes += s.bytes();
     *c.out << ", " << BinaryBytes(bytes) << " referenced (shared blocks counted by each user)\n";
@@ -430,7 +432,8 @@ int RunStats(Context& c) {
       "eviction",
       absl::StrCat(s->eviction_policy(), "; ", Plural(s->evictions(), "eviction", "evictions"),
                    ", ", Plural(s->rejections(), "rejection", "rejections"), " for lack of room"));
-  *c.out << "KV cache of " << c.connection.target << "\n" << f.Render("  ");
+  *c.out << "KV cache of " << c.connection.target << "\n"
+         << f.Render("  ", TableStyleFromFlags(c.args).max_width);
   return kExitOk;
 }
 
