@@ -2,6 +2,7 @@
 
 #include <tuple>
 
+#include "common/version.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 
 namespace attend::client {
@@ -163,6 +164,22 @@ absl::StatusOr<std::string> CheckHealth(const std::shared_ptr<grpc::Channel>& ch
   if (status.error_code() == grpc::StatusCode::NOT_FOUND) return std::string("SERVICE_UNKNOWN");
   if (!status.ok()) return FromGrpcStatus(status);
   return grpc::health::v1::HealthCheckResponse::ServingStatus_Name(response.status());
+}
+
+absl::StatusOr<ServerProbe> ProbeServer(const std::shared_ptr<grpc::Channel>& channel,
+                                        absl::Duration deadline) {
+  auto stub = grpc::health::v1::Health::NewStub(channel);
+  grpc::health::v1::HealthCheckResponse response;
+  auto context = NewContext(deadline);
+  const grpc::Status status = stub->Check(context.get(), {}, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  ServerProbe probe;
+  probe.status = grpc::health::v1::HealthCheckResponse::ServingStatus_Name(response.status());
+  const auto& metadata = context->GetServerInitialMetadata();
+  if (auto it = metadata.find(kServerVersionMetadata); it != metadata.end()) {
+    probe.version.assign(it->second.data(), it->second.size());
+  }
+  return probe;
 }
 
 }  // namespace attend::client

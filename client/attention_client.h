@@ -101,6 +101,16 @@ class AttentionClient {
 absl::StatusOr<std::string> CheckHealth(const std::shared_ptr<grpc::Channel>& channel,
                                         const std::string& service, absl::Duration deadline);
 
+// What one Health/Check of the whole server tells: its serving status (as CheckHealth) and the
+// version line it sends in its initial metadata (kServerVersionMetadata in common/version.h),
+// "" when it sends none (a server built before it did).
+struct ServerProbe {
+  std::string status;
+  std::string version;
+};
+absl::StatusOr<ServerProbe> ProbeServer(const std::shared_ptr<grpc::Channel>& channel,
+                                        absl::Duration deadline);
+
 }  // namespace attend::client
 
 #endif  // ATTEND_CLIENT_ATTENTION_CLIENT_H_

@@ -16,6 +16,10 @@ absl::string_view Version();
 absl::string_view GitCommit();
 // "Release", "Debug", ...: CMAKE_BUILD_TYPE.
 absl::string_view BuildType();
+// The initial-metadata key under which attend-server sends VersionLine("attend-server") on every
+// response (server/version_metadata.h); `attend version` reads it.
+inline constexpr char kServerVersionMetadata[] = "attend-server-version";
+
 // The --version text of `program`: "attend-server 0.1.0 (commit 5b79571abc12, Release build)".
 std::string VersionLine(absl::string_view program);
 

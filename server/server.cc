@@ -31,6 +31,7 @@
 #include "server/planner_service.h"
 #include "server/process_metrics.h"
 #include "server/reflection.h"
+#include "server/version_metadata.h"
 #include "server/worker_pool.h"
 
 namespace attend::server {
@@ -299,6 +300,7 @@ absl::StatusOr<std::unique_ptr<AttendServer>> AttendServer::Start(const ServerOp
   creators.push_back(p.gate->NewInterceptorFactory());
   creators.push_back(NewParseErrorInterceptorFactory());
   creators.push_back(p.metrics->NewInterceptorFactory());
+  creators.push_back(NewVersionMetadataInterceptorFactory());
   // Reflection v1 and v1alpha (ours: gRPC 1.51's plugin serves only v1alpha), listing every
   // service the server serves, libgrpc++'s health service included.
   std::vector<std::string> served(std::begin(kServiceNames), std::end(kServiceNames));

@@ -19,6 +19,7 @@
 #include "client/cli/command.h"
 #include "client/cli/format.h"
 #include "client/cli/lesson_flags.h"
+#include "client/cli/terminal_notes.h"
 #include "client/json_input.h"
 #include "client/npy.h"
 
@@ -349,7 +350,12 @@ int RunAttend(Context& c) {
                          c.args.Has("heatmap") || c.args.Has("example");
   input.return_scores = c.args.GetBool("scores");
   client::AttentionClient client(c.Channel(), c.connection);
-  absl::StatusOr<client::AttendOutput> r = client.Attend(input);
+  absl::StatusOr<client::AttendOutput> r;
+  {
+    const WorkingNote note(c.err, c.err_is_terminal, c.working_note_after,
+                           WorkingText("Attend", c.connection.target));
+    r = client.Attend(input);
+  }
   if (!r.ok()) return ReportError(c, r.status());
   for (auto [flag, tensor] : {std::pair<const char*, const FloatTensor*>{"out", &r->output},
                               {"weights_out", r->weights ? &*r->weights : nullptr}}) {
@@ -470,7 +476,12 @@ int RunMultiHead(Context& c) {
   input.return_projections = c.args.GetBool("projections");
   input.return_scores = c.args.GetBool("scores");
   client::AttentionClient client(c.Channel(), c.connection);
-  absl::StatusOr<client::MultiHeadOutput> r = client.MultiHeadAttend(input);
+  absl::StatusOr<client::MultiHeadOutput> r;
+  {
+    const WorkingNote note(c.err, c.err_is_terminal, c.working_note_after,
+                           WorkingText("MultiHeadAttend", c.connection.target));
+    r = client.MultiHeadAttend(input);
+  }
   if (!r.ok()) return ReportError(c, r.status());
   if (absl::Status s = SaveIfAsked(c.args, "out", r->output); !s.ok()) return LocalError(c, s);
   if (r->weights) {

@@ -1,7 +1,9 @@
 // `attend bench`: the server's latency and throughput as a client sees them. Requests go through
 // the client library from --concurrency threads sharing one channel; each request's wall time
 // is set beside the compute and queue times the server reports in its stats, so that what the
-// RPC itself costs (encoding, transport, decoding, scheduling) shows as the difference.
+// RPC itself costs (encoding, transport, decoding, scheduling) shows as the difference. In the
+// same run, on the same channel with as many callers and calls, Health/Check (the empty unary)
+// gives that cost a yardstick: each RPC's per-call overhead is printed as a ratio to it.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -22,22 +24,14 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/attention_client.h"
+#include "client/cli/bench_workloads.h"
 #include "client/cli/command.h"
 #include "client/cli/format.h"
+#include "client/cli/terminal_notes.h"
 #include "client/kv_cache_client.h"
 
 namespace attend::cli {
 namespace {
-
-using client::FloatTensor;
-
-// One request's times in seconds; the server's parts are absent for RPCs without stats.
-struct Sample {
-  double latency = 0;
-  std::optional<double> compute;
-  std::optional<double> queue;
-  int64_t flops = 0;
-};
 
 // Nearest-rank percentile of sorted values: the smallest value with at least p% at or below it.
 double Percentile(const std::vector<double>& sorted, double p) {
@@ -76,35 +70,6 @@ std::vector<std::string> SummaryRow(const std::string& name, const Summary& s) {
           Duration(s.max)};
 }
 
-// What one benchmark run sends: a call per request, made by worker `w`.
-struct Workload {
-  std::string rpc;    // "Attend", "DecodeBatch", "Softmax"
-  std::string shape;  // for the report
-  std::function<absl::StatusOr<Sample>(int w)> call;
-  std::function<void()> cleanup = [] {};
-};
-
-double Since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-Sample FromStats(double latency, const v1::ComputeStats& stats) {
-  return {latency, stats.compute_seconds(), stats.queue_seconds(), stats.attention_flops()};
-}
-
-// The command line of a benchmark run.
-struct BenchOptions {
-  std::string rpc;  // attend, decode or softmax
-  int64_t requests = 100, warmup = 5;
-  int workers = 1;  // --concurrency
-  int64_t n_q = 1, n_kv = 1024, heads = 8, heads_kv = 8, head_dim = 64, batch = 1;
-  int64_t seed = 1;
-  bool causal = false;
-  v1::Precision precision = v1::PRECISION_UNSPECIFIED;
-  client::Wire wire = client::Wire::kFloat32;
-  std::string kv_dtype;  // bf16, f32 or int8
-};
-
 // The integer flag --<flag>, or its older name --<alias> (IntFlag's checks either way);
 // INVALID_ARGUMENT when both are given.
 absl::StatusOr<int64_t> AliasedIntFlag(const Args& args, const std::string& flag,
@@ -121,10 +86,11 @@ absl::StatusOr<int64_t> AliasedIntFlag(const Args& args, const std::string& flag
 absl::StatusOr<BenchOptions> ParseBenchFlags(const Args& args) {
   BenchOptions o;
   o.rpc = args.GetString("rpc", "attend");
-  if (o.rpc != "attend" && o.rpc != "decode" && o.rpc != "softmax") {
+  if (o.rpc != "attend" && o.rpc != "decode" && o.rpc != "decode_stream" && o.rpc != "softmax") {
     return absl::InvalidArgumentError(
-        absl::StrCat("--rpc: '", o.rpc, "'; use attend, decode or softmax"));
+        absl::StrCat("--rpc: '", o.rpc, "'; use attend, decode, decode_stream or softmax"));
   }
+  const bool decode = o.rpc == "decode" || o.rpc == "decode_stream";
   if (!args.positional().empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("'attend bench' takes flags only; unexpected '", args.positional()[0], "'"));
@@ -146,12 +112,12 @@ absl::StatusOr<BenchOptions> ParseBenchFlags(const Args& args) {
   for (const auto* v : {&heads_kv, &head_dim, &batch}) {
     if (!v->ok()) return v->status();
   }
-  if (o.rpc != "decode" && args.Has("batch")) {
-    return absl::InvalidArgumentError("--batch is for --rpc decode");
+  if (!decode && args.Has("batch")) {
+    return absl::InvalidArgumentError("--batch is for --rpc decode and decode_stream");
   }
-  if (o.rpc == "decode" && args.Has("n_q")) {
+  if (decode && args.Has("n_q")) {
     return absl::InvalidArgumentError(
-        "--rpc decode sends one query per sequence; --n_q is for attend");
+        absl::StrCat("--rpc ", o.rpc, " sends one query per sequence; --n_q is for attend"));
   }
   absl::StatusOr<v1::Precision> precision = ParsePrecision(args);
   if (!precision.ok()) return precision.status();
@@ -172,142 +138,14 @@ absl::StatusOr<BenchOptions> ParseBenchFlags(const Args& args) {
   o.head_dim = *head_dim;
   o.batch = *batch;
   o.causal = args.GetBool("causal");
+  o.empty_unary = !args.GetBool("no_empty_unary");
   o.precision = *precision;
   o.wire = *wire;
   return o;
 }
 
-// The workloads make their inputs once, before any timing: the requests measure the server and
-// the RPC, not the random number generator. The clients they call must outlive them.
-
-// Attend calls on one random q/k/v.
-Workload AttendWorkload(const BenchOptions& o, const client::AttentionClient& attention,
-                        std::mt19937_64& rng) {
-  auto input = std::make_shared<client::AttendInput>();
-  input->q = RandomTensor(rng, {o.n_q, o.heads, o.head_dim});
-  input->k = RandomTensor(rng, {o.n_kv, o.heads_kv, o.head_dim});
-  input->v = RandomTensor(rng, {o.n_kv, o.heads_kv, o.head_dim});
-  input->mask.causal = o.causal;
-  input->precision = o.precision;
-  input->wire = o.wire;
-  Workload work;
-  work.rpc = "Attend";
-  work.shape =
-      absl::StrCat("q [", o.n_q, ", ", o.heads, ", ", o.head_dim, "], k/v [", o.n_kv, ", ",
-                   o.heads_kv, ", ", o.head_dim, "]", input->mask.causal ? ", causal" : "");
-  work.call = [&attention, input](int) -> absl::StatusOr<Sample> {
-    const auto start = std::chrono::steady_clock::now();
-    absl::StatusOr<client::AttendOutput> r = attention.Attend(*input);
-    const double latency = Since(start);
-    if (!r.ok()) return r.status();
-    return FromStats(latency, r->stats);
-  };
-  return work;
-}
-
-// Softmax calls on --n_kv random scores.
-Workload SoftmaxWorkload(const BenchOptions& o, const client::AttentionClient& attention,
-                         std::mt19937_64& rng) {
-  auto logits = std::make_shared<std::vector<double>>();
-  std::normal_distribution<double> normal;
-  for (int64_t i = 0; i < o.n_kv; ++i) logits->push_back(normal(rng));
-  Workload work;
-  work.rpc = "Softmax";
-  work.shape = absl::StrCat(Count(o.n_kv), " scores (--n_kv); Softmax reports no server times");
-  work.call = [&attention, logits](int) -> absl::StatusOr<Sample> {
-    const auto start = std::chrono::steady_clock::now();
-    absl::StatusOr<v1::SoftmaxResponse> r = attention.Softmax(*logits, false);
-    const double latency = Since(start);
-    if (!r.ok()) return r.status();
-    return Sample{latency, std::nullopt, std::nullopt, 0};
-  };
-  return work;
-}
-
-// Sequences of one decode benchmark: each worker owns `batch` sequences of one layer, prefilled
-// with n_kv tokens, and each of its requests is one DecodeBatch step over all of them. Workers
-// never share a sequence: the server serialises requests on one sequence.
-struct DecodeSetup {
-  std::vector<std::vector<std::string>> ids;    // [worker][batch]
-  std::vector<client::DecodeBatchInput> steps;  // [worker]
-};
-
-// Creates and prefills worker `w`'s sequences (recording each in setup->ids as it is created)
-// and makes its decode step.
-absl::Status PrefillWorker(const BenchOptions& o, const client::KvCacheClient& kv,
-                           const v1::SequenceConfig& config, const std::string& prefix,
-                           int64_t chunk, int w, std::mt19937_64& rng, DecodeSetup* setup) {
-  setup->ids.emplace_back();
-  client::DecodeBatchInput step;
-  step.layer = 0;
-  step.precision = o.precision;
-  step.wire = o.wire;
-  for (int64_t b = 0; b < o.batch; ++b) {
-    const std::string id = absl::StrCat(prefix, "-w", w, "-", b);
-    absl::StatusOr<v1::SequenceInfo> created = kv.CreateSequence(config, id);
-    if (!created.ok()) return created.status();
-    setup->ids.back().push_back(id);
-    for (int64_t done = 0; done < o.n_kv; done += chunk) {
-      const int64_t n = std::min(chunk, o.n_kv - done);
-      client::AppendInput prefill;
-      prefill.sequence_id = id;
-      prefill.k = RandomTensor(rng, {n, o.heads_kv, o.head_dim});
-      prefill.v = RandomTensor(rng, {n, o.heads_kv, o.head_dim});
-      prefill.wire = o.wire;
-      if (absl::StatusOr<client::AppendOutput> r = kv.Append(prefill); !r.ok()) return r.status();
-    }
-    step.steps.push_back({id, RandomTensor(rng, {1, o.heads, o.head_dim}),
-                          RandomTensor(rng, {1, o.heads_kv, o.head_dim}),
-                          RandomTensor(rng, {1, o.heads_kv, o.head_dim})});
-  }
-  setup->steps.push_back(std::move(step));
-  return absl::OkStatus();
-}
-
-// DecodeBatch steps over each worker's own prefilled sequences, which the cleanup releases.
-// When setting up fails, what was created is released before the error returns.
-absl::StatusOr<Workload> DecodeWorkload(const BenchOptions& o, const client::KvCacheClient& kv,
-                                        int64_t max_message_bytes, std::mt19937_64& rng) {
-  v1::SequenceConfig config;
-  config.set_layers(1);
-  config.set_n_head(static_cast<int32_t>(o.heads));
-  config.set_n_head_kv(static_cast<int32_t>(o.heads_kv));
-  config.set_head_dim(static_cast<int32_t>(o.head_dim));
-  config.set_head_dim_v(static_cast<int32_t>(o.head_dim));
-  config.set_kv_dtype(o.kv_dtype == "f32"    ? v1::FLOAT32
-                      : o.kv_dtype == "int8" ? v1::INT8
-                                             : v1::BFLOAT16);
-  const std::string prefix = absl::StrFormat("bench-%016x", std::random_device()() ^ rng());
-  auto setup = std::make_shared<DecodeSetup>();
-  Workload work;
-  // Whatever was created is released on every way out.
-  work.cleanup = [&kv, setup] {
-    for (const auto& ids : setup->ids) {
-      for (const std::string& id : ids) (void)kv.Release(id);
-    }
-  };
-  // Prefill in chunks that keep each Append under a quarter of the message limit.
-  const int64_t token_bytes = 2 * o.heads_kv * o.head_dim * 4;
-  const int64_t chunk = std::max<int64_t>(1, std::min(o.n_kv, max_message_bytes / 4 / token_bytes));
-  for (int w = 0; w < o.workers; ++w) {
-    if (absl::Status s = PrefillWorker(o, kv, config, prefix, chunk, w, rng, setup.get());
-        !s.ok()) {
-      work.cleanup();
-      return s;
-    }
-  }
-  work.rpc = "DecodeBatch";
-  work.shape = absl::StrCat(Plural(o.batch, "sequence", "sequences"), " per call (", o.kv_dtype,
-                            " cache, prefilled with ", Count(o.n_kv), " tokens), ", o.heads,
-                            " heads, ", o.heads_kv, " kv heads, head_dim ", o.head_dim);
-  work.call = [&kv, setup](int w) -> absl::StatusOr<Sample> {
-    const auto start = std::chrono::steady_clock::now();
-    absl::StatusOr<client::DecodeBatchOutput> r = kv.DecodeBatch(setup->steps[w]);
-    const double latency = Since(start);
-    if (!r.ok()) return r.status();
-    return FromStats(latency, r->stats);
-  };
-  return work;
+double Since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 // The measured calls of a run, by worker, and the wall time they took together.
@@ -317,9 +155,10 @@ struct Measurement {
 };
 
 // --warmup calls that are not measured (the connection, server-side primitives and caches),
-// then --requests calls from --concurrency threads. The first failure ends the run: a benchmark
-// of failing calls measures nothing.
-absl::StatusOr<Measurement> Measure(const Workload& work, const BenchOptions& o) {
+// then --requests calls from --concurrency threads, with a progress line on `err` when
+// `progress`. The first failure ends the run: a benchmark of failing calls measures nothing.
+absl::StatusOr<Measurement> Measure(const Workload& work, const BenchOptions& o, std::ostream* err,
+                                    bool progress) {
   for (int64_t i = 0; i < o.warmup; ++i) {
     if (absl::StatusOr<Sample> s = work.call(0); !s.ok()) return s.status();
   }
@@ -329,6 +168,8 @@ absl::StatusOr<Measurement> Measure(const Workload& work, const BenchOptions& o)
   std::atomic<bool> failed{false};
   std::mutex error_mu;
   absl::Status first_error;
+  std::atomic<int64_t> done{0};
+  ProgressLine line(err, progress, absl::StrCat("bench ", work.rpc), o.requests, &done);
   const auto wall_start = std::chrono::steady_clock::now();
   std::vector<std::thread> threads;
   for (int w = 0; w < o.workers; ++w) {
@@ -342,11 +183,13 @@ absl::StatusOr<Measurement> Measure(const Workload& work, const BenchOptions& o)
           return;
         }
         m.samples[static_cast<size_t>(w)].push_back(*s);
+        done.fetch_add(1);
       }
     });
   }
   for (std::thread& t : threads) t.join();
   m.wall = Since(wall_start);
+  line.Stop();
   if (!first_error.ok()) return first_error;
   return m;
 }
@@ -388,7 +231,37 @@ BenchResult Tally(const Measurement& m) {
   return r;
 }
 
-void PrintBenchJson(Context& c, const Workload& work, const BenchOptions& o, const BenchResult& r) {
+// The per-call overhead of a run beside the empty unary of the same run: the overhead where the
+// server reports its times, else the whole latency (to the client such an RPC is all
+// overhead), as a ratio to Health/Check's latency.
+struct OverheadRatio {
+  Summary per_call;     // seconds
+  Summary empty_unary;  // Health/Check latency, seconds
+  double p50 = 0, mean = 0;
+};
+
+std::optional<OverheadRatio> Ratio(const BenchResult& r, const std::optional<BenchResult>& empty) {
+  if (!empty || empty->latency.p50 <= 0 || empty->latency.mean <= 0) return std::nullopt;
+  OverheadRatio ratio;
+  ratio.per_call = r.server_times ? r.overhead : r.latency;
+  ratio.empty_unary = empty->latency;
+  ratio.p50 = ratio.per_call.p50 / ratio.empty_unary.p50;
+  ratio.mean = ratio.per_call.mean / ratio.empty_unary.mean;
+  return ratio;
+}
+
+// The most a one-token decode step's overhead should cost in empty unaries: a DecodeBatch call
+// carries one sequence's step in a unary of its own, a DecodeStream step rides a call that is
+// already open. 0 for other runs.
+double OverheadGoal(const BenchOptions& o) {
+  if (o.batch != 1) return 0;
+  if (o.rpc == "decode") return 1.5;
+  if (o.rpc == "decode_stream") return 1.0;
+  return 0;
+}
+
+void PrintBenchJson(Context& c, const Workload& work, const BenchOptions& o, const BenchResult& r,
+                    const std::optional<BenchResult>& empty) {
   *c.out << "{\"rpc\": " << JsonString(work.rpc)
          << ", \"target\": " << JsonString(c.connection.target)
          << ", \"shape\": " << JsonString(work.shape) << ", \"requests\": " << r.done
@@ -406,22 +279,54 @@ void PrintBenchJson(Context& c, const Workload& work, const BenchOptions& o, con
     *c.out << ", \"server_compute_seconds\": null, \"server_queue_seconds\": null, "
               "\"overhead_seconds\": null";
   }
-  *c.out << "}\n";
+  const std::optional<OverheadRatio> ratio = Ratio(r, empty);
+  if (empty) {
+    *c.out << ", \"empty_unary\": {\"rpc\": \"grpc.health.v1.Health/Check\", \"requests\": "
+           << empty->done << ", \"latency_seconds\": " << SummaryJson(empty->latency) << "}";
+  } else {
+    *c.out << ", \"empty_unary\": null";
+  }
+  if (ratio) {
+    *c.out << ", \"per_call_overhead_seconds\": " << SummaryJson(ratio->per_call)
+           << ", \"overhead_ratio\": {\"p50\": " << JsonNumber(ratio->p50)
+           << ", \"mean\": " << JsonNumber(ratio->mean) << "}";
+  } else {
+    *c.out << ", \"per_call_overhead_seconds\": null, \"overhead_ratio\": null";
+  }
+  const double goal = OverheadGoal(o);
+  *c.out << ", \"overhead_ratio_goal\": " << (goal > 0 ? JsonNumber(goal) : "null") << "}\n";
 }
 
-void PrintBenchText(Context& c, const Workload& work, const BenchOptions& o, const BenchResult& r) {
+// "per call 212 us = 1.31x the empty unary (Health/Check 162 us), p50s; means 1.28x" and, for a
+// one-token decode step, the goal and whether the run met it.
+void PrintRatio(std::ostream& out, const BenchOptions& o, const Workload& work,
+                const OverheadRatio& ratio) {
+  out << "per call " << Duration(ratio.per_call.p50) << " = " << absl::StrFormat("%.2fx", ratio.p50)
+      << " the empty unary (Health/Check " << Duration(ratio.empty_unary.p50) << "), p50s; means "
+      << absl::StrFormat("%.2fx", ratio.mean) << "\n";
+  if (const double goal = OverheadGoal(o); goal > 0) {
+    out << "goal for a 1-token " << work.rpc << " step: <= " << absl::StrFormat("%.1fx", goal)
+        << " the empty unary: " << (ratio.p50 <= goal ? "met" : "not met") << " at p50\n";
+  }
+}
+
+void PrintBenchText(Context& c, const Workload& work, const BenchOptions& o, const BenchResult& r,
+                    const std::optional<BenchResult>& empty) {
   *c.out << "bench " << work.rpc << " on " << c.connection.target << ": "
          << Plural(r.done, "request", "requests") << " (after " << o.warmup << " warm-up), "
          << Plural(o.workers, "concurrent caller", "concurrent callers") << "\n"
          << work.shape << "\n\n";
   Table table({"", "mean", "p50", "p90", "p99", "max"});
+  table.set_drop_order({"max", "p90", "p99", "mean"});
   table.AddRow(SummaryRow("latency (client)", r.latency));
   if (r.server_times) {
     table.AddRow(SummaryRow("server compute", r.compute));
     table.AddRow(SummaryRow("server queue", r.queue));
     table.AddRow(SummaryRow("overhead", r.overhead));
   }
-  *c.out << table.Render() << "\n"
+  if (empty) table.AddRow(SummaryRow("empty unary", empty->latency));
+  PrintTable(table, TableStyleFromFlags(c.args), *c.out, *c.err);
+  *c.out << "\n"
          << absl::StrFormat("throughput %.1f requests/s (%s wall)", r.rate, Duration(r.wall));
   if (r.server_times && r.compute_total > 0) {
     *c.out << "; the server computed "
@@ -431,6 +336,12 @@ void PrintBenchText(Context& c, const Workload& work, const BenchOptions& o, con
   if (r.server_times) {
     *c.out << "overhead = latency - server compute - server queue: encoding, transport, "
               "decoding and scheduling of the RPC\n";
+  }
+  if (empty) {
+    *c.out << "empty unary = Health/Check latency on the same channel, as many callers and calls\n";
+  }
+  if (const std::optional<OverheadRatio> ratio = Ratio(r, empty)) {
+    PrintRatio(*c.out, o, work, *ratio);
   }
 }
 
@@ -446,17 +357,25 @@ int RunBench(Context& c) {
   } else if (options->rpc == "softmax") {
     work = SoftmaxWorkload(*options, attention, rng);
   } else {
-    work = DecodeWorkload(*options, kv, c.connection.max_message_bytes, rng);
+    work = DecodeWorkload(*options, kv, c.connection.max_message_bytes, c.connection.deadline,
+                          options->rpc == "decode_stream", rng);
   }
   if (!work.ok()) return ReportError(c, work.status());
-  absl::StatusOr<Measurement> measured = Measure(*work, *options);
+  absl::StatusOr<Measurement> measured = Measure(*work, *options, c.err, c.err_is_terminal);
   work->cleanup();
   if (!measured.ok()) return ReportError(c, measured.status());
   const BenchResult result = Tally(*measured);
+  std::optional<BenchResult> empty;
+  if (options->empty_unary) {
+    absl::StatusOr<Measurement> baseline = Measure(
+        HealthWorkload(c.Channel(), c.connection.deadline), *options, c.err, c.err_is_terminal);
+    if (!baseline.ok()) return ReportError(c, baseline.status());
+    empty = Tally(*baseline);
+  }
   if (c.json) {
-    PrintBenchJson(c, *work, *options, result);
+    PrintBenchJson(c, *work, *options, result, empty);
   } else {
-    PrintBenchText(c, *work, *options, result);
+    PrintBenchText(c, *work, *options, result, empty);
   }
   return kExitOk;
 }
@@ -467,34 +386,48 @@ std::vector<Command> BenchCommands() {
   return {
       {"bench",
        "measure the server from here: latency percentiles, requests/s, server compute",
-       "attend bench [--rpc attend|decode|softmax] [--n_q N] [--n_kv N] [--n_head H] "
-       "[--requests N] [--concurrency C] [--warmup N]",
+       "attend bench [--rpc attend|decode|decode_stream|softmax] [--n_q N] [--n_kv N] "
+       "[--n_head H] [--requests N] [--concurrency C] [--warmup N]",
        "Sends --requests calls from --concurrency threads over one channel, after --warmup\n"
        "calls that are not measured, and prints the client's latency percentiles (p50, p90, p99:\n"
        "nearest rank), requests per second, and the compute and queue times the server reports,\n"
        "so that the RPC's own cost shows as the difference ('overhead'). The inputs are random\n"
        "and made before the clock starts. --rpc decode creates --batch sequences per caller\n"
        "(one layer each), prefills --n_kv tokens, times DecodeBatch steps (each adds a token) and\n"
-       "releases the sequences at the end. The run stops at the first failed call and reports it.\n"
+       "releases the sequences at the end; --rpc decode_stream does the same over one "
+       "DecodeStream\n"
+       "per caller and times each step (message written to response read). Then, on the same\n"
+       "channel with as many callers and calls, Health/Check (the empty unary) is timed, and\n"
+       "each RPC's per-call overhead is printed as a ratio to it (--no_empty_unary skips it).\n"
+       "On a terminal a progress line shows on stderr. The run stops at the first failed call\n"
+       "and reports it.\n"
        "Examples:\n  attend bench\n"
        "  attend bench --rpc attend --n_q 1 --n_kv 4096 --n_head 32 --n_head_kv 8 --head_dim 128\n"
        "  attend bench --rpc decode --n_kv 2048 --batch 4 --concurrency 2 --requests 200\n"
+       "  attend bench --rpc decode_stream --n_kv 2048 --requests 1000\n"
        "  attend bench --rpc softmax --n_kv 8 --requests 1000 --json\n",
-       {{"rpc", "attend (Attend), decode (DecodeBatch over the KV cache) or softmax", false,
-         "attend"},
+       {{"rpc",
+         "attend (Attend), decode (DecodeBatch over the KV cache), decode_stream (its steps over "
+         "one DecodeStream) or softmax",
+         false,
+         "attend",
+         {"attend", "decode", "decode_stream", "softmax"}},
         {"requests", "measured calls", false, "100"},
         {"concurrency", "callers at once (threads sharing the channel)", false, "1"},
         {"warmup", "calls before measuring", false, "5"},
         {"n_q", "attend: queries", false, "1"},
-        {"n_kv", "attend: keys; decode: prefilled tokens; softmax: scores", false, "1024"},
+        {"n_kv", "attend: keys; decode, decode_stream: prefilled tokens; softmax: scores", false,
+         "1024"},
         {"n_head", "query heads", false, "8"},
         {"n_head_kv", "key/value heads (divides n_head)", false, "n_head"},
         {"heads", "alias of --n_head"},
         {"heads_kv", "alias of --n_head_kv"},
         {"head_dim", "head size", false, "64"},
-        {"batch", "decode: sequences per DecodeBatch call", false, "1"},
+        {"batch", "decode, decode_stream: sequences per step", false, "1"},
         {"causal", "attend: causal mask", true},
-        {"kv_dtype", "decode: the cache's storage, bf16, f32 or int8", false, "bf16"},
+        {"kv_dtype", "decode, decode_stream: the cache's storage, bf16, f32 or int8", false,
+         "bf16"},
+        {"no_empty_unary", "do not time Health/Check, the yardstick of the overhead ratio", true},
         PrecisionFlag(),
         WireFlag(),
         {"seed", "seed of the random inputs", false, "1"}},

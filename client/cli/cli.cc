@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -15,6 +16,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
+#include "client/attention_client.h"
 #include "client/cli/command.h"
 #include "client/cli/completion.h"
 #include "client/cli/example_command.h"
@@ -48,7 +50,10 @@ std::vector<FlagSpec> GlobalFlags() {
        "HTTP/2 keepalive ping interval, 0 = off, else >= 10 (env "
        "ATTEND_KEEPALIVE_SECONDS)",
        false, "0"},
-      {"json", "print JSON instead of tables (the same as -o json)", true},
+      {"json",
+       "print JSON instead of tables (the same as -o json); 64-bit integers are numbers up to "
+       "2^53, strings beyond",
+       true},
       {"output",
        "-o: table, json (the same as --json) or wide (every column of a table, however wide)",
        false,
@@ -56,7 +61,8 @@ std::vector<FlagSpec> GlobalFlags() {
        {"table", "json", "wide"}},
       {"no_headers", "tables without their header line (and without notes below them)", true},
       {"help", "show help", true},
-      {"version", "print the client's version and commit", true},
+      {"version", "print the client's version and commit ('attend version' adds the server's)",
+       true},
   };
 }
 
@@ -236,6 +242,35 @@ int RunHelp(Context& c, const std::vector<Command>& commands) {
                            "subcommand", words[1], command->subcommands, command->name + " ")));
 }
 
+// `attend version`: "client: <line>" and "server <target>: <line>", or why the server's line is
+// missing; exits 0 either way, since the client's version is what was asked for first.
+int RunVersion(Context& c) {
+  const std::string client_line = VersionLine("attend");
+  const std::string& target = c.connection.target;
+  absl::StatusOr<client::ServerProbe> probe =
+      client::ProbeServer(c.Channel(), std::min(c.connection.deadline, absl::Seconds(2)));
+  const std::string why = probe.ok() ? ""
+                                     : absl::StrCat(absl::StatusCodeToString(probe.status().code()),
+                                                    ": ", probe.status().message());
+  if (c.json) {
+    *c.out << "{\"client\": " << JsonString(client_line)
+           << ", \"server\": {\"target\": " << JsonString(target) << ", \"version\": "
+           << (probe.ok() && !probe->version.empty() ? JsonString(probe->version) : "null")
+           << ", \"error\": " << (probe.ok() ? "null" : JsonString(why)) << "}}\n";
+    return kExitOk;
+  }
+  *c.out << "client: " << client_line << "\nserver " << target << ": ";
+  if (!probe.ok()) {
+    *c.out << "not reachable (" << why << ")\n";
+  } else if (probe->version.empty()) {
+    *c.out << "reachable, but it sends no version (an attend-server older than the "
+              "attend-server-version metadata)\n";
+  } else {
+    *c.out << probe->version << "\n";
+  }
+  return kExitOk;
+}
+
 // `attend completion bash|zsh`.
 int RunCompletion(Context& c, const std::vector<Command>& commands) {
   const std::vector<std::string>& shell = c.args.positional();
@@ -265,14 +300,15 @@ std::vector<Command> CliCommands(const std::vector<Command>* commands) {
        {},
        2},
       {"version",
-       "print the client's version and commit (the same as --version)",
+       "print the client's version and, when it answers, the server's",
        "attend version",
-       "The client's own version; the server's is not asked for.\n",
+       "The client's version line, then the server's, which every attend-server response\n"
+       "carries in its initial metadata (attend-server-version), read here from one\n"
+       "Health/Check of at most 2 s. An unreachable server is reported on its line and the\n"
+       "exit code is still 0. --version prints the client's line alone, without a call.\n"
+       "Examples:\n  attend version\n  attend version --json\n",
        {},
-       [](Context& c) {
-         *c.out << VersionLine("attend") << "\n";
-         return static_cast<int>(kExitOk);
-       }},
+       RunVersion},
       {"completion",
        "print a bash or zsh completion script: source <(attend completion bash)",
        "attend completion bash|zsh",
@@ -285,7 +321,7 @@ std::vector<Command> CliCommands(const std::vector<Command>* commands) {
        {},
        1},
   };
-  for (Command& c : cli) c.connects = false;
+  for (Command& c : cli) c.connects = c.name == "version";
   return cli;
 }
 
@@ -328,7 +364,8 @@ int OutputFromFlags(Context& c) {
 
 }  // namespace
 
-int RunCli(const std::vector<std::string>& tokens, std::ostream& out, std::ostream& err) {
+int RunCli(const std::vector<std::string>& tokens, std::ostream& out, std::ostream& err,
+           const CliOptions& options) {
   std::vector<Command> commands = HealthCommands();
   for (Command& c : AttentionCommands()) commands.push_back(std::move(c));
   for (Command& c : PlannerCommands()) commands.push_back(std::move(c));
@@ -407,6 +444,8 @@ int RunCli(const std::vector<std::string>& tokens, std::ostream& out, std::ostre
   Context context;
   context.out = &out;
   context.err = &err;
+  context.err_is_terminal = options.err_is_terminal;
+  context.working_note_after = options.working_note_after;
   context.args = *std::move(args);
   if (int code = OutputFromFlags(context); code != kExitOk) return code;
   if (command->connects) {

@@ -17,11 +17,23 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/time.h"
+
 namespace attend::cli {
+
+// What RunCli cannot tell from the streams it is given.
+struct CliOptions {
+  // Whether `err` is a terminal (main: isatty of stderr). Progress lines and "working..." notes
+  // are drawn only on one.
+  bool err_is_terminal = false;
+  // How long a call may take before its "working..." note.
+  absl::Duration working_note_after = absl::Seconds(1);
+};
 
 // Runs the command line `tokens` (argv without the program name); returns the exit code
 // (see ExitCode in command.h).
-int RunCli(const std::vector<std::string>& tokens, std::ostream& out, std::ostream& err);
+int RunCli(const std::vector<std::string>& tokens, std::ostream& out, std::ostream& err,
+           const CliOptions& options = CliOptions());
 
 }  // namespace attend::cli
 

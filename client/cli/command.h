@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "attend/v1/tensor.pb.h"
 #include "client/cli/args.h"
 #include "client/connection.h"
@@ -43,6 +44,11 @@ struct Context {
   bool json = false;
   std::ostream* out = &std::cout;
   std::ostream* err = &std::cerr;
+  // Whether *err is a terminal: progress lines and "working..." notes (terminal_notes.h) are
+  // drawn only then.
+  bool err_is_terminal = false;
+  // How long a call may take before its "working..." note.
+  absl::Duration working_note_after = absl::Seconds(1);
 
   // A channel to connection.target, created on first use.
   std::shared_ptr<grpc::Channel> Channel();

@@ -16,6 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "client/cli/json_int64.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace attend::cli {
@@ -112,12 +113,22 @@ void PrintTable(const Table& table, const TableStyle& style, std::ostream& out, 
   (style.headers ? out : err) << HiddenColumnsNote(hidden, style.max_width);
 }
 
-std::string Fields::Render(const std::string& indent) const {
+std::string Fields::Render(const std::string& indent, size_t max_width) const {
   size_t width = 0;
   for (const auto& [label, value] : rows_) width = std::max(width, label.size());
+  const std::string value_indent(indent.size() + width + 2, ' ');
   std::string out;
   for (const auto& [label, value] : rows_) {
-    absl::StrAppend(&out, indent, label, std::string(width - label.size() + 2, ' '), value, "\n");
+    const std::string start =
+        absl::StrCat(indent, label, std::string(width - label.size() + 2, ' '));
+    if (max_width == 0 || start.size() + value.size() <= max_width ||
+        max_width <= value_indent.size()) {
+      absl::StrAppend(&out, start, value, "\n");
+      continue;
+    }
+    // Wrap puts the indent before the first line too: the label takes its place there.
+    const std::string wrapped = Wrap(value, max_width - value_indent.size(), value_indent);
+    absl::StrAppend(&out, start, absl::string_view(wrapped).substr(value_indent.size()));
   }
   return out;
 }
@@ -286,7 +297,9 @@ std::string ToJson(const google::protobuf::Message& message) {
   options.preserve_proto_field_names = true;
   // Printing a message the client holds cannot fail: it has no Any fields.
   (void)google::protobuf::util::MessageToJsonString(message, &json, options);
-  return json;
+  // The printer quotes every 64-bit integer; the CLI's rule (json_int64.h) quotes only those a
+  // double cannot hold exactly.
+  return UnquoteExactInt64s(json, *message.GetDescriptor());
 }
 
 void PrintHeadRows(std::ostream& out, const client::FloatTensor& t, const std::string& row_name,

@@ -69,7 +69,9 @@ class Fields {
   void Add(std::string label, std::string value) {
     rows_.emplace_back(std::move(label), std::move(value));
   }
-  std::string Render(const std::string& indent = "") const;
+  // With `max_width` > 0 (TableStyle::max_width), a value that would make its line longer is
+  // wrapped at spaces onto lines of its own, indented to the value column.
+  std::string Render(const std::string& indent = "", size_t max_width = 0) const;
 
  private:
   std::vector<std::pair<std::string, std::string>> rows_;
@@ -126,7 +128,8 @@ std::string JsonNumbers(absl::Span<const double> values);
 std::string JsonString(const std::string& s);
 // {"shape": [...], "values": [...]}: what `attend attend --input` reads back.
 std::string JsonTensor(const client::FloatTensor& tensor);
-// A response message as indented JSON with the proto field names, defaults included.
+// A response message as indented JSON with the proto field names, defaults included; 64-bit
+// integers are numbers up to 2^53 in magnitude and strings beyond (json_int64.h).
 std::string ToJson(const google::protobuf::Message& message);
 
 // Rows [row, head] of a [rows, heads, dim] tensor (a [rows, dim] one has one head), at most

@@ -1,4 +1,6 @@
 // attend: the command-line client of attend-server. See client/cli/cli.h.
+#include <unistd.h>
+
 #include <cstdlib>
 #include <iostream>
 #include <string>
@@ -17,5 +19,8 @@ void DropGrpcLog(gpr_log_func_args* /*args*/) {}
 
 int main(int argc, char** argv) {
   if (std::getenv("GRPC_VERBOSITY") == nullptr) gpr_set_log_function(DropGrpcLog);
-  return attend::cli::RunCli(std::vector<std::string>(argv + 1, argv + argc), std::cout, std::cerr);
+  attend::cli::CliOptions options;
+  options.err_is_terminal = isatty(STDERR_FILENO) == 1;
+  return attend::cli::RunCli(std::vector<std::string>(argv + 1, argv + argc), std::cout, std::cerr,
+                             options);
 }

@@ -178,13 +178,15 @@ void PrintPlanFleet(std::ostream& out, const v1::PlanKvCacheResponse& p) {
 }
 
 // The same layers and heads as multi-head, grouped-query and multi-query attention; the model's
-// own row is marked.
-void PrintPlanVariants(std::ostream& out, const v1::PlanKvCacheResponse& p) {
+// own row is marked. The table fits `style` (note of hidden columns on `err` with --no-headers).
+void PrintPlanVariants(std::ostream& out, std::ostream& err, const v1::PlanKvCacheResponse& p,
+                       const TableStyle& style) {
   if (p.variants_size() == 0) return;
   std::vector<std::string> header = {"variant", "kv heads", "group", "KiB/token",
                                      absl::StrCat("GiB at ", p.context_tokens(), " tokens")};
   if (p.batch() > 1) header.push_back(absl::StrCat("GiB x ", p.batch()));
   Table table(header);
+  table.set_drop_order({"group", "KiB/token", "kv heads"});
   bool marked = false;
   for (const v1::VariantRow& v : p.variants()) {
     std::vector<std::string> row = {
@@ -198,17 +200,19 @@ void PrintPlanVariants(std::ostream& out, const v1::PlanKvCacheResponse& p) {
     marked = marked || v.is_model();
     table.AddRow(std::move(row));
   }
-  out << "\n" << table.Render();
+  out << "\n";
+  PrintTable(table, style, out, err);
   if (marked) out << "* the model's own key/value heads\n";
 }
 
-void PrintPlan(std::ostream& out, const v1::PlanKvCacheResponse& p, bool layers) {
+void PrintPlan(std::ostream& out, std::ostream& err, const v1::PlanKvCacheResponse& p,
+               const TableStyle& style, bool layers) {
   PrintPlanHeadline(out, p);
   PrintPlanSizes(out, p);
   if (layers) PrintPlanLayers(out, p);
   PrintPlanBudget(out, p);
   PrintPlanFleet(out, p);
-  PrintPlanVariants(out, p);
+  PrintPlanVariants(out, err, p, style);
 }
 
 // Contexts at which to sample a KV-size curve up to `max_context`: evenly spaced points plus
@@ -420,7 +424,7 @@ int RunPlan(Context& c) {
   if (c.json) {
     *c.out << ToJson(*r);
   } else {
-    PrintPlan(*c.out, *r, c.args.GetBool("layers"));
+    PrintPlan(*c.out, *c.err, *r, TableStyleFromFlags(c.args), c.args.GetBool("layers"));
   }
   if (c.args.Has("plot")) {
     absl::StatusOr<LineChart> chart =

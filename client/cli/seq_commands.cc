@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "client/cli/command.h"
 #include "client/cli/format.h"
+#include "client/cli/terminal_notes.h"
 #include "client/kv_cache_client.h"
 #include "client/npy.h"
 
@@ -265,7 +266,13 @@ int RunAppend(Context& c) {
   input.return_weights = c.args.GetBool("weights");
   if (int code = FillAppendTokens(c, kv, &input); code != kExitOk) return code;
   const int64_t n = input.k.shape.empty() ? 0 : input.k.shape[0];
-  absl::StatusOr<client::AppendOutput> r = kv.Append(input);
+  absl::StatusOr<client::AppendOutput> r;
+  {
+    const WorkingNote note(
+        c.err, c.err_is_terminal, c.working_note_after,
+        WorkingText(absl::StrCat("Append of ", Plural(n, "token", "tokens")), c.connection.target));
+    r = kv.Append(input);
+  }
   if (!r.ok()) return ReportError(c, r.status());
   if (c.args.Has("out")) {
     if (absl::Status s = client::WriteNpyFile(c.args.GetString("out"), r->output); !s.ok()) {
@@ -379,6 +386,7 @@ int RunList(Context& c) {
   } else {
     Table table({"id", "layers", "heads", "dims", "kv", "tokens", "blocks", "shared", "bytes",
                  "forked from", "idle"});
+    table.set_drop_order({"forked from", "shared", "blocks", "idle", "dims", "layers", "heads"});
     for (const v1::SequenceInfo& s : listed.sequences()) {
       const v1::SequenceConfig& config = s.config();
       table.AddRow({s.sequence_id(), absl::StrCat(config.layers()),
@@ -390,7 +398,8 @@ int RunList(Context& c) {
                     Count(s.shared_blocks()), BinaryBytes(s.bytes()),
                     s.forked_from().empty() ? "-" : s.forked_from(), Ago(s.last_used_unix_ms())});
     }
-    *c.out << table.Render() << Plural(listed.sequences_size(), "sequence", "sequences");
+    PrintTable(table, TableStyleFromFlags(c.args), *c.out, *c.err);
+    *c.out << Plural(listed.sequences_size(), "sequence", "sequences");
     int64_t bytes = 0;
     for (const v1::SequenceInfo& s : listed.sequences()) bytes += s.bytes();
     *c.out << ", " << BinaryBytes(bytes) << " referenced (shared blocks counted by each user)\n";
@@ -423,7 +432,8 @@ int RunStats(Context& c) {
       "eviction",
       absl::StrCat(s->eviction_policy(), "; ", Plural(s->evictions(), "eviction", "evictions"),
                    ", ", Plural(s->rejections(), "rejection", "rejections"), " for lack of room"));
-  *c.out << "KV cache of " << c.connection.target << "\n" << f.Render("  ");
+  *c.out << "KV cache of " << c.connection.target << "\n"
+         << f.Render("  ", TableStyleFromFlags(c.args).max_width);
   return kExitOk;
 }
 

@@ -61,15 +61,30 @@ TEST_F(HabitsTest, HelpOfAnUnknownCommandIsAUsageErrorWithASuggestion) {
   EXPECT_THAT(err_.str(), HasSubstr("unexpected 'x'"));
 }
 
-TEST_F(HabitsTest, VersionIsTheClientsVersionLine) {
+TEST_F(HabitsTest, VersionPrintsTheClientsAndTheServersLines) {
+  const std::string target = absl::StrCat("127.0.0.1:", server_->port());
   ASSERT_EQ(Run({"version"}), cli::kExitOk) << err_.str();
-  EXPECT_EQ(out_.str(), VersionLine("attend") + "\n");
+  EXPECT_EQ(out_.str(), absl::StrCat("client: ", VersionLine("attend"), "\nserver ", target, ": ",
+                                     VersionLine("attend-server"), "\n"));
+  EXPECT_EQ(err_.str(), "");
+  ASSERT_EQ(Run({"version", "--json"}), cli::kExitOk) << err_.str();
+  EXPECT_EQ(out_.str(),
+            absl::StrCat("{\"client\": \"", VersionLine("attend"),
+                         "\", \"server\": {\"target\": \"", target, "\", \"version\": \"",
+                         VersionLine("attend-server"), "\", \"error\": null}}\n"));
+  // --version stays the client's line alone, without a call.
   ASSERT_EQ(Run({"--version"}), cli::kExitOk);
   EXPECT_EQ(out_.str(), VersionLine("attend") + "\n");
-  // No server is needed.
+  EXPECT_EQ(Run({"version", "x"}), cli::kExitUsage);
+}
+
+TEST_F(HabitsTest, VersionWithoutAServerSaysWhyAndExitsZero) {
   std::ostringstream out, err;
   EXPECT_EQ(cli::RunCli({"--target", "127.0.0.1:1", "version"}, out, err), cli::kExitOk);
-  EXPECT_EQ(Run({"version", "x"}), cli::kExitUsage);
+  EXPECT_THAT(out.str(), StartsWith(absl::StrCat("client: ", VersionLine("attend"),
+                                                 "\nserver 127.0.0.1:1: not reachable (")));
+  EXPECT_THAT(out.str(), HasSubstr("UNAVAILABLE"));
+  EXPECT_EQ(err.str(), "");
 }
 
 // Writes `text` to a temporary file and returns `<shell> -n` of it's exit status.

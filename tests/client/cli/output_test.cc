@@ -191,6 +191,70 @@ TEST_F(OutputTest, CostFitsColumns) {
   EXPECT_EQ(out_.str(), wide);
 }
 
+// The lines of `text` from the one starting with `first` to the one before `end` (or to the end).
+std::vector<std::string> Section(const std::string& text, const std::string& first,
+                                 const std::string& end) {
+  std::vector<std::string> section;
+  for (const std::string& line : Lines(text)) {
+    if (section.empty() && line.rfind(first, 0) != 0) continue;
+    if (!end.empty() && line.rfind(end, 0) == 0) break;
+    section.push_back(line);
+  }
+  return section;
+}
+
+TEST_F(OutputTest, PlanVariantsFitColumns) {
+  ScopedColumns columns("60");
+  ASSERT_EQ(Run({"plan", "tiny", "--context", "4096", "--batch", "2"}), cli::kExitOk) << err_.str();
+  const std::vector<std::string> table = Section(out_.str(), "variant", "* the model");
+  ASSERT_GE(table.size(), 5u) << out_.str();
+  EXPECT_EQ(table[0], "variant                kv heads  GiB at 4096 tokens  GiB x 2");
+  EXPECT_EQ(table.back(), "(group, KiB/token hidden to fit 60 columns; -o wide shows them)");
+  for (const std::string& line : table) {
+    if (line[0] != '(') EXPECT_LE(line.size(), 60u) << line;  // the note is prose
+  }
+  ASSERT_EQ(Run({"plan", "tiny", "--context", "4096", "--batch", "2", "-o", "wide"}), cli::kExitOk);
+  EXPECT_EQ(Section(out_.str(), "variant", "")[0],
+            "variant                kv heads  group  KiB/token  GiB at 4096 tokens  GiB x 2");
+  EXPECT_THAT(out_.str(), Not(HasSubstr("hidden")));
+}
+
+TEST_F(OutputTest, SeqListAndStatsFitColumns) {
+  ASSERT_EQ(Run({"seq", "create", "--id", "fit-columns-source"}), cli::kExitOk) << err_.str();
+  ASSERT_EQ(Run({"seq", "append", "--id", "fit-columns-source", "--n", "3"}), cli::kExitOk);
+  ASSERT_EQ(Run({"seq", "fork", "--id", "fit-columns-source", "--new_id", "fit-columns-fork"}),
+            cli::kExitOk)
+      << err_.str();
+  ScopedColumns columns("60");
+  ASSERT_EQ(Run({"seq", "list"}), cli::kExitOk) << err_.str();
+  const std::vector<std::string> table = Section(out_.str(), "id", "");
+  ASSERT_GE(table.size(), 4u) << out_.str();
+  EXPECT_THAT(table[0], Not(HasSubstr("forked from")));
+  EXPECT_THAT(out_.str(), HasSubstr("hidden to fit 60 columns; -o wide shows them)\n"));
+  for (const std::string& line : table) {
+    // The note and the summary below are prose.
+    if (line[0] != '(' && line.find("referenced") == std::string::npos) {
+      EXPECT_LE(line.size(), 60u) << line;
+    }
+  }
+  ASSERT_EQ(Run({"seq", "list", "-o", "wide"}), cli::kExitOk);
+  EXPECT_THAT(out_.str(), HasSubstr("forked from"));
+  EXPECT_THAT(out_.str(), HasSubstr("fit-columns-source"));
+  EXPECT_THAT(out_.str(), Not(HasSubstr("hidden")));
+
+  ASSERT_EQ(Run({"seq", "stats"}), cli::kExitOk) << err_.str();
+  const std::string narrow = out_.str();
+  for (const std::string& line : Lines(narrow)) EXPECT_LE(line.size(), 60u) << line;
+  ASSERT_EQ(Run({"seq", "stats", "-o", "wide"}), cli::kExitOk);
+  EXPECT_GT(Widest(out_.str()), 60u) << out_.str();
+  // The same words, only the lines broken differently.
+  std::vector<std::string> narrow_words =
+      absl::StrSplit(narrow, absl::ByAnyChar(" \n"), absl::SkipEmpty());
+  std::vector<std::string> wide_words =
+      absl::StrSplit(out_.str(), absl::ByAnyChar(" \n"), absl::SkipEmpty());
+  EXPECT_EQ(narrow_words, wide_words);
+}
+
 TEST_F(OutputTest, HealthJsonNamesTheServer) {
   ASSERT_EQ(Run({"--json", "health"}), cli::kExitOk) << err_.str();
   EXPECT_EQ(out_.str(),

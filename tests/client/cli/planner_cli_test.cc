@@ -203,11 +203,10 @@ TEST_F(PlannerCliTest, PlanSplitsKeysAndValuesLikeLlamaCpp) {
 TEST_F(PlannerCliTest, PlanJsonCarriesKeysValuesAndProjections) {
   ASSERT_EQ(Run({"--json", "plan", "tiny", "--context", "4096", "--batch", "2"}), cli::kExitOk)
       << err_.str();
-  // int64 fields are JSON strings.
-  ExpectOut({"\"k_bytes_per_token\": \"512\"", "\"v_bytes_per_token\": \"512\"",
-             "\"k_bytes_per_sequence\": \"2097152\"", "\"v_bytes_per_sequence\": \"2097152\"",
-             "\"k_total_bytes\": \"4194304\"", "\"v_total_bytes\": \"4194304\"",
-             "\"projections\": ["});
+  // int64 fields are JSON numbers while a double holds them exactly.
+  ExpectOut({"\"k_bytes_per_token\": 512", "\"v_bytes_per_token\": 512",
+             "\"k_bytes_per_sequence\": 2097152", "\"v_bytes_per_sequence\": 2097152",
+             "\"k_total_bytes\": 4194304", "\"v_total_bytes\": 4194304", "\"projections\": ["});
   const v1::PlanKvCacheResponse r = ParseJson<v1::PlanKvCacheResponse>();
   EXPECT_EQ(r.k_total_bytes() + r.v_total_bytes(), r.total_bytes());
   // The tiny model: d_model 256, 8 heads of 32, 2 KV heads: Wq = Wo = 256 x 8 x 32 = 65,536,

@@ -158,7 +158,7 @@ TEST_F(SeqCliTest, AppendRandomTokensTablesWeightsAndJson) {
   const auto& output = Field(json, "output").struct_value();
   ASSERT_EQ(Field(output, "shape").list_value().values_size(), 3);
   EXPECT_EQ(Field(output, "values").list_value().values_size(), 4 * 8);
-  EXPECT_EQ(Field(Field(json, "stats").struct_value(), "attended_pairs").string_value(), "16");
+  EXPECT_EQ(Field(Field(json, "stats").struct_value(), "attended_pairs").number_value(), 16);
 
   // The first token of a fresh sequence attends only to itself: each query head's output is its
   // key/value head's value vector, so heads 0 and 1 (group 0) agree, as do 2 and 3 (group 1).
