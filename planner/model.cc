@@ -275,6 +275,14 @@ absl::StatusOr<ModelSpec> CanonicalModel(const ModelSpec& model, absl::string_vi
       ATTEND_RETURN_IF_ERROR(
           CheckLayer(m, FieldPath(p, absl::StrCat("layer_specs[", i, "]")), &m.layer_specs[i]));
     }
+    // Budgets and fleets divide by the bytes of a sequence, which such a model does not have.
+    if (std::all_of(m.layer_specs.begin(), m.layer_specs.end(),
+                    [](const LayerSpec& l) { return l.kind == LayerKind::kFeedForward; })) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          FieldPath(p, "layer_specs"),
+          ": every layer is feed_forward: the model caches nothing per token or per sequence, "
+          "so there is no cache to plan"));
+    }
   }
   return m;
 }

@@ -121,6 +121,28 @@ TEST(KvPlanState, StateOnlyModelIsUnboundedInContext) {
   EXPECT_TRUE(p.variants.empty());
 }
 
+// A model that caches nothing (every layer feed-forward) has no cache to plan: refused, with or
+// without a budget, rather than dividing a budget by zero bytes per sequence.
+TEST(KvPlanState, ModelThatCachesNothingIsRefused) {
+  ModelSpec m;
+  m.name = "mlp-only";
+  m.layers = 4;
+  m.n_head = 8;
+  m.n_head_kv = 2;
+  m.head_dim = 64;
+  LayerSpec ff;
+  ff.kind = LayerKind::kFeedForward;
+  m.layer_specs = {ff, ff, ff, ff};
+  EXPECT_THAT(ValidateModel(m), StatusIs(kInvalid, {"layer_specs: every layer is feed_forward"}));
+  KvPlanRequest r;
+  r.context_tokens = 100;
+  r.memory_budget_bytes = int64_t{1} << 30;
+  EXPECT_THAT(PlanKvCache(m, r).status(), StatusIs(kInvalid, {"every layer is feed_forward"}));
+  r.memory_budget_bytes = 0;
+  r.replica_memory_bytes = int64_t{1} << 30;
+  EXPECT_THAT(PlanKvCache(m, r).status(), StatusIs(kInvalid, {"every layer is feed_forward"}));
+}
+
 // A decode step of 2 sequences at 100 tokens reads their 2 x 13,200 bytes of cache and writes
 // back their 2 x 400 of state: kv_bytes 27,200, of which state 1,600 (read and written).
 TEST(KvPlanState, DecodeReadsAndWritesTheState) {
