@@ -199,6 +199,8 @@ constexpr absl::string_view kIgnored[] = {
     "mamba_ssm_cache_dtype",
     "calc_logits_for_entire_prompt",
     "num_logits_to_keep",
+    // Tooling flags: llm-compressor's marker in Llama 4's text_config.
+    "for_llm_compressor",
     // The tokenizer's and the serving stack's view of the context.
     "cache_implementation",
     "n_ctx",
@@ -231,6 +233,9 @@ absl::Status CheckHfFields(const json::Value& config, absl::string_view prefix,
     if (IsReadHfField(key) || IsIgnoredHfField(key)) continue;
     // Sub-configs of other towers (vision_config, audio_config) hold no text-model cache.
     if (absl::EndsWith(key, "_config") && member.second.is_object()) continue;
+    // The original Mamba configs carry an empty ssm_cfg (the mixer's defaults); an empty object
+    // overrides nothing. One with entries is refused below.
+    if (key == "ssm_cfg" && member.second.is_object() && member.second.members().empty()) continue;
     for (absl::string_view word : kLayoutWords) {
       if (absl::StrContains(key, word)) {
         return absl::InvalidArgumentError(

@@ -373,7 +373,34 @@ std::optional<int64_t> PatternLayers(const ConfigReader& r) {
   return std::nullopt;
 }
 
+// Architectures whose layout comes from one field: without it (absent or null) the config would
+// read as plain attention, which these models are not. Refused rather than guessed at.
+absl::Status RequireLayoutFields(const ConfigReader& r, const std::string& model_type) {
+  struct Required {
+    const char* model_type;
+    const char* field;
+    const char* alternative;  // also accepted in its place, or null
+    const char* what;
+  };
+  static constexpr Required kRequired[] = {
+      {"deepseek_v2", "kv_lora_rank", nullptr, "the latent attention's rank"},
+      {"deepseek_v3", "kv_lora_rank", nullptr, "the latent attention's rank"},
+      {"kimi_k2", "kv_lora_rank", nullptr, "the latent attention's rank"},
+      {"nemotron_h", "hybrid_override_pattern", "layers_block_type", "which layers are Mamba"},
+      {"gpt_oss", "layer_types", nullptr, "which layers slide"},
+  };
+  for (const Required& q : kRequired) {
+    if (model_type != q.model_type || r.Get(q.field) != nullptr) continue;
+    if (q.alternative != nullptr && r.Get(q.alternative) != nullptr) continue;
+    return Invalid(r.Field(q.field),
+                   absl::StrCat("missing or null; model_type '", model_type, "' needs it (", q.what,
+                                "), and without it the layout is not modelled"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ReadLayerLayout(const ConfigReader& r, const std::string& model_type, ModelSpec* m) {
+  ATTEND_RETURN_IF_ERROR(RequireLayoutFields(r, model_type));
   // Gemma 2's published config repeats its window as sliding_window_size; one that disagrees
   // with sliding_window describes no model this importer knows.
   ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> window,

@@ -157,6 +157,53 @@ TEST(ImportHfHybrid, ChunkedAndSlidingLayers) {
 }
 
 // Hostile and unknown layouts are refused naming the field.
+// The field that makes an architecture latent or hybrid, absent or null: refused naming it, not
+// planned as plain attention (DeepSeek-V3 read as 128 heads of 56, 24x its cache).
+TEST(ImportHfHybrid, RefusesArchitecturesWithoutTheirLayoutField) {
+  const auto without = [](const char* config, const std::string& from, const std::string& to) {
+    return ImportHfConfig(absl::StrReplaceAll(config, {{from, to}}), "");
+  };
+  for (const char* to : {"\"kv_lora_rank\": null,", ""}) {
+    EXPECT_THAT(without(files::kDeepSeekV3, "\"kv_lora_rank\": 512,", to),
+                StatusIs(kInvalid, {"kv_lora_rank: missing or null", "'deepseek_v3' needs it"}))
+        << to;
+  }
+  EXPECT_THAT(without(files::kNemotronH8B,
+                      "\"hybrid_override_pattern\": "
+                      "\"M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-\",",
+                      ""),
+              StatusIs(kInvalid, {"hybrid_override_pattern: missing or null", "'nemotron_h'"}));
+  const std::string gpt_oss = files::kGptOss120B;
+  const size_t types = gpt_oss.find("\"layer_types\"");
+  ASSERT_NE(types, std::string::npos);
+  const size_t end = gpt_oss.find("],", types);
+  ASSERT_NE(end, std::string::npos);
+  EXPECT_THAT(ImportHfConfig(gpt_oss.substr(0, types) + gpt_oss.substr(end + 2), ""),
+              StatusIs(kInvalid, {"layer_types: missing or null", "'gpt_oss' needs it"}));
+}
+
+// Fields of published configs that change no layout: Llama 4's llm-compressor flag, the
+// original Mamba configs' empty ssm_cfg.
+TEST(ImportHfHybrid, AcceptsTheFlagsOfPublishedConfigs) {
+  EXPECT_TRUE(
+      ImportHfConfig(absl::StrReplaceAll(files::kLlama4Scout, {{"\"attention_bias\": false,",
+                                                                "\"attention_bias\": false, "
+                                                                "\"for_llm_compressor\": false,"}}),
+                     "")
+          .ok());
+  EXPECT_TRUE(ImportHfConfig(absl::StrReplaceAll(files::kMamba, {{"\"state_size\": 16,",
+                                                                  "\"state_size\": 16, "
+                                                                  "\"ssm_cfg\": {},"}}),
+                             "")
+                  .ok());
+  EXPECT_THAT(
+      ImportHfConfig(absl::StrReplaceAll(files::kMamba, {{"\"state_size\": 16,",
+                                                          "\"state_size\": 16, "
+                                                          "\"ssm_cfg\": {\"d_state\": 8},"}}),
+                     ""),
+      StatusIs(kInvalid, {"'ssm_cfg': not understood"}));
+}
+
 TEST(ImportHfHybrid, RefusesHostileLayouts) {
   const auto jamba = [](const std::string& from, const std::string& to) {
     return ImportHfConfig(absl::StrReplaceAll(files::kJamba, {{from, to}}), "");
