@@ -297,7 +297,8 @@ class GgufMetadata {
   absl::StatusOr<std::optional<int64_t>> Int(const std::string& key, int64_t lo, int64_t hi) const {
     const GgufValue* v = Find(key);
     if (v == nullptr) return std::optional<int64_t>();
-    if (v->type == gguf::kArray || !gguf::IsInteger(v->type)) {
+    // A bool is stored as an integer, but a count given as one is a malformed header.
+    if (v->type == gguf::kArray || v->type == gguf::kBool || !gguf::IsInteger(v->type)) {
       return Bad(key, absl::StrCat("is a ", gguf::ValueTypeName(v->type), "; expected an integer"));
     }
     if (v->integer_too_large) {

@@ -61,7 +61,12 @@ absl::StatusOr<LayerSpec> RecurrentState(const GgufInts& md, const std::string& 
   ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> conv, md.scalar(a + "ssm.conv_kernel", 1, kMax));
   ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> inner, md.scalar(a + "ssm.inner_size", 1, kMax));
   ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> state, md.scalar(a + "ssm.state_size", 1, kMax));
-  ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> groups, md.scalar(a + "ssm.group_count", 0, kMax));
+  // Mamba-1 mixers (mamba, jamba, falcon_mamba) have no groups; Mamba-2 mixers and gated
+  // delta-nets size their convolution by them, so there it is required and at least 1.
+  const bool grouped = a != "mamba." && a != "jamba." && a != "falcon_mamba.";
+  ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> groups,
+                          md.scalar(a + "ssm.group_count", grouped ? 1 : 0, kMax));
+  if (grouped && !groups) return Missing(a + "ssm.group_count", "for Mamba-2 and delta-net layers");
   for (const auto& [key, value] :
        {std::pair<const char*, bool>{"ssm.conv_kernel", conv.has_value()},
         {"ssm.inner_size", inner.has_value()},
@@ -145,7 +150,13 @@ absl::Status ReadGgufLayerKinds(const GgufInts& md, const std::string& arch,
       if (HoldsState(l.kind)) l = state;
     }
   }
-  if (md.has(a + "attention.kv_lora_rank")) ATTEND_RETURN_IF_ERROR(ReadLatent(md, a, m));
+  if (md.has(a + "attention.kv_lora_rank")) {
+    ATTEND_RETURN_IF_ERROR(ReadLatent(md, a, m));
+  } else if (arch == "deepseek2") {
+    // Without the rank the layers would read as full multi-head attention, which DeepSeek's
+    // latent layers are not.
+    return Missing(a + "attention.kv_lora_rank", "for architecture 'deepseek2'");
+  }
   if (arch == "llama4") {
     ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> window,
                             md.scalar(a + "attention.sliding_window", 0, kMaxContextTokens));

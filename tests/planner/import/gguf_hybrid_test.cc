@@ -155,6 +155,41 @@ TEST(ImportGgufHybrid, NemotronHTellsMlpFromMamba) {
   EXPECT_EQ(p.state_bytes_per_sequence, 4317184);
 }
 
+// What would otherwise be planned as something else: deepseek2 without its latent rank (full
+// multi-head attention, 71x the cache), Mamba-2 without groups (a smaller state), a count stored
+// as a bool.
+TEST(ImportGgufHybrid, RefusesLayoutsMissingTheirDefiningKeys) {
+  GgufWriter no_rank;
+  no_rank.Str("general.architecture", "deepseek2")
+      .U32("deepseek2.block_count", 61)
+      .U32("deepseek2.embedding_length", 7168)
+      .U32("deepseek2.attention.head_count", 128)
+      .U32("deepseek2.attention.head_count_kv", 128)
+      .U32("deepseek2.attention.key_length", 192)
+      .U32("deepseek2.attention.value_length", 128);
+  EXPECT_THAT(ImportGguf(no_rank.Build(), ""),
+              StatusIs(kInvalid, {"deepseek2.attention.kv_lora_rank", "missing"}));
+  for (const uint32_t groups : {0u, 1u}) {
+    GgufWriter m2;
+    m2.Str("general.architecture", "mamba2")
+        .U32("mamba2.block_count", 64)
+        .U32("mamba2.embedding_length", 4096)
+        .U32("mamba2.ssm.conv_kernel", 4)
+        .U32("mamba2.ssm.inner_size", 8192)
+        .U32("mamba2.ssm.state_size", 128);
+    if (groups == 0) m2.U32("mamba2.ssm.group_count", 0);
+    EXPECT_THAT(ImportGguf(m2.Build(), ""), StatusIs(kInvalid, {"mamba2.ssm.group_count"}))
+        << groups;  // 0, and absent
+  }
+  GgufWriter bool_layers;
+  bool_layers.Str("general.architecture", "llama")
+      .Scalar("llama.block_count", gguf::kBool, uint8_t{1})
+      .U32("llama.embedding_length", 1024)
+      .U32("llama.attention.head_count", 8);
+  EXPECT_THAT(ImportGguf(bool_layers.Build(), ""),
+              StatusIs(kInvalid, {"llama.block_count", "expected an integer"}));
+}
+
 TEST(ImportGgufHybrid, RefusesWhatItDoesNotModel) {
   GgufWriter rank0 = DeepSeekV3(true);
   rank0.U32("deepseek2.attention.kv_lora_rank", 0);  // a duplicate key, refused first
