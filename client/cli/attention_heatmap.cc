@@ -80,7 +80,9 @@ Heatmap AttentionHeatmap(const client::FloatTensor& weights, AttentionPicture pi
   }
   h.subtitle = absl::StrCat(heads_words, ", ", Plural(n_q, "query", "queries"), " x ",
                             Plural(n_kv, "key", "keys"), "; ", MaskWords(picture.mask));
-  if (h.row_offset > 0) {
+  if (h.row_offset > 0 && n_q == 1) {
+    absl::StrAppend(&h.subtitle, "; the query is position ", h.row_offset, " (the last)");
+  } else if (h.row_offset > 0) {
     absl::StrAppend(&h.subtitle, "; queries are positions ", h.row_offset, "-", n_kv - 1,
                     " (the last ", n_q, ")");
   }

@@ -144,6 +144,9 @@ TEST(AttentionHeatmap, QueriesAtTheirPositionsAndPanelsNameTheirKeyValueHead) {
   EXPECT_THAT(h.subtitle, HasSubstr("queries are positions 4-5 (the last 2)"));
   EXPECT_THAT(h.subtitle, HasSubstr("4 heads sharing 2 key/value heads"));
   EXPECT_THAT(h.subtitle, Not(HasSubstr("hover")));
+  // One decode query: its position, not a range of one.
+  EXPECT_THAT(AttentionHeatmap(FlatWeights(1, 1, 4096), picture).subtitle,
+              HasSubstr("the query is position 4095 (the last)"));
   const std::string svg = Render(h);
   EXPECT_EQ(Select(svg, "text", "panel-title", "text"),
             (std::vector<std::string>{"head 0 (KV head 0)", "head 1 (KV head 0)",
