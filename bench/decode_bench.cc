@@ -168,18 +168,19 @@ void BM_DecodeBatch(benchmark::State& state) {
 
 // The decode kernels (q.k for a GQA group of 4 query heads, then p.v) over `rows` cached tokens
 // of one KV head, on the calling thread; args: storage, kernel set (an index into the sets this
-// CPU runs, simd::testing::RunnableKernels(); -1 = the one decode uses). K and V (256 KiB for
-// f32) stay in L2.
+// CPU runs, simd::testing::RunnableKernels(); -1 = the one decode uses: the best, or
+// ATTEND_SIMD_KERNELS). K and V (256 KiB for f32) stay in L2.
 void BM_DecodeKernel(benchmark::State& state) {
   const DType storage = StorageOf(state.range(0));
-  const std::vector<std::string> sets = simd::testing::RunnableKernels();
+  MeasureMachineLimits();  // first: it applies ATTEND_SIMD_KERNELS
+  const std::string decode_set = simd::KernelName();
+  const std::vector<std::string> sets = simd::RunnableKernels();
   if (state.range(1) >= static_cast<int64_t>(sets.size())) {
     state.SkipWithError("kernel set not runnable on this CPU");
     return;
   }
-  if (state.range(1) >= 0) simd::testing::UseKernels(sets[static_cast<size_t>(state.range(1))]);
+  if (state.range(1) >= 0) simd::UseKernels(sets[static_cast<size_t>(state.range(1))]);
   constexpr int64_t kGroup = kHeads / kKvHeads, kRows = 256;
-  MeasureMachineLimits();
   std::vector<float> q = Random(kGroup * kDim, 4);
   const std::vector<float> values = Random(2 * kRows * kDim, 5);
   // Over bf16 storage decode computes in bf16 (Precision::kAuto): q arrives rounded.
@@ -231,7 +232,7 @@ void BM_DecodeKernel(benchmark::State& state) {
       limits.fma8_per_second_per_core > 0 ? fma8 / seconds / limits.fma8_per_second_per_core : 0.0;
   state.counters["two_cores_vs_read_bw"] = 2 * bytes / seconds / limits.read_bytes_per_second;
   state.SetLabel(simd::KernelName());
-  simd::testing::UseScalarKernels(false);  // back to the best
+  simd::UseKernels(decode_set);  // back to the set the other cases measure
 }
 
 // Reads floats [begin, end) of `data` as four sequential streams (as the probe does), eight

@@ -6,11 +6,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "core/kernels/cpu_features.h"
 #include "core/kernels/onednn.h"
+#include "core/kernels/simd.h"
 #include "planner/hardware.h"
 
 namespace attend::bench {
@@ -68,6 +70,13 @@ MachineLimits Probe(int matmul_runs, int64_t read_bytes, int read_runs) {
 
 const MachineLimits& MeasureMachineLimits() {
   static const MachineLimits limits = [] {
+    // ATTEND_SIMD_KERNELS picks the decode kernel set, as the server's --simd_kernels does, so
+    // that two runs compare sets on one machine.
+    if (const char* kernels = std::getenv("ATTEND_SIMD_KERNELS");
+        kernels != nullptr && *kernels != '\0' && !simd::UseKernels(kernels)) {
+      std::fprintf(stderr, "ATTEND_SIMD_KERNELS=%s: not a kernel set this CPU runs\n", kernels);
+      std::exit(2);
+    }
     const MachineLimits m = Probe(8, int64_t{512} << 20, 5);
     const std::string bf16 = m.matmul_bf16_flops > 0
                                  ? std::to_string(m.matmul_bf16_flops / 1e9) + " GFLOP/s"
@@ -75,9 +84,9 @@ const MachineLimits& MeasureMachineLimits() {
     std::fprintf(
         stderr,
         "machine: %d threads, isa %s, oneDNN matmul f32 %.1f GFLOP/s, bf16 %s, read bandwidth "
-        "%.2f GB/s, one core %.2f G 8-lane FMA/s\n",
+        "%.2f GB/s, one core %.2f G 8-lane FMA/s, decode kernels %s\n",
         omp_get_max_threads(), m.cpu_isa.c_str(), m.matmul_f32_flops / 1e9, bf16.c_str(),
-        m.read_bytes_per_second / 1e9, m.fma8_per_second_per_core / 1e9);
+        m.read_bytes_per_second / 1e9, m.fma8_per_second_per_core / 1e9, simd::KernelName());
     return m;
   }();
   return limits;

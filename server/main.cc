@@ -23,6 +23,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/byte_size.h"
 #include "common/version.h"
@@ -49,6 +50,10 @@ ABSL_FLAG(std::string, metrics_address, "0.0.0.0:9464",
 ABSL_FLAG(int, worker_threads, 0,
           "Threads that run requests, at most 1024; 0 = number of CPUs (the cgroup's CPU quota "
           "when lower)");
+ABSL_FLAG(std::string, simd_kernels, "",
+          "Decode kernel set: empty = the best this CPU runs (the start-up line names it); or "
+          "one of scalar, avx2, avx512, avx512_vnni, avx512_bf16 that this CPU runs, for the "
+          "same arithmetic across a fleet of mixed CPUs");
 ABSL_FLAG(int, compute_threads, 0,
           "OpenMP threads per attention call, at most 1024; 0 = number of CPUs (the cgroup's CPU "
           "quota when lower)");
@@ -203,6 +208,12 @@ absl::StatusOr<attend::server::ServerOptions> OptionsFromFlags() {
       return absl::InvalidArgumentError(absl::StrCat("--", name, " must be in [0, ", kMaxThreads,
                                                      "] (0 = the CPUs), got ", value));
     }
+  }
+  if (const std::string kernels = absl::GetFlag(FLAGS_simd_kernels);
+      !kernels.empty() && !attend::simd::UseKernels(kernels)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--simd_kernels '", kernels, "' is not a kernel set this CPU runs (",
+                     absl::StrJoin(attend::simd::RunnableKernels(), ", "), ")"));
   }
   if (absl::GetFlag(FLAGS_shutdown_grace) < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--shutdown_grace must not be negative");

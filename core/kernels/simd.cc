@@ -498,15 +498,6 @@ void AccumulateRows(const float* p, int64_t ld, int64_t m, const Rows& v, int64_
   Chosen().accumulate_rows(p, ld, m, v, rows, dv, acc);
 }
 
-namespace internal {
-const Kernels& Avx2Kernels() { return kAvx2Kernels; }
-}  // namespace internal
-
-namespace testing {
-void UseScalarKernels(bool scalar) {
-  g_kernels.store(scalar ? &kScalarKernels : &Best(), std::memory_order_release);
-}
-
 std::vector<std::string> RunnableKernels() {
   std::vector<std::string> names;
   for (const Kernels* k : Runnable()) names.push_back(k->name);
@@ -522,6 +513,16 @@ bool UseKernels(std::string_view name) {
   }
   return false;
 }
+
+namespace internal {
+const Kernels& Avx2Kernels() { return kAvx2Kernels; }
+}  // namespace internal
+
+namespace testing {
+void UseScalarKernels(bool scalar) {
+  g_kernels.store(scalar ? &kScalarKernels : &Best(), std::memory_order_release);
+}
+
 }  // namespace testing
 
 }  // namespace attend::simd

@@ -24,6 +24,15 @@ namespace attend::simd {
 // The kernel set this process uses: "avx512_bf16", "avx512_vnni", "avx512", "avx2" or "scalar".
 const char* KernelName();
 
+// The names of the kernel sets this CPU can run, "scalar" first and the best last.
+std::vector<std::string> RunnableKernels();
+
+// Makes every kernel use the set `name` (one of RunnableKernels()) instead of the best, for an
+// operator who wants the same arithmetic on every machine of a fleet, or to compare sets; false
+// (and no change) if this CPU cannot run it. Call before any kernel runs (at start-up): the
+// switch is not synchronised with kernels running on other threads.
+bool UseKernels(std::string_view name);
+
 // y[i] = exp(x[i] - shift) for i < n; returns the sum of the y[i]. x and y may be the same.
 // Inputs below shift - 87 give 0. REQUIRES: x[i] - shift is not NaN or +inf.
 float ExpShiftSum(const float* x, float shift, float* y, int64_t n);
@@ -67,11 +76,9 @@ namespace testing {
 // Makes every kernel use the portable scalar code (true) or the CPU's best (false), so that
 // tests cover both. Not for concurrent use with the kernels.
 void UseScalarKernels(bool scalar);
-// The names of the kernel sets this CPU can run, "scalar" first and the best last.
-std::vector<std::string> RunnableKernels();
-// Makes every kernel use the set `name` (one of RunnableKernels()); false if it cannot run here.
-// Not for concurrent use with the kernels.
-bool UseKernels(std::string_view name);
+// As the functions above; tests switch sets between cases.
+using ::attend::simd::RunnableKernels;
+using ::attend::simd::UseKernels;
 }  // namespace testing
 
 }  // namespace attend::simd

@@ -123,6 +123,7 @@ class FlagRanges(unittest.TestCase):
             (["--stats_interval=1ms"], "--stats_interval", "0 (never) or at least 100ms"),
             (["--kv_cache_bytes=1KiB"], "--kv_cache_bytes", "one block"),
             (["--kv_block_bytes=1GiB", "--kv_cache_bytes=64MiB"], "--kv_cache_bytes", "one block"),
+            (["--simd_kernels=avx9000"], "--simd_kernels", "not a kernel set this CPU runs"),
         ]
         for flags, flag, words in cases:
             got = run(ARGS.server, "--address=127.0.0.1:0", "--metrics_address=", *flags)
@@ -130,6 +131,39 @@ class FlagRanges(unittest.TestCase):
             self.assertIn(flag, got.stderr, flags)
             self.assertIn(words, got.stderr, flags)
             self.assertNotIn("terminate called", got.stderr, flags)
+
+
+class SimdKernels(unittest.TestCase):
+    def test_a_chosen_set_is_the_one_that_runs(self):
+        """--simd_kernels (or ATTEND_SIMD_KERNELS) picks the decode kernels: the start-up line
+        and each decode-sized call's engine name them."""
+        import grpc
+        import numpy as np
+        a, t = PB["attention"], PB["tensor"]
+        for flags, env, name in ((["--simd_kernels=scalar"], None, "scalar"),
+                                 ([], {"ATTEND_SIMD_KERNELS": "avx2"}, "avx2")):
+            got = subprocess.Popen([ARGS.server, "--address=127.0.0.1:0", "--metrics_address="]
+                                   + flags, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True, env=dict(os.environ, **(env or {})))
+            try:
+                line = got.stdout.readline()
+                self.assertIn("kernels %s," % name, line)
+                port = int(re.search(r"listening on [\d.]+:(\d+)", line).group(1))
+                rng = np.random.default_rng(3)
+
+                def tensor(shape):
+                    values = rng.standard_normal(shape).astype(np.float32)
+                    return t.Tensor(dtype=t.FLOAT32, shape=list(shape), data=values.tobytes())
+                with grpc.insecure_channel("127.0.0.1:%d" % port) as channel:
+                    response = PB["attention_grpc"].AttentionStub(channel).Attend(
+                        a.AttendRequest(q=tensor((1, 4, 64)), k=tensor((33, 2, 64)),
+                                        v=tensor((33, 2, 64))), timeout=30)
+                self.assertTrue(response.stats.engine.endswith("+" + name), response.stats.engine)
+            finally:
+                got.terminate()
+                got.wait(timeout=30)
+                got.stdout.close()
+                got.stderr.close()
 
 
 LOGFMT_PAIR = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S*)')
