@@ -22,6 +22,8 @@ using internal::kElementBytes;
 using internal::Kernels;
 using internal::Load;
 using internal::PrefetchLine;
+using internal::PrefetchRow;
+using internal::PrefetchRows;
 using internal::RowAt;
 using internal::ScaleAt;
 
@@ -193,31 +195,6 @@ ATTEND_AVX2 void ScaleAddAvx2(float* dst, float alpha, const float* src, int64_t
 // (without that, GCC keeps them on the stack and the kernels run several times slower). Key
 // rows are read once for all query rows and streamed in order: that keeps the memory busy, which
 // matters more than arithmetic here.
-
-// Asks for the cache lines of row `t` of `rows` (when it exists) ahead of their use. The
-// kernels do little work per byte, so the out-of-order window covers only a few rows: without
-// help, a single core stays well below its share of the memory bandwidth. Dense rows (stride ==
-// row length, the KV cache's blocks) get that help from the hardware prefetchers, which follow
-// the kernels' sequential streams, and software prefetches only get in their way (decode from
-// memory, f32: 21 against 19-20 GB/s with them). Strided rows (a caller's [n, heads, d] tensor)
-// move a whole head stride per row, often a page, which the hardware does not follow: those are
-// prefetched here.
-template <DType kType>
-ATTEND_AVX2 inline void PrefetchRow(const Rows& rows, int64_t t, int64_t count, int64_t cols) {
-  if (t >= count || rows.stride == cols) return;
-  const char* p = static_cast<const char*>(RowAt<kType>(rows, t));
-  const int64_t bytes = cols * kElementBytes<kType>;
-  for (int64_t off = 0; off < bytes; off += 64) PrefetchLine(p + off);
-}
-
-// How far ahead of the row being read the kernels prefetch: a distance in bytes, so that
-// narrow (bf16, int8) rows are prefetched as far ahead in time as f32 ones.
-constexpr int64_t kPrefetchBytes = 4096;
-
-template <DType kType>
-inline int64_t PrefetchRows(int64_t cols) {
-  return std::max<int64_t>(4, kPrefetchBytes / std::max<int64_t>(1, cols * kElementBytes<kType>));
-}
 
 template <DType kType>
 ATTEND_AVX2 void RowToFloatImpl(const Rows& rows, int64_t t, int64_t n, float* out) {

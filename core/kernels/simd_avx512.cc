@@ -12,7 +12,9 @@
 //   - int8 p.v stays widened to f32: a byte dot product would need p in 8 bits.
 // The f32 kernels are the AVX2 ones widened to 16 lanes, with masked tails.
 // Rows are read R at a time from R equal spans of the tile (as in the AVX2 kernels: sequential
-// streams that the hardware prefetchers follow).
+// streams that the hardware prefetchers follow), and strided rows (a caller's [n, heads, d]
+// tensor, one row a page) are prefetched ahead as the AVX2 kernels do: without that, stateless
+// f32 decode read 5.2 GB/s against the AVX2 kernels' 9.3.
 //
 // Thread-safety: pure functions.
 #include <immintrin.h>
@@ -169,7 +171,10 @@ ATTEND_AVX512 void DotBlock(const float* q, int64_t d, const Rows& k, int64_t ro
                             int64_t ld) {
   static_assert(M * R <= 8);
   const int64_t span = rows / R;
+  const int64_t ahead = PrefetchRows<kType>(d);
   for (int64_t g = 0; g < span; ++g) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) PrefetchRow<kType>(k, r * span + g + ahead, (r + 1) * span, d);
     __m512 acc[M * R];
 #pragma GCC unroll 8
     for (int i = 0; i < M * R; ++i) acc[i] = _mm512_setzero_ps();
@@ -225,12 +230,14 @@ template <int M, DType kType>
 ATTEND_AVX512 void AccumulateBlock(const float* p, int64_t ld, const Rows& v, int64_t rows,
                                    int64_t dv, float* acc) {
   const int64_t span = rows / 4;
+  const int64_t ahead = PrefetchRows<kType>(dv);
   for (int64_t g = 0; g < span; ++g) {
     int64_t at[4];
     __m512 w[M][4];
 #pragma GCC unroll 4
     for (int r = 0; r < 4; ++r) {
       at[r] = SpanRow(r, g, span);
+      PrefetchRow<kType>(v, at[r] + ahead, (r + 1) * span, dv);
       const float scale = ScaleAt<kType>(v, at[r]);
 #pragma GCC unroll 4
       for (int j = 0; j < M; ++j) w[j][r] = _mm512_set1_ps(p[j * ld + at[r]] * scale);
@@ -339,7 +346,12 @@ ATTEND_AVX512_BF16 void DotBf16Block(const uint16_t* qh, int64_t width, int64_t 
                                      int64_t rows, float* scores, int64_t ld) {
   static_assert(M * R <= 8);
   const int64_t span = rows / R;
+  const int64_t ahead = PrefetchRows<DType::kBFloat16>(d);
   for (int64_t g = 0; g < span; ++g) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      PrefetchRow<DType::kBFloat16>(k, r * span + g + ahead, (r + 1) * span, d);
+    }
     __m512 acc[M * R];
 #pragma GCC unroll 8
     for (int i = 0; i < M * R; ++i) acc[i] = _mm512_setzero_ps();
@@ -444,6 +456,11 @@ ATTEND_AVX512_BF16 void AccumulateBf16Rows(const uint16_t* wh, int64_t pairs, co
       for (int g = 0; g < G; ++g) even[j][g] = odd[j][g] = _mm512_setzero_ps();
     }
     for (int64_t t = t0; t < t0 + n; t += 2) {
+      if (c0 == 0) {
+        const int64_t ahead = PrefetchRows<DType::kBFloat16>(dv);
+        PrefetchRow<DType::kBFloat16>(v, t + ahead, total, dv);
+        PrefetchRow<DType::kBFloat16>(v, t + 1 + ahead, total, dv);
+      }
       const auto* a = static_cast<const uint16_t*>(RowAt<DType::kBFloat16>(v, t));
       const auto* b = static_cast<const uint16_t*>(RowAt<DType::kBFloat16>(v, t + 1));
       const bool has_b = t + 1 < total;
@@ -597,7 +614,12 @@ ATTEND_AVX512_VNNI void DotInt8Block(const uint8_t* qh, const uint8_t* ql, const
   float q_factor[M];
 #pragma GCC unroll 4
   for (int j = 0; j < M; ++j) q_factor[j] = qs[j] * (1.0f / 256.0f);
+  const int64_t ahead = PrefetchRows<DType::kInt8>(d);
   for (int64_t g = 0; g < span; ++g) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      PrefetchRow<DType::kInt8>(k, r * span + g + ahead, (r + 1) * span, d);
+    }
     // Per (j, r): 256 * hi.k + lo.k, each with its 128 * sum(k) offset.
     __m512i ah[M * R], al[M * R], sum[R];
 #pragma GCC unroll 8
