@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -132,6 +133,28 @@ int TokenFromFlags(Context& c) {
   return kExitOk;
 }
 
+// host:port targets whose port gRPC would misread: a port past 65535 wraps around to another
+// one (118947 reaches 53411), and an empty target fails as a "secure channel" error. Targets
+// with a scheme (unix:, dns:///) are gRPC's to check.
+absl::Status CheckTarget(const std::string& target) {
+  if (target.empty()) {
+    return absl::InvalidArgumentError("--target is empty; give host:port (e.g. localhost:50051)");
+  }
+  if (absl::StrContains(target, "://") || absl::StartsWith(target, "unix:")) {
+    return absl::OkStatus();
+  }
+  const size_t colon = target.rfind(':');
+  if (colon == std::string::npos || target.back() == ']') return absl::OkStatus();  // no port
+  const std::string port = target.substr(colon + 1);
+  int64_t value = 0;
+  if (port.empty() || !absl::SimpleAtoi(port, &value) || value < 0 || value > 65535 ||
+      port.find_first_not_of("0123456789") != std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--target ", target, ": the port must be a number in [0, 65535]"));
+  }
+  return absl::OkStatus();
+}
+
 // The connection options from the global flags and their ATTEND_* variables (a flag wins).
 // Returns kExitOk, or reports the problem and returns its exit code: usage for flags that do
 // not fit together, local error for files that cannot be read.
@@ -140,6 +163,7 @@ int ConnectionFromFlags(Context& c) {
   client::ConnectionOptions& o = c.connection;
   o.target = args.Has("target") ? args.GetString("target")
                                 : (Env("ATTEND_TARGET").empty() ? o.target : Env("ATTEND_TARGET"));
+  if (absl::Status s = CheckTarget(o.target); !s.ok()) return UsageError(c, s);
   double deadline_seconds = 30;
   if (!Env("ATTEND_DEADLINE").empty() && !ParseDecimal(Env("ATTEND_DEADLINE"), &deadline_seconds)) {
     return UsageError(c, absl::InvalidArgumentError("ATTEND_DEADLINE must be a number of seconds"));

@@ -10,7 +10,8 @@
 //     the per-token scales multiply the int32 sums afterwards. vpdpbusd multiplies unsigned by
 //     signed bytes, so q goes in offset by 128 and 128 * (the row's sum) comes off again.
 //   - int8 p.v stays widened to f32: a byte dot product would need p in 8 bits.
-// The f32 kernels are the AVX2 ones widened to 16 lanes, with masked tails.
+// The "avx512" set has every kernel at 16 lanes with masked tails (f32, and bf16 and int8 widened);
+// the other two keep the AVX2 kernels where no dot product instruction applies (see below).
 // Rows are read R at a time from R equal spans of the tile (as in the AVX2 kernels: sequential
 // streams that the hardware prefetchers follow), and strided rows (a caller's [n, heads, d]
 // tensor, one row a page) are prefetched ahead as the AVX2 kernels do: without that, stateless
@@ -707,30 +708,27 @@ ATTEND_AVX512_VNNI void DotInt8(const float* q, int64_t m, int64_t d, const Rows
   }
 }
 
+// The sets with dot product instructions use them where they replace the widening, and the AVX2
+// kernels elsewhere: on Zen 4, with 512-bit instructions executed in two halves, the 16-lane f32
+// kernels read 24-34 GB/s from L2 on one core against the AVX2 ones' 33-39 (the horizontal sums
+// cost more at 16 lanes), and int8 decode over the cache ran no faster with vpdpbusd q.k (p.v
+// still widens every value). BENCHMARKS.md has the figures.
 ATTEND_AVX512_VNNI void DotRowsVnni(const float* q, int64_t m, int64_t d, const Rows& k,
                                     int64_t rows, float* scores, int64_t ld) {
   if (k.dtype == DType::kInt8) return DotInt8(q, m, d, k, rows, scores, ld);
-  return DotRows512(q, m, d, k, rows, scores, ld);
+  return Avx2Kernels().dot_rows(q, m, d, k, rows, scores, ld);
 }
 
 ATTEND_AVX512_BF16 void DotRowsBf16(const float* q, int64_t m, int64_t d, const Rows& k,
                                     int64_t rows, float* scores, int64_t ld) {
   if (k.dtype == DType::kBFloat16) return DotBf16(q, m, d, k, rows, scores, ld);
-  return DotRowsVnni(q, m, d, k, rows, scores, ld);
-}
-
-// p.v with VNNI: int8 values widened by the AVX2 kernel, which ran as fast as the 16-lane one on
-// Zen 4 (BM_DecodeKernel, BENCHMARKS.md); the rest as the "avx512" set.
-ATTEND_AVX512 void AccumulateRowsVnni(const float* p, int64_t ld, int64_t m, const Rows& v,
-                                      int64_t rows, int64_t dv, float* acc) {
-  if (v.dtype == DType::kInt8) return Avx2Kernels().accumulate_rows(p, ld, m, v, rows, dv, acc);
-  return AccumulateRows512(p, ld, m, v, rows, dv, acc);
+  return Avx2Kernels().dot_rows(q, m, d, k, rows, scores, ld);
 }
 
 ATTEND_AVX512_BF16 void AccumulateRowsBf16(const float* p, int64_t ld, int64_t m, const Rows& v,
                                            int64_t rows, int64_t dv, float* acc) {
   if (v.dtype == DType::kBFloat16) return AccumulateBf16(p, ld, m, v, rows, dv, acc);
-  return AccumulateRowsVnni(p, ld, m, v, rows, dv, acc);
+  return Avx2Kernels().accumulate_rows(p, ld, m, v, rows, dv, acc);
 }
 
 Kernels Make(const char* name,
@@ -754,7 +752,7 @@ bool CpuHasAvx512() {
 
 const Avx512Set* Avx512Sets(int* count) {
   static const Kernels avx512 = Make("avx512", DotRows512, AccumulateRows512);
-  static const Kernels vnni = Make("avx512_vnni", DotRowsVnni, AccumulateRowsVnni);
+  static const Kernels vnni = Make("avx512_vnni", DotRowsVnni, Avx2Kernels().accumulate_rows);
   static const Kernels bf16 = Make("avx512_bf16", DotRowsBf16, AccumulateRowsBf16);
   static const Avx512Set sets[] = {
       {&avx512, CpuHasAvx512()},

@@ -78,6 +78,22 @@ TEST_F(HabitsTest, VersionPrintsTheClientsAndTheServersLines) {
   EXPECT_EQ(Run({"version", "x"}), cli::kExitUsage);
 }
 
+// A target gRPC would misread (a port past 65535 wraps around to another port; an empty one
+// fails as a "secure channel" error) is a usage error naming it.
+TEST_F(HabitsTest, TargetsThatCannotBeDialledAreUsageErrors) {
+  for (const char* target : {"127.0.0.1:118947", "127.0.0.1:65536", "", "localhost:-1"}) {
+    std::ostringstream out, err;
+    EXPECT_EQ(cli::RunCli({"--target", target, "health"}, out, err), cli::kExitUsage) << target;
+    EXPECT_NE(err.str().find("--target"), std::string::npos) << target << ": " << err.str();
+  }
+  for (const char* target : {"127.0.0.1:1", "[::1]:1", "unix:///tmp/no-such-socket"}) {
+    std::ostringstream out, err;
+    EXPECT_NE(cli::RunCli({"--target", target, "--deadline", "1", "health"}, out, err),
+              cli::kExitUsage)
+        << target << ": " << err.str();
+  }
+}
+
 TEST_F(HabitsTest, VersionWithoutAServerSaysWhyAndExitsZero) {
   std::ostringstream out, err;
   EXPECT_EQ(cli::RunCli({"--target", "127.0.0.1:1", "version"}, out, err), cli::kExitOk);
