@@ -202,7 +202,7 @@ void PrintPlanVariants(std::ostream& out, std::ostream& err, const v1::PlanKvCac
   }
   out << "\n";
   PrintTable(table, style, out, err);
-  if (marked) out << "* the model's own key/value heads\n";
+  if (marked && style.headers) out << "* the model's own key/value heads\n";
 }
 
 void PrintPlan(std::ostream& out, std::ostream& err, const v1::PlanKvCacheResponse& p,

@@ -398,11 +398,15 @@ int RunList(Context& c) {
                     Count(s.shared_blocks()), BinaryBytes(s.bytes()),
                     s.forked_from().empty() ? "-" : s.forked_from(), Ago(s.last_used_unix_ms())});
     }
-    PrintTable(table, TableStyleFromFlags(c.args), *c.out, *c.err);
-    *c.out << Plural(listed.sequences_size(), "sequence", "sequences");
-    int64_t bytes = 0;
-    for (const v1::SequenceInfo& s : listed.sequences()) bytes += s.bytes();
-    *c.out << ", " << BinaryBytes(bytes) << " referenced (shared blocks counted by each user)\n";
+    const TableStyle style = TableStyleFromFlags(c.args);
+    PrintTable(table, style, *c.out, *c.err);
+    // The summary is a note below the table: --no-headers leaves the rows alone.
+    if (style.headers) {
+      *c.out << Plural(listed.sequences_size(), "sequence", "sequences");
+      int64_t bytes = 0;
+      for (const v1::SequenceInfo& s : listed.sequences()) bytes += s.bytes();
+      *c.out << ", " << BinaryBytes(bytes) << " referenced (shared blocks counted by each user)\n";
+    }
   }
   if (!listed.next_page_token().empty()) {
     *c.out << "next page: --page_token " << listed.next_page_token() << "\n";

@@ -165,6 +165,10 @@ TEST_F(OutputTest, NoHeadersKeepsOnlyTheRows) {
   EXPECT_EQ(err_.str(), "(source, window hidden to fit 80 columns; -o wide shows them)\n");
   ASSERT_EQ(Run({"health", "--no-headers"}), cli::kExitOk) << err_.str();
   EXPECT_EQ(Lines(out_.str())[0], "(server)             SERVING");
+  // The plan's variants: rows only, not the note marking the model's own.
+  ASSERT_EQ(Run({"plan", "llama-3-8b", "--no-headers"}), cli::kExitOk) << err_.str();
+  EXPECT_THAT(out_.str(), Not(HasSubstr("the model's own")));
+  EXPECT_THAT(out_.str(), HasSubstr("grouped-query (GQA) *"));
 }
 
 TEST_F(OutputTest, CostFitsColumns) {
@@ -237,6 +241,10 @@ TEST_F(OutputTest, SeqListAndStatsFitColumns) {
       EXPECT_LE(line.size(), 60u) << line;
     }
   }
+  // --no-headers: the rows, not the summary below them.
+  ASSERT_EQ(Run({"seq", "list", "--no-headers"}), cli::kExitOk) << err_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("fit-columns-source"));
+  EXPECT_THAT(out_.str(), Not(HasSubstr("referenced")));
   ASSERT_EQ(Run({"seq", "list", "-o", "wide"}), cli::kExitOk);
   EXPECT_THAT(out_.str(), HasSubstr("forked from"));
   EXPECT_THAT(out_.str(), HasSubstr("fit-columns-source"));
