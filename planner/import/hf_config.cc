@@ -224,6 +224,9 @@ absl::StatusOr<ModelSpec> ImportHfConfig(absl::string_view text, absl::string_vi
   const json::Value* config = &root;
   std::string prefix;
   const json::Value* text_config = root.Find("text_config");
+  if (text_config != nullptr && !text_config->is_null() && !text_config->is_object()) {
+    return absl::InvalidArgumentError("text_config: expected an object (the text model's keys)");
+  }
   if (root.Find("num_hidden_layers") == nullptr && text_config != nullptr &&
       text_config->is_object()) {
     config = text_config;

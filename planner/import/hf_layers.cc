@@ -254,7 +254,21 @@ absl::StatusOr<std::vector<LayerSpec>> LayerKinds(const ConfigReader& r,
       model_type == "jamba") {
     return FromPeriod(r, m);
   }
-  if (r.Get("layer_types") != nullptr) return FromLayerTypes(r, m);
+  if (r.Get("layer_types") != nullptr) {
+    ATTEND_ASSIGN_OR_RETURN(std::vector<LayerSpec> specs, FromLayerTypes(r, m));
+    // Both given (Qwen3.5 writes both): they must describe the same layers.
+    if (r.Get("full_attention_interval") != nullptr) {
+      ATTEND_ASSIGN_OR_RETURN(const std::vector<LayerSpec> every, FromInterval(r, m));
+      for (size_t i = 0; i < specs.size(); ++i) {
+        if (HoldsKv(specs[i].kind) != HoldsKv(every[i].kind)) {
+          return Invalid(r.Field("full_attention_interval"),
+                         absl::StrCat("disagrees with layer_types at layer ", i, " (",
+                                      LayerKindName(specs[i].kind), ")"));
+        }
+      }
+    }
+    return specs;
+  }
   if (r.Get("full_attention_interval") != nullptr || model_type == "qwen3_next" ||
       model_type == "qwen3_5_text" || model_type == "qwen3_5_moe_text") {
     return FromInterval(r, m);

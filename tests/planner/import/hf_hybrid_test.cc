@@ -4,7 +4,9 @@
 // planned in bfloat16 and checked against bytes computed by hand in the comment above it; the
 // formulas are those of planner/import/hf_layers.h.
 #include <string>
+#include <vector>
 
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "planner/import/hf_config.h"
 #include "planner/kv_plan.h"
@@ -202,6 +204,34 @@ TEST(ImportHfHybrid, AcceptsTheFlagsOfPublishedConfigs) {
                                                           "\"ssm_cfg\": {\"d_state\": 8},"}}),
                      ""),
       StatusIs(kInvalid, {"'ssm_cfg': not understood"}));
+}
+
+// layer_types and full_attention_interval both given but describing different layers, and a
+// text_config that is not an object: refused naming the field.
+TEST(ImportHfHybrid, RefusesContradictionsAndMisshapenTextConfig) {
+  // Qwen3.5-style with layer_types written out (three linear layers, then a full one) beside
+  // an interval: 4 agrees, 2 does not.
+  std::vector<std::string> types;
+  for (int i = 0; i < 64; ++i) {
+    types.push_back((i + 1) % 4 == 0 ? "\"full_attention\"" : "\"linear_attention\"");
+  }
+  const auto both = [&](int interval) {
+    return ImportHfConfig(
+        absl::StrReplaceAll(
+            files::kQwen35Style,
+            {{"\"full_attention_interval\": 4",
+              absl::StrCat("\"full_attention_interval\": ", interval, ", \"layer_types\": [",
+                           absl::StrJoin(types, ", "), "]")}}),
+        "");
+  };
+  EXPECT_TRUE(both(4).ok()) << both(4).status();
+  EXPECT_THAT(both(2), StatusIs(kInvalid, {"full_attention_interval: disagrees with layer_types "
+                                           "at layer 1 (linear_attention)"}));
+  for (const char* text : {"\"text_config\": \"qwen\"", "\"text_config\": [1]"}) {
+    EXPECT_THAT(ImportHfConfig(absl::StrCat("{", text, "}"), ""),
+                StatusIs(kInvalid, {"text_config: expected an object"}))
+        << text;
+  }
 }
 
 TEST(ImportHfHybrid, RefusesHostileLayouts) {
