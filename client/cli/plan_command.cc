@@ -24,25 +24,6 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-std::string KvDTypeName(v1::KvDType dtype) {
-  switch (dtype) {
-    case v1::KV_FLOAT32:
-      return "float32";
-    case v1::KV_BFLOAT16:
-      return "bfloat16";
-    case v1::KV_FP8:
-      return "fp8";
-    case v1::KV_INT8:
-      return "int8";
-    case v1::KV_Q8_0:
-      return "q8_0";
-    case v1::KV_Q4_0:
-      return "q4_0";
-    default:
-      return "float16";
-  }
-}
-
 std::string VariantLabel(const std::string& variant) {
   if (variant == "MHA") return "multi-head (MHA)";
   if (variant == "GQA") return "grouped-query (GQA)";

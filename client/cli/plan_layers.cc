@@ -40,8 +40,9 @@ std::string Indices(const v1::LayerGroupPlan& g) {
                       run(runs.back()));
 }
 
-// The state dtype's name as plan_command.cc prints KV types.
-std::string StateDTypeName(v1::KvDType dtype) {
+}  // namespace
+
+std::string KvDTypeName(v1::KvDType dtype) {
   switch (dtype) {
     case v1::KV_FLOAT32:
       return "float32";
@@ -59,8 +60,6 @@ std::string StateDTypeName(v1::KvDType dtype) {
       return "float16";
   }
 }
-
-}  // namespace
 
 std::string LayerKindLabel(const v1::LayerSpec& l) {
   switch (l.kind()) {
@@ -89,7 +88,7 @@ void AddPlanStateFields(const v1::PlanKvCacheResponse& p, Fields* f) {
   if (p.state_bytes_per_sequence() == 0) return;
   f->Add("state per sequence",
          absl::StrCat(BytesWithCount(p.state_bytes_per_sequence()), " in ",
-                      StateDTypeName(p.state_dtype()), ", fixed (included above)"));
+                      KvDTypeName(p.state_dtype()), ", fixed (included above)"));
   if (p.batch() > 1) {
     f->Add(absl::StrCat("  state (", Plural(p.batch(), "sequence", "sequences"), ")"),
            BytesWithCount(p.state_total_bytes()));

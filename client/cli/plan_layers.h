@@ -21,6 +21,9 @@ namespace attend::cli {
 // "state space", "feed-forward".
 std::string LayerKindLabel(const v1::LayerSpec& layer);
 
+// A KV (or state) type's name as plans print it: "bfloat16", "fp8", "q4_0", ...
+std::string KvDTypeName(v1::KvDType dtype);
+
 // Adds "state per sequence" (and the batch's) when some layer holds a state, and "expanded
 // (multi-head)" when some layer is latent.
 void AddPlanStateFields(const v1::PlanKvCacheResponse& plan, Fields* fields);
