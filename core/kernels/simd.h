@@ -4,7 +4,8 @@
 // the machine's bandwidth.
 //
 // Each kernel has a portable scalar version, an AVX2+FMA one and AVX-512 ones (bf16 dot products
-// on vdpbf16ps where the CPU has AVX512-BF16, int8 ones on vpdpbusd where it has AVX512-VNNI);
+// on vdpbf16ps where the CPU has AVX512-BF16, else int8 ones on vpdpbusd where it has
+// AVX512-VNNI);
 // the best set the CPU runs is chosen once per process, at the first call. The build targets
 // no particular CPU: each set is compiled for its instruction set with target attributes.
 //

@@ -31,8 +31,9 @@ struct Kernels {
 const Kernels& Avx2Kernels();
 
 // The AVX-512 kernel sets (simd_avx512.cc), from the least demanding: "avx512" (F, BW, VL, DQ;
-// bf16 and int8 widened to f32), "avx512_vnni" (int8 q.k on vpdpbusd) and "avx512_bf16" (that,
-// and bf16 q.k and p.v on vdpbf16ps). `cpu_ok` says whether this CPU can run each.
+// every kernel at 16 lanes, bf16 and int8 widened to f32), "avx512_vnni" (int8 q.k on
+// vpdpbusd, the AVX2 kernels otherwise) and "avx512_bf16" (bf16 q.k and p.v on vdpbf16ps, the
+// AVX2 kernels otherwise; simd_avx512.cc says why). `cpu_ok` says whether this CPU can run each.
 struct Avx512Set {
   const Kernels* kernels;
   bool cpu_ok;
