@@ -171,7 +171,9 @@ ATTEND_AVX2 void RoundToBf16Avx2(float* x, int64_t n) {
 ATTEND_AVX2 float MaxAvx2(const float* x, int64_t n) {
   __m256 m = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(x + i));
+  // max_ps returns its second operand when either is NaN: with the running maximum second, a
+  // NaN value is skipped instead of replacing (and losing) the lane's maximum so far.
+  for (; i + 8 <= n; i += 8) m = _mm256_max_ps(_mm256_loadu_ps(x + i), m);
   alignas(32) float lanes[8];
   _mm256_store_ps(lanes, m);
   float result = lanes[0];

@@ -41,7 +41,7 @@ float ExpShiftSum(const float* x, float shift, float* y, int64_t n);
 // x[i] = x[i] rounded to the nearest bfloat16 (ties to even), kept as float. REQUIRES: finite.
 void RoundToBf16(float* x, int64_t n);
 
-// The largest of x[0, n); -inf when n == 0.
+// The largest of x[0, n), NaN values left out; -inf when n == 0 (or every value is NaN).
 float Max(const float* x, int64_t n);
 
 // dst[i] = dst[i] * alpha + src[i].

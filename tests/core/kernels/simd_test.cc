@@ -44,6 +44,19 @@ TEST_P(Kernels, MaxAndScaleAdd) {
   EXPECT_EQ(Max(x.data(), 11), 11.5f);
   EXPECT_EQ(Max(x.data(), 7), 9.0f);
   EXPECT_EQ(Max(x.data(), 0), -std::numeric_limits<float>::infinity());
+  // A NaN score (an overflowed q.k) is left out of the maximum, wherever it falls, rather than
+  // dropping the lane's earlier values: ExpShiftSum's shift must be at least every other score.
+  for (size_t at = 0; at < 40; ++at) {
+    std::vector<float> y(40, 1.0f);
+    y[3] = 100.0f;
+    y[at] = std::numeric_limits<float>::quiet_NaN();
+    const float expected = at == 3 ? 1.0f : 100.0f;
+    for (int64_t n : {int64_t{40}, int64_t{33}, int64_t{17}}) {
+      if (static_cast<int64_t>(at) < n) {
+        EXPECT_EQ(Max(y.data(), n), expected) << at << " " << n;
+      }
+    }
+  }
   std::vector<float> dst(11, 2.0f);
   ScaleAdd(dst.data(), 0.5f, x.data(), 11);
   for (size_t i = 0; i < 11; ++i) EXPECT_EQ(dst[i], 1.0f + x[i]);
