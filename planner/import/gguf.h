@@ -36,11 +36,11 @@ inline constexpr uint64_t kMaxGgufKeyBytes = 65535;
 // .attention.key_length, .attention.value_length (defaults embedding_length / head_count and
 // key_length), .attention.sliding_window with .attention.sliding_window_pattern (a period, or one
 // boolean per layer; default: period 2 for gemma2 and gpt-oss, 6 for gemma3, 4 for cohere2,
-// otherwise every layer). With per-layer KV heads the model-wide n_head_kv is their maximum. GGUF does not record
-// tied embeddings: the result says false. Only the key/values named here are kept (at most 256
-// of them, and a duplicate among them is refused); every other value is read past and dropped.
-// Latent attention, hybrids and state-space models as gguf_layers.h describes (their keys are
-// kept too). `name` names the result; empty: general.name, else the architecture.
+// otherwise every layer). With per-layer KV heads the model-wide n_head_kv is their maximum. GGUF
+// does not record tied embeddings: the result says false. Only the key/values named here are kept
+// (at most 256 of them, and a duplicate among them is refused); every other value is read past and
+// dropped. Latent attention, hybrids and state-space models as gguf_layers.h describes (their keys
+// are kept too). `name` names the result; empty: general.name, else the architecture.
 absl::StatusOr<ModelSpec> ImportGguf(absl::string_view bytes, absl::string_view name);
 
 }  // namespace attend::planner

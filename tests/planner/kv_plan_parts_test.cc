@@ -174,12 +174,11 @@ TEST(PlanKvCache, HalvesSumToTheTotalForEveryPresetAndDType) {
           EXPECT_EQ(p.k_bytes_per_sequence, p.v_bytes_per_sequence);
         }
         // Projections are of the plain (and chunked) attention layers only.
-        const bool plain = m.layer_specs.empty() ||
-                           std::any_of(m.layer_specs.begin(), m.layer_specs.end(),
-                                       [](const LayerSpec& l) {
-                                         return l.kind == LayerKind::kAttention ||
-                                                l.kind == LayerKind::kChunkedAttention;
-                                       });
+        const bool plain =
+            m.layer_specs.empty() ||
+            std::any_of(m.layer_specs.begin(), m.layer_specs.end(), [](const LayerSpec& l) {
+              return l.kind == LayerKind::kAttention || l.kind == LayerKind::kChunkedAttention;
+            });
         EXPECT_EQ(p.projections.empty(), m.d_model == 0 || !plain);
       }
     }

@@ -26,6 +26,8 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
+using ::attend::testing::ScopedColumns;
+
 class BenchCliTest : public ::attend::testing::CliServerSuite {
  protected:
   google::protobuf::Struct Json() {
@@ -148,25 +150,6 @@ TEST_F(BenchCliTest, NoEmptyUnarySkipsTheYardstick) {
   ASSERT_EQ(Run({"bench", "--n_kv", "4", "--requests", "3", "--no_empty_unary"}), cli::kExitOk);
   EXPECT_THAT(out_.str(), Not(HasSubstr("empty unary")));
 }
-
-// Sets $COLUMNS for one scope, and restores what it was.
-class ScopedColumns {
- public:
-  explicit ScopedColumns(const char* value) {
-    if (const char* old = std::getenv("COLUMNS")) old_ = old;
-    setenv("COLUMNS", value, 1);
-  }
-  ~ScopedColumns() {
-    if (old_) {
-      setenv("COLUMNS", old_->c_str(), 1);
-    } else {
-      unsetenv("COLUMNS");
-    }
-  }
-
- private:
-  std::optional<std::string> old_;
-};
 
 TEST_F(BenchCliTest, TableFitsColumnsAndWideShowsAll) {
   ScopedColumns columns("60");

@@ -1,8 +1,10 @@
-// A test suite that runs the attend CLI (RunCli) against one shared in-process server, capturing
-// stdout and stderr of each run.
+// ScopedColumns, and a test suite that runs the attend CLI (RunCli) against one shared in-process
+// server, capturing stdout and stderr of each run.
 #ifndef ATTEND_TESTS_CLIENT_CLI_CLI_FIXTURE_H_
 #define ATTEND_TESTS_CLIENT_CLI_CLI_FIXTURE_H_
 
+#include <cstdlib>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -12,6 +14,29 @@
 #include "tests/server/server_fixture.h"
 
 namespace attend::testing {
+
+// Sets $COLUMNS (or unsets it, for nullopt) for one scope, and restores what it was.
+class ScopedColumns {
+ public:
+  explicit ScopedColumns(std::optional<std::string> value) {
+    if (const char* old = std::getenv("COLUMNS")) old_ = old;
+    if (value) {
+      setenv("COLUMNS", value->c_str(), 1);
+    } else {
+      unsetenv("COLUMNS");
+    }
+  }
+  ~ScopedColumns() {
+    if (old_) {
+      setenv("COLUMNS", old_->c_str(), 1);
+    } else {
+      unsetenv("COLUMNS");
+    }
+  }
+
+ private:
+  std::optional<std::string> old_;
+};
 
 class CliServerSuite : public ServerSuite {
  protected:

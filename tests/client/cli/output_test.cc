@@ -22,6 +22,8 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
+using ::attend::testing::ScopedColumns;
+
 class OutputTest : public ::attend::testing::CliServerSuite {};
 
 TEST_F(OutputTest, BenchTakesNHeadWithHeadsAsAnAlias) {
@@ -45,29 +47,6 @@ TEST_F(OutputTest, BenchTakesNHeadWithHeadsAsAnAlias) {
   EXPECT_THAT(out_.str(), HasSubstr("alias of --n_head\n"));
   EXPECT_THAT(out_.str(), HasSubstr("alias of --n_head_kv\n"));
 }
-
-// Sets $COLUMNS (or unsets it, for nullopt) for one scope, and restores what it was.
-class ScopedColumns {
- public:
-  explicit ScopedColumns(std::optional<std::string> value) {
-    if (const char* old = std::getenv("COLUMNS")) old_ = old;
-    if (value) {
-      setenv("COLUMNS", value->c_str(), 1);
-    } else {
-      unsetenv("COLUMNS");
-    }
-  }
-  ~ScopedColumns() {
-    if (old_) {
-      setenv("COLUMNS", old_->c_str(), 1);
-    } else {
-      unsetenv("COLUMNS");
-    }
-  }
-
- private:
-  std::optional<std::string> old_;
-};
 
 std::vector<std::string> Lines(const std::string& text) {
   return absl::StrSplit(text, '\n', absl::SkipEmpty());
@@ -215,7 +194,9 @@ TEST_F(OutputTest, PlanVariantsFitColumns) {
   EXPECT_EQ(table[0], "variant                kv heads  GiB at 4096 tokens  GiB x 2");
   EXPECT_EQ(table.back(), "(group, KiB/token hidden to fit 60 columns; -o wide shows them)");
   for (const std::string& line : table) {
-    if (line[0] != '(') EXPECT_LE(line.size(), 60u) << line;  // the note is prose
+    if (line[0] != '(') {  // the note is prose
+      EXPECT_LE(line.size(), 60u) << line;
+    }
   }
   ASSERT_EQ(Run({"plan", "tiny", "--context", "4096", "--batch", "2", "-o", "wide"}), cli::kExitOk);
   EXPECT_EQ(Section(out_.str(), "variant", "")[0],
