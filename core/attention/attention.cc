@@ -1,8 +1,11 @@
 #include "core/attention/attention.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/attention/tile_attention.h"
 #include "core/base/status_macros.h"
 
 namespace attend {
@@ -91,9 +94,31 @@ absl::StatusOr<AttentionProblem> PrepareAttention(const TensorView& q, const Ten
                                                   const AttentionLimits& limits, int threads) {
   AttentionProblem problem;
   ATTEND_ASSIGN_OR_RETURN(problem.shape_, ValidateAttention(q, k, v, options, limits));
+  const AttentionShape& s = problem.shape_;
   ATTEND_RETURN_IF_ERROR(CheckFinite(q, "q", threads));
-  ATTEND_RETURN_IF_ERROR(CheckFinite(k, "k", threads));
-  ATTEND_RETURN_IF_ERROR(CheckFinite(v, "v", threads));
+  if (tile::UsesKernels(s.n_q, s.group_size())) {
+    // The keys no query sees: between the queries' visible ranges (which move forward with the
+    // query), and before and after them.
+    std::vector<KeyRange> hidden;
+    int64_t next = 0;
+    for (int64_t i = 0; i < s.n_q; ++i) {
+      const KeyRange seen = VisibleKeys(options.mask, s.n_q, s.n_kv, i);
+      if (seen.size() == 0) continue;
+      if (seen.begin > next) hidden.push_back({next, seen.begin});
+      next = std::max(next, seen.end);
+    }
+    if (next < s.n_kv) hidden.push_back({next, s.n_kv});
+    for (const KeyRange& r : hidden) {
+      ATTEND_RETURN_IF_ERROR(CheckRowsFinite(k, r.begin, r.end, "k", threads));
+    }
+    for (const KeyRange& r : hidden) {
+      ATTEND_RETURN_IF_ERROR(CheckRowsFinite(v, r.begin, r.end, "v", threads));
+    }
+    problem.kv_checked_ = false;
+  } else {
+    ATTEND_RETURN_IF_ERROR(CheckFinite(k, "k", threads));
+    ATTEND_RETURN_IF_ERROR(CheckFinite(v, "v", threads));
+  }
   problem.q_ = q;
   problem.k_ = k;
   problem.v_ = v;

@@ -77,6 +77,10 @@ class AttentionProblem {
   const TensorView& v() const { return v_; }
   const AttentionOptions& options() const { return options_; }
   const AttentionShape& shape() const { return shape_; }
+  // Whether every value of k and v was checked to be finite. False for decode-sized problems
+  // (PrepareAttention says why): their keys that some query sees are checked by the computation
+  // itself, and code that reads k or v otherwise must check them first.
+  bool kv_checked() const { return kv_checked_; }
 
  private:
   friend absl::StatusOr<AttentionProblem> PrepareAttention(const TensorView& q, const TensorView& k,
@@ -88,10 +92,16 @@ class AttentionProblem {
   TensorView q_, k_, v_;
   AttentionOptions options_;
   AttentionShape shape_;
+  bool kv_checked_ = true;
 };
 
 // ValidateAttention, then the values: NaN or an infinity in q, k or v is INVALID_ARGUMENT naming
 // the tensor and the element (a large tensor is scanned on up to `threads` threads, 0 = all).
+// For a decode-sized problem (the engine's vector kernels, tile::UsesKernels) only q and the keys
+// no query sees are scanned here: scanning K and V ahead of a computation that reads each of
+// their bytes once would read them twice (decode is memory-bound). A NaN or infinity at a key a
+// query sees makes the output non-finite, and AttentionEngine::Compute then reports it by the
+// same error; kv_checked() is false for such a problem.
 // The views must outlive the problem. REQUIRES: as ValidateAttention.
 absl::StatusOr<AttentionProblem> PrepareAttention(const TensorView& q, const TensorView& k,
                                                   const TensorView& v,

@@ -247,6 +247,8 @@ absl::Status AttentionEngine::Compute(const AttentionProblem& problem, absl::Spa
     w.arithmetic = arithmetic;
     w.output = output.data();
     w.weights = weights.empty() ? nullptr : weights.data();
+    // The heads' rows interleave in the caller's tensor: decode reads them span by span.
+    w.key_span = s.n_head_kv > 1 ? kKernelTile : 0;
   }
   ATTEND_RETURN_IF_ERROR(tile::Run(works, options_.threads, cancel));
 
@@ -257,6 +259,12 @@ absl::Status AttentionEngine::Compute(const AttentionProblem& problem, absl::Spa
       TensorView{DType::kFloat32, {static_cast<int64_t>(output.size())}, output.data()},
       options_.threads);
   if (first_bad >= 0) {
+    // A NaN or infinity among the inputs poisons the output too; a decode-sized problem's k and
+    // v were not scanned beforehand (PrepareAttention): name the tensor and element.
+    if (!problem.kv_checked()) {
+      ATTEND_RETURN_IF_ERROR(CheckFinite(k, "k", options_.threads));
+      ATTEND_RETURN_IF_ERROR(CheckFinite(v, "v", options_.threads));
+    }
     return absl::InvalidArgumentError(
         absl::StrCat("attention output element ", first_bad,
                      " is not finite: the scores (q.k * scale) or the weighted sum of v "

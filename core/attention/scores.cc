@@ -36,6 +36,11 @@ absl::Status ComputeScores(const AttentionProblem& problem, absl::Span<float> sc
         absl::StrCat("score tables hold ", scores.size(), " and ", masked_scores.size(),
                      " elements; the problem has n_head x n_q x n_kv = ", elements));
   }
+  // Every pair is computed here, seen or not: the keys must all be finite.
+  if (!problem.kv_checked()) {
+    const absl::Status finite = CheckFinite(problem.k(), "k", threads);
+    if (!finite.ok()) return finite;
+  }
   const bool bf16 = ResolvePrecision(problem.options().precision, problem.q(), problem.k(),
                                      problem.v()) == Precision::kBFloat16;
   const std::vector<float> q = Operand(problem.q(), bf16);

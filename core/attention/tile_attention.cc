@@ -20,6 +20,7 @@ namespace attend::tile {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr float kMaxFloat = std::numeric_limits<float>::max();
 
 template <typename T>
 T* Buffer(std::vector<T>& buffer, int64_t elements) {
@@ -96,12 +97,22 @@ simd::Rows PrepareOperand(const simd::Rows& src, bool padded, bool bf16_exact, i
 
 // Online-softmax update of row i from its scores `row` (tile-relative columns [lo, hi) visible,
 // the rest of the `width` columns zeroed): returns the factor the row's accumulator must be
-// scaled by before this tile's contribution is added.
+// scaled by before this tile's contribution is added. Sets *overflowed (and leaves the row as it
+// is) when a visible score is not finite.
 float UpdateRow(float* row, int64_t lo, int64_t hi, int64_t width, bool round_bf16, float* max,
-                float* sum) {
+                float* sum, bool* overflowed) {
   std::fill(row, row + lo, 0.0f);
   std::fill(row + hi, row + width, 0.0f);
   if (hi <= lo) return 1.0f;
+  // A score that is not finite (q.k * scale overflowed, or a key held a NaN or an infinity) has
+  // no weight: a -inf one would get exp(-inf) = 0 and drop out unnoticed, and the kernels' Max
+  // skips NaN. The whole call is to fail instead.
+  bool finite = true;
+  for (int64_t j = lo; j < hi; ++j) finite &= std::fabs(row[j]) <= kMaxFloat;
+  if (!finite) {
+    *overflowed = true;
+    return 1.0f;
+  }
   const float new_max = std::max(*max, simd::Max(row + lo, hi - lo));
   const float alpha = *max == kNegInf ? 0.0f : std::exp(*max - new_max);
   const float added = simd::ExpShiftSum(row + lo, new_max, row + lo, hi - lo);
@@ -200,6 +211,7 @@ void State::Reset(int64_t m, int64_t head_dim_v) {
   max.assign(static_cast<size_t>(m), kNegInf);
   sum.assign(static_cast<size_t>(m), 0.0f);
   acc.assign(static_cast<size_t>(m * head_dim_v), 0.0f);
+  overflowed = false;
 }
 
 KeyRange RowKeys(const Job& job, int64_t row) {
@@ -275,7 +287,8 @@ absl::Status RunTileJob(const Job& job, State* state) {
       if (job.weight_rows != nullptr && hi > lo) {
         std::copy(row + lo, row + hi, job.weight_rows[i] + start + lo);
       }
-      alpha[i] = UpdateRow(row, lo, hi, cols, a.round_bf16, &state->max[i], &state->sum[i]);
+      alpha[i] = UpdateRow(row, lo, hi, cols, a.round_bf16, &state->max[i], &state->sum[i],
+                           &state->overflowed);
     }
     if (!kernels) {
       for (int64_t i = m; i < rows; ++i) std::fill_n(s + i * cols, cols, 0.0f);
@@ -313,6 +326,7 @@ absl::Status RunTileJob(const Job& job, State* state) {
 }
 
 void Merge(const State& part, State* into) {
+  into->overflowed |= part.overflowed;
   const int64_t m = static_cast<int64_t>(into->max.size());
   const int64_t dv = m > 0 ? static_cast<int64_t>(into->acc.size()) / m : 0;
   for (int64_t i = 0; i < m; ++i) {
@@ -333,6 +347,10 @@ void Merge(const State& part, State* into) {
 void Finish(const Job& job, const State& state, float* const* out_rows, float* const* weight_rows) {
   const int64_t dv = job.keys->head_dim_v;
   for (int64_t i = 0; i < job.m; ++i) {
+    if (state.overflowed) {
+      std::fill_n(out_rows[i], dv, std::numeric_limits<float>::quiet_NaN());
+      continue;
+    }
     const float inv = state.sum[i] > 0.0f ? 1.0f / state.sum[i] : 0.0f;
     for (int64_t c = 0; c < dv; ++c) out_rows[i][c] = state.acc[i * dv + c] * inv;
     if (weight_rows != nullptr) {
@@ -436,6 +454,9 @@ absl::Status Run(const std::vector<Work>& works, int threads, const Cancellation
     const int64_t tokens = std::max<int64_t>(1, kQueryTileRows / w.group);
     jobs += (w.n_q + tokens - 1) / tokens;
   }
+  const bool by_span = std::all_of(works.begin(), works.end(), [](const Work& w) {
+    return w.key_span > 0 && UsesKernels(w.n_q, w.group);
+  });
   std::vector<Task> tasks;
   int64_t slot = 0;
   for (const Work& w : works) {
@@ -443,9 +464,13 @@ absl::Status Run(const std::vector<Work>& works, int threads, const Cancellation
     const int64_t key_tiles = (w.keys->keys + w.keys->width - 1) / w.keys->width;
     // Fewer jobs than threads (decode over few heads): split each job's keys so that every
     // thread gets a share of the stream.
-    const int64_t splits = jobs >= 2 * threads
-                               ? 1
-                               : std::clamp<int64_t>((2 * threads + jobs - 1) / jobs, 1, key_tiles);
+    int64_t splits = jobs >= 2 * threads
+                         ? 1
+                         : std::clamp<int64_t>((2 * threads + jobs - 1) / jobs, 1, key_tiles);
+    if (by_span) {
+      const int64_t span_tiles = std::max<int64_t>(1, w.key_span / w.keys->width);
+      splits = std::max(splits, (key_tiles + span_tiles - 1) / span_tiles);
+    }
     const int64_t tiles_per_split = (key_tiles + splits - 1) / splits;
     for (int64_t first = 0; first < w.n_q; first += tokens_per_job, ++slot) {
       const int64_t count = std::min(tokens_per_job, w.n_q - first);
@@ -456,6 +481,14 @@ absl::Status Run(const std::vector<Work>& works, int threads, const Cancellation
         tasks.push_back({&w, first, count, kb, ke, slot, splits == 1});
       }
     }
+  }
+  // The order tasks run in: as made, or span by span (Work::key_span; the stable sort keeps the
+  // works' order within a span).
+  std::vector<size_t> order(tasks.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  if (by_span) {
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return tasks[a].key_begin < tasks[b].key_begin; });
   }
   std::vector<State> partials(tasks.size());
   // Only the matmul path converts tiles (decode's kernels read every dtype in place).
@@ -491,19 +524,26 @@ absl::Status Run(const std::vector<Work>& works, int threads, const Cancellation
   if (tasks.size() == 1 || threads == 1) {
     // Without the cap, a call limited to one thread would run oneDNN's matmuls on every CPU.
     const onednn::ScopedThreadLimit limit(threads);
-    for (size_t i = 0; i < tasks.size() && status.ok(); ++i) status = run(i);
+    for (size_t i = 0; i < tasks.size() && status.ok(); ++i) status = run(order[i]);
   } else {
     Mutex mu;
     std::atomic<bool> failed{false};
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-    for (size_t i = 0; i < tasks.size(); ++i) {
-      if (failed.load(std::memory_order_relaxed)) continue;
-      absl::Status task_status = run(i);
+    const auto run_one = [&](size_t i) {
+      if (failed.load(std::memory_order_relaxed)) return;
+      absl::Status task_status = run(order[i]);
       if (!task_status.ok()) {
         MutexLock lock(&mu);
         if (status.ok()) status = task_status;
         failed.store(true, std::memory_order_relaxed);
       }
+    };
+    if (by_span) {
+      // Equal spans: one contiguous run of them per thread (Work::key_span says why).
+#pragma omp parallel for schedule(static) num_threads(threads)
+      for (size_t i = 0; i < tasks.size(); ++i) run_one(i);
+    } else {
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+      for (size_t i = 0; i < tasks.size(); ++i) run_one(i);
     }
   }
   if (!status.ok()) return status;

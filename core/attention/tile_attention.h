@@ -69,6 +69,10 @@ struct State {
   std::vector<float> max;  // [m]
   std::vector<float> sum;  // [m]
   std::vector<float> acc;  // [m, head_dim_v]
+  // A visible score was not finite (q.k * scale overflowed, or a key held a NaN or an
+  // infinity): Finish writes NaN outputs, for the callers' check of the output to report. A
+  // -inf score would otherwise get weight 0 and drop out unnoticed.
+  bool overflowed = false;
   void Reset(int64_t m, int64_t head_dim_v);
 };
 
@@ -110,7 +114,8 @@ absl::Status RunTileJob(const Job& job, State* state);
 // Combines `part` (a later key range of the same rows) into `into`.
 void Merge(const State& part, State* into);
 
-// Writes output row i (acc / sum; 0 for rows that saw nothing) to out_rows[i], and turns the raw
+// Writes output row i (acc / sum; 0 for rows that saw nothing; NaN when state.overflowed) to
+// out_rows[i], and turns the raw
 // scores in weight_rows (if any) into probabilities over each row's visible keys.
 void Finish(const Job& job, const State& state, float* const* out_rows, float* const* weight_rows);
 
@@ -133,6 +138,14 @@ struct Work {
   Arithmetic arithmetic;
   float* output = nullptr;   // [n_q, n_head, head_dim_v]
   float* weights = nullptr;  // [n_head, n_q, keys] (zeroed by the caller) or nullptr
+  // For works whose keys interleave in memory, as the heads of a caller's [n, heads, d] tensor
+  // do. When every work of a Run has key_span > 0 and is decode-sized, the keys are cut into
+  // spans of about this many keys, the tasks are ordered span by span across works (every
+  // work's span 0, then span 1, ...), and each thread takes one contiguous run of them: its own
+  // range of tokens, all heads of a span before the next span. Run head by head instead, each
+  // pass reads a 512-byte piece of every 4 KiB row a page apart, which the hardware prefetchers
+  // do not follow (bench/decode_bench.cc, BM_DecodeLayout: 1.6-1.8x slower).
+  int64_t key_span = 0;
 };
 
 // Runs every work item with up to `threads` OpenMP threads (0 = all), oneDNN's own threads

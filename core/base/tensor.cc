@@ -217,14 +217,32 @@ double LargestFinite(DType dtype) {
   }
 }
 
-absl::Status CheckFinite(const TensorView& view, absl::string_view field, int threads) {
-  const int64_t bad = FirstNonFiniteElement(view, threads);
-  if (bad < 0) return absl::OkStatus();
+namespace {
+
+absl::Status NonFiniteError(const TensorView& view, int64_t bad, absl::string_view field) {
   const float value = view.At(bad);
   return absl::InvalidArgumentError(
       absl::StrCat(field, " holds a non-finite value (",
                    std::isnan(value) ? "NaN" : (value > 0 ? "+inf" : "-inf"), ") at element ", bad,
                    " of ", ShapeToString(view.shape), "; attention inputs must be finite"));
+}
+
+}  // namespace
+
+absl::Status CheckFinite(const TensorView& view, absl::string_view field, int threads) {
+  const int64_t bad = FirstNonFiniteElement(view, threads);
+  return bad < 0 ? absl::OkStatus() : NonFiniteError(view, bad, field);
+}
+
+absl::Status CheckRowsFinite(const TensorView& view, int64_t begin, int64_t end,
+                             absl::string_view field, int threads) {
+  if (end <= begin) return absl::OkStatus();
+  const int64_t row = view.num_elements() / view.dim(0);
+  const TensorView rows{view.dtype,
+                        {(end - begin) * row},
+                        static_cast<const char*>(view.data) + begin * row * DTypeSize(view.dtype)};
+  const int64_t bad = FirstNonFiniteElement(rows, threads);
+  return bad < 0 ? absl::OkStatus() : NonFiniteError(view, begin * row + bad, field);
 }
 
 absl::Status CheckStorable(const TensorView& view, absl::string_view field, DType storage,

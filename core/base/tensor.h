@@ -91,6 +91,11 @@ absl::Status CheckFitsDType(absl::Span<const float> values, DType dtype, absl::s
 // FirstNonFiniteElement.
 absl::Status CheckFinite(const TensorView& view, absl::string_view field, int threads = 1);
 
+// CheckFinite for rows [begin, end) of dimension 0 only; the error names the element by its index
+// in the whole view. REQUIRES: 0 <= begin <= end <= view.dim(0).
+absl::Status CheckRowsFinite(const TensorView& view, int64_t begin, int64_t end,
+                             absl::string_view field, int threads = 1);
+
 // CheckFinite for values about to be stored as `storage`: also INVALID_ARGUMENT for a finite
 // value that `storage` cannot hold ("v holds 3.4e+38 at element 13 of [4, 1, 8], beyond what
 // BFLOAT16 storage holds ...").

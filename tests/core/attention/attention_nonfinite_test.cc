@@ -1,0 +1,101 @@
+// Non-finite inputs and overflowing scores: whatever path a call takes (the decode kernels of
+// every set this CPU runs, or the matmuls of a prefill), a NaN or infinity anywhere in q, k or v
+// is INVALID_ARGUMENT naming the tensor and the element, and scores that overflow float32 in
+// either direction are reported rather than dropped.
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/attention/attention_engine.h"
+#include "core/attention/tile_attention.h"
+#include "core/kernels/simd.h"
+#include "tests/test_util.h"
+
+namespace attend {
+namespace {
+
+using ::attend::testing::StatusIs;
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+class ScopedKernels {
+ public:
+  explicit ScopedKernels(const std::string& name) { EXPECT_TRUE(simd::testing::UseKernels(name)); }
+  ~ScopedKernels() { simd::testing::UseScalarKernels(false); }
+};
+
+absl::Status Attend(const std::vector<float>& q, Shape q_shape, const std::vector<float>& k,
+                    const std::vector<float>& v, Shape kv_shape, const AttentionOptions& options,
+                    bool weights) {
+  const TensorView qv{DType::kFloat32, q_shape, q.data()};
+  const TensorView kv{DType::kFloat32, kv_shape, k.data()};
+  const TensorView vv{DType::kFloat32, kv_shape, v.data()};
+  std::vector<float> out(static_cast<size_t>(q_shape[0] * q_shape[1] * kv_shape[2]));
+  std::vector<float> w(weights ? static_cast<size_t>(q_shape[1] * q_shape[0] * kv_shape[0]) : 0);
+  return AttentionEngine().Compute(qv, kv, vv, options, {}, absl::MakeSpan(out), absl::MakeSpan(w),
+                                   nullptr);
+}
+
+// One large score in a row of small ones overflows to -inf when q and k point opposite ways:
+// exp(-inf) is 0, so unless it is caught that key silently drops out of the softmax.
+TEST(NonFinite, ScoresThatOverflowToMinusInfinityAreReported) {
+  for (const std::string& set : simd::testing::RunnableKernels()) {
+    const ScopedKernels kernels(set);
+    for (const int64_t n_q : {1, 32}) {  // the decode kernels, then the matmul path
+      SCOPED_TRACE(absl::StrCat(set, " n_q ", n_q));
+      const int64_t n_kv = 40, d = 4;
+      std::vector<float> q(static_cast<size_t>(n_q * d), 1e20f);
+      std::vector<float> k(static_cast<size_t>(n_kv * d), 1e-21f), v(k.size(), 1.0f);
+      for (int64_t c = 0; c < d; ++c) k[static_cast<size_t>(7 * d + c)] = -1e20f;
+      EXPECT_EQ(tile::UsesKernels(n_q, 1), n_q == 1);
+      EXPECT_THAT(Attend(q, {n_q, 1, d}, k, v, {n_kv, 1, d}, {}, false),
+                  StatusIs(absl::StatusCode::kInvalidArgument, {"overflowed float32"}));
+    }
+  }
+}
+
+// Generated cases: decode- and prefill-sized calls, GQA groups, masks that hide keys from every
+// query (a sliding window) or none, with and without weights; one NaN, +inf or -inf at a random
+// element of q, k or v, where queries see it or not.
+TEST(NonFinite, EveryNonFiniteInputIsNamedWithItsElement) {
+  std::mt19937 rng(20261201);
+  const std::vector<std::string> sets = simd::testing::RunnableKernels();
+  const char* const kFields[] = {"q", "k", "v"};
+  const float kBad[] = {std::numeric_limits<float>::quiet_NaN(), kInf, -kInf};
+  const char* const kBadNames[] = {"NaN", "+inf", "-inf"};
+  for (int c = 0; c < 600; ++c) {
+    const ScopedKernels kernels(sets[static_cast<size_t>(c) % sets.size()]);
+    const int64_t n_head_kv = 1 + rng() % 3, group = 1 + rng() % 4, d = 1 + rng() % 40;
+    const int64_t n_q = rng() % 4 == 0 ? 17 + rng() % 20 : 1 + rng() % 3;
+    const int64_t n_kv = n_q + rng() % 700;
+    AttentionOptions options;
+    options.mask.causal = rng() % 2 == 0;
+    if (rng() % 3 == 0) options.mask.window = 1 + rng() % 50;
+    const int field = static_cast<int>(rng() % 3), bad = static_cast<int>(rng() % 3);
+    const Shape q_shape{n_q, n_head_kv * group, d}, kv_shape{n_kv, n_head_kv, d};
+    std::normal_distribution<float> normal;
+    std::vector<float> inputs[3];
+    inputs[0].resize(static_cast<size_t>(n_q * n_head_kv * group * d));
+    inputs[1].resize(static_cast<size_t>(n_kv * n_head_kv * d));
+    inputs[2].resize(inputs[1].size());
+    for (auto& x : inputs) {
+      for (float& e : x) e = normal(rng);
+    }
+    const size_t element = rng() % inputs[field].size();
+    inputs[field][element] = kBad[bad];
+    SCOPED_TRACE(absl::StrCat("case ", c, " ", simd::KernelName(), ": n_q ", n_q, " n_kv ", n_kv,
+                              " heads ", n_head_kv, "x", group, " d ", d, " causal ",
+                              options.mask.causal, " window ", options.mask.window, "; ",
+                              kFields[field], "[", element, "] = ", kBadNames[bad]));
+    EXPECT_THAT(Attend(inputs[0], q_shape, inputs[1], inputs[2], kv_shape, options, c % 2 == 0),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         {absl::StrCat(kFields[field], " holds a non-finite value (",
+                                       kBadNames[bad], ") at element ", element, " of ")}));
+  }
+}
+
+}  // namespace
+}  // namespace attend
