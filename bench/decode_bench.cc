@@ -9,6 +9,9 @@
 // their arithmetic ceiling, against the core's FMA throughput. Two cores at that rate are what
 // decode could reach if memory were free; below the read bandwidth, decode is compute-bound.
 //
+// BM_DecodeLayout runs the same kernels over a 128 MiB sequence in memory in three layouts and
+// orders, nothing of the engine around them: what the layout alone costs.
+//
 // BM_ReadWithFmas is the read bandwidth probe's loop with arithmetic added: F 8-lane FMAs on
 // every 32 bytes read, the density of the decode kernels (a GQA group of 4 query heads: f32
 // storage 4, bf16 8, int8 16), with no widening and no other work. It is what a perfect kernel
@@ -325,6 +328,74 @@ void BM_ReadWithFmas(benchmark::State& state) {
   state.counters["ratio_best"] = bytes / times.Best() / limits.read_bytes_per_second;
 }
 
+// The decode kernels over a long f32 sequence already in memory (128 MiB: 16384 tokens of 8 KV
+// heads x 128, K then V), with nothing of the engine or the cache around them: which memory
+// layout and order can stream at the read probe's rate. arg `layout`:
+//   0: each head's rows contiguous (as in the KV cache's blocks); the threads take heads;
+//   1: rows of every head side by side ([tokens, heads, d], a caller's tensor), head by head
+//      (each pass reads a 512-byte piece of every 4 KiB row); the threads take heads;
+//   2: the same tensor span by span: 64 tokens, all heads, then the next 64; each thread its
+//      own half of the tokens (what the engine does, tile::Work::key_span).
+// Fixed weights stand in for the softmax (its cost is not the question here).
+void BM_DecodeLayout(benchmark::State& state) {
+  const int layout = static_cast<int>(state.range(0));
+  MeasureMachineLimits();
+  constexpr int64_t kTokens = 16384, kGroup = kHeads / kKvHeads, kSpan = 64;
+  constexpr int64_t kElements = kTokens * kKvHeads * kDim;  // of K, and of V
+  const LargeMemory memory = LargeMemory::Map(2 * kElements * 4);
+  if (!memory) {
+    state.SkipWithError("cannot map 128 MiB");
+    return;
+  }
+  float* const k = reinterpret_cast<float*>(memory.data());
+  float* const v = k + kElements;
+#pragma omp parallel for
+  for (int64_t i = 0; i < 2 * kElements; ++i) k[i] = 1e-3f * static_cast<float>(i % 7);
+  const std::vector<float> q = Random(kGroup * kDim, 4);
+  const int64_t stride = layout == 0 ? kDim : kKvHeads * kDim;
+  // Row t of head h.
+  const auto row = [&](float* base, int64_t h, int64_t t) {
+    return layout == 0 ? base + (h * kTokens + t) * kDim : base + (t * kKvHeads + h) * kDim;
+  };
+  // Both kernels over rows [t0, t0 + n) of head h.
+  const auto step = [&](int64_t h, int64_t t0, int64_t n, float* scores, float* out) {
+    simd::DotRows(q.data(), kGroup, kDim, {row(k, h, t0), DType::kFloat32, stride}, n, scores, n);
+    for (int64_t i = 0; i < kGroup * n; ++i) scores[i] = 1.0f / kTokens;
+    simd::AccumulateRows(scores, n, kGroup, {row(v, h, t0), DType::kFloat32, stride}, n, kDim, out);
+  };
+  StepTimes times;
+  const MachineLimits before = MeasureLimitsNow();
+  for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
+#pragma omp parallel
+    {
+      std::vector<float> scores(kGroup * kTokens), out(kGroup * kDim, 0.0f);
+      if (layout == 2) {
+        const int64_t share = kTokens / omp_get_num_threads();
+        const int64_t begin = omp_get_thread_num() * share;
+        for (int64_t t = begin; t < begin + share; t += kSpan) {
+          for (int64_t h = 0; h < kKvHeads; ++h) step(h, t, kSpan, scores.data(), out.data());
+        }
+      } else {
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t h = 0; h < kKvHeads; ++h) step(h, 0, kTokens, scores.data(), out.data());
+      }
+      benchmark::DoNotOptimize(out.data());
+    }
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    state.SetIterationTime(elapsed);
+    times.Add(elapsed);
+  }
+  const MachineLimits limits = BetterOf(before, MeasureLimitsNow());
+  const double bytes = 2.0 * kElements * 4;
+  state.counters["KV_GBs"] = bytes / times.Median() / 1e9;
+  state.counters["read_bw_GBs"] = limits.read_bytes_per_second / 1e9;
+  state.counters["ratio"] = bytes / times.Median() / limits.read_bytes_per_second;
+  state.counters["ratio_best"] = bytes / times.Best() / limits.read_bytes_per_second;
+  state.SetLabel(simd::KernelName());
+}
+
 BENCHMARK(BM_DecodeKernel)
     ->ArgNames({"storage", "kernels"})
     ->ArgsProduct({{0, 1, 2}, {-1}})
@@ -341,6 +412,13 @@ BENCHMARK(BM_ReadWithFmas)
     ->Arg(4)
     ->Arg(8)
     ->Arg(16)
+    ->Unit(benchmark::kMillisecond)
+    ->UseManualTime()
+    ->Iterations(20);
+
+BENCHMARK(BM_DecodeLayout)
+    ->ArgName("layout")
+    ->DenseRange(0, 2)
     ->Unit(benchmark::kMillisecond)
     ->UseManualTime()
     ->Iterations(20);
