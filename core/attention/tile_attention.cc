@@ -211,7 +211,7 @@ void State::Reset(int64_t m, int64_t head_dim_v) {
   max.assign(static_cast<size_t>(m), kNegInf);
   sum.assign(static_cast<size_t>(m), 0.0f);
   acc.assign(static_cast<size_t>(m * head_dim_v), 0.0f);
-  overflowed = false;
+  overflowed.assign(static_cast<size_t>(m), 0);
 }
 
 KeyRange RowKeys(const Job& job, int64_t row) {
@@ -287,8 +287,10 @@ absl::Status RunTileJob(const Job& job, State* state) {
       if (job.weight_rows != nullptr && hi > lo) {
         std::copy(row + lo, row + hi, job.weight_rows[i] + start + lo);
       }
-      alpha[i] = UpdateRow(row, lo, hi, cols, a.round_bf16, &state->max[i], &state->sum[i],
-                           &state->overflowed);
+      bool overflowed = false;
+      alpha[i] =
+          UpdateRow(row, lo, hi, cols, a.round_bf16, &state->max[i], &state->sum[i], &overflowed);
+      if (overflowed) state->overflowed[i] = 1;
     }
     if (!kernels) {
       for (int64_t i = m; i < rows; ++i) std::fill_n(s + i * cols, cols, 0.0f);
@@ -326,10 +328,10 @@ absl::Status RunTileJob(const Job& job, State* state) {
 }
 
 void Merge(const State& part, State* into) {
-  into->overflowed |= part.overflowed;
   const int64_t m = static_cast<int64_t>(into->max.size());
   const int64_t dv = m > 0 ? static_cast<int64_t>(into->acc.size()) / m : 0;
   for (int64_t i = 0; i < m; ++i) {
+    into->overflowed[i] |= part.overflowed[i];
     const float a = into->max[i], b = part.max[i];
     if (b == kNegInf) continue;
     const float new_max = std::max(a, b);
@@ -347,7 +349,7 @@ void Merge(const State& part, State* into) {
 void Finish(const Job& job, const State& state, float* const* out_rows, float* const* weight_rows) {
   const int64_t dv = job.keys->head_dim_v;
   for (int64_t i = 0; i < job.m; ++i) {
-    if (state.overflowed) {
+    if (state.overflowed[i]) {
       std::fill_n(out_rows[i], dv, std::numeric_limits<float>::quiet_NaN());
       continue;
     }

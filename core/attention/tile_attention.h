@@ -69,10 +69,10 @@ struct State {
   std::vector<float> max;  // [m]
   std::vector<float> sum;  // [m]
   std::vector<float> acc;  // [m, head_dim_v]
-  // A visible score was not finite (q.k * scale overflowed, or a key held a NaN or an
-  // infinity): Finish writes NaN outputs, for the callers' check of the output to report. A
-  // -inf score would otherwise get weight 0 and drop out unnoticed.
-  bool overflowed = false;
+  // [m]: 1 when one of the row's visible scores was not finite (q.k * scale overflowed, or a key
+  // held a NaN or an infinity): Finish writes NaN to the row's output, for the callers' check of
+  // the output to report. A -inf score would otherwise get weight 0 and drop out unnoticed.
+  std::vector<uint8_t> overflowed;
   void Reset(int64_t m, int64_t head_dim_v);
 };
 
@@ -114,7 +114,7 @@ absl::Status RunTileJob(const Job& job, State* state);
 // Combines `part` (a later key range of the same rows) into `into`.
 void Merge(const State& part, State* into);
 
-// Writes output row i (acc / sum; 0 for rows that saw nothing; NaN when state.overflowed) to
+// Writes output row i (acc / sum; 0 for rows that saw nothing; NaN for overflowed rows) to
 // out_rows[i], and turns the raw
 // scores in weight_rows (if any) into probabilities over each row's visible keys.
 void Finish(const Job& job, const State& state, float* const* out_rows, float* const* weight_rows);

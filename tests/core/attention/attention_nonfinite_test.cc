@@ -57,6 +57,33 @@ TEST(NonFinite, ScoresThatOverflowToMinusInfinityAreReported) {
   }
 }
 
+// The error names the first output element that is not finite: in the head whose score
+// overflowed, not in the other heads of its group.
+TEST(NonFinite, OverflowNamesTheOutputOfTheHeadThatOverflowed) {
+  for (const std::string& set : simd::testing::RunnableKernels()) {
+    const ScopedKernels kernels(set);
+    for (const int64_t n_q : {1, 32}) {
+      for (const float sign : {1.0f, -1.0f}) {
+        for (int64_t head = 0; head < 4; ++head) {
+          SCOPED_TRACE(absl::StrCat(set, " n_q ", n_q, " sign ", sign, " head ", head));
+          const int64_t n_kv = 3, d = 2, heads = 4;
+          std::vector<float> q(static_cast<size_t>(n_q * heads * d), 1.0f);
+          std::vector<float> k(static_cast<size_t>(n_kv * d), 1.0f), v(k.size(), 1.0f);
+          q[static_cast<size_t>(head * d)] = 2e19f;
+          q[static_cast<size_t>(head * d + 1)] = 0.0f;
+          k[static_cast<size_t>(d)] = sign * 2e19f;
+          k[static_cast<size_t>(d + 1)] = 0.0f;
+          AttentionOptions options;
+          options.scale = 1.0f;
+          EXPECT_THAT(Attend(q, {n_q, heads, d}, k, v, {n_kv, 1, d}, options, false),
+                      StatusIs(absl::StatusCode::kInvalidArgument,
+                               {absl::StrCat("output element ", head * d, " is not finite")}));
+        }
+      }
+    }
+  }
+}
+
 // Generated cases: decode- and prefill-sized calls, GQA groups, masks that hide keys from every
 // query (a sliding window) or none, with and without weights; one NaN, +inf or -inf at a random
 // element of q, k or v, where queries see it or not.
