@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/half.h"
+#include "core/base/status_macros.h"
 
 namespace attend {
 namespace {
@@ -37,10 +38,7 @@ absl::Status ComputeScores(const AttentionProblem& problem, absl::Span<float> sc
                      " elements; the problem has n_head x n_q x n_kv = ", elements));
   }
   // Every pair is computed here, seen or not: the keys must all be finite.
-  if (!problem.kv_checked()) {
-    const absl::Status finite = CheckFinite(problem.k(), "k", threads);
-    if (!finite.ok()) return finite;
-  }
+  if (!problem.kv_checked()) ATTEND_RETURN_IF_ERROR(CheckFinite(problem.k(), "k", threads));
   const bool bf16 = ResolvePrecision(problem.options().precision, problem.q(), problem.k(),
                                      problem.v()) == Precision::kBFloat16;
   const std::vector<float> q = Operand(problem.q(), bf16);

@@ -80,6 +80,20 @@ void UseScalarKernels(bool scalar);
 // As the functions above; tests switch sets between cases.
 using ::attend::simd::RunnableKernels;
 using ::attend::simd::UseKernels;
+
+// Uses the set `name` while it lives (ok() false, and no change, when this CPU cannot run it),
+// then the CPU's best again.
+class ScopedKernels {
+ public:
+  explicit ScopedKernels(std::string_view name) : ok_(UseKernels(name)) {}
+  ~ScopedKernels() { UseScalarKernels(false); }
+  ScopedKernels(const ScopedKernels&) = delete;
+  ScopedKernels& operator=(const ScopedKernels&) = delete;
+  bool ok() const { return ok_; }
+
+ private:
+  bool ok_;
+};
 }  // namespace testing
 
 }  // namespace attend::simd

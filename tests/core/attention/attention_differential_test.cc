@@ -297,12 +297,6 @@ std::vector<float> Encoded(const std::vector<float>& output, DType dtype) {
   return out;
 }
 
-class ScopedKernels {
- public:
-  explicit ScopedKernels(const std::string& name) { EXPECT_TRUE(simd::testing::UseKernels(name)); }
-  ~ScopedKernels() { simd::testing::UseScalarKernels(false); }  // back to the best
-};
-
 // The largest error / tolerance ratio seen, by what was compared.
 using Margins = std::map<std::string, double>;
 
@@ -329,7 +323,8 @@ void CheckCase(const Case& c, Margins* margins, std::string* engine_name) {
   std::vector<float> weights(c.want_weights ? static_cast<size_t>(shape->weight_elements()) : 0);
   AttentionStats stats;
   {
-    const ScopedKernels kernels(c.kernels);
+    const simd::testing::ScopedKernels kernels(c.kernels);
+    EXPECT_TRUE(kernels.ok()) << c.kernels;
     const AttentionEngine engine(EngineOptions{c.threads});
     const absl::Status status =
         engine.Compute(q.view, k.view, v.view, options, AttentionLimits{}, absl::MakeSpan(output),

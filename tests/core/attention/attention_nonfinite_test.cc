@@ -17,15 +17,10 @@
 namespace attend {
 namespace {
 
+using ::attend::simd::testing::ScopedKernels;
 using ::attend::testing::StatusIs;
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
-
-class ScopedKernels {
- public:
-  explicit ScopedKernels(const std::string& name) { EXPECT_TRUE(simd::testing::UseKernels(name)); }
-  ~ScopedKernels() { simd::testing::UseScalarKernels(false); }
-};
 
 absl::Status Attend(const std::vector<float>& q, Shape q_shape, const std::vector<float>& k,
                     const std::vector<float>& v, Shape kv_shape, const AttentionOptions& options,
@@ -44,6 +39,7 @@ absl::Status Attend(const std::vector<float>& q, Shape q_shape, const std::vecto
 TEST(NonFinite, ScoresThatOverflowToMinusInfinityAreReported) {
   for (const std::string& set : simd::testing::RunnableKernels()) {
     const ScopedKernels kernels(set);
+    ASSERT_TRUE(kernels.ok()) << set;
     for (const int64_t n_q : {1, 32}) {  // the decode kernels, then the matmul path
       SCOPED_TRACE(absl::StrCat(set, " n_q ", n_q));
       const int64_t n_kv = 40, d = 4;
@@ -62,6 +58,7 @@ TEST(NonFinite, ScoresThatOverflowToMinusInfinityAreReported) {
 TEST(NonFinite, OverflowNamesTheOutputOfTheHeadThatOverflowed) {
   for (const std::string& set : simd::testing::RunnableKernels()) {
     const ScopedKernels kernels(set);
+    ASSERT_TRUE(kernels.ok()) << set;
     for (const int64_t n_q : {1, 32}) {
       for (const float sign : {1.0f, -1.0f}) {
         for (int64_t head = 0; head < 4; ++head) {
@@ -95,6 +92,7 @@ TEST(NonFinite, EveryNonFiniteInputIsNamedWithItsElement) {
   const char* const kBadNames[] = {"NaN", "+inf", "-inf"};
   for (int c = 0; c < 600; ++c) {
     const ScopedKernels kernels(sets[static_cast<size_t>(c) % sets.size()]);
+    ASSERT_TRUE(kernels.ok());
     const int64_t n_head_kv = 1 + rng() % 3, group = 1 + rng() % 4, d = 1 + rng() % 40;
     const int64_t n_q = rng() % 4 == 0 ? 17 + rng() % 20 : 1 + rng() % 3;
     const int64_t n_kv = n_q + rng() % 700;
