@@ -125,14 +125,16 @@ class KvCacheService::StreamReactor
       return;
     }
     const bool queued =
-        SubmitToPool(service_->pool_, service_->metrics_, "DecodeStream", [this, received](double) {
-          const absl::Status status =
-              service_->DoDecodeBatch(request_, &response_, &cancel_, "DecodeStream");
-          if (status.ok()) {
-            service_->metrics_->DecodeStepDone("DecodeStream", SecondsSince(received));
-          }
-          Answer(status);
-        });
+        SubmitToPool(service_->pool_, service_->metrics_, "DecodeStream",
+                     [this, received](double queue_seconds) {
+                       const absl::Status status =
+                           service_->DoDecodeBatch(request_, &response_, &cancel_, "DecodeStream");
+                       if (status.ok()) {
+                         service_->metrics_->DecodeStepDone("DecodeStream", SecondsSince(received));
+                         response_.mutable_stats()->set_queue_seconds(queue_seconds);
+                       }
+                       Answer(status);
+                     });
     if (!queued) {
       response_.Clear();
       Answer(absl::ResourceExhaustedError(

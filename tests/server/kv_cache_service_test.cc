@@ -188,6 +188,9 @@ TEST_F(KvCacheServiceTest, DecodeBatchComputesEverySequence) {
   ASSERT_TRUE(stub_->DecodeBatch(&context, request, &response).ok());
   ASSERT_EQ(response.results_size(), 3);
   EXPECT_EQ(response.request_id(), 77u);
+  // What a client subtracts from its latency to see the RPC's own cost.
+  EXPECT_GT(response.stats().queue_seconds(), 0.0);
+  EXPECT_GT(response.stats().compute_seconds(), 0.0);
   for (int s = 0; s < 3; ++s) {
     EXPECT_EQ(response.results(s).sequence_id(), "batch" + std::to_string(s));
     EXPECT_EQ(response.results(s).layer_tokens(), 6 + s);
@@ -233,6 +236,10 @@ TEST_F(KvCacheServiceTest, DecodeStreamAnswersInOrderAndSurvivesBadMessages) {
   EXPECT_NE(responses[3].error().message().find("layer 9 is out of range"), std::string::npos);
   ExpectNear(Floats(responses[4].results(0).output()), Reference(t, 3, 2), 2e-5);
   EXPECT_EQ(responses[4].results(0).layer_tokens(), 3);  // the bad messages appended nothing
+  for (int i : {0, 2, 4}) {  // as DecodeBatch's: the time waited for a worker, and computing
+    EXPECT_GT(responses[i].stats().queue_seconds(), 0.0) << i;
+    EXPECT_GT(responses[i].stats().compute_seconds(), 0.0) << i;
+  }
 }
 
 TEST_F(KvCacheServiceTest, ForkTruncateListRelease) {
