@@ -26,6 +26,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -54,11 +55,14 @@ DType StorageOf(int64_t arg) {
 }
 
 // args: context, batch, storage (0 f32, 1 bf16, 2 int8), threads (0 = all; ratios are against
-// the bandwidth measured with all threads)
+// the bandwidth measured with all threads), and idle: 0 evicts the
+// caches before each step; n > 0 instead sleeps n microseconds, untimed, as a server does between
+// steps: the caches stay warm and idle OpenMP threads fall asleep.
 void BM_DecodeBatch(benchmark::State& state) {
   const int64_t context = state.range(0), batch = state.range(1);
   const DType storage = StorageOf(state.range(2));
   const int threads = static_cast<int>(state.range(3));
+  const int64_t idle_us = state.range(4);
   MeasureMachineLimits();
 
   kv::KvCacheOptions options;
@@ -144,7 +148,11 @@ void BM_DecodeBatch(benchmark::State& state) {
   StepTimes times;
   const MachineLimits before = MeasureLimitsNow();
   for (auto _ : state) {
-    benchmark::DoNotOptimize(EvictCaches());
+    if (idle_us > 0) {
+      std::this_thread::sleep_for(std::chrono::microseconds(idle_us));
+    } else {
+      benchmark::DoNotOptimize(EvictCaches());
+    }
     const auto start = std::chrono::steady_clock::now();
     auto results = cache.DecodeBatch(0, steps, Precision::kAuto, &stats);
     const double elapsed =
@@ -424,11 +432,20 @@ BENCHMARK(BM_DecodeLayout)
     ->Iterations(20);
 
 BENCHMARK(BM_DecodeBatch)
-    ->ArgNames({"context", "batch", "storage", "threads"})
-    ->ArgsProduct({{1024, 4096, 16384}, {1, 16}, {0, 1, 2}, {0}})
-    ->Args({4096, 1, 0, 1})
-    ->Args({4096, 1, 1, 1})
+    ->ArgNames({"context", "batch", "storage", "threads", "idle"})
+    ->ArgsProduct({{1024, 4096, 16384}, {1, 16}, {0, 1, 2}, {0}, {0}})
+    ->Args({4096, 1, 0, 1, 0})
+    ->Args({4096, 1, 1, 1, 0})
     ->Unit(benchmark::kMillisecond)
+    ->UseManualTime()
+    ->Iterations(20);
+
+// Short contexts, warm, 2 ms apart, on one thread and on all: where splitting a step across
+// threads stops paying for waking them.
+BENCHMARK(BM_DecodeBatch)
+    ->ArgNames({"context", "batch", "storage", "threads", "idle"})
+    ->ArgsProduct({{16, 64, 256, 1024}, {1, 4}, {0, 1}, {0, 1}, {2000}})
+    ->Unit(benchmark::kMicrosecond)
     ->UseManualTime()
     ->Iterations(20);
 

@@ -447,6 +447,19 @@ void RowsOf(const Task& task, std::vector<float*>* out_rows, std::vector<float*>
   }
 }
 
+// Whether every work is decode-sized and all of them together read fewer than
+// kSerialDecodeBytes of keys and values.
+bool SmallDecode(const std::vector<Work>& works) {
+  int64_t bytes = 0;
+  for (const Work& w : works) {
+    if (!UsesKernels(w.n_q, w.group)) return false;
+    const int64_t row = (w.keys->head_dim + w.keys->head_dim_v) * DTypeSize(w.keys->dtype);
+    bytes += w.keys->keys * row;
+    if (bytes >= kSerialDecodeBytes) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 absl::Status Run(const std::vector<Work>& works, int threads, const Cancellation* cancel) {
@@ -459,6 +472,7 @@ absl::Status Run(const std::vector<Work>& works, int threads, const Cancellation
   const bool by_span = std::all_of(works.begin(), works.end(), [](const Work& w) {
     return w.key_span > 0 && UsesKernels(w.n_q, w.group);
   });
+  if (threads > 1 && SmallDecode(works)) threads = 1;
   std::vector<Task> tasks;
   int64_t slot = 0;
   for (const Work& w : works) {

@@ -33,6 +33,11 @@ namespace attend::tile {
 inline constexpr int64_t kMatmulRows = 16;
 // The matmul path pads the folded query rows to a multiple of this.
 inline constexpr int64_t kQueryTileRows = 64;
+// Decode-sized calls that read fewer bytes of keys and values than this run on the calling
+// thread. Waking an idle OpenMP thread and joining it costs tens of microseconds on a small VM,
+// as long as one thread takes to read about a megabyte (bench/decode_bench.cc, BM_DecodeBatch
+// with idle > 0: a 32/8-head bf16 step over ~200 tokens took 49 us on one thread, 66 on two).
+inline constexpr int64_t kSerialDecodeBytes = int64_t{1} << 20;
 
 // Where one key/value head's keys and values are: tile i covers keys [i * width, ...).
 class KeyTiles {
@@ -149,9 +154,9 @@ struct Work {
 };
 
 // Runs every work item with up to `threads` OpenMP threads (0 = all), oneDNN's own threads
-// included; the calling thread's OpenMP setting is the same afterwards. When `cancel` is set
-// (polled between tiles) it stops soon after and returns CANCELLED; the outputs are then
-// partial.
+// included (one, when every work is decode-sized and they read under kSerialDecodeBytes); the
+// calling thread's OpenMP setting is the same afterwards. When `cancel` is set (polled between
+// tiles) it stops soon after and returns CANCELLED; the outputs are then partial.
 absl::Status Run(const std::vector<Work>& works, int threads, const Cancellation* cancel = nullptr);
 
 // Whether the jobs of a call with n_q queries and `group` query heads per key/value head take
