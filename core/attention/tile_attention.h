@@ -35,8 +35,9 @@ inline constexpr int64_t kMatmulRows = 16;
 inline constexpr int64_t kQueryTileRows = 64;
 // Decode-sized calls that read fewer bytes of keys and values than this run on the calling
 // thread. Waking an idle OpenMP thread and joining it costs tens of microseconds on a small VM,
-// as long as one thread takes to read about a megabyte (bench/decode_bench.cc, BM_DecodeBatch
-// with idle > 0: a 32/8-head bf16 step over ~200 tokens took 49 us on one thread, 66 on two).
+// about what one thread takes to read a megabyte: on a 2-vCPU Zen 4, `attend bench --rpc decode`
+// with 32/8 heads, d 128, bf16, ~200 tokens (800 KB) computed a step in 49 us on one thread and
+// 66 on two; at ~2,100 tokens (8.6 MB), 406-482 on one and 391-441 on two.
 inline constexpr int64_t kSerialDecodeBytes = int64_t{1} << 20;
 
 // Where one key/value head's keys and values are: tile i covers keys [i * width, ...).
