@@ -1,9 +1,10 @@
 // `attend bench`: the server's latency and throughput as a client sees them. Requests go through
 // the client library from --concurrency threads sharing one channel; each request's wall time
 // is set beside the compute and queue times the server reports in its stats, so that what the
-// RPC itself costs (encoding, transport, decoding, scheduling) shows as the difference. In the
-// same run, on the same channel with as many callers and calls, Health/Check (the empty unary)
-// gives that cost a yardstick: each RPC's per-call overhead is printed as a ratio to it.
+// RPC itself costs (encoding, transport, decoding, scheduling) shows as the difference.
+// Health/Check (the empty unary), timed on the same channel with as many callers and calls in
+// rounds that alternate with the RPC's, gives that cost a yardstick: each RPC's per-call
+// overhead is printed as a ratio to it.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -154,27 +155,24 @@ struct Measurement {
   double wall = 0;
 };
 
-// --warmup calls that are not measured (the connection, server-side primitives and caches),
-// then --requests calls from --concurrency threads, with a progress line on `err` when
-// `progress`. The first failure ends the run: a benchmark of failing calls measures nothing.
-absl::StatusOr<Measurement> Measure(const Workload& work, const BenchOptions& o, std::ostream* err,
-                                    bool progress) {
-  for (int64_t i = 0; i < o.warmup; ++i) {
-    if (absl::StatusOr<Sample> s = work.call(0); !s.ok()) return s.status();
-  }
-  Measurement m;
-  m.samples.resize(static_cast<size_t>(o.workers));
+// Rounds that the RPC's calls and the empty unary's alternate in. A shared VM drifts: its
+// Health/Check latency moved between 150 and 220 us from one run to the next minutes apart, and
+// measured one after the other the RPC and its yardstick saw different machines.
+constexpr int64_t kRounds = 10;
+
+// `requests` calls of `work` from `workers` threads, added to `m` (samples and wall time), each
+// counted in `done`. The first failure ends the round and is returned.
+absl::Status MeasureRound(const Workload& work, int workers, int64_t requests,
+                          std::atomic<int64_t>* done, Measurement* m) {
   std::atomic<int64_t> next{0};
   std::atomic<bool> failed{false};
   std::mutex error_mu;
   absl::Status first_error;
-  std::atomic<int64_t> done{0};
-  ProgressLine line(err, progress, absl::StrCat("bench ", work.rpc), o.requests, &done);
   const auto wall_start = std::chrono::steady_clock::now();
   std::vector<std::thread> threads;
-  for (int w = 0; w < o.workers; ++w) {
+  for (int w = 0; w < workers; ++w) {
     threads.emplace_back([&, w] {
-      while (!failed.load() && next.fetch_add(1) < o.requests) {
+      while (!failed.load() && next.fetch_add(1) < requests) {
         absl::StatusOr<Sample> s = work.call(w);
         if (!s.ok()) {
           std::lock_guard<std::mutex> lock(error_mu);
@@ -182,15 +180,56 @@ absl::StatusOr<Measurement> Measure(const Workload& work, const BenchOptions& o,
           failed.store(true);
           return;
         }
-        m.samples[static_cast<size_t>(w)].push_back(*s);
-        done.fetch_add(1);
+        m->samples[static_cast<size_t>(w)].push_back(*s);
+        done->fetch_add(1);
       }
     });
   }
   for (std::thread& t : threads) t.join();
-  m.wall = Since(wall_start);
+  m->wall += Since(wall_start);
+  return first_error;
+}
+
+// A run's calls, and the empty unary's when it was timed.
+struct Measured {
+  Measurement work;
+  std::optional<Measurement> empty_unary;
+  int64_t rounds = 1;
+};
+
+// --warmup calls of `work` (and of `empty_unary` when set) that are not measured (the
+// connection, server-side primitives and caches), then --requests calls of each from
+// --concurrency threads, in up to kRounds alternating rounds, with a progress line on `err`
+// when `progress`. The first failure ends the run: a benchmark of failing calls measures nothing.
+absl::StatusOr<Measured> Measure(const Workload& work, const Workload* empty_unary,
+                                 const BenchOptions& o, std::ostream* err, bool progress) {
+  for (int64_t i = 0; i < o.warmup; ++i) {
+    if (absl::StatusOr<Sample> s = work.call(0); !s.ok()) return s.status();
+    if (empty_unary == nullptr) continue;
+    if (absl::StatusOr<Sample> s = empty_unary->call(0); !s.ok()) return s.status();
+  }
+  Measured m;
+  m.work.samples.resize(static_cast<size_t>(o.workers));
+  if (empty_unary != nullptr) {
+    m.empty_unary.emplace().samples.resize(static_cast<size_t>(o.workers));
+    m.rounds = std::min(kRounds, o.requests);
+  }
+  std::atomic<int64_t> done{0};
+  ProgressLine line(err, progress,
+                    absl::StrCat("bench ", work.rpc,
+                                 empty_unary != nullptr ? absl::StrCat(" and ", empty_unary->rpc)
+                                                        : std::string()),
+                    o.requests * (empty_unary != nullptr ? 2 : 1), &done);
+  for (int64_t r = 0; r < m.rounds; ++r) {
+    const int64_t requests = o.requests * (r + 1) / m.rounds - o.requests * r / m.rounds;
+    if (absl::Status s = MeasureRound(work, o.workers, requests, &done, &m.work); !s.ok()) return s;
+    if (empty_unary == nullptr) continue;
+    if (absl::Status s = MeasureRound(*empty_unary, o.workers, requests, &done, &*m.empty_unary);
+        !s.ok()) {
+      return s;
+    }
+  }
   line.Stop();
-  if (!first_error.ok()) return first_error;
   return m;
 }
 
@@ -203,6 +242,7 @@ struct BenchResult {
   bool server_times = false;  // compute, queue and overhead are known
   int64_t flops = 0;
   double compute_total = 0;  // seconds
+  int64_t rounds = 1;        // the empty unary's: rounds it alternated with the RPC's calls in
 };
 
 BenchResult Tally(const Measurement& m) {
@@ -282,7 +322,8 @@ void PrintBenchJson(Context& c, const Workload& work, const BenchOptions& o, con
   const std::optional<OverheadRatio> ratio = Ratio(r, empty);
   if (empty) {
     *c.out << ", \"empty_unary\": {\"rpc\": \"grpc.health.v1.Health/Check\", \"requests\": "
-           << empty->done << ", \"latency_seconds\": " << SummaryJson(empty->latency) << "}";
+           << empty->done << ", \"rounds\": " << empty->rounds
+           << ", \"latency_seconds\": " << SummaryJson(empty->latency) << "}";
   } else {
     *c.out << ", \"empty_unary\": null";
   }
@@ -338,7 +379,9 @@ void PrintBenchText(Context& c, const Workload& work, const BenchOptions& o, con
               "decoding and scheduling of the RPC\n";
   }
   if (empty) {
-    *c.out << "empty unary = Health/Check latency on the same channel, as many callers and calls\n";
+    *c.out << "empty unary = Health/Check latency on the same channel, as many callers and calls,\n"
+           << "  in " << Plural(empty->rounds, "round", "rounds")
+           << " alternating with the RPC's\n";
   }
   if (const std::optional<OverheadRatio> ratio = Ratio(r, empty)) {
     PrintRatio(*c.out, o, work, *ratio);
@@ -361,16 +404,16 @@ int RunBench(Context& c) {
                           options->rpc == "decode_stream", rng);
   }
   if (!work.ok()) return ReportError(c, work.status());
-  absl::StatusOr<Measurement> measured = Measure(*work, *options, c.err, c.err_is_terminal);
+  const Workload health = HealthWorkload(c.Channel(), c.connection.deadline);
+  absl::StatusOr<Measured> measured =
+      Measure(*work, options->empty_unary ? &health : nullptr, *options, c.err, c.err_is_terminal);
   work->cleanup();
   if (!measured.ok()) return ReportError(c, measured.status());
-  const BenchResult result = Tally(*measured);
+  const BenchResult result = Tally(measured->work);
   std::optional<BenchResult> empty;
-  if (options->empty_unary) {
-    absl::StatusOr<Measurement> baseline = Measure(
-        HealthWorkload(c.Channel(), c.connection.deadline), *options, c.err, c.err_is_terminal);
-    if (!baseline.ok()) return ReportError(c, baseline.status());
-    empty = Tally(*baseline);
+  if (measured->empty_unary) {
+    empty = Tally(*measured->empty_unary);
+    empty->rounds = measured->rounds;
   }
   if (c.json) {
     PrintBenchJson(c, *work, *options, result, empty);
@@ -396,9 +439,10 @@ std::vector<Command> BenchCommands() {
        "(one layer each), prefills --n_kv tokens, times DecodeBatch steps (each adds a token) and\n"
        "releases the sequences at the end; --rpc decode_stream does the same over one "
        "DecodeStream\n"
-       "per caller and times each step (message written to response read). Then, on the same\n"
-       "channel with as many callers and calls, Health/Check (the empty unary) is timed, and\n"
-       "each RPC's per-call overhead is printed as a ratio to it (--no_empty_unary skips it).\n"
+       "per caller and times each step (message written to response read). Health/Check (the\n"
+       "empty unary) is timed on the same channel with as many callers and calls, in up to 10\n"
+       "rounds that alternate with the RPC's so that both see the machine alike, and each RPC's\n"
+       "per-call overhead is printed as a ratio to it (--no_empty_unary skips it).\n"
        "On a terminal a progress line shows on stderr. The run stops at the first failed call\n"
        "and reports it.\n"
        "Examples:\n  attend bench\n"

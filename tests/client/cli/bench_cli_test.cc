@@ -102,6 +102,8 @@ TEST_F(BenchCliTest, OverheadIsARatioToTheEmptyUnaryOfTheSameRun) {
   EXPECT_EQ(At(r, "empty_unary.rpc").string_value(), "grpc.health.v1.Health/Check");
   EXPECT_EQ(Number(r, "empty_unary.requests"), 20);
   EXPECT_GT(Number(r, "empty_unary.latency_seconds.p50"), 0);
+  // Measured in alternating rounds of 2 calls each, so that both see the machine alike.
+  EXPECT_EQ(Number(r, "empty_unary.rounds"), 10);
   // With server times, the per-call overhead is the overhead.
   EXPECT_EQ(Number(r, "per_call_overhead_seconds.p50"), Number(r, "overhead_seconds.p50"));
   EXPECT_NEAR(Number(r, "overhead_ratio.p50"),
@@ -114,6 +116,8 @@ TEST_F(BenchCliTest, OverheadIsARatioToTheEmptyUnaryOfTheSameRun) {
 
   ASSERT_EQ(Run(Decode("decode_stream", {"--requests", "5", "--json"})), cli::kExitOk);
   EXPECT_EQ(Number(Json(), "overhead_ratio_goal"), 1.0);
+  EXPECT_EQ(Number(Json(), "empty_unary.rounds"), 5);  // never a round without a call
+  EXPECT_EQ(Number(Json(), "empty_unary.requests"), 5);
   ASSERT_EQ(Run(Decode("decode", {"--requests", "5", "--batch", "2", "--json"})), cli::kExitOk);
   EXPECT_TRUE(IsNull(Json(), "overhead_ratio_goal"));
   // Without server times the whole latency is the per-call overhead.
@@ -181,11 +185,10 @@ TEST_F(BenchCliTest, ProgressOnlyOnATerminal) {
                          "softmax", "--n_kv", "4", "--requests", "20"},
                         out, err, terminal),
             cli::kExitOk);
-  // Drawn at once for the RPC and for the empty unary, each cleared at its end; stdout as
-  // without a terminal.
+  // One line for the RPC's calls and the empty unary's, which alternate, cleared at its end;
+  // stdout as without a terminal.
   const std::string e = err.str();
-  EXPECT_THAT(e, HasSubstr("\rbench Softmax: 0/20 requests"));
-  EXPECT_THAT(e, HasSubstr("\rbench Health/Check: 0/20 requests"));
+  EXPECT_THAT(e, HasSubstr("\rbench Softmax and Health/Check: 0/40 requests"));
   EXPECT_THAT(e.substr(e.rfind('\r', e.size() - 2)), ::testing::MatchesRegex("\r *\r"));
   EXPECT_EQ(e.find('\n'), std::string::npos);
   EXPECT_THAT(out.str(), HasSubstr("bench Softmax on"));
