@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/attention/tile_attention.h"
 #include "core/base/status_macros.h"
 #include "server/parse_errors.h"
 #include "server/status_convert.h"
@@ -124,17 +125,14 @@ class KvCacheService::StreamReactor
                                                       "attend.v1.DecodeBatchRequest")));
       return;
     }
+    if (service_->RunsHere(request_)) {
+      service_->metrics_->QueueWaited("DecodeStream", 0.0);
+      Step(received, 0.0);
+      return;
+    }
     const bool queued =
         SubmitToPool(service_->pool_, service_->metrics_, "DecodeStream",
-                     [this, received](double queue_seconds) {
-                       const absl::Status status =
-                           service_->DoDecodeBatch(request_, &response_, &cancel_, "DecodeStream");
-                       if (status.ok()) {
-                         service_->metrics_->DecodeStepDone("DecodeStream", SecondsSince(received));
-                         response_.mutable_stats()->set_queue_seconds(queue_seconds);
-                       }
-                       Answer(status);
-                     });
+                     [this, received](double queue_seconds) { Step(received, queue_seconds); });
     if (!queued) {
       response_.Clear();
       Answer(absl::ResourceExhaustedError(
@@ -158,6 +156,17 @@ class KvCacheService::StreamReactor
   }
 
  private:
+  // Decodes request_ into response_ and writes it.
+  void Step(std::chrono::steady_clock::time_point received, double queue_seconds) {
+    const absl::Status status =
+        service_->DoDecodeBatch(request_, &response_, &cancel_, "DecodeStream");
+    if (status.ok()) {
+      service_->metrics_->DecodeStepDone("DecodeStream", SecondsSince(received));
+      response_.mutable_stats()->set_queue_seconds(queue_seconds);
+    }
+    Answer(status);
+  }
+
   void Answer(const absl::Status& status) {
     if (!status.ok()) {
       const uint64_t id = request_.request_id();
@@ -338,20 +347,29 @@ absl::Status KvCacheService::DoDecodeBatch(const v1::DecodeBatchRequest& request
   return absl::OkStatus();
 }
 
+bool KvCacheService::RunsHere(const v1::DecodeBatchRequest& request) const {
+  // More steps than this go to a worker whatever their size: decoding and encoding each one's
+  // tensors is work of its own.
+  constexpr int kStepsRunHere = 64;
+  if (request.steps_size() > kStepsRunHere) return false;
+  std::vector<absl::string_view> ids;
+  ids.reserve(static_cast<size_t>(request.steps_size()));
+  for (const v1::DecodeStep& step : request.steps()) ids.push_back(step.sequence_id());
+  return cache_->DecodeReadBytes(ids) < tile::kSerialDecodeBytes;
+}
+
 grpc::ServerUnaryReactor* KvCacheService::DecodeBatch(grpc::CallbackServerContext* context,
                                                       const v1::DecodeBatchRequest* request,
                                                       v1::DecodeBatchResponse* response) {
   const auto received = std::chrono::steady_clock::now();
-  return RunOnPool(context, "DecodeBatch", pool_, metrics_, gate_,
-                   [this, request, response, received](const CallWork& call) {
-                     absl::Status status =
-                         DoDecodeBatch(*request, response, call.cancel, "DecodeBatch");
-                     if (status.ok()) {
-                       metrics_->DecodeStepDone("DecodeBatch", SecondsSince(received));
-                     }
-                     response->mutable_stats()->set_queue_seconds(call.queue_seconds);
-                     return status;
-                   });
+  auto work = [this, request, response, received](const CallWork& call) {
+    absl::Status status = DoDecodeBatch(*request, response, call.cancel, "DecodeBatch");
+    if (status.ok()) metrics_->DecodeStepDone("DecodeBatch", SecondsSince(received));
+    response->mutable_stats()->set_queue_seconds(call.queue_seconds);
+    return status;
+  };
+  if (RunsHere(*request)) return RunHere(context, "DecodeBatch", metrics_, gate_, work);
+  return RunOnPool(context, "DecodeBatch", pool_, metrics_, gate_, std::move(work));
 }
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* KvCacheService::DecodeStream(

@@ -79,6 +79,10 @@ class KvCacheService final : public KvCacheCallbackService {
 
   absl::Status DoAppend(const v1::AppendRequest& request, v1::AppendResponse* response,
                         const Cancellation* cancel);
+  // Whether a decode request is small enough to run on the gRPC thread that received it: at
+  // most 64 steps, reading under tile::kSerialDecodeBytes of K/V in all (the size
+  // that runs on one thread anyway). Reads the cache's estimate; waits for no sequence.
+  bool RunsHere(const v1::DecodeBatchRequest& request) const;
 
   const ServiceLimits limits_;
   kv::KvCache* cache_;

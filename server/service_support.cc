@@ -55,6 +55,37 @@ bool SubmitToPool(WorkerPool* pool, Metrics* metrics, absl::string_view method,
   return queued;
 }
 
+namespace {
+
+// Finishes the call with `work`'s status, unless the call was cancelled or its deadline passed
+// before the work started (`queue_seconds` after it arrived).
+void RunWork(grpc::CallbackServerContext* context, PoolReactor* reactor,
+             const std::function<absl::Status(const CallWork& call)>& work, double queue_seconds) {
+  if (reactor->cancel.cancelled() || context->IsCancelled()) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::CANCELLED,
+                                 "the call was cancelled before its work started"));
+    return;
+  }
+  if (context->deadline() < std::chrono::system_clock::now()) {
+    reactor->Finish(grpc::Status(
+        grpc::StatusCode::DEADLINE_EXCEEDED,
+        absl::StrCat("the deadline passed after ", queue_seconds,
+                     " s waiting for a worker; the server is busy or the deadline too short")));
+    return;
+  }
+  absl::Status status;
+  try {
+    status = work(CallWork{queue_seconds, &reactor->cancel});
+  } catch (const std::bad_alloc&) {
+    status = absl::ResourceExhaustedError("the server ran out of memory for this request");
+  } catch (const std::exception& e) {
+    status = absl::InternalError(absl::StrCat("unexpected error: ", e.what()));
+  }
+  reactor->Finish(ToGrpcStatus(status));
+}
+
+}  // namespace
+
 grpc::ServerUnaryReactor* RunOnPool(grpc::CallbackServerContext* context, absl::string_view method,
                                     WorkerPool* pool, Metrics* metrics, CallGate* gate,
                                     std::function<absl::Status(const CallWork& call)> work) {
@@ -65,28 +96,7 @@ grpc::ServerUnaryReactor* RunOnPool(grpc::CallbackServerContext* context, absl::
   }
   const bool queued = SubmitToPool(
       pool, metrics, method, [context, reactor, work = std::move(work)](double queue_seconds) {
-        if (reactor->cancel.cancelled() || context->IsCancelled()) {
-          reactor->Finish(grpc::Status(grpc::StatusCode::CANCELLED,
-                                       "the call was cancelled before its work started"));
-          return;
-        }
-        if (context->deadline() < std::chrono::system_clock::now()) {
-          reactor->Finish(grpc::Status(
-              grpc::StatusCode::DEADLINE_EXCEEDED,
-              absl::StrCat(
-                  "the deadline passed after ", queue_seconds,
-                  " s waiting for a worker; the server is busy or the deadline too short")));
-          return;
-        }
-        absl::Status status;
-        try {
-          status = work(CallWork{queue_seconds, &reactor->cancel});
-        } catch (const std::bad_alloc&) {
-          status = absl::ResourceExhaustedError("the server ran out of memory for this request");
-        } catch (const std::exception& e) {
-          status = absl::InternalError(absl::StrCat("unexpected error: ", e.what()));
-        }
-        reactor->Finish(ToGrpcStatus(status));
+        RunWork(context, reactor, work, queue_seconds);
       });
   if (!queued) {
     reactor->Finish(grpc::Status(
@@ -94,6 +104,19 @@ grpc::ServerUnaryReactor* RunOnPool(grpc::CallbackServerContext* context, absl::
         absl::StrCat("the server is busy: ", pool->queued(),
                      " requests are already queued (--max_queued_requests); retry later")));
   }
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* RunHere(grpc::CallbackServerContext* context, absl::string_view method,
+                                  Metrics* metrics, CallGate* gate,
+                                  const std::function<absl::Status(const CallWork& call)>& work) {
+  auto* reactor = new PoolReactor();
+  if (!gate->Admitted(context)) {
+    reactor->Finish(ShuttingDown());
+    return reactor;
+  }
+  metrics->QueueWaited(method, 0.0);
+  RunWork(context, reactor, work, 0.0);
   return reactor;
 }
 

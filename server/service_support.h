@@ -60,6 +60,15 @@ grpc::ServerUnaryReactor* RunOnPool(grpc::CallbackServerContext* context, absl::
                                     WorkerPool* pool, Metrics* metrics, CallGate* gate,
                                     std::function<absl::Status(const CallWork& call)> work);
 
+// As RunOnPool, but runs `work` at once on the calling thread (one of gRPC's), for work too
+// small to be worth handing over: waking a worker and the hand back cost tens of microseconds
+// on a small VM. It waits for no worker (attend_queue_seconds counts 0 for it, and CallWork's
+// queue_seconds is 0). REQUIRES: `work` is short (tens of microseconds): it holds a gRPC thread,
+// which neither a full queue nor --worker_threads limits.
+grpc::ServerUnaryReactor* RunHere(grpc::CallbackServerContext* context, absl::string_view method,
+                                  Metrics* metrics, CallGate* gate,
+                                  const std::function<absl::Status(const CallWork& call)>& work);
+
 // The status a draining server refuses new calls with.
 grpc::Status ShuttingDown();
 

@@ -577,6 +577,18 @@ absl::StatusOr<int64_t> KvCache::Release(absl::string_view id) {
   return freed * pool_.block_bytes();
 }
 
+int64_t KvCache::DecodeReadBytes(absl::Span<const absl::string_view> ids) {
+  int64_t bytes = 0;
+  for (absl::string_view id : ids) {
+    absl::StatusOr<std::shared_ptr<Sequence>> sequence = registry_->Find(id);
+    if (!sequence.ok()) continue;
+    const Sequence& s = **sequence;
+    const int64_t tokens = s.total_tokens.load(std::memory_order_relaxed) / s.config.layers;
+    bytes += tokens * s.layout.token_bytes();
+  }
+  return bytes;
+}
+
 absl::StatusOr<SequenceInfo> KvCache::Get(absl::string_view id) {
   ATTEND_ASSIGN_OR_RETURN(const std::shared_ptr<Sequence> sequence, registry_->Find(id));
   MutexLock lock(&sequence->mu);

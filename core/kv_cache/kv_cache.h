@@ -171,6 +171,12 @@ class KvCache {
                                                         const Cancellation* cancel = nullptr,
                                                         DType output_dtype = DType::kFloat32);
 
+  // Bytes of keys and values one decode step of these sequences reads in one layer: each one's
+  // tokens (averaged over its layers) times its bytes per token and layer, scales included;
+  // unknown and released ids count 0. An estimate for choosing where to run a step: it waits
+  // for no sequence's lock, and the sequences may change before the step runs.
+  int64_t DecodeReadBytes(absl::Span<const absl::string_view> ids);
+
   // A new sequence sharing the first `tokens` (default: every layer's common length) of
   // `source`, copy-on-write. INVALID_ARGUMENT when `tokens` is negative, OUT_OF_RANGE past the
   // source's common length.

@@ -188,8 +188,8 @@ TEST_F(KvCacheServiceTest, DecodeBatchComputesEverySequence) {
   ASSERT_TRUE(stub_->DecodeBatch(&context, request, &response).ok());
   ASSERT_EQ(response.results_size(), 3);
   EXPECT_EQ(response.request_id(), 77u);
-  // What a client subtracts from its latency to see the RPC's own cost.
-  EXPECT_GT(response.stats().queue_seconds(), 0.0);
+  // A step this small ran on the thread that received it: it waited for no worker.
+  EXPECT_EQ(response.stats().queue_seconds(), 0.0);
   EXPECT_GT(response.stats().compute_seconds(), 0.0);
   for (int s = 0; s < 3; ++s) {
     EXPECT_EQ(response.results(s).sequence_id(), "batch" + std::to_string(s));
@@ -236,10 +236,86 @@ TEST_F(KvCacheServiceTest, DecodeStreamAnswersInOrderAndSurvivesBadMessages) {
   EXPECT_NE(responses[3].error().message().find("layer 9 is out of range"), std::string::npos);
   ExpectNear(Floats(responses[4].results(0).output()), Reference(t, 3, 2), 2e-5);
   EXPECT_EQ(responses[4].results(0).layer_tokens(), 3);  // the bad messages appended nothing
-  for (int i : {0, 2, 4}) {  // as DecodeBatch's: the time waited for a worker, and computing
-    EXPECT_GT(responses[i].stats().queue_seconds(), 0.0) << i;
+  for (int i : {0, 2, 4}) {  // as DecodeBatch's: small steps run where they were received
+    EXPECT_EQ(responses[i].stats().queue_seconds(), 0.0) << i;
     EXPECT_GT(responses[i].stats().compute_seconds(), 0.0) << i;
   }
+}
+
+// Steps that read a megabyte or more of K/V go to a worker and report the time they waited
+// for it; smaller ones run on the thread that received them, in a DecodeBatch as in a
+// DecodeStream, and compute the same.
+TEST_F(KvCacheServiceTest, LargeStepsRunOnAWorkerAndSmallOnesWhereReceived) {
+  constexpr int64_t kLong = 8300;  // x 128 bytes of f32 K/V per token: just over 1 MiB
+  const Tokens t = Make(kLong + 1, 31);
+  const Tokens u = Make(5, 32);
+  v1::SequenceInfo info;
+  ASSERT_TRUE(Create("long", &info, v1::FLOAT32, 1).ok());
+  ASSERT_TRUE(Create("short", &info, v1::FLOAT32, 1).ok());
+  // k and v only (no attention needed), in chunks under the fixture's tensor limit.
+  const auto prefill = [&](const std::string& id) {
+    for (int64_t from = 0; from < kLong; from += 4000) {
+      v1::AppendRequest chunk = AppendOf(id, 0, t, from, std::min<int64_t>(4000, kLong - from));
+      chunk.clear_q();
+      v1::AppendResponse r;
+      const grpc::Status status = Append(chunk, &r);
+      ASSERT_TRUE(status.ok()) << status.error_message();
+    }
+  };
+  prefill("long");
+  v1::AppendResponse appended;
+  ASSERT_TRUE(Append(AppendOf("short", 0, u, 0, 3), &appended).ok());
+  const auto step = [&](const std::string& id, const Tokens& tokens, int64_t pos) {
+    v1::DecodeBatchRequest request;
+    const v1::AppendRequest one = AppendOf(id, 0, tokens, pos, 1);
+    v1::DecodeStep* s = request.add_steps();
+    s->set_sequence_id(id);
+    *s->mutable_q() = one.q();
+    *s->mutable_k() = one.k();
+    *s->mutable_v() = one.v();
+    return request;
+  };
+  v1::DecodeBatchResponse big, small;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub_->DecodeBatch(&context, step("long", t, kLong), &big).ok());
+  }
+  EXPECT_GT(big.stats().queue_seconds(), 0.0);
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub_->DecodeBatch(&context, step("short", u, 3), &small).ok());
+  }
+  EXPECT_EQ(small.stats().queue_seconds(), 0.0);
+  ASSERT_EQ(small.results_size(), 1);
+  ExpectNear(Floats(small.results(0).output()), Reference(u, 4, 3), 2e-5);
+
+  // The same two on a stream, the long one first: both answered, in order.
+  ASSERT_TRUE(Create("long2", &info, v1::FLOAT32, 1).ok());
+  prefill("long2");
+  grpc::ClientContext context;
+  auto stream = stub_->DecodeStream(&context);
+  v1::DecodeBatchRequest first = step("long2", t, kLong), second = step("short", u, 4);
+  first.set_request_id(1);
+  second.set_request_id(2);
+  ASSERT_TRUE(stream->Write(first));
+  ASSERT_TRUE(stream->Write(second));
+  stream->WritesDone();
+  std::vector<v1::DecodeBatchResponse> responses;
+  v1::DecodeBatchResponse response;
+  while (stream->Read(&response)) responses.push_back(response);
+  ASSERT_TRUE(stream->Finish().ok());
+  ASSERT_EQ(responses.size(), 2u);
+  EXPECT_EQ(responses[0].request_id(), 1u);
+  EXPECT_EQ(responses[1].request_id(), 2u);
+  EXPECT_GT(responses[0].stats().queue_seconds(), 0.0);
+  EXPECT_EQ(responses[1].stats().queue_seconds(), 0.0);
+  // The stream's long step computes what the unary's did; its short one, the reference.
+  ASSERT_FALSE(responses[0].has_error()) << responses[0].error().message();
+  ASSERT_FALSE(responses[1].has_error()) << responses[1].error().message();
+  const std::vector<float> unary = Floats(big.results(0).output());
+  ExpectNear(Floats(responses[0].results(0).output()),
+             std::vector<double>(unary.begin(), unary.end()), 1e-6);
+  ExpectNear(Floats(responses[1].results(0).output()), Reference(u, 5, 4), 2e-5);
 }
 
 TEST_F(KvCacheServiceTest, ForkTruncateListRelease) {

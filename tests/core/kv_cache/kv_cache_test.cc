@@ -308,6 +308,27 @@ TEST(KvCache, DecodeBatchEqualsSeparateAppends) {
   EXPECT_EQ(stats.attended_pairs, 8 * (11 + 16 + 21 + 26 + 31));
 }
 
+TEST(KvCache, DecodeReadBytesIsWhatAStepOfTheSequencesReads) {
+  const Shape shape{8, 2, 16};
+  KvCache cache(SmallCache());
+  const Tokens t = MakeTokens(40, shape, 7);
+  ASSERT_OK(cache.Create(Config(shape, DType::kFloat32), "f32", 0));
+  ASSERT_OK(cache.Create(Config(shape, DType::kInt8), "int8", 0));
+  for (int64_t layer : {0, 1}) {
+    ASSERT_OK(cache.Append(layer, t.Input("f32", 0, 30), Precision::kAuto, false, nullptr));
+    ASSERT_OK(cache.Append(layer, t.Input("int8", 0, 12), Precision::kAuto, false, nullptr));
+  }
+  // Per token and layer: 2 heads x (16 + 16) values, int8 with a float scale for k and for v.
+  const int64_t f32 = 30 * 2 * 32 * 4, int8 = 12 * 2 * (32 + 8);
+  const std::vector<absl::string_view> both = {"f32", "int8"};
+  EXPECT_EQ(cache.DecodeReadBytes(both), f32 + int8);
+  const std::vector<absl::string_view> unknown = {"f32", "nobody", "f32"};
+  EXPECT_EQ(cache.DecodeReadBytes(unknown), 2 * f32);  // unknown ids count nothing
+  ASSERT_OK(cache.Release("int8"));
+  const std::vector<absl::string_view> released = {"int8"};
+  EXPECT_EQ(cache.DecodeReadBytes(released), 0);
+}
+
 TEST(KvCache, ForkSharesBlocksUntilTheBranchesDiverge) {
   const Shape shape{2, 1, 16};
   KvCache cache(SmallCache(int64_t{1} << 20, 4096));  // 4096 / (1 x 32 x 2) = 64 tokens per block
