@@ -163,7 +163,8 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                         .Name("attend_queue_seconds")
                         .Help(
                             "Time from submission to the worker pool to a worker picking the "
-                            "request up")
+                            "request up (0 for small decode steps, which run on the gRPC thread "
+                            "that received them)")
                         .Register(*registry_);
   tokens_appended_ = &prometheus::BuildCounter()
                           .Name("attend_tokens_appended_total")
