@@ -20,7 +20,6 @@ namespace attend::tile {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-constexpr float kMaxFloat = std::numeric_limits<float>::max();
 
 template <typename T>
 T* Buffer(std::vector<T>& buffer, int64_t elements) {
@@ -106,10 +105,16 @@ float UpdateRow(float* row, int64_t lo, int64_t hi, int64_t width, bool round_bf
   if (hi <= lo) return 1.0f;
   // A score that is not finite (q.k * scale overflowed, or a key held a NaN or an infinity) has
   // no weight: a -inf one would get exp(-inf) = 0 and drop out unnoticed, and the kernels' Max
-  // skips NaN. The whole call is to fail instead.
-  bool finite = true;
-  for (int64_t j = lo; j < hi; ++j) finite &= std::fabs(row[j]) <= kMaxFloat;
-  if (!finite) {
+  // skips NaN. The whole call is to fail instead. The check looks at the bits (magnitude at
+  // least infinity's), without branches, so that it vectorises: comparing the floats did not,
+  // and that scalar loop took 5-8% of a prefill's time.
+  uint32_t not_finite = 0;
+  for (int64_t j = lo; j < hi; ++j) {
+    uint32_t bits;
+    std::memcpy(&bits, row + j, sizeof(bits));
+    not_finite |= static_cast<uint32_t>((bits & 0x7fffffffu) >= 0x7f800000u);
+  }
+  if (not_finite != 0) {
     *overflowed = true;
     return 1.0f;
   }
