@@ -158,7 +158,7 @@ struct Measurement {
 // Rounds that the RPC's calls and the empty unary's alternate in. A shared VM drifts: its
 // Health/Check latency moved between 150 and 220 us from one run to the next minutes apart, and
 // measured one after the other the RPC and its yardstick saw different machines.
-constexpr int64_t kRounds = 10;
+constexpr int64_t kRounds = 10, kCallsPerRound = 20;
 
 // `requests` calls of `work` from `workers` threads, added to `m` (samples and wall time), each
 // counted in `done`. The first failure ends the round and is returned.
@@ -199,8 +199,9 @@ struct Measured {
 
 // --warmup calls of `work` (and of `empty_unary` when set) that are not measured (the
 // connection, server-side primitives and caches), then --requests calls of each from
-// --concurrency threads, in up to kRounds alternating rounds, with a progress line on `err`
-// when `progress`. The first failure ends the run: a benchmark of failing calls measures nothing.
+// --concurrency threads, in up to kRounds alternating rounds of at least kCallsPerRound calls
+// per caller, with a progress line on `err` when `progress`. The first failure ends the run: a
+// benchmark of failing calls measures nothing.
 absl::StatusOr<Measured> Measure(const Workload& work, const Workload* empty_unary,
                                  const BenchOptions& o, std::ostream* err, bool progress) {
   for (int64_t i = 0; i < o.warmup; ++i) {
@@ -212,7 +213,9 @@ absl::StatusOr<Measured> Measure(const Workload& work, const Workload* empty_una
   m.work.samples.resize(static_cast<size_t>(o.workers));
   if (empty_unary != nullptr) {
     m.empty_unary.emplace().samples.resize(static_cast<size_t>(o.workers));
-    m.rounds = std::min(kRounds, o.requests);
+    // At least kCallsPerRound calls per caller in each round: callers that run out of calls
+    // near a round's end lower its concurrency, and that share stays small.
+    m.rounds = std::clamp<int64_t>(o.requests / (o.workers * kCallsPerRound), 1, kRounds);
   }
   std::atomic<int64_t> done{0};
   ProgressLine line(err, progress,
@@ -441,8 +444,9 @@ std::vector<Command> BenchCommands() {
        "DecodeStream\n"
        "per caller and times each step (message written to response read). Health/Check (the\n"
        "empty unary) is timed on the same channel with as many callers and calls, in up to 10\n"
-       "rounds that alternate with the RPC's so that both see the machine alike, and each RPC's\n"
-       "per-call overhead is printed as a ratio to it (--no_empty_unary skips it).\n"
+       "rounds that alternate with the RPC's (each of at least 20 calls per caller) so that both\n"
+       "see the machine alike, and each RPC's per-call overhead is printed as a ratio to it\n"
+       "(--no_empty_unary skips it).\n"
        "On a terminal a progress line shows on stderr. The run stops at the first failed call\n"
        "and reports it.\n"
        "Examples:\n  attend bench\n"
