@@ -66,13 +66,15 @@ absl::Status RunPagedAttention(absl::Span<const PagedProblem> problems, Precisio
   heads.reserve(total_heads);  // Work keeps pointers into it
   works.reserve(total_heads);
   int64_t pairs = 0, flops = 0;
-  bool any_bf16 = false, any_emulated = false, any_int8 = false, any_kernels = false;
+  bool any_f32 = false, any_bf16 = false, any_emulated = false, any_int8 = false,
+       any_kernels = false;
   for (const PagedProblem& p : problems) {
     if (p.n == 0) continue;
     const BlockLayout& layout = *p.layout;
     const bool bf16 = precision == Precision::kBFloat16 ||
                       (precision == Precision::kAuto && layout.dtype == DType::kBFloat16);
     const bool native = bf16 && HasBf16Matmul();
+    any_f32 |= !bf16;
     any_bf16 |= bf16;
     any_emulated |= bf16 && !native;
     any_int8 |= layout.quantized();
@@ -115,7 +117,9 @@ absl::Status RunPagedAttention(absl::Span<const PagedProblem> problems, Precisio
     stats->attention_flops += flops;
     stats->compute_seconds +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    stats->engine = absl::StrCat("onednn-paged/", any_bf16 ? "bf16" : "f32",
+    // A batch of sequences stored in f32 and in bf16 names both arithmetics.
+    stats->engine = absl::StrCat("onednn-paged/",
+                                 any_f32 && any_bf16 ? "f32,bf16" : (any_bf16 ? "bf16" : "f32"),
                                  any_emulated ? "-emulated" : "", any_int8 ? "+int8kv" : "",
                                  any_kernels ? absl::StrCat("+", simd::KernelName()) : "");
   }

@@ -306,6 +306,8 @@ TEST(KvCache, DecodeBatchEqualsSeparateAppends) {
     }
   }
   EXPECT_EQ(stats.attended_pairs, 8 * (11 + 16 + 21 + 26 + 31));
+  // f32 and bf16 sequences in one batch: the engine names both arithmetics.
+  EXPECT_EQ(stats.engine.rfind("onednn-paged/f32,bf16", 0), 0u) << stats.engine;
 }
 
 TEST(KvCache, DecodeReadBytesIsWhatAStepOfTheSequencesReads) {
