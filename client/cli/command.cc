@@ -50,7 +50,8 @@ std::string SecurityHint(const Context& context, const absl::Status& status) {
   if (absl::StrContains(m, "Socket closed")) {
     return tls ? "the server closed the TLS connection: if it asks for a client certificate "
                  "(mutual TLS), give --client_cert and --client_key"
-               : "the server closed the connection: if it speaks TLS, add --tls (and --ca_cert)";
+               : "the server closed the connection: it stopped or restarted, or it speaks TLS "
+                 "(then add --tls, and --ca_cert)";
   }
   return "";
 }

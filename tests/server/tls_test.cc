@@ -181,7 +181,7 @@ TEST_F(TlsTest, PlaintextClientIsToldToUseTls) {
   EXPECT_EQ(Run({"--target", Localhost(tls_server_), "--deadline", "5", "health"}),
             cli::kExitConnection);
   EXPECT_THAT(err_.str(), HasSubstr("error: UNAVAILABLE"));
-  EXPECT_THAT(err_.str(), HasSubstr("if it speaks TLS, add --tls"));
+  EXPECT_THAT(err_.str(), HasSubstr("or it speaks TLS (then add --tls, and --ca_cert)"));
 }
 
 TEST_F(TlsTest, TlsClientToAPlaintextServerIsToldToDropTls) {
