@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "core/kernels/cpu_features.h"
 #include "core/kernels/onednn.h"
 #include "core/kernels/simd.h"
@@ -79,7 +80,7 @@ const MachineLimits& MeasureMachineLimits() {
     }
     const MachineLimits m = Probe(8, int64_t{512} << 20, 5);
     const std::string bf16 = m.matmul_bf16_flops > 0
-                                 ? std::to_string(m.matmul_bf16_flops / 1e9) + " GFLOP/s"
+                                 ? absl::StrFormat("%.1f GFLOP/s", m.matmul_bf16_flops / 1e9)
                                  : "not supported (emulated on f32 kernels)";
     std::fprintf(
         stderr,
