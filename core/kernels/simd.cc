@@ -26,6 +26,8 @@ using internal::PrefetchRow;
 using internal::PrefetchRows;
 using internal::RowAt;
 using internal::ScaleAt;
+using internal::ScaleMaxScalar;
+using internal::ToBf16Scalar;
 
 inline const void* RowStart(const Rows& rows, int64_t t) {
   return static_cast<const char*>(rows.data) + t * rows.stride * DTypeSize(rows.dtype);
@@ -180,6 +182,54 @@ ATTEND_AVX2 float MaxAvx2(const float* x, int64_t n) {
   for (int l = 1; l < 8; ++l) result = std::max(result, lanes[l]);
   for (; i < n; ++i) result = std::max(result, x[i]);
   return result;
+}
+
+ATTEND_AVX2 float ScaleMaxAvx2(float* x, int64_t n, float scale) {
+  const __m256 s = _mm256_set1_ps(scale);
+  const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256 inf = _mm256_set1_ps(std::numeric_limits<float>::infinity());
+  __m256 m = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  __m256 bad = _mm256_setzero_ps();
+  const bool scaled = scale != 1.0f;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 v = _mm256_loadu_ps(x + i);
+    if (scaled) {
+      v = _mm256_mul_ps(v, s);
+      _mm256_storeu_ps(x + i, v);
+    }
+    // |v| not below infinity, or unordered: an infinity or a NaN.
+    bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_and_ps(v, magnitude), inf, _CMP_NLT_UQ));
+    m = _mm256_max_ps(v, m);
+  }
+  const float tail = ScaleMaxScalar(x + i, n - i, scale);
+  if (_mm256_movemask_ps(bad) != 0 || std::isnan(tail)) {
+    return std::numeric_limits<float>::quiet_NaN();
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, m);
+  float result = tail;
+  for (float lane : lanes) result = std::max(result, lane);
+  return result;
+}
+
+// Eight floats rounded to bfloat16 (ties to even), each in the low half of its 32-bit lane.
+ATTEND_AVX2 inline __m256i RoundedBf16x8(const float* p) {
+  const __m256i bits = _mm256_castps_si256(_mm256_loadu_ps(p));
+  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+  return _mm256_srli_epi32(_mm256_add_epi32(bits, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), odd)),
+                           16);
+}
+
+ATTEND_AVX2 void ToBf16Avx2(const float* x, int64_t n, uint16_t* out) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    // packus interleaves the two halves by 128-bit lane; the permute puts them back in order.
+    const __m256i packed = _mm256_packus_epi32(RoundedBf16x8(x + i), RoundedBf16x8(x + i + 8));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i),
+                        _mm256_permute4x64_epi64(packed, 0xd8));
+  }
+  ToBf16Scalar(x + i, n - i, out + i);
 }
 
 ATTEND_AVX2 void ScaleAddAvx2(float* dst, float alpha, const float* src, int64_t n) {
@@ -406,12 +456,13 @@ ATTEND_AVX2 void AccumulateRowsAvx2(const float* p, int64_t ld, int64_t m, const
   }
 }
 
-const Kernels kScalarKernels{"scalar",      ExpShiftSumScalar,   RoundToBf16Scalar,
-                             MaxScalar,     ScaleAddScalar,      RowToFloatScalar,
-                             DotRowsScalar, AccumulateRowsScalar};
+const Kernels kScalarKernels{
+    "scalar",     ExpShiftSumScalar, RoundToBf16Scalar, MaxScalar,     ScaleMaxScalar,
+    ToBf16Scalar, ScaleAddScalar,    RowToFloatScalar,  DotRowsScalar, AccumulateRowsScalar};
 
-const Kernels kAvx2Kernels{"avx2",       ExpShiftSumAvx2, RoundToBf16Avx2, MaxAvx2,
-                           ScaleAddAvx2, RowToFloatAvx2,  DotRowsAvx2,     AccumulateRowsAvx2};
+const Kernels kAvx2Kernels{"avx2",       ExpShiftSumAvx2,   RoundToBf16Avx2, MaxAvx2,
+                           ScaleMaxAvx2, ToBf16Avx2,        ScaleAddAvx2,    RowToFloatAvx2,
+                           DotRowsAvx2,  AccumulateRowsAvx2};
 
 bool CpuHasAvx2() {
   __builtin_cpu_init();
@@ -458,6 +509,10 @@ float ExpShiftSum(const float* x, float shift, float* y, int64_t n) {
 void RoundToBf16(float* x, int64_t n) { Chosen().round_to_bf16(x, n); }
 
 float Max(const float* x, int64_t n) { return Chosen().max(x, n); }
+
+float ScaleMax(float* x, int64_t n, float scale) { return Chosen().scale_max(x, n, scale); }
+
+void ToBf16(const float* x, int64_t n, uint16_t* out) { Chosen().to_bf16(x, n, out); }
 
 void ScaleAdd(float* dst, float alpha, const float* src, int64_t n) {
   Chosen().scale_add(dst, alpha, src, n);

@@ -44,6 +44,14 @@ void RoundToBf16(float* x, int64_t n);
 // The largest of x[0, n), NaN values left out; -inf when n == 0 (or every value is NaN).
 float Max(const float* x, int64_t n);
 
+// x[i] *= scale for i < n (untouched when scale is 1), and the largest of the scaled values in
+// the same pass; NaN when any of them is a NaN or an infinity (an overflow included), -inf when
+// n == 0. A tile row's scores: scaling, the finite check and the maximum in one read.
+float ScaleMax(float* x, int64_t n, float scale);
+
+// out[i] = x[i] rounded to the nearest bfloat16 (ties to even), for i < n. REQUIRES: finite.
+void ToBf16(const float* x, int64_t n, uint16_t* out);
+
 // dst[i] = dst[i] * alpha + src[i].
 void ScaleAdd(float* dst, float alpha, const float* src, int64_t n);
 

@@ -88,6 +88,38 @@ ATTEND_AVX512 float Max512(const float* x, int64_t n) {
   return _mm512_reduce_max_ps(m);
 }
 
+ATTEND_AVX512 float ScaleMax512(float* x, int64_t n, float scale) {
+  const __m512 s = _mm512_set1_ps(scale);
+  const __m512 inf = _mm512_set1_ps(std::numeric_limits<float>::infinity());
+  __m512 m = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  __mmask16 bad = 0;
+  const bool scaled = scale != 1.0f;
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = Mask16(n - i);
+    __m512 v = _mm512_maskz_loadu_ps(k, x + i);
+    if (scaled) {
+      v = _mm512_mul_ps(v, s);
+      _mm512_mask_storeu_ps(x + i, k, v);
+    }
+    // |v| not below infinity, or unordered: an infinity or a NaN.
+    bad |= _mm512_mask_cmp_ps_mask(k, _mm512_abs_ps(v), inf, _CMP_NLT_UQ);
+    m = _mm512_mask_max_ps(m, k, v, m);
+  }
+  return bad != 0 ? std::numeric_limits<float>::quiet_NaN() : _mm512_reduce_max_ps(m);
+}
+
+ATTEND_AVX512 void ToBf16_512(const float* x, int64_t n, uint16_t* out) {
+  const __m512i bias = _mm512_set1_epi32(0x7fff);
+  const __m512i one = _mm512_set1_epi32(1);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = Mask16(n - i);
+    const __m512i bits = _mm512_castps_si512(_mm512_maskz_loadu_ps(k, x + i));
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), one);
+    const __m512i r = _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(bias, odd)), 16);
+    _mm256_mask_storeu_epi16(out + i, k, _mm512_cvtepi32_epi16(r));
+  }
+}
+
 ATTEND_AVX512 void ScaleAdd512(float* dst, float alpha, const float* src, int64_t n) {
   const __m512 a = _mm512_set1_ps(alpha);
   for (int64_t i = 0; i < n; i += 16) {
@@ -543,8 +575,8 @@ Kernels Make(const char* name,
              void (*accumulate_rows)(const float*, int64_t, int64_t, const Rows&, int64_t, int64_t,
                                      float*)) {
   const Kernels& avx2 = Avx2Kernels();
-  return Kernels{name,        ExpShiftSum512,    avx2.round_to_bf16, Max512,
-                 ScaleAdd512, avx2.row_to_float, dot_rows,           accumulate_rows};
+  return Kernels{name,       ExpShiftSum512, avx2.round_to_bf16, Max512,   ScaleMax512,
+                 ToBf16_512, ScaleAdd512,    avx2.row_to_float,  dot_rows, accumulate_rows};
 }
 
 bool CpuHasAvx512() {

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include "common/half.h"
 #include "core/kernels/simd.h"
@@ -21,6 +22,8 @@ struct Kernels {
   float (*exp_shift_sum)(const float*, float, float*, int64_t);
   void (*round_to_bf16)(float*, int64_t);
   float (*max)(const float*, int64_t);
+  float (*scale_max)(float*, int64_t, float);
+  void (*to_bf16)(const float*, int64_t, uint16_t*);
   void (*scale_add)(float*, float, const float*, int64_t);
   void (*row_to_float)(const Rows&, int64_t, int64_t, float*);
   void (*dot_rows)(const float*, int64_t, int64_t, const Rows&, int64_t, float*, int64_t);
@@ -61,6 +64,22 @@ inline float ExpScalar(float x) {
   float scale;
   std::memcpy(&scale, &bits, sizeof(scale));
   return p * scale;
+}
+
+// ScaleMax's scalar loop, also every vector version's tail.
+inline float ScaleMaxScalar(float* x, int64_t n, float scale) {
+  float m = -std::numeric_limits<float>::infinity();
+  bool finite = true;
+  for (int64_t i = 0; i < n; ++i) {
+    if (scale != 1.0f) x[i] *= scale;
+    finite &= std::isfinite(x[i]);
+    m = std::max(m, x[i]);
+  }
+  return finite ? m : std::numeric_limits<float>::quiet_NaN();
+}
+
+inline void ToBf16Scalar(const float* x, int64_t n, uint16_t* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = FloatToBf16(x[i]);
 }
 
 // Element i of a row's storage, without the int8 scale.

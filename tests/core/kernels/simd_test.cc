@@ -71,6 +71,55 @@ TEST_P(Kernels, RoundToBf16MatchesTheScalarConversion) {
   for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(y[i], Bf16ToFloat(FloatToBf16(x[i]))) << x[i];
 }
 
+TEST_P(Kernels, ToBf16MatchesTheScalarConversion) {
+  std::mt19937_64 rng(2);
+  for (int64_t n : {0, 1, 7, 15, 16, 17, 31, 32, 33, 100, 1003}) {
+    std::vector<float> x = ::attend::testing::RandomFloats(rng, n, 100.0f);
+    if (n > 3) {
+      x[1] = 1.0f + 0x1p-8f;  // ties: to even, down and up
+      x[2] = 1.0f + 0x3p-8f;
+      x[3] = -0.0f;
+    }
+    std::vector<uint16_t> out(static_cast<size_t>(n) + 1, 0xabcd);
+    ToBf16(x.data(), n, out.data());
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(out[i], FloatToBf16(x[i])) << n << " " << x[i];
+    EXPECT_EQ(out[n], 0xabcd) << "wrote past n = " << n;
+  }
+}
+
+TEST_P(Kernels, ScaleMaxScalesAndFindsTheMaxOrReportsNonFinite) {
+  std::mt19937_64 rng(3);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int64_t n = static_cast<int64_t>(rng() % 70);
+    const float scale =
+        trial % 3 == 0 ? 1.0f : std::ldexp(1.0f, static_cast<int>(rng() % 7) - 3) * 1.1f;
+    std::vector<float> x = ::attend::testing::RandomFloats(rng, n + 1, 50.0f);
+    x[static_cast<size_t>(n)] = 12345.0f;  // past n: neither scaled nor counted
+    // A third of the cases hold a NaN, an infinity, or a value the scale takes past float's range.
+    const int bad = n > 0 && trial % 3 == 1 ? static_cast<int>(rng() % 4) : -1;
+    if (bad >= 0) {
+      const float values[] = {std::nanf(""), INFINITY, -INFINITY, 3e38f};
+      x[rng() % n] = values[bad];
+    }
+    const std::vector<float> before = x;
+    const float got = ScaleMax(x.data(), n, scale);
+    bool finite = true;
+    float want = -INFINITY;
+    for (int64_t i = 0; i < n; ++i) {
+      const float scaled = before[i] * scale;
+      ASSERT_TRUE(std::isnan(scaled) ? std::isnan(x[i]) : x[i] == scaled) << i;
+      finite &= std::isfinite(scaled);
+      want = std::max(want, scaled);
+    }
+    EXPECT_EQ(x[static_cast<size_t>(n)], 12345.0f);
+    if (!finite) {
+      EXPECT_TRUE(std::isnan(got)) << "n " << n << " bad " << bad << " got " << got;
+    } else {
+      EXPECT_EQ(got, want) << "n " << n << " scale " << scale;
+    }
+  }
+}
+
 struct RowsCase {
   int64_t m, d, rows, stride;
   DType dtype;
