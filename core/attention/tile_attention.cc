@@ -94,34 +94,41 @@ simd::Rows PrepareOperand(const simd::Rows& src, bool padded, bool bf16_exact, i
   return {out, DType::kFloat32, cols, nullptr};
 }
 
-// Online-softmax update of row i from its scores `row` (tile-relative columns [lo, hi) visible,
-// the rest of the `width` columns zeroed): returns the factor the row's accumulator must be
-// scaled by before this tile's contribution is added. Sets *overflowed (and leaves the row as it
-// is) when a visible score is not finite.
-float UpdateRow(float* row, int64_t lo, int64_t hi, int64_t width, bool round_bf16, float* max,
-                float* sum, bool* overflowed) {
-  std::fill(row, row + lo, 0.0f);
-  std::fill(row + hi, row + width, 0.0f);
-  if (hi <= lo) return 1.0f;
-  // A score that is not finite (q.k * scale overflowed, or a key held a NaN or an infinity) has
-  // no weight: a -inf one would get exp(-inf) = 0 and drop out unnoticed, and the kernels' Max
-  // skips NaN. The whole call is to fail instead. The check looks at the bits (magnitude at
-  // least infinity's), without branches, so that it vectorises: comparing the floats did not,
-  // and that scalar loop took 5-8% of a prefill's time.
-  uint32_t not_finite = 0;
-  for (int64_t j = lo; j < hi; ++j) {
-    uint32_t bits;
-    std::memcpy(&bits, row + j, sizeof(bits));
-    not_finite |= static_cast<uint32_t>((bits & 0x7fffffffu) >= 0x7f800000u);
+// Online-softmax update of one row from its scores `row` (tile-relative columns [lo, hi)
+// visible): scales them by `scale` (1 when q was scaled), copies the scaled scores to `weights`
+// when set, and turns them into probabilities exp(score - max), rounded to bf16 under bf16
+// arithmetic: in place, or into `row_bf16` when set. The other of the `width` columns are zeroed
+// (in `row_bf16` when set, else in `row`). Returns the factor the row's accumulator must be
+// scaled by before this tile's contribution is added. Sets *overflowed when a visible scaled
+// score is not finite.
+float UpdateRow(float* row, int64_t lo, int64_t hi, int64_t width, float scale, bool round_bf16,
+                float* weights, uint16_t* row_bf16, float* max, float* sum, bool* overflowed) {
+  if (row_bf16 != nullptr) {
+    std::fill(row_bf16, row_bf16 + lo, uint16_t{0});
+    std::fill(row_bf16 + hi, row_bf16 + width, uint16_t{0});
+  } else {
+    std::fill(row, row + lo, 0.0f);
+    std::fill(row + hi, row + width, 0.0f);
   }
-  if (not_finite != 0) {
+  if (hi <= lo) return 1.0f;
+  // Scaling, the finite check and the max in one pass. A score that is not finite (q.k * scale
+  // overflowed, or a key held a NaN or an infinity) has no weight: a -inf one would get
+  // exp(-inf) = 0 and drop out unnoticed. The whole call is to fail instead.
+  const float row_max = simd::ScaleMax(row + lo, hi - lo, scale);
+  if (weights != nullptr) std::copy(row + lo, row + hi, weights + lo);
+  if (std::isnan(row_max)) {
     *overflowed = true;
+    if (row_bf16 != nullptr) std::fill(row_bf16 + lo, row_bf16 + hi, uint16_t{0});
     return 1.0f;
   }
-  const float new_max = std::max(*max, simd::Max(row + lo, hi - lo));
+  const float new_max = std::max(*max, row_max);
   const float alpha = *max == kNegInf ? 0.0f : std::exp(*max - new_max);
   const float added = simd::ExpShiftSum(row + lo, new_max, row + lo, hi - lo);
-  if (round_bf16) simd::RoundToBf16(row + lo, hi - lo);
+  if (row_bf16 != nullptr) {
+    simd::ToBf16(row + lo, hi - lo, row_bf16 + lo);
+  } else if (round_bf16) {
+    simd::RoundToBf16(row + lo, hi - lo);
+  }
   *sum = *sum * alpha + added;
   *max = new_max;
   return alpha;
@@ -246,7 +253,7 @@ absl::Status RunTileJob(const Job& job, State* state) {
   if (!kernels) {
     if (a.matmul == DType::kBFloat16) {
       uint16_t* qb = Buffer(q_bf16, rows * d);
-      for (int64_t i = 0; i < m * d; ++i) qb[i] = FloatToBf16(job.q[i]);
+      simd::ToBf16(job.q, m * d, qb);  // q was checked finite
       std::fill(qb + m * d, qb + rows * d, uint16_t{0});
       q_operand = qb;
     } else if (rows != m) {
@@ -257,6 +264,8 @@ absl::Status RunTileJob(const Job& job, State* state) {
     }
   }
   float* s = Buffer(scores, rows * width);
+  // A native bf16 matmul takes the probabilities in bf16, written by UpdateRow.
+  uint16_t* pb = !kernels && a.matmul == DType::kBFloat16 ? Buffer(p_bf16, rows * width) : nullptr;
   float* tmp = kernels ? nullptr : Buffer(partial, rows * dv);
   std::vector<float> alpha(static_cast<size_t>(m));
 
@@ -285,20 +294,18 @@ absl::Status RunTileJob(const Job& job, State* state) {
       const KeyRange range = RowKeys(job, i);
       const int64_t lo = std::clamp(range.begin - start, int64_t{0}, valid);
       const int64_t hi = std::clamp(range.end - start, lo, valid);
-      float* row = s + i * cols;
-      if (!job.q_scaled) {
-        for (int64_t j = lo; j < hi; ++j) row[j] *= job.scale;
-      }
-      if (job.weight_rows != nullptr && hi > lo) {
-        std::copy(row + lo, row + hi, job.weight_rows[i] + start + lo);
-      }
       bool overflowed = false;
       alpha[i] =
-          UpdateRow(row, lo, hi, cols, a.round_bf16, &state->max[i], &state->sum[i], &overflowed);
+          UpdateRow(s + i * cols, lo, hi, cols, job.q_scaled ? 1.0f : job.scale, a.round_bf16,
+                    job.weight_rows ? job.weight_rows[i] + start : nullptr,
+                    pb ? pb + i * cols : nullptr, &state->max[i], &state->sum[i], &overflowed);
       if (overflowed) state->overflowed[i] = 1;
     }
-    if (!kernels) {
-      for (int64_t i = m; i < rows; ++i) std::fill_n(s + i * cols, cols, 0.0f);
+    // The matmul's padding rows.
+    if (pb != nullptr) {
+      std::fill(pb + m * cols, pb + rows * cols, uint16_t{0});
+    } else if (!kernels) {
+      std::fill(s + m * cols, s + rows * cols, 0.0f);
     }
 
     const simd::Rows v =
@@ -313,12 +320,7 @@ absl::Status RunTileJob(const Job& job, State* state) {
       }
       simd::AccumulateRows(s, cols, m, v, valid, dv, state->acc.data());
     } else {
-      const void* p_operand = s;
-      if (a.matmul == DType::kBFloat16) {
-        uint16_t* pb = Buffer(p_bf16, rows * cols);
-        for (int64_t i = 0; i < rows * cols; ++i) pb[i] = FloatToBf16(s[i]);
-        p_operand = pb;
-      }
+      const void* p_operand = pb != nullptr ? static_cast<const void*>(pb) : s;
       onednn::MatmulSpec pv;
       pv.src = {rows, cols, cols, 1, a.matmul};
       pv.weights = {cols, dv, v.stride, 1, a.matmul};
