@@ -83,11 +83,12 @@ class Operand {
             continue;
           }
           const int64_t src = (r * heads_ + h) * dim_;
-          for (int64_t c = 0; c < dim_; ++c) {
-            dst[c] = view.dtype == DType::kBFloat16
-                         ? static_cast<const uint16_t*>(view.data)[src + c]
-                         : FloatToBf16(view.At(src + c));
+          if (view.dtype == DType::kBFloat16) {
+            std::memcpy(dst, static_cast<const uint16_t*>(view.data) + src,
+                        dim_ * sizeof(uint16_t));
+            continue;
           }
+          for (int64_t c = 0; c < dim_; ++c) dst[c] = FloatToBf16(view.At(src + c));
         }
       }
       data_ = reinterpret_cast<const char*>(out);

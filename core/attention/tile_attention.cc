@@ -27,8 +27,6 @@ T* Buffer(std::vector<T>& buffer, int64_t elements) {
   return buffer.data();
 }
 
-float RoundBf16(float x) { return Bf16ToFloat(FloatToBf16(x)); }
-
 // Value `c` of row `r` of a tile's storage, dequantized.
 float Element(const simd::Rows& src, int64_t r, int64_t c) {
   const int64_t i = r * src.stride + c;
@@ -431,7 +429,8 @@ Job MakeJob(const Task& task, std::vector<float>* packed) {
       if (job.q_scaled) {
         for (int64_t c = 0; c < d; ++c) dst[c] = src[c] * w.scale;
       } else {
-        for (int64_t c = 0; c < d; ++c) dst[c] = RoundBf16(src[c]);
+        std::copy(src, src + d, dst);
+        simd::RoundToBf16(dst, d);  // q was checked finite
       }
     }
   }
