@@ -28,35 +28,6 @@ class PoolReactor : public grpc::ServerUnaryReactor {
   Cancellation cancel;
 };
 
-}  // namespace
-
-grpc::Status ShuttingDown() {
-  return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                      "the server is shutting down (draining after SIGTERM); retry, and the call "
-                      "reaches another replica or this one restarted");
-}
-
-bool SubmitToPool(WorkerPool* pool, Metrics* metrics, absl::string_view method,
-                  std::function<void(double queue_seconds)> task) {
-  // Counted before submitting: a worker may pick the task up before TrySubmit returns.
-  metrics->QueueEntered();
-  const auto enqueued = std::chrono::steady_clock::now();
-  const bool queued = pool->TrySubmit([metrics, method, task = std::move(task), enqueued] {
-    const double queue_seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - enqueued).count();
-    metrics->QueueLeft();
-    metrics->QueueWaited(method, queue_seconds);
-    task(queue_seconds);
-  });
-  if (!queued) {
-    metrics->QueueLeft();
-    metrics->WorkerRejected();
-  }
-  return queued;
-}
-
-namespace {
-
 // Finishes the call with `work`'s status, unless the call was cancelled or its deadline passed
 // before the work started (`queue_seconds` after it arrived).
 void RunWork(grpc::CallbackServerContext* context, PoolReactor* reactor,
@@ -85,6 +56,31 @@ void RunWork(grpc::CallbackServerContext* context, PoolReactor* reactor,
 }
 
 }  // namespace
+
+grpc::Status ShuttingDown() {
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                      "the server is shutting down (draining after SIGTERM); retry, and the call "
+                      "reaches another replica or this one restarted");
+}
+
+bool SubmitToPool(WorkerPool* pool, Metrics* metrics, absl::string_view method,
+                  std::function<void(double queue_seconds)> task) {
+  // Counted before submitting: a worker may pick the task up before TrySubmit returns.
+  metrics->QueueEntered();
+  const auto enqueued = std::chrono::steady_clock::now();
+  const bool queued = pool->TrySubmit([metrics, method, task = std::move(task), enqueued] {
+    const double queue_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - enqueued).count();
+    metrics->QueueLeft();
+    metrics->QueueWaited(method, queue_seconds);
+    task(queue_seconds);
+  });
+  if (!queued) {
+    metrics->QueueLeft();
+    metrics->WorkerRejected();
+  }
+  return queued;
+}
 
 grpc::ServerUnaryReactor* RunOnPool(grpc::CallbackServerContext* context, absl::string_view method,
                                     WorkerPool* pool, Metrics* metrics, CallGate* gate,
