@@ -202,7 +202,8 @@ absl::Status AttentionEngine::Compute(const AttentionProblem& problem, absl::Spa
   const auto start = std::chrono::steady_clock::now();
   const Precision precision = ResolvePrecision(options.precision, q, k, v);
   const bool bf16 = precision == Precision::kBFloat16;
-  const bool native_bf16 = bf16 && HasBf16Matmul();
+  const float scale = EffectiveScale(options, s);
+  const bool native_bf16 = bf16 && HasBf16Matmul() && tile::NativeBf16Scale(scale);
   const tile::Arithmetic arithmetic{native_bf16 ? DType::kBFloat16 : DType::kFloat32, bf16};
 
   const bool kernels = tile::UsesKernels(s.n_q, s.group_size());
@@ -226,7 +227,6 @@ absl::Status AttentionEngine::Compute(const AttentionProblem& problem, absl::Spa
     ConvertToFloat(q, qf.data());
     q_f32 = qf.data();
   }
-  const float scale = EffectiveScale(options, s);
 
   std::vector<HeadTiles> heads;
   heads.reserve(static_cast<size_t>(s.n_head_kv));

@@ -420,6 +420,9 @@ Job MakeJob(const Task& task, std::vector<float>* packed) {
     for (int64_t b = 0; b < group_bytes; b += 64) __builtin_prefetch(p + b);
   };
   constexpr int64_t kAheadTokens = 4;
+  // Whether some q * scale is not finite (a huge q and a scale above 1): the scores may still
+  // be, so the rows are then packed unscaled and the scale applied to the scores instead.
+  uint32_t scaled_overflow = 0;
   for (int64_t r = 0; r < std::min(kAheadTokens, task.tokens); ++r) prefetch(r);
   for (int64_t r = 0; r < task.tokens; ++r) {
     if (r + kAheadTokens < task.tokens) prefetch(r + kAheadTokens);
@@ -427,11 +430,22 @@ Job MakeJob(const Task& task, std::vector<float>* packed) {
       const float* src = group_rows(r) + j * d;
       float* dst = &(*packed)[static_cast<size_t>((r * w.group + j) * d)];
       if (job.q_scaled) {
-        for (int64_t c = 0; c < d; ++c) dst[c] = src[c] * w.scale;
+        for (int64_t c = 0; c < d; ++c) {
+          dst[c] = src[c] * w.scale;
+          uint32_t bits;
+          std::memcpy(&bits, &dst[c], sizeof(bits));
+          scaled_overflow |= static_cast<uint32_t>((bits & 0x7fffffffu) >= 0x7f800000u);
+        }
       } else {
         std::copy(src, src + d, dst);
         simd::RoundToBf16(dst, d);  // q was checked finite
       }
+    }
+  }
+  if (scaled_overflow != 0) {
+    job.q_scaled = false;
+    for (int64_t r = 0; r < task.tokens; ++r) {
+      std::copy(group_rows(r), group_rows(r) + w.group * d, &(*packed)[r * w.group * d]);
     }
   }
   job.q = packed->data();

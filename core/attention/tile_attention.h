@@ -19,6 +19,7 @@
 #define ATTEND_CORE_ATTENTION_TILE_ATTENTION_H_
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -159,6 +160,12 @@ struct Work {
 // calling thread's OpenMP setting is the same afterwards. When `cancel` is set (polled between
 // tiles) it stops soon after and returns CANCELLED; the outputs are then partial.
 absl::Status Run(const std::vector<Work>& works, int threads, const Cancellation* cancel = nullptr);
+
+// Whether bf16 arithmetic may run on a native bf16 matmul with this scale. Native bf16 products
+// flush subnormal results to zero; each lost product is under 2^-126, so a score loses less
+// than head_dim * 2^-126 * scale, nothing that matters up to 2^64. Larger scales, which only
+// make sense for inputs that small, take the f32 matmul on bf16-rounded operands instead.
+inline bool NativeBf16Scale(float scale) { return std::fabs(scale) <= 0x1p64f; }
 
 // Whether the jobs of a call with n_q queries and `group` query heads per key/value head take
 // the vector-kernel path (decode-sized) rather than matmuls.

@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/half.h"
 #include "core/attention/attention_engine.h"
+#include "core/attention/testing/reference_attention.h"
 #include "core/attention/tile_attention.h"
 #include "core/kernels/simd.h"
 #include "tests/test_util.h"
@@ -49,6 +51,54 @@ TEST(NonFinite, ScoresThatOverflowToMinusInfinityAreReported) {
       EXPECT_EQ(tile::UsesKernels(n_q, 1), n_q == 1);
       EXPECT_THAT(Attend(q, {n_q, 1, d}, k, v, {n_kv, 1, d}, {}, false),
                   StatusIs(absl::StatusCode::kInvalidArgument, {"overflowed float32"}));
+    }
+  }
+}
+
+// Finite scores are answered even when an intermediate would not be finite or normal: under
+// f32 arithmetic q is scaled before the product, and q * scale may overflow where q.k * scale
+// does not; a native bf16 product flushes subnormal products to zero, which a huge scale would
+// make matter. Against attention in double over the same (bf16-rounded, for bf16) inputs.
+TEST(NonFinite, FiniteScoresWithExtremeIntermediatesAreAnswered) {
+  struct Case {
+    float q_size, k_size, scale;
+    Precision precision;
+  };
+  const Case cases[] = {{3e37f, 1e-37f, 100.0f, Precision::kFloat32},
+                        {1e-19f, 1e-19f, 3e38f, Precision::kBFloat16}};
+  for (const std::string& set : simd::testing::RunnableKernels()) {
+    const ScopedKernels kernels(set);
+    ASSERT_TRUE(kernels.ok()) << set;
+    for (const Case& c : cases) {
+      for (const int64_t n_q : {1, 32}) {  // the decode kernels, then the matmul path
+        SCOPED_TRACE(
+            absl::StrCat(set, " n_q ", n_q, " q ", c.q_size, " k ", c.k_size, " scale ", c.scale));
+        const int64_t n_kv = 24, d = 8;
+        std::mt19937_64 rng(static_cast<uint64_t>(n_q));
+        std::vector<float> q = ::attend::testing::RandomFloats(rng, n_q * d, c.q_size);
+        std::vector<float> k = ::attend::testing::RandomFloats(rng, n_kv * d, c.k_size);
+        std::vector<float> v = ::attend::testing::RandomFloats(rng, n_kv * d);
+        if (c.precision == Precision::kBFloat16) {
+          for (std::vector<float>* x : {&q, &k, &v}) {
+            for (float& e : *x) e = Bf16ToFloat(FloatToBf16(e));
+          }
+        }
+        AttentionOptions options;
+        options.scale = c.scale;
+        options.precision = c.precision;
+        const TensorView qv{DType::kFloat32, {n_q, 1, d}, q.data()};
+        const TensorView kv{DType::kFloat32, {n_kv, 1, d}, k.data()};
+        const TensorView vv{DType::kFloat32, {n_kv, 1, d}, v.data()};
+        std::vector<float> out(static_cast<size_t>(n_q * d));
+        ASSERT_OK(
+            AttentionEngine().Compute(qv, kv, vv, options, {}, absl::MakeSpan(out), {}, nullptr));
+        auto want = ReferenceAttention(qv, kv, vv, options);
+        ASSERT_OK(want.status());
+        // bf16 rounds the probabilities: about 2^-8 of the output's scale (|v| up to ~4).
+        const double tolerance = c.precision == Precision::kBFloat16 ? 3e-2 : 1e-4;
+        for (size_t i = 0; i < out.size(); ++i)
+          ASSERT_NEAR(out[i], want->output[i], tolerance) << i;
+      }
     }
   }
 }
