@@ -40,6 +40,8 @@ NGINX = "/usr/sbin/nginx"
 
 FAKE_RESOLVER = """#!/bin/sh
 awk -v n="$1" '$1 == n { print $2 }' "$FAKE_HOSTS"
+[ "$1" = "${FAKE_SLOW_NAME:-}" ] && sleep 0.3
+exit 0
 """
 
 # Logs each call ("t", "reload", "run", "TERM") to $FAKE_NGINX_LOG. -t fails while the file
@@ -157,6 +159,18 @@ class Harness:
         wait_for(lambda: len(self.calls()) >= n, "%d nginx calls (have %s); script log:\n%s"
                  % (n, self.calls(), self.log()))
 
+    def settle(self, hosts, want):
+        """Sets `hosts`, waits for upstreams.conf to list `want` and some quiet rounds; returns the
+        nginx calls made meanwhile. The script resolves name by name, so a round that runs while
+        the hosts file changes can write an in-between list (and reload) before the next round
+        writes the whole one."""
+        before = len(self.calls())
+        self.set_hosts(hosts)
+        wait_for(lambda: self.servers() == want and self.calls()[before:][-1:] == ["reload"],
+                 "upstreams.conf to list %s, and a reload" % want)
+        self.quiet()
+        return self.calls()[before:]
+
     def quiet(self, rounds=3):
         """Waits some resolve rounds; the nginx calls made meanwhile."""
         before = len(self.calls())
@@ -201,29 +215,36 @@ class ScriptWithFakeNginx:
         wait_for(lambda: os.path.exists(h.ready), "the ready file")
         self.assertEqual(h.quiet(), [])
 
-        h.set_hosts({name(0): "10.0.0.10", name(1): "10.0.0.11", name(2): "10.0.0.12"})
-        h.wait_calls(5)
-        self.assertEqual(h.calls()[3:], ["t", "reload"])
-        self.assertEqual(h.servers(), [server_line(i) for i in range(3)])
+        # Each change: -t and a reload, twice when a round saw it half made (Harness.settle).
+        changed = (["t", "reload"], ["t", "reload", "t", "reload"])
+        three = {name(0): "10.0.0.10", name(1): "10.0.0.11", name(2): "10.0.0.12"}
+        self.assertIn(h.settle(three, [server_line(i) for i in range(3)]), changed)
         self.assertEqual(h.quiet(), [])
 
         # A recreated pod: same name, new address. nginx must resolve again: one reload.
-        h.set_hosts({name(0): "10.0.0.10", name(1): "10.0.0.99", name(2): "10.0.0.12"})
-        h.wait_calls(7)
-        self.assertEqual(h.calls()[5:], ["t", "reload"])
-        self.assertEqual(h.servers(), [server_line(i) for i in range(3)])
+        recreated = dict(three, **{name(1): "10.0.0.99"})
+        self.assertEqual(h.settle(recreated, [server_line(i) for i in range(3)]), ["t", "reload"])
         self.assertEqual(h.quiet(), [])
 
         # A replica gone (not ready, deleted): out of the list; all gone: the placeholder again.
-        h.set_hosts({name(0): "10.0.0.10", name(2): "10.0.0.12"})
-        h.wait_calls(9)
-        self.assertEqual(h.servers(), [server_line(0), server_line(2)])
-        h.set_hosts({})
-        h.wait_calls(11)
-        self.assertEqual(h.calls()[9:], ["t", "reload"])
-        self.assertEqual(h.servers(), ["server 127.0.0.1:1 down;"])
+        gone = {name(0): "10.0.0.10", name(2): "10.0.0.12"}
+        self.assertIn(h.settle(gone, [server_line(0), server_line(2)]), changed)
+        self.assertIn(h.settle({}, ["server 127.0.0.1:1 down;"]), changed)
         wait_for(lambda: not os.path.exists(h.ready), "the ready file to go")
         self.assertEqual(os.listdir(h.live).count("upstreams.conf.old"), 0)
+
+    def test_a_round_that_sees_a_change_half_made_settles(self):
+        # Resolving attend-1 takes long: the hosts file changes while that round is past
+        # attend-1 and before attend-2, so it sees attend-0 and attend-2 only, and writes them.
+        h = Harness(self, self.SHELL, env={"FAKE_SLOW_NAME": name(1)})
+        h.wait_started()
+        h.set_hosts({name(0): "10.0.0.10"})
+        h.wait_calls(3)
+        time.sleep(0.1)  # into a round's attend-1
+        three = {name(0): "10.0.0.10", name(1): "10.0.0.11", name(2): "10.0.0.12"}
+        calls = h.settle(three, [server_line(i) for i in range(3)])
+        self.assertIn(calls, (["t", "reload"], ["t", "reload", "t", "reload"]))
+        self.assertEqual(h.quiet(), [])
 
     def test_names_follow_namespace_and_max_replicas(self):
         h = Harness(self, self.SHELL, env={"POD_NAMESPACE": "team-a", "ATTEND_MAX_REPLICAS": "3"})
