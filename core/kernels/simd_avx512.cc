@@ -10,7 +10,9 @@
 //     the per-token scales multiply the int32 sums afterwards. vpdpbusd multiplies unsigned by
 //     signed bytes, so q goes in offset by 128 and 128 * (the row's sum) comes off again.
 //   - int8 p.v stays widened to f32: a byte dot product would need p in 8 bits.
-// The "avx512" set has every kernel at 16 lanes with masked tails (f32, and bf16 and int8 widened);
+//   - bf16 widened in place on 16-lane FMAs (simd_avx512_split.cc: a shift and an and per 32
+//     values, no shuffle), in the "avx512" and "avx512_vnni" sets.
+// The "avx512" set has every kernel at 16 lanes with masked tails (f32, bf16 and int8 widened);
 // the other two keep the AVX2 kernels where no dot product instruction applies (see below).
 // Rows are read R at a time from R equal spans of the tile (as in the AVX2 kernels: sequential
 // streams that the hardware prefetchers follow), and strided rows (a caller's [n, heads, d]
@@ -145,38 +147,6 @@ ATTEND_AVX512 inline __m512 Load16(const void* base, int64_t i, __mmask16 k) {
   }
 }
 
-// Eight horizontal sums: lane i of the result is the sum of the 16 lanes of v[i] (v[i] for i >=
-// N counts as zero).
-template <int N>
-ATTEND_AVX512 inline __m256 Sum8Of16(const __m512* v) {
-  static_assert(N >= 1 && N <= 8);
-  __m512 x[8];
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i) x[i] = i < N ? v[i] : _mm512_setzero_ps();
-  // Per 128-bit lane L: [a(L0)+a(L2), b(L0)+b(L2), a(L1)+a(L3), b(L1)+b(L3)] for each pair.
-  __m512 y[4];
-#pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i) {
-    y[i] = _mm512_add_ps(_mm512_unpacklo_ps(x[2 * i], x[2 * i + 1]),
-                         _mm512_unpackhi_ps(x[2 * i], x[2 * i + 1]));
-  }
-  // Per 128-bit lane: the lane's sums of four vectors.
-  __m512 z[2];
-#pragma GCC unroll 2
-  for (int i = 0; i < 2; ++i) {
-    const __m512d a = _mm512_castps_pd(y[2 * i]), b = _mm512_castps_pd(y[2 * i + 1]);
-    // (Unpacked as pairs of floats, added as floats.)
-    z[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
-                         _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
-  }
-  // Adds the four 128-bit lanes: s = [z0 L0+L2, z0 L1+L3, z1 L0+L2, z1 L1+L3], then pairs.
-  const __m512 s =
-      _mm512_add_ps(_mm512_shuffle_f32x4(z[0], z[1], 0x44), _mm512_shuffle_f32x4(z[0], z[1], 0xee));
-  const __m512 t =
-      _mm512_add_ps(_mm512_shuffle_f32x4(s, s, 0x88), _mm512_shuffle_f32x4(s, s, 0xdd));
-  return _mm512_castps512_ps256(t);
-}
-
 // Scores of M query rows against R key rows at a time (M * R <= 8 accumulators), values widened
 // to f32 (f32 storage, and bf16 or int8 where the CPU has no dot product instruction for them).
 template <int M, int R, DType kType>
@@ -304,7 +274,7 @@ ATTEND_AVX512 void DotRows512(const float* q, int64_t m, int64_t d, const Rows& 
                               float* scores, int64_t ld) {
   switch (k.dtype) {
     case DType::kBFloat16:
-      return DotWidened<DType::kBFloat16>(q, m, d, k, rows, scores, ld);
+      return DotBf16Split(q, m, d, k, rows, scores, ld);
     case DType::kInt8:
       return DotWidened<DType::kInt8>(q, m, d, k, rows, scores, ld);
     default:
@@ -316,7 +286,7 @@ ATTEND_AVX512 void AccumulateRows512(const float* p, int64_t ld, int64_t m, cons
                                      int64_t rows, int64_t dv, float* acc) {
   switch (v.dtype) {
     case DType::kBFloat16:
-      return AccumulateWidened<DType::kBFloat16>(p, ld, m, v, rows, dv, acc);
+      return AccumulateBf16Split(p, ld, m, v, rows, dv, acc);
     case DType::kInt8:
       return AccumulateWidened<DType::kInt8>(p, ld, m, v, rows, dv, acc);
     default:
@@ -550,11 +520,19 @@ ATTEND_AVX512_BF16 void AccumulateBf16(const float* p, int64_t ld, int64_t m, co
 // kernels elsewhere: on Zen 4, with 512-bit instructions executed in two halves, the 16-lane f32
 // kernels read 24-34 GB/s from L2 on one core against the AVX2 ones' 33-39 (the horizontal sums
 // cost more at 16 lanes), and int8 decode over the cache ran no faster with vpdpbusd q.k (p.v
-// still widens every value). BENCHMARKS.md has the figures.
+// still widens every value). BENCHMARKS.md has the figures. The vnni set's bf16 is the
+// in-place widening (no dot product instruction of its own applies).
 ATTEND_AVX512_VNNI void DotRowsVnni(const float* q, int64_t m, int64_t d, const Rows& k,
                                     int64_t rows, float* scores, int64_t ld) {
   if (k.dtype == DType::kInt8) return DotInt8Vnni(q, m, d, k, rows, scores, ld);
+  if (k.dtype == DType::kBFloat16) return DotBf16Split(q, m, d, k, rows, scores, ld);
   return Avx2Kernels().dot_rows(q, m, d, k, rows, scores, ld);
+}
+
+ATTEND_AVX512_VNNI void AccumulateRowsVnni(const float* p, int64_t ld, int64_t m, const Rows& v,
+                                           int64_t rows, int64_t dv, float* acc) {
+  if (v.dtype == DType::kBFloat16) return AccumulateBf16Split(p, ld, m, v, rows, dv, acc);
+  return Avx2Kernels().accumulate_rows(p, ld, m, v, rows, dv, acc);
 }
 
 ATTEND_AVX512_BF16 void DotRowsBf16(const float* q, int64_t m, int64_t d, const Rows& k,
@@ -590,7 +568,7 @@ bool CpuHasAvx512() {
 
 const Avx512Set* Avx512Sets(int* count) {
   static const Kernels avx512 = Make("avx512", DotRows512, AccumulateRows512);
-  static const Kernels vnni = Make("avx512_vnni", DotRowsVnni, Avx2Kernels().accumulate_rows);
+  static const Kernels vnni = Make("avx512_vnni", DotRowsVnni, AccumulateRowsVnni);
   static const Kernels bf16 = Make("avx512_bf16", DotRowsBf16, AccumulateRowsBf16);
   static const Avx512Set sets[] = {
       {&avx512, CpuHasAvx512()},

@@ -36,6 +36,38 @@ ATTEND_AVX512 inline __mmask64 Mask64(int64_t n) {
   return n >= 64 ? ~__mmask64{0} : static_cast<__mmask64>((uint64_t{1} << n) - 1);
 }
 
+// Eight horizontal sums: lane i of the result is the sum of the 16 lanes of v[i] (v[i] for i >=
+// N counts as zero).
+template <int N>
+ATTEND_AVX512 inline __m256 Sum8Of16(const __m512* v) {
+  static_assert(N >= 1 && N <= 8);
+  __m512 x[8];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) x[i] = i < N ? v[i] : _mm512_setzero_ps();
+  // Per 128-bit lane L: [a(L0)+a(L2), b(L0)+b(L2), a(L1)+a(L3), b(L1)+b(L3)] for each pair.
+  __m512 y[4];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    y[i] = _mm512_add_ps(_mm512_unpacklo_ps(x[2 * i], x[2 * i + 1]),
+                         _mm512_unpackhi_ps(x[2 * i], x[2 * i + 1]));
+  }
+  // Per 128-bit lane: the lane's sums of four vectors.
+  __m512 z[2];
+#pragma GCC unroll 2
+  for (int i = 0; i < 2; ++i) {
+    const __m512d a = _mm512_castps_pd(y[2 * i]), b = _mm512_castps_pd(y[2 * i + 1]);
+    // (Unpacked as pairs of floats, added as floats.)
+    z[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
+                         _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+  }
+  // Adds the four 128-bit lanes: s = [z0 L0+L2, z0 L1+L3, z1 L0+L2, z1 L1+L3], then pairs.
+  const __m512 s =
+      _mm512_add_ps(_mm512_shuffle_f32x4(z[0], z[1], 0x44), _mm512_shuffle_f32x4(z[0], z[1], 0xee));
+  const __m512 t =
+      _mm512_add_ps(_mm512_shuffle_f32x4(s, s, 0x88), _mm512_shuffle_f32x4(s, s, 0xdd));
+  return _mm512_castps512_ps256(t);
+}
+
 // Row r of R's rows at step g: row g of span r (spans of `span` rows).
 inline int64_t SpanRow(int r, int64_t g, int64_t span) { return r * span + g; }
 
@@ -44,6 +76,15 @@ inline int64_t SpanRow(int r, int64_t g, int64_t span) { return r * span + g; }
 // REQUIRES: the CPU has AVX512-VNNI (and F, BW, VL, DQ); k.dtype is kInt8.
 void DotInt8Vnni(const float* q, int64_t m, int64_t d, const Rows& k, int64_t rows, float* scores,
                  int64_t ld);
+
+// DotRows and AccumulateRows over bf16 rows on 16-lane f32 FMAs, q and p in f32
+// (simd_avx512_split.cc): each 32-bit lane of a 64-byte load holds two bf16 values, which a shift
+// and an and widen in place, with no shuffle.
+// REQUIRES: the CPU has AVX-512 F, BW, VL and DQ; the rows' dtype is kBFloat16.
+void DotBf16Split(const float* q, int64_t m, int64_t d, const Rows& k, int64_t rows, float* scores,
+                  int64_t ld);
+void AccumulateBf16Split(const float* p, int64_t ld, int64_t m, const Rows& v, int64_t rows,
+                         int64_t dv, float* acc);
 
 }  // namespace attend::simd::internal
 

@@ -33,10 +33,10 @@ struct Kernels {
 // The AVX2 + FMA kernels (simd.cc); the AVX-512 sets reuse those they do not replace.
 const Kernels& Avx2Kernels();
 
-// The AVX-512 kernel sets (simd_avx512.cc), from the least demanding: "avx512" (F, BW, VL, DQ;
-// every kernel at 16 lanes, bf16 and int8 widened to f32), "avx512_vnni" (int8 q.k on
-// vpdpbusd, the AVX2 kernels otherwise) and "avx512_bf16" (bf16 q.k and p.v on vdpbf16ps, the
-// AVX2 kernels otherwise; simd_avx512.cc says why). `cpu_ok` says whether this CPU can run each.
+// The AVX-512 kernel sets (simd_avx512.cc): "avx512" (F, BW, VL, DQ; every kernel at 16 lanes,
+// bf16 and int8 widened to f32), "avx512_vnni" (int8 q.k on vpdpbusd, bf16 as in "avx512", the
+// AVX2 kernels otherwise) and "avx512_bf16" (bf16 q.k and p.v on vdpbf16ps, the AVX2 kernels
+// otherwise; simd_avx512.cc says why). `cpu_ok` says whether this CPU can run each.
 struct Avx512Set {
   const Kernels* kernels;
   bool cpu_ok;
