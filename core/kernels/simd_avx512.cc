@@ -13,7 +13,8 @@
 //   - bf16 widened in place on 16-lane FMAs (simd_avx512_split.cc: a shift and an and per 32
 //     values, no shuffle), in the "avx512" and "avx512_vnni" sets.
 // The "avx512" set has every kernel at 16 lanes with masked tails (f32, bf16 and int8 widened);
-// the other two keep the AVX2 kernels where no dot product instruction applies (see below).
+// the other two keep the AVX2 kernels where no dot product instruction applies (see below). Which
+// set is best depends on the cores, not only on their instructions (Avx512Sets).
 // Rows are read R at a time from R equal spans of the tile (as in the AVX2 kernels: sequential
 // streams that the hardware prefetchers follow), and strided rows (a caller's [n, heads, d]
 // tensor, one row a page) are prefetched ahead as the AVX2 kernels do: without that, stateless
@@ -570,14 +571,17 @@ const Avx512Set* Avx512Sets(int* count) {
   static const Kernels avx512 = Make("avx512", DotRows512, AccumulateRows512);
   static const Kernels vnni = Make("avx512_vnni", DotRowsVnni, AccumulateRowsVnni);
   static const Kernels bf16 = Make("avx512_bf16", DotRowsBf16, AccumulateRowsBf16);
-  static const Avx512Set sets[] = {
-      {&avx512, CpuHasAvx512()},
-      {&vnni, CpuHasAvx512() && __builtin_cpu_supports("avx512vnni")},
-      {&bf16, CpuHasAvx512() && __builtin_cpu_supports("avx512vnni") &&
-                  __builtin_cpu_supports("avx512bf16")},
-  };
+  const bool base = CpuHasAvx512();
+  const bool has_vnni = base && __builtin_cpu_supports("avx512vnni");
+  const bool has_bf16 = has_vnni && __builtin_cpu_supports("avx512bf16");
+  // Best last. On Intel cores (two full-width 512-bit FMA units, vdpbf16ps at half their rate)
+  // the 16-lane set decoded every storage dtype over the cache at least as fast as the others,
+  // and bf16 1.2-1.4x faster than the vdpbf16ps set; on Zen 4 (512-bit instructions in two
+  // halves) the sets with dot products were best. BENCHMARKS.md has both machines' figures.
+  static const Avx512Set amd_order[] = {{&avx512, base}, {&vnni, has_vnni}, {&bf16, has_bf16}};
+  static const Avx512Set intel_order[] = {{&vnni, has_vnni}, {&bf16, has_bf16}, {&avx512, base}};
   *count = 3;
-  return sets;
+  return __builtin_cpu_is("intel") ? intel_order : amd_order;
 }
 
 }  // namespace attend::simd::internal

@@ -36,7 +36,8 @@ const Kernels& Avx2Kernels();
 // The AVX-512 kernel sets (simd_avx512.cc): "avx512" (F, BW, VL, DQ; every kernel at 16 lanes,
 // bf16 and int8 widened to f32), "avx512_vnni" (int8 q.k on vpdpbusd, bf16 as in "avx512", the
 // AVX2 kernels otherwise) and "avx512_bf16" (bf16 q.k and p.v on vdpbf16ps, the AVX2 kernels
-// otherwise; simd_avx512.cc says why). `cpu_ok` says whether this CPU can run each.
+// otherwise; simd_avx512.cc says why), in the order of how well they run on this CPU's vendor's
+// cores, the best last. `cpu_ok` says whether this CPU can run each.
 struct Avx512Set {
   const Kernels* kernels;
   bool cpu_ok;
