@@ -15,6 +15,7 @@
 #include "bench/step_times.h"
 #include "common/half.h"
 #include "core/attention/attention_engine.h"
+#include "core/kernels/cpu_features.h"
 #include "core/kernels/onednn.h"
 #include "core/kv_cache/kv_cache.h"
 
@@ -87,8 +88,11 @@ void BM_CausalPrefill(benchmark::State& state) {
   }
   const double flops = static_cast<double>(stats.attention_flops);
   const MachineLimits limits = BetterOf(before, MeasureLimitsNow());
-  const double peak =
-      bf16 && limits.matmul_bf16_flops > 0 ? limits.matmul_bf16_flops : limits.matmul_f32_flops;
+  // Against the matmul the engine ran: bf16 emulated on f32 kernels (UseBf16Matmul) is judged
+  // by the f32 matmul's rate.
+  const double peak = bf16 && UseBf16Matmul() && limits.matmul_bf16_flops > 0
+                          ? limits.matmul_bf16_flops
+                          : limits.matmul_f32_flops;
   state.counters["useful_GFLOPs"] = flops / times.Median() / 1e9;
   state.counters["matmul_GFLOPs"] = peak / 1e9;
   state.counters["ratio"] = flops / times.Median() / peak;

@@ -128,7 +128,7 @@ HardwareProfile MeasureLocal() {
   } else {
     notes.push_back(absl::StrCat("f32 matmul failed: ", f32.status().message()));
   }
-  if (HasBf16Matmul()) {
+  if (UseBf16Matmul()) {
     absl::StatusOr<double> bf16 = MeasureMatmulFlops(kMatmulN, kRuns, /*bf16=*/true);
     if (bf16.ok()) {
       p.peak_flops_bf16 = *bf16;
@@ -137,10 +137,14 @@ HardwareProfile MeasureLocal() {
       notes.push_back(absl::StrCat("bf16 matmul failed: ", bf16.status().message()));
     }
   } else {
-    // Without AVX512-BF16 or AMX, oneDNN has no bf16 matmul; attend then computes bf16 with f32
-    // kernels, so the f32 rate is the one a bf16 request gets.
+    // attend computes bf16 with f32 kernels where oneDNN has no bf16 matmul (no AVX512-BF16 or
+    // AMX) or where it has a slower one (UseBf16Matmul), so the f32 rate is what a bf16 request
+    // gets.
     p.peak_flops_bf16 = p.peak_flops_f32;
-    notes.push_back("no bf16 matmul on this CPU: bf16 is the f32 figure");
+    notes.push_back(HasBf16Matmul()
+                        ? "bf16 runs on the f32 matmul: this CPU's bf16 matmul is slower than its "
+                          "f32 one; bf16 is the f32 figure"
+                        : "no bf16 matmul on this CPU: bf16 is the f32 figure");
   }
   notes.push_back("fp8/int8 not measured (0)");
   absl::StatusOr<double> bandwidth = MeasureReadBandwidth(kBufferBytes, kRuns);

@@ -278,7 +278,7 @@ void LogStart(const attend::server::ServerOptions& options,
                     {"security", security},
                     {"bearer_tokens", options.auth_tokens.empty() ? "off" : "required"},
                     {"cpu_isa", attend::CpuIsaName()},
-                    {"bf16_matmul", attend::HasBf16Matmul() ? "native" : "emulated"},
+                    {"bf16_matmul", attend::UseBf16Matmul() ? "native" : "emulated"},
                     {"kernels", attend::simd::KernelName()},
                     {"kv_cache_bytes", absl::StrCat(server.SampleStats().kv.capacity_bytes)},
                     {"kv_block_bytes", absl::StrCat(options.kv_cache.block_bytes)},
@@ -307,7 +307,7 @@ void PrintStartupLine(const attend::server::ServerOptions& options,
             << (options.auth_tokens.empty() ? "" : ", bearer token required (health open)");
   const int compute_threads = server.compute_threads();
   std::cout << " (cpu " << attend::CpuIsaName() << ", bf16 matmul "
-            << (attend::HasBf16Matmul() ? "native" : "emulated") << ", kernels "
+            << (attend::UseBf16Matmul() ? "native" : "emulated") << ", kernels "
             << attend::simd::KernelName() << ", KV cache "
             << absl::StrFormat("%.1f", static_cast<double>(options.kv_cache.capacity_bytes) /
                                            static_cast<double>(int64_t{1} << 30))

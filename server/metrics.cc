@@ -197,7 +197,7 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
       .Add({{"version", std::string(Version())},
             {"commit", std::string(GitCommit())},
             {"cpu_isa", CpuIsaName()},
-            {"bf16_matmul", HasBf16Matmul() ? "native" : "emulated"},
+            {"bf16_matmul", UseBf16Matmul() ? "native" : "emulated"},
             {"kernels", simd::KernelName()}})
       .Set(1);
 }

@@ -203,7 +203,7 @@ absl::Status AttentionEngine::Compute(const AttentionProblem& problem, absl::Spa
   const Precision precision = ResolvePrecision(options.precision, q, k, v);
   const bool bf16 = precision == Precision::kBFloat16;
   const float scale = EffectiveScale(options, s);
-  const bool native_bf16 = bf16 && HasBf16Matmul() && tile::NativeBf16Scale(scale);
+  const bool native_bf16 = bf16 && UseBf16Matmul() && tile::NativeBf16Scale(scale);
   const tile::Arithmetic arithmetic{native_bf16 ? DType::kBFloat16 : DType::kFloat32, bf16};
 
   const bool kernels = tile::UsesKernels(s.n_q, s.group_size());

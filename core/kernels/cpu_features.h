@@ -14,6 +14,13 @@ namespace attend {
 // matmul for AVX2-only CPUs; callers then emulate bf16 with f32 kernels on bf16-rounded values.
 bool HasBf16Matmul();
 
+// Whether bf16 products run on oneDNN's bf16 matmul: where it has one and it is the faster of the
+// two, that is with AMX, or on CPUs other than Intel's (AMD's Zen 4: twice the f32 rate). Intel
+// cores without AMX retire vdpbf16ps at half the rate of the f32 FMAs, and oneDNN's bf16 matmul
+// ran at 0.5-0.7x its f32 one there (BENCHMARKS.md); bf16 then multiplies bf16-rounded values on
+// the f32 matmul instead, the same exact products with f32 sums.
+bool UseBf16Matmul();
+
 // oneDNN's name for the CPU's instruction set, e.g. "avx512_core_amx".
 std::string CpuIsaName();
 

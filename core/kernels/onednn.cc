@@ -370,6 +370,16 @@ bool HasBf16Matmul() {
   return available;
 }
 
+bool UseBf16Matmul() {
+  static const bool use = [] {
+    if (!HasBf16Matmul()) return false;
+    if (dnnl::get_effective_cpu_isa() == dnnl::cpu_isa::avx512_core_amx) return true;
+    __builtin_cpu_init();
+    return !__builtin_cpu_is("intel");
+  }();
+  return use;
+}
+
 std::string CpuIsaName() {
   switch (dnnl::get_effective_cpu_isa()) {
     case dnnl::cpu_isa::avx512_core_amx:

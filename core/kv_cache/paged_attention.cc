@@ -73,7 +73,7 @@ absl::Status RunPagedAttention(absl::Span<const PagedProblem> problems, Precisio
     const BlockLayout& layout = *p.layout;
     const bool bf16 = precision == Precision::kBFloat16 ||
                       (precision == Precision::kAuto && layout.dtype == DType::kBFloat16);
-    const bool native = bf16 && HasBf16Matmul() && tile::NativeBf16Scale(p.scale);
+    const bool native = bf16 && UseBf16Matmul() && tile::NativeBf16Scale(p.scale);
     any_f32 |= !bf16;
     any_bf16 |= bf16;
     any_emulated |= bf16 && !native;

@@ -174,9 +174,13 @@ TEST(LocalHardware, MeasuredOnceAndPlausible) {
   EXPECT_LT(local.memory_bandwidth_bytes_per_second, 2e12);
   EXPECT_GT(local.memory_bytes, 0.0);
   EXPECT_EQ(local.peak_flops_fp8, 0.0);
+  // bf16 requests get what attend runs them on: the f32 matmul unless it uses a bf16 one.
   if (!HasBf16Matmul()) {
     EXPECT_EQ(local.peak_flops_bf16, local.peak_flops_f32);
     EXPECT_TRUE(absl::StrContains(local.note, "no bf16 matmul")) << local.note;
+  } else if (!UseBf16Matmul()) {
+    EXPECT_EQ(local.peak_flops_bf16, local.peak_flops_f32);
+    EXPECT_TRUE(absl::StrContains(local.note, "slower than its f32 one")) << local.note;
   } else {
     EXPECT_GT(local.peak_flops_bf16, 0.0);
   }

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "attend/v1/kv_cache.grpc.pb.h"
 #include "core/attention/testing/reference_attention.h"
+#include "core/kernels/cpu_features.h"
 #include "core/kernels/simd.h"
 #include "tests/server/server_fixture.h"
 #include "tests/test_util.h"
@@ -158,8 +159,11 @@ TEST_F(KvCacheServiceTest, AppendWithValuesAnswersWithValuesAndWeights) {
   EXPECT_NEAR(response.weights().values(0), 1.0, 1e-6);  // the first token sees only itself
   EXPECT_EQ(response.weights().values(1), 0.0f);
   EXPECT_NEAR(response.weights().values(2), 0.5, 1e-6);  // equal scores: half each
-  // A two-token append, computed by the vector kernels: the engine names their set.
-  EXPECT_EQ(response.stats().engine(), absl::StrCat("onednn-paged/bf16+", simd::KernelName()));
+  // A two-token append, computed by the vector kernels: the engine names their set (and says
+  // "-emulated" where bf16 matmuls would run on f32 ones).
+  EXPECT_EQ(response.stats().engine(),
+            absl::StrCat("onednn-paged/bf16", UseBf16Matmul() ? "" : "-emulated", "+",
+                         simd::KernelName()));
 }
 
 TEST_F(KvCacheServiceTest, DecodeBatchComputesEverySequence) {

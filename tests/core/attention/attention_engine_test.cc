@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/half.h"
 #include "core/attention/testing/reference_attention.h"
+#include "core/kernels/cpu_features.h"
 #include "core/kernels/onednn.h"
 #include "tests/test_util.h"
 
@@ -128,6 +129,11 @@ void CheckAgainstReference(const Case& c, uint64_t seed, const AttentionEngine* 
   }
   EXPECT_EQ(stats.attended_pairs, VisiblePairs(c.mask, c.n_q, c.n_kv) * c.n_head);
   EXPECT_EQ(stats.engine.rfind(bf16 ? "onednn/bf16" : "onednn/f32", 0), 0u) << stats.engine;
+  // bf16 says whether it ran on oneDNN's bf16 matmul (the random cases' scales are ordinary).
+  if (bf16) {
+    EXPECT_EQ(stats.engine.find("bf16-emulated") != std::string::npos, !UseBf16Matmul())
+        << stats.engine;
+  }
 }
 
 class RandomCases : public ::testing::TestWithParam<int> {};

@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/kernels/cpu_features.h"
 #include "tests/test_util.h"
 
 namespace attend::onednn {
@@ -124,6 +125,22 @@ TEST(RunMatmul, RefusesShapesThatDoNotAgree) {
   std::vector<float> a(32), b(30), c(20);
   EXPECT_THAT(RunMatmul(spec, a.data(), b.data(), c.data()),
               StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+// bf16 products run on oneDNN's bf16 matmul only where it is the faster one: with AMX, or on
+// AMD's AVX512-BF16 (Zen 4: twice the f32 rate). On Intel cores without AMX, vdpbf16ps retires
+// at half the rate of the f32 FMAs, and oneDNN's bf16 matmul ran at 0.5-0.7x its f32 one, so
+// bf16 there multiplies bf16-rounded values on the f32 matmul (the same exact products).
+TEST(UseBf16Matmul, OnlyWhereItIsTheFasterMatmul) {
+  __builtin_cpu_init();
+  const bool amx = CpuIsaName() == "avx512_core_amx";
+  if (!HasBf16Matmul()) {
+    EXPECT_FALSE(UseBf16Matmul());
+  } else if (amx || !__builtin_cpu_is("intel")) {
+    EXPECT_TRUE(UseBf16Matmul()) << CpuIsaName();
+  } else {
+    EXPECT_FALSE(UseBf16Matmul()) << CpuIsaName();
+  }
 }
 
 }  // namespace
