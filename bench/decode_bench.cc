@@ -17,6 +17,10 @@
 // storage 4, bf16 8, int8 16), with no widening and no other work. It is what a perfect kernel
 // of that density could read here: memory and arithmetic overlap only so far on one core.
 //
+// BM_InstructionRate is the core's rate of the instructions the kernel sets are built on (8- and
+// 16-lane FMAs, vdpbf16ps, vpdpbusd): register operands, 24 independent chains, one core. Which
+// set decodes fastest follows from these rates as much as from the instructions a CPU has.
+//
 //   build/bench/decode_bench [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
@@ -280,6 +284,116 @@ __attribute__((target("avx2,fma"))) float ReadWithFmas(const float* data, int64_
   return lanes[0];
 }
 
+// GCC 12's AVX-512 intrinsics trip -Wuninitialized (its _mm512_undefined_* idiom, GCC bug
+// 105593), as in core/kernels/simd_avx512.cc.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+// kIterations steps of 24 independent chains of one instruction; returns a sum so that nothing is
+// optimised away. The asm barrier on the multiplier keeps the compiler from folding the chains.
+constexpr int kChains = 24;
+constexpr int64_t kIterations = 20'000'000;
+
+__attribute__((target("avx2,fma"))) float Fma8Chains() {
+  __m256 a[kChains];
+  for (int i = 0; i < kChains; ++i) a[i] = _mm256_set1_ps(static_cast<float>(i));
+  __m256 x = _mm256_set1_ps(0.999f);
+  const __m256 y = _mm256_set1_ps(1e-3f);
+  for (int64_t k = 0; k < kIterations; ++k) {
+#pragma GCC unroll 24
+    for (int i = 0; i < kChains; ++i) a[i] = _mm256_fmadd_ps(a[i], x, y);
+    __asm__("" : "+v"(x));
+  }
+  for (int i = 1; i < kChains; ++i) a[0] = _mm256_add_ps(a[0], a[i]);
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, a[0]);
+  return lanes[0];
+}
+
+__attribute__((target("avx512f"))) float Fma16Chains() {
+  __m512 a[kChains];
+  for (int i = 0; i < kChains; ++i) a[i] = _mm512_set1_ps(static_cast<float>(i));
+  __m512 x = _mm512_set1_ps(0.999f);
+  const __m512 y = _mm512_set1_ps(1e-3f);
+  for (int64_t k = 0; k < kIterations; ++k) {
+#pragma GCC unroll 24
+    for (int i = 0; i < kChains; ++i) a[i] = _mm512_fmadd_ps(a[i], x, y);
+    __asm__("" : "+v"(x));
+  }
+  for (int i = 1; i < kChains; ++i) a[0] = _mm512_add_ps(a[0], a[i]);
+  return _mm512_reduce_add_ps(a[0]);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) float DpBf16Chains() {
+  __m512 a[kChains];
+  for (int i = 0; i < kChains; ++i) a[i] = _mm512_setzero_ps();
+  __m512i x = _mm512_set1_epi32(0x3f803f80);        // bf16 pairs (1, 1)
+  const __m512i y = _mm512_set1_epi32(0x3a833a83);  // (1e-3, 1e-3)
+  for (int64_t k = 0; k < kIterations; ++k) {
+#pragma GCC unroll 24
+    for (int i = 0; i < kChains; ++i) a[i] = _mm512_dpbf16_ps(a[i], (__m512bh)x, (__m512bh)y);
+    __asm__("" : "+v"(x));
+  }
+  for (int i = 1; i < kChains; ++i) a[0] = _mm512_add_ps(a[0], a[i]);
+  return _mm512_reduce_add_ps(a[0]);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) float DpBusdChains() {
+  __m512i a[kChains];
+  for (int i = 0; i < kChains; ++i) a[i] = _mm512_setzero_si512();
+  __m512i x = _mm512_set1_epi8(1);
+  const __m512i y = _mm512_set1_epi8(1);
+  for (int64_t k = 0; k < kIterations; ++k) {
+#pragma GCC unroll 24
+    for (int i = 0; i < kChains; ++i) a[i] = _mm512_dpbusd_epi32(a[i], x, y);
+    __asm__("" : "+v"(x));
+  }
+  for (int i = 1; i < kChains; ++i) a[0] = _mm512_add_epi32(a[0], a[i]);
+  return static_cast<float>(_mm_cvtsi128_si32(_mm512_castsi512_si128(a[0])));  // no overflow
+}
+
+#pragma GCC diagnostic pop
+
+// arg: 0 = 8-lane FMA, 1 = 16-lane FMA, 2 = vdpbf16ps, 3 = vpdpbusd (all 512-bit but the first).
+// Reports instructions per second and multiply-adds per second (8, 16, 32 and 64 per
+// instruction), on one core.
+void BM_InstructionRate(benchmark::State& state) {
+  const int which = static_cast<int>(state.range(0));
+  __builtin_cpu_init();
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  const struct {
+    const char* name;
+    bool runs;
+    float (*loop)();
+    double products;
+  } kinds[] = {
+      {"fma 8-lane", __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"), Fma8Chains,
+       8},
+      {"fma 16-lane", avx512, Fma16Chains, 16},
+      {"vdpbf16ps", avx512 && __builtin_cpu_supports("avx512bf16"), DpBf16Chains, 32},
+      {"vpdpbusd", avx512 && __builtin_cpu_supports("avx512vnni"), DpBusdChains, 64},
+  };
+  const auto& kind = kinds[which];
+  if (!kind.runs) {
+    state.SkipWithError(absl::StrCat(kind.name, ": not on this CPU").c_str());
+    return;
+  }
+  StepTimes times;
+  for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
+    benchmark::DoNotOptimize(kind.loop());
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    state.SetIterationTime(elapsed);
+    times.Add(elapsed);
+  }
+  const double instructions = static_cast<double>(kIterations) * kChains;
+  state.counters["G_per_s"] = instructions / times.Best() / 1e9;
+  state.counters["G_products_per_s"] = instructions * kind.products / times.Best() / 1e9;
+  state.SetLabel(kind.name);
+}
+
 // arg: FMAs per 32 bytes read (0: the probe's own loop). All threads, 256 MiB of huge-page
 // memory (as the probe and the KV cache's blocks), each thread its own share.
 void BM_ReadWithFmas(benchmark::State& state) {
@@ -413,6 +527,13 @@ BENCHMARK(BM_DecodeKernel)
     ->ArgNames({"storage", "kernels"})
     ->ArgsProduct({{0, 1, 2}, {1, 2, 3, 4}})
     ->Unit(benchmark::kMicrosecond);
+
+BENCHMARK(BM_InstructionRate)
+    ->ArgName("kind")
+    ->DenseRange(0, 3)
+    ->Iterations(5)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 
 BENCHMARK(BM_ReadWithFmas)
     ->ArgName("fmas_per_32B")
