@@ -181,9 +181,9 @@ def main():
     # probe is the f32 matmul's.
     emulated = any("emulated" in b.get("label", "") for b in prefill if prefill_dtype(b) == "bfloat16")
     print("prefill, causal: useful GFLOP/s (4 x d per attended pair); best matmul probes: "
-          "f32 %.1f GFLOP/s, bf16 %.1f GFLOP/s%s (each case against its dtype's)"
+          "f32 %.1f GFLOP/s, bf16 %.1f GFLOP/s%s; each case against its dtype's"
           % (matmul["float32"], matmul["bfloat16"],
-             " (the f32 matmul: bf16 runs on it here)" if emulated else ""))
+             " (the f32 matmul, which bf16 runs on here)" if emulated else ""))
     print("%-34s %10s %7s %10s %7s %10s %7s" % ("shape (heads/kv, n, d, dtype)", "attend", "ratio",
                                                "PyTorch", "ratio", "ggml", "ratio"))
     for b in prefill:
