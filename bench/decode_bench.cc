@@ -222,6 +222,8 @@ void BM_DecodeKernel(benchmark::State& state) {
   }
   simd::Rows k{kv.data(), storage, kDim, scales.data()};
   simd::Rows v{kv.data() + kRows * kDim * DTypeSize(storage), storage, kDim, scales.data() + kRows};
+  // As under native bf16 arithmetic: the bf16 sets' dot product instructions may run.
+  k.native_bf16 = v.native_bf16 = storage == DType::kBFloat16;
   std::vector<float> scores(kGroup * kRows), out(kGroup * kDim);
   // Weights like a softmax's (positive, summing to 1 per row); the kernels' speed does not
   // depend on them, only the output's scale does.

@@ -275,9 +275,11 @@ absl::Status RunTileJob(const Job& job, State* state) {
     // up to 64 so that the shapes come from a small fixed set; the kernels take exact rows.
     const int64_t cols =
         kernels ? valid : std::min(width, (std::min(valid, ke - start) + 63) / 64 * 64);
-    const simd::Rows k = TileOperand(job, t, /*values=*/false,
-                                     {keys.Keys(t), keys.dtype, keys.key_stride, keys.KeyScales(t)},
-                                     valid, cols, d, kernels, k_f32, k_bf16);
+    simd::Rows k = TileOperand(job, t, /*values=*/false,
+                               {keys.Keys(t), keys.dtype, keys.key_stride, keys.KeyScales(t)},
+                               valid, cols, d, kernels, k_f32, k_bf16);
+    // The kernels' bf16 dot products flush as a native bf16 matmul does: only where one may run.
+    k.native_bf16 = a.matmul == DType::kBFloat16;
     if (kernels) {
       simd::DotRows(job.q, m, d, k, valid, s, cols);
     } else {
@@ -306,10 +308,10 @@ absl::Status RunTileJob(const Job& job, State* state) {
       std::fill(s + m * cols, s + rows * cols, 0.0f);
     }
 
-    const simd::Rows v =
-        TileOperand(job, t, /*values=*/true,
-                    {keys.Values(t), keys.dtype, keys.value_stride, keys.ValueScales(t)}, valid,
-                    cols, dv, kernels, v_f32, v_bf16);
+    simd::Rows v = TileOperand(job, t, /*values=*/true,
+                               {keys.Values(t), keys.dtype, keys.value_stride, keys.ValueScales(t)},
+                               valid, cols, dv, kernels, v_f32, v_bf16);
+    v.native_bf16 = k.native_bf16;
     if (kernels) {
       for (int64_t i = 0; i < m; ++i) {
         if (alpha[i] == 1.0f) continue;

@@ -62,6 +62,10 @@ struct Rows {
   DType dtype = DType::kFloat32;  // kFloat32, kBFloat16 or kInt8
   int64_t stride = 0;             // elements between rows
   const float* scales = nullptr;  // kInt8 only
+  // Native bf16 arithmetic: bf16 rows may be multiplied with the CPU's bf16 dot product
+  // instruction, which counts subnormal inputs and products below 2^-126 as zero (as a native
+  // bf16 matmul does). Otherwise every product is exact.
+  bool native_bf16 = false;
 };
 
 // out[i] = element i of row `t` of `rows` as float (int8 times the row's scale), for i < n.
@@ -71,13 +75,13 @@ void RowToFloat(const Rows& rows, int64_t t, int64_t n, float* out);
 // rows the AVX-512 kernels carry q in 16 significant bits (as two int8 parts, for the dot
 // product instruction): each q value within 2^-16 of its row's largest |q|, far below the error
 // of the storage itself (1/254 of the row's largest). Against bf16 rows they use bf16 dot
-// products when q holds bf16 values (bf16 arithmetic), and are exact f32 otherwise.
+// products when k.native_bf16 is set and q holds bf16 values, and are exact f32 otherwise.
 void DotRows(const float* q, int64_t m, int64_t d, const Rows& k, int64_t rows, float* scores,
              int64_t ld);
 
 // acc[j * dv + c] += sum over t < rows of p[j * ld + t] * value row t [c], for j < m, c < dv.
-// Against bf16 rows the AVX-512 kernels use bf16 dot products when p holds bf16 values (bf16
-// arithmetic rounds the probabilities), and f32 otherwise.
+// Against bf16 rows the AVX-512 kernels use bf16 dot products when v.native_bf16 is set and p
+// holds bf16 values (bf16 arithmetic rounds the probabilities), and f32 otherwise.
 void AccumulateRows(const float* p, int64_t ld, int64_t m, const Rows& v, int64_t rows, int64_t dv,
                     float* acc);
 

@@ -3,8 +3,10 @@
 // product instructions remove the widening that held bf16 and int8 to about half of f32's byte
 // rate (each bf16 value took a zero-extend, a shift and an FMA):
 //   - bf16 q.k and p.v on vdpbf16ps (AVX512-BF16): 32 products per instruction, exact products
-//     of bf16 values with f32 sums. That needs q and p in bf16, as bf16 arithmetic (the default
-//     over bf16 storage) gives them; under f32 arithmetic the widening kernels run instead.
+//     of normal bf16 values with f32 sums; subnormal inputs and products below 2^-126 count as
+//     zero, as in a native bf16 matmul, so only under native bf16 arithmetic (Rows::native_bf16),
+//     and it needs q and p in bf16, as bf16 arithmetic (the default over bf16 storage) gives
+//     them; otherwise the widening kernels run.
 //   - int8 q.k on vpdpbusd (AVX512-VNNI; in simd_avx512_int8.cc): q is split into two int8
 //     parts on one scale (hi = round(q / s), lo = round((q - hi s) * 256 / s)): about 15 bits;
 //     the per-token scales multiply the int32 sums afterwards. vpdpbusd multiplies unsigned by
@@ -538,13 +540,15 @@ ATTEND_AVX512_VNNI void AccumulateRowsVnni(const float* p, int64_t ld, int64_t m
 
 ATTEND_AVX512_BF16 void DotRowsBf16(const float* q, int64_t m, int64_t d, const Rows& k,
                                     int64_t rows, float* scores, int64_t ld) {
-  if (k.dtype == DType::kBFloat16) return DotBf16(q, m, d, k, rows, scores, ld);
+  if (k.dtype == DType::kBFloat16 && k.native_bf16) return DotBf16(q, m, d, k, rows, scores, ld);
   return Avx2Kernels().dot_rows(q, m, d, k, rows, scores, ld);
 }
 
 ATTEND_AVX512_BF16 void AccumulateRowsBf16(const float* p, int64_t ld, int64_t m, const Rows& v,
                                            int64_t rows, int64_t dv, float* acc) {
-  if (v.dtype == DType::kBFloat16) return AccumulateBf16(p, ld, m, v, rows, dv, acc);
+  if (v.dtype == DType::kBFloat16 && v.native_bf16) {
+    return AccumulateBf16(p, ld, m, v, rows, dv, acc);
+  }
   return Avx2Kernels().accumulate_rows(p, ld, m, v, rows, dv, acc);
 }
 

@@ -2,6 +2,7 @@
 // every set this CPU runs, or the matmuls of a prefill), a NaN or infinity anywhere in q, k or v
 // is INVALID_ARGUMENT naming the tensor and the element, and scores that overflow float32 in
 // either direction are reported rather than dropped.
+#include <array>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -89,15 +90,31 @@ TEST(NonFinite, FiniteScoresWithExtremeIntermediatesAreAnswered) {
         const TensorView qv{DType::kFloat32, {n_q, 1, d}, q.data()};
         const TensorView kv{DType::kFloat32, {n_kv, 1, d}, k.data()};
         const TensorView vv{DType::kFloat32, {n_kv, 1, d}, v.data()};
-        std::vector<float> out(static_cast<size_t>(n_q * d));
-        ASSERT_OK(
-            AttentionEngine().Compute(qv, kv, vv, options, {}, absl::MakeSpan(out), {}, nullptr));
         auto want = ReferenceAttention(qv, kv, vv, options);
         ASSERT_OK(want.status());
-        // bf16 rounds the probabilities: about 2^-8 of the output's scale (|v| up to ~4).
-        const double tolerance = c.precision == Precision::kBFloat16 ? 3e-2 : 1e-4;
-        for (size_t i = 0; i < out.size(); ++i)
-          ASSERT_NEAR(out[i], want->output[i], tolerance) << i;
+        // The same values as f32 tensors and, under bf16, as bf16 ones, which the decode kernels
+        // read in place (and the bf16 sets multiply with their dot product instructions).
+        std::vector<std::vector<uint16_t>> half(3);
+        for (int i = 0; i < 3; ++i) {
+          for (float e : *std::array<const std::vector<float>*, 3>{&q, &k, &v}[i]) {
+            half[i].push_back(FloatToBf16(e));
+          }
+        }
+        for (const bool bf16_tensors : {false, true}) {
+          if (bf16_tensors && c.precision != Precision::kBFloat16) continue;
+          SCOPED_TRACE(bf16_tensors ? "bf16 tensors" : "f32 tensors");
+          const DType dtype = bf16_tensors ? DType::kBFloat16 : DType::kFloat32;
+          const TensorView qt{dtype, qv.shape, bf16_tensors ? half[0].data() : qv.data};
+          const TensorView kt{dtype, kv.shape, bf16_tensors ? half[1].data() : kv.data};
+          const TensorView vt{dtype, vv.shape, bf16_tensors ? half[2].data() : vv.data};
+          std::vector<float> out(static_cast<size_t>(n_q * d));
+          ASSERT_OK(
+              AttentionEngine().Compute(qt, kt, vt, options, {}, absl::MakeSpan(out), {}, nullptr));
+          // bf16 rounds the probabilities: about 2^-8 of the output's scale (|v| up to ~4).
+          const double tolerance = c.precision == Precision::kBFloat16 ? 3e-2 : 1e-4;
+          for (size_t i = 0; i < out.size(); ++i)
+            ASSERT_NEAR(out[i], want->output[i], tolerance) << i;
+        }
       }
     }
   }

@@ -155,6 +155,9 @@ void CheckRowsCase(const RowsCase& c, std::mt19937_64& rng) {
     }
   }
   Rows k{keys.data(), c.dtype, c.stride, nullptr};
+  // bf16-valued operands are what native bf16 arithmetic gives the kernels: the bf16 sets' dot
+  // product instructions run then (the random values are normal, so nothing is flushed).
+  k.native_bf16 = c.bf16_operands;
   if (c.dtype == DType::kBFloat16) k.data = keys_bf16.data();
   if (c.dtype == DType::kInt8) {
     k.data = keys_int8.data();
