@@ -2,7 +2,6 @@
 // every set this CPU runs, or the matmuls of a prefill), a NaN or infinity anywhere in q, k or v
 // is INVALID_ARGUMENT naming the tensor and the element, and scores that overflow float32 in
 // either direction are reported rather than dropped.
-#include <array>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -94,11 +93,10 @@ TEST(NonFinite, FiniteScoresWithExtremeIntermediatesAreAnswered) {
         ASSERT_OK(want.status());
         // The same values as f32 tensors and, under bf16, as bf16 ones, which the decode kernels
         // read in place (and the bf16 sets multiply with their dot product instructions).
-        std::vector<std::vector<uint16_t>> half(3);
+        const std::vector<float>* values[] = {&q, &k, &v};
+        std::vector<uint16_t> half[3];
         for (int i = 0; i < 3; ++i) {
-          for (float e : *std::array<const std::vector<float>*, 3>{&q, &k, &v}[i]) {
-            half[i].push_back(FloatToBf16(e));
-          }
+          for (float e : *values[i]) half[i].push_back(FloatToBf16(e));
         }
         for (const bool bf16_tensors : {false, true}) {
           if (bf16_tensors && c.precision != Precision::kBFloat16) continue;
