@@ -3,6 +3,8 @@
 #ifndef ATTEND_TESTS_TEST_UTIL_H_
 #define ATTEND_TESTS_TEST_UTIL_H_
 
+#include <time.h>
+
 #include <cstdint>
 #include <random>
 #include <string>
@@ -54,6 +56,26 @@ inline std::vector<float> RandomFloats(std::mt19937_64& rng, int64_t n, float st
   std::vector<float> out(static_cast<size_t>(n));
   for (float& x : out) x = normal(rng);
   return out;
+}
+
+// The CPU time this process has used so far (every thread), in seconds.
+inline double ProcessCpuSeconds() {
+  timespec now{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
+  return static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_nsec) * 1e-9;
+}
+
+// Spins until this process has used at least `seconds` of CPU time, so that counters with a
+// clock tick's resolution (10 ms) have something to show on any machine, fast or slow.
+// Returns ProcessCpuSeconds() at the end.
+inline double SpendProcessCpuSeconds(double seconds) {
+  volatile double sink = 0;
+  double used = ProcessCpuSeconds();
+  while (used < seconds) {
+    for (int i = 0; i < 100000; ++i) sink = sink + i * 0.5;
+    used = ProcessCpuSeconds();
+  }
+  return used;
 }
 
 }  // namespace attend::testing
