@@ -252,24 +252,28 @@ void BM_DecodeKernel(benchmark::State& state) {
   simd::UseKernels(decode_set);  // back to the set the other cases measure
 }
 
-// Reads floats [begin, end) of `data` as four sequential streams (as the probe does), eight
-// vectors a step into eight accumulators, with kFmas FMAs on each 32-byte vector: the decode
-// kernels' eight independent FMA chains. kFmas == 0 adds each vector instead (the probe's loop).
-template <int kFmas>
+// Reads floats [begin, end) of `data` as kStreams sequential streams (four as the probe does;
+// one as a kernel walking one head's rows does), eight vectors a step into eight accumulators,
+// with kFmas FMAs on each 32-byte vector: the decode kernels' eight independent FMA chains.
+// kFmas == 0 adds each vector instead (the probe's loop).
+template <int kFmas, int kStreams = 4>
 __attribute__((target("avx2,fma"))) float ReadWithFmas(const float* data, int64_t n) {
+  static_assert(8 % kStreams == 0);
+  constexpr int kPerStream = 8 / kStreams;  // vectors of each stream per step
   __m256 acc[8];
 #pragma GCC unroll 8
   for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
   const __m256 w = _mm256_set1_ps(0.999f);
-  const int64_t span = n / 4 / 16 * 16;
-  const float* stream[4] = {data, data + span, data + 2 * span, data + 3 * span};
-  for (int64_t i = 0; i < span; i += 16) {
-#pragma GCC unroll 4
-    for (int s = 0; s < 4; ++s) {
-#pragma GCC unroll 2
-      for (int u = 0; u < 2; ++u) {
+  const int64_t span = n / 4 / 16 * 16 * 4 / kStreams;
+  const float* stream[kStreams];
+  for (int s = 0; s < kStreams; ++s) stream[s] = data + s * span;
+  for (int64_t i = 0; i < span; i += 8 * kPerStream) {
+#pragma GCC unroll 8
+    for (int s = 0; s < kStreams; ++s) {
+#pragma GCC unroll 8
+      for (int u = 0; u < kPerStream; ++u) {
         const __m256 v = _mm256_loadu_ps(stream[s] + i + 8 * u);
-        __m256& a = acc[2 * s + u];
+        __m256& a = acc[kPerStream * s + u];
         if constexpr (kFmas == 0) {
           a = _mm256_add_ps(a, v);
         } else {
@@ -396,10 +400,12 @@ void BM_InstructionRate(benchmark::State& state) {
   state.SetLabel(kind.name);
 }
 
-// arg: FMAs per 32 bytes read (0: the probe's own loop). All threads, 256 MiB of huge-page
-// memory (as the probe and the KV cache's blocks), each thread its own share.
+// args: FMAs per 32 bytes read (0: the probe's own loop), and streams per thread (4 as the
+// probe, or 1). All threads, 256 MiB of huge-page memory (as the probe and the KV cache's
+// blocks), each thread its own share.
 void BM_ReadWithFmas(benchmark::State& state) {
   const int fmas = static_cast<int>(state.range(0));
+  const bool one_stream = state.range(1) == 1;
   MeasureMachineLimits();
   __builtin_cpu_init();
   if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
@@ -422,10 +428,11 @@ void BM_ReadWithFmas(benchmark::State& state) {
     for (int64_t i = begin; i < begin + share; ++i) data[i] = 1e-3f * static_cast<float>(i % 7);
   }
   using Loop = float (*)(const float*, int64_t);
-  const Loop loop = fmas == 0   ? ReadWithFmas<0>
-                    : fmas == 4 ? ReadWithFmas<4>
-                    : fmas == 8 ? ReadWithFmas<8>
-                                : ReadWithFmas<16>;
+  const Loop four[] = {ReadWithFmas<0>, ReadWithFmas<4>, ReadWithFmas<8>, ReadWithFmas<16>};
+  const Loop one[] = {ReadWithFmas<0, 1>, ReadWithFmas<4, 1>, ReadWithFmas<8, 1>,
+                      ReadWithFmas<16, 1>};
+  const int index = fmas == 0 ? 0 : fmas == 4 ? 1 : fmas == 8 ? 2 : 3;
+  const Loop loop = one_stream ? one[index] : four[index];
   StepTimes times;
   const MachineLimits before = MeasureLimitsNow();
   for (auto _ : state) {
@@ -459,7 +466,9 @@ void BM_ReadWithFmas(benchmark::State& state) {
 //   1: rows of every head side by side ([tokens, heads, d], a caller's tensor), head by head
 //      (each pass reads a 512-byte piece of every 4 KiB row); the threads take heads;
 //   2: the same tensor span by span: 64 tokens, all heads, then the next 64; each thread its
-//      own half of the tokens (what the engine does, tile::Work::key_span).
+//      own half of the tokens (what the engine does, tile::Work::key_span);
+//   3, 4: as 2, but each span in pieces of 16 (3) or 8 (4) whole token rows, every head's rows
+//      of a piece before the next piece: the rows are read while they are in the cache.
 // Fixed weights stand in for the softmax (its cost is not the question here).
 void BM_DecodeLayout(benchmark::State& state) {
   const int layout = static_cast<int>(state.range(0));
@@ -500,6 +509,28 @@ void BM_DecodeLayout(benchmark::State& state) {
         for (int64_t t = begin; t < begin + share; t += kSpan) {
           for (int64_t h = 0; h < kKvHeads; ++h) step(h, t, kSpan, scores.data(), out.data());
         }
+      } else if (layout >= 3) {
+        // Pieces of `piece` whole token rows: every head's rows of the piece, then the next.
+        const int64_t piece = layout == 3 ? 16 : 8;
+        const int64_t share = kTokens / omp_get_num_threads();
+        const int64_t begin = omp_get_thread_num() * share;
+        for (int64_t t = begin; t < begin + share; t += kSpan) {
+          float* const s = scores.data();
+          for (int64_t c = t; c < t + kSpan; c += piece) {
+            for (int64_t h = 0; h < kKvHeads; ++h) {
+              simd::DotRows(q.data(), kGroup, kDim, {row(k, h, c), DType::kFloat32, stride}, piece,
+                            s + h * kGroup * kSpan + (c - t), kSpan);
+            }
+          }
+          for (int64_t i = 0; i < kKvHeads * kGroup * kSpan; ++i) s[i] = 1.0f / kTokens;
+          for (int64_t c = t; c < t + kSpan; c += piece) {
+            for (int64_t h = 0; h < kKvHeads; ++h) {
+              simd::AccumulateRows(s + h * kGroup * kSpan + (c - t), kSpan, kGroup,
+                                   {row(v, h, c), DType::kFloat32, stride}, piece, kDim,
+                                   out.data());
+            }
+          }
+        }
       } else {
 #pragma omp for schedule(dynamic, 1)
         for (int64_t h = 0; h < kKvHeads; ++h) step(h, 0, kTokens, scores.data(), out.data());
@@ -538,18 +569,15 @@ BENCHMARK(BM_InstructionRate)
     ->Unit(benchmark::kMillisecond);
 
 BENCHMARK(BM_ReadWithFmas)
-    ->ArgName("fmas_per_32B")
-    ->Arg(0)
-    ->Arg(4)
-    ->Arg(8)
-    ->Arg(16)
+    ->ArgNames({"fmas_per_32B", "streams"})
+    ->ArgsProduct({{0, 4, 8, 16}, {4, 1}})
     ->Unit(benchmark::kMillisecond)
     ->UseManualTime()
     ->Iterations(20);
 
 BENCHMARK(BM_DecodeLayout)
     ->ArgName("layout")
-    ->DenseRange(0, 2)
+    ->DenseRange(0, 4)
     ->Unit(benchmark::kMillisecond)
     ->UseManualTime()
     ->Iterations(20);
