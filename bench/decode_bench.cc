@@ -264,7 +264,7 @@ __attribute__((target("avx2,fma"))) float ReadWithFmas(const float* data, int64_
 #pragma GCC unroll 8
   for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
   const __m256 w = _mm256_set1_ps(0.999f);
-  const int64_t span = n / 4 / 16 * 16 * 4 / kStreams;
+  const int64_t span = n / 64 * 64 / kStreams;  // whole steps of 64 floats
   const float* stream[kStreams];
   for (int s = 0; s < kStreams; ++s) stream[s] = data + s * span;
   for (int64_t i = 0; i < span; i += 8 * kPerStream) {

@@ -58,22 +58,23 @@ inline std::vector<float> RandomFloats(std::mt19937_64& rng, int64_t n, float st
   return out;
 }
 
-// The CPU time this process has used so far (every thread), in seconds.
-inline double ProcessCpuSeconds() {
+// CPU time used so far, in seconds: by this process (every thread: an in-process server's and
+// the test's), or with CLOCK_THREAD_CPUTIME_ID by the calling thread alone.
+inline double CpuSeconds(clockid_t clock = CLOCK_PROCESS_CPUTIME_ID) {
   timespec now{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
+  clock_gettime(clock, &now);
   return static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_nsec) * 1e-9;
 }
 
 // Spins until this process has used at least `seconds` of CPU time, so that counters with a
 // clock tick's resolution (10 ms) have something to show on any machine, fast or slow.
-// Returns ProcessCpuSeconds() at the end.
+// Returns CpuSeconds() at the end.
 inline double SpendProcessCpuSeconds(double seconds) {
   volatile double sink = 0;
-  double used = ProcessCpuSeconds();
+  double used = CpuSeconds();
   while (used < seconds) {
     for (int i = 0; i < 100000; ++i) sink = sink + i * 0.5;
-    used = ProcessCpuSeconds();
+    used = CpuSeconds();
   }
   return used;
 }

@@ -1,7 +1,6 @@
 // Cancellation through a real channel: a client's cancel or a passed deadline stops Attend,
 // MultiHeadAttend and a KV-cache prefill between tiles, so the server spends almost no CPU on
 // them afterwards, and a cancelled prefill leaves the sequence as it was.
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -21,14 +20,6 @@ namespace attend {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// CPU time of this process (the in-process server's threads and the test's), in seconds.
-double CpuSeconds() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return usage.ru_utime.tv_sec + usage.ru_stime.tv_sec +
-         (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) * 1e-6;
-}
 
 // A bf16 tensor of the given shape with seeded values in [-1, 1).
 v1::Tensor Bf16Random(std::vector<int64_t> shape, uint64_t seed) {
@@ -77,14 +68,14 @@ class CancellationTest : public ::testing::Test {
   void ExpectCancelStopsTheWork(const std::function<grpc::Status(grpc::ClientContext*)>& call,
                                 bool deadline) {
     const auto start = Clock::now();
-    const double cpu_before = CpuSeconds();
+    const double cpu_before = ::attend::testing::CpuSeconds();
     {
       grpc::ClientContext context;
       const grpc::Status full = call(&context);
       ASSERT_TRUE(full.ok()) << full.error_message();
     }
     const auto full_time = Clock::now() - start;
-    const double full_cpu = CpuSeconds() - cpu_before;
+    const double full_cpu = ::attend::testing::CpuSeconds() - cpu_before;
     const double bound = std::max(0.2, 0.4 * 0.75 * full_cpu);
     const auto cancel_after = std::chrono::duration_cast<std::chrono::milliseconds>(full_time / 4);
     if (cancel_after < std::chrono::milliseconds(60)) {
@@ -108,9 +99,9 @@ class CancellationTest : public ::testing::Test {
     EXPECT_EQ(cancelled.error_code(),
               deadline ? grpc::StatusCode::DEADLINE_EXCEEDED : grpc::StatusCode::CANCELLED)
         << cancelled.error_message();
-    const double cpu_at_cancel = CpuSeconds();
+    const double cpu_at_cancel = ::attend::testing::CpuSeconds();
     std::this_thread::sleep_for(std::chrono::seconds(1));
-    const double cpu_after = CpuSeconds() - cpu_at_cancel;
+    const double cpu_after = ::attend::testing::CpuSeconds() - cpu_at_cancel;
     std::printf("cancelled after %.3f s of %.3f s; CPU in the second after: %.3f s\n",
                 std::chrono::duration<double>(cancel_after).count(),
                 std::chrono::duration<double>(full_time).count(), cpu_after);

@@ -256,7 +256,7 @@ TEST_F(MetricsTest, ProcessMetricsArePlausible) {
   // idle test may not have spent a whole clock tick of.
   const double before = ::attend::testing::SpendProcessCpuSeconds(0.1);
   const std::string text = Scrape();
-  const double after = ::attend::testing::ProcessCpuSeconds();
+  const double after = ::attend::testing::CpuSeconds();
   EXPECT_NE(text.find("# TYPE process_cpu_seconds_total counter"), std::string::npos);
   // Within a tick or two of the kernel's own clock for the process.
   EXPECT_GE(MetricValue(text, "process_cpu_seconds_total"), before - 0.03);

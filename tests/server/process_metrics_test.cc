@@ -76,7 +76,7 @@ TEST(ProcessCollector, LiveValuesArePlausible) {
   // Some CPU time to count, whatever the machine's speed.
   const double before = ::attend::testing::SpendProcessCpuSeconds(0.1);
   const std::map<std::string, double> v = Collected();
-  const double after = ::attend::testing::ProcessCpuSeconds();
+  const double after = ::attend::testing::CpuSeconds();
   for (const char* name : {"process_cpu_seconds_total", "process_resident_memory_bytes",
                            "process_virtual_memory_bytes", "process_open_fds", "process_max_fds",
                            "process_start_time_seconds"}) {

@@ -356,12 +356,6 @@ TEST(Engine, SingleThreadMatchesParallel) {
   for (size_t i = 0; i < one.size(); ++i) ASSERT_NEAR(one[i], many[i], 1e-6) << i;
 }
 
-double ThreadCpuSeconds(clockid_t clock) {
-  timespec t{};
-  clock_gettime(clock, &t);
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-}
-
 // A one-thread engine keeps oneDNN's matmuls on the calling thread too (they follow the calling
 // thread's OpenMP setting, which is every CPU by default), and hands that setting back as it
 // was. Told apart by CPU time: a causal prefill of about 2 GFLOP takes tens of milliseconds of
@@ -377,11 +371,12 @@ TEST(Engine, OneThreadKeepsOneDnnOnTheCallingThread) {
   options.mask.causal = true;
   AttentionEngine engine({1});
   ASSERT_OK(engine.Compute(view, view, view, options, {}, absl::MakeSpan(out), {}, nullptr));
-  const double process_start = ThreadCpuSeconds(CLOCK_PROCESS_CPUTIME_ID);
-  const double thread_start = ThreadCpuSeconds(CLOCK_THREAD_CPUTIME_ID);
+  const double process_start = ::attend::testing::CpuSeconds(CLOCK_PROCESS_CPUTIME_ID);
+  const double thread_start = ::attend::testing::CpuSeconds(CLOCK_THREAD_CPUTIME_ID);
   ASSERT_OK(engine.Compute(view, view, view, options, {}, absl::MakeSpan(out), {}, nullptr));
-  const double own = ThreadCpuSeconds(CLOCK_THREAD_CPUTIME_ID) - thread_start;
-  const double others = ThreadCpuSeconds(CLOCK_PROCESS_CPUTIME_ID) - process_start - own;
+  const double own = ::attend::testing::CpuSeconds(CLOCK_THREAD_CPUTIME_ID) - thread_start;
+  const double others =
+      ::attend::testing::CpuSeconds(CLOCK_PROCESS_CPUTIME_ID) - process_start - own;
   EXPECT_LT(others, 0.25 * own) << "calling thread " << own << " s, other threads " << others;
   EXPECT_EQ(omp_get_max_threads(), 2);
   omp_set_num_threads(before);
