@@ -7,10 +7,9 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <memory>
 #include <optional>
 
-#include "common/half.h"
+#include "core/attention/tile_operands.h"
 #include "core/base/mutex.h"
 #include "core/base/status_macros.h"
 #include "core/kernels/onednn.h"
@@ -20,77 +19,6 @@ namespace attend::tile {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
-template <typename T>
-T* Buffer(std::vector<T>& buffer, int64_t elements) {
-  if (buffer.size() < static_cast<size_t>(elements)) buffer.resize(static_cast<size_t>(elements));
-  return buffer.data();
-}
-
-// Value `c` of row `r` of a tile's storage, dequantized.
-float Element(const simd::Rows& src, int64_t r, int64_t c) {
-  const int64_t i = r * src.stride + c;
-  switch (src.dtype) {
-    case DType::kBFloat16:
-      return Bf16ToFloat(static_cast<const uint16_t*>(src.data)[i]);
-    case DType::kInt8:
-      return static_cast<float>(static_cast<const int8_t*>(src.data)[i]) * src.scales[r];
-    default:
-      return static_cast<const float*>(src.data)[i];
-  }
-}
-
-// Whether rows of `dtype` already hold bf16 values: bf16 storage, or f32 the caller rounded
-// (`bf16_exact`), so bf16 semantics read them as they are.
-bool HoldsBf16(DType dtype, bool bf16_exact) {
-  return dtype == DType::kBFloat16 || (bf16_exact && dtype == DType::kFloat32);
-}
-
-// Rows [0, rows) of `src` as dense f32 [out_rows, cols] at `out` (dequantized; rounded to bf16
-// when `round`), zero past `rows`. Vectorised, row by row: this runs for the tiles a prefill
-// visits (bf16 semantics over f32 rows, or bf16 and int8 storage without a native bf16 matmul),
-// and a scalar loop here took as long as the tile's matmuls.
-void ConvertRows(const simd::Rows& src, int64_t rows, int64_t out_rows, int64_t cols, bool round,
-                 float* out) {
-  for (int64_t r = 0; r < rows; ++r) {
-    simd::RowToFloat(src, r, cols, out + r * cols);
-    if (round) simd::RoundToBf16(out + r * cols, cols);
-  }
-  std::fill(out + rows * cols, out + out_rows * cols, 0.0f);
-}
-
-// A tile's keys or values as the matmul (or, with `for_kernels`, the vector kernels) needs them:
-// the memory itself when its dtype fits and it has every row the operand shape covers;
-// otherwise a converted (dequantized), zero-padded, dense thread-local copy. `rows` rows are
-// valid; the matmul reads `width` (zero-padded when the memory has fewer).
-simd::Rows PrepareOperand(const simd::Rows& src, bool padded, bool bf16_exact, int64_t rows,
-                          int64_t width, int64_t cols, const Arithmetic& a, bool for_kernels,
-                          std::vector<float>& f32, std::vector<uint16_t>& bf16) {
-  const bool exact = HoldsBf16(src.dtype, bf16_exact);
-  if (for_kernels) {
-    // The kernels read every storage type in place; bf16 semantics over f32 or int8 rows need
-    // the rounded values.
-    if (!a.round_bf16 || exact) return src;
-  } else {
-    const bool type_fits = a.matmul == DType::kBFloat16
-                               ? src.dtype == DType::kBFloat16
-                               : (src.dtype == DType::kFloat32 && (!a.round_bf16 || exact));
-    if (type_fits && (padded || rows >= width)) return src;
-  }
-  rows = std::min(rows, for_kernels ? rows : width);
-  const int64_t out_rows = for_kernels ? rows : width;
-  if (!for_kernels && a.matmul == DType::kBFloat16) {
-    uint16_t* out = Buffer(bf16, out_rows * cols);
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = FloatToBf16(Element(src, r, c));
-    }
-    std::fill(out + rows * cols, out + out_rows * cols, uint16_t{0});
-    return {out, DType::kBFloat16, cols, nullptr};
-  }
-  float* out = Buffer(f32, out_rows * cols);
-  ConvertRows(src, rows, out_rows, cols, a.round_bf16 && !exact, out);
-  return {out, DType::kFloat32, cols, nullptr};
-}
 
 // Online-softmax update of one row from its scores `row` (tile-relative columns [lo, hi)
 // visible): scales them by `scale` (1 when q was scaled), copies the scaled scores to `weights`
@@ -134,89 +62,6 @@ float UpdateRow(float* row, int64_t lo, int64_t hi, int64_t width, float scale, 
 
 }  // namespace
 
-// Key and value tiles converted to dense f32 once per Run, for the matmul path without a native
-// bf16 matmul: a prefill's jobs for one head read the same tiles (once per query tile), and
-// converting a bf16 or int8 tile on every read was 10% of a 2048-token prefill over bf16 blocks.
-// A slot holds a whole tile (`width` rows, zero past the valid ones), so any job's cut serves.
-// The first job to need a slot converts it; a job that finds it taken but not ready converts its
-// own copy rather than wait. Memory is capped per Run (kMaxBytes); tiles past it are converted
-// per job as before.
-class ConvertedTiles {
- public:
-  static constexpr int64_t kMaxBytes = int64_t{64} << 20;
-
-  explicit ConvertedTiles(const std::vector<Work>& works) {
-    for (const Work& w : works) {
-      first_slot_.push_back(static_cast<int64_t>(slots_size_));
-      slots_size_ += static_cast<size_t>(2 * ((w.keys->keys + w.keys->width - 1) / w.keys->width));
-    }
-    slots_ = std::make_unique<Slot[]>(slots_size_);
-  }
-
-  // Tile `tile` of work `work` (values when `values`) as dense f32 [width, cols], converted by
-  // `convert` into the slot's memory the first time; null when another job is converting it or
-  // the memory cap is reached.
-  template <typename Convert>
-  const float* Get(int64_t work, int64_t tile, bool values, int64_t width, int64_t cols,
-                   const Convert& convert) {
-    Slot& slot = slots_[static_cast<size_t>(first_slot_[static_cast<size_t>(work)] + 2 * tile +
-                                            (values ? 1 : 0))];
-    int state = slot.state.load(std::memory_order_acquire);
-    if (state == kReady) return slot.data.get();
-    if (state != kEmpty) return nullptr;
-    const int64_t bytes = width * cols * static_cast<int64_t>(sizeof(float));
-    if (bytes_.fetch_add(bytes, std::memory_order_relaxed) + bytes > kMaxBytes) {
-      bytes_.fetch_sub(bytes, std::memory_order_relaxed);
-      return nullptr;
-    }
-    if (!slot.state.compare_exchange_strong(state, kConverting, std::memory_order_acq_rel)) {
-      bytes_.fetch_sub(bytes, std::memory_order_relaxed);
-      return state == kReady ? slot.data.get() : nullptr;
-    }
-    slot.data.reset(new float[static_cast<size_t>(width * cols)]);  // written whole by `convert`
-    convert(slot.data.get());
-    slot.state.store(kReady, std::memory_order_release);
-    return slot.data.get();
-  }
-
- private:
-  static constexpr int kEmpty = 0, kConverting = 1, kReady = 2;
-  struct Slot {
-    std::atomic<int> state{kEmpty};
-    std::unique_ptr<float[]> data;
-  };
-  std::vector<int64_t> first_slot_;
-  size_t slots_size_ = 0;
-  std::unique_ptr<Slot[]> slots_;
-  std::atomic<int64_t> bytes_{0};
-};
-
-namespace {
-
-// Tile `t`'s keys (or values, with `values`; `valid` rows of `cols` at `src`) as its operand:
-// for the f32 matmul path, from the Run's shared store when they need converting (bf16 or int8
-// storage, or bf16 semantics over f32 that is not already rounded) and the store has them or
-// can take them; otherwise as PrepareOperand makes them. `width` is the matmul's key count.
-simd::Rows TileOperand(const Job& job, int64_t t, bool values, const simd::Rows& src, int64_t valid,
-                       int64_t width, int64_t cols, bool kernels, std::vector<float>& f32,
-                       std::vector<uint16_t>& bf16) {
-  const KeyTiles& keys = *job.keys;
-  const Arithmetic& a = job.arithmetic;
-  const bool exact = HoldsBf16(src.dtype, keys.bf16_exact);
-  const bool in_place = src.dtype == DType::kFloat32 && (!a.round_bf16 || exact);
-  if (!kernels && !in_place && job.converted != nullptr && a.matmul == DType::kFloat32) {
-    const float* shared =
-        job.converted->Get(job.work, t, values, keys.width, cols, [&](float* out) {
-          ConvertRows(src, valid, keys.width, cols, a.round_bf16 && !exact, out);
-        });
-    if (shared != nullptr) return {shared, DType::kFloat32, cols, nullptr};
-  }
-  return PrepareOperand(src, keys.padded, keys.bf16_exact, valid, width, cols, a, kernels, f32,
-                        bf16);
-}
-
-}  // namespace
-
 void State::Reset(int64_t m, int64_t head_dim_v) {
   max.assign(static_cast<size_t>(m), kNegInf);
   sum.assign(static_cast<size_t>(m), 0.0f);
@@ -231,105 +76,191 @@ KeyRange RowKeys(const Job& job, int64_t row) {
   return r;
 }
 
+namespace {
+
+// `rows` advanced by `r` rows.
+simd::Rows Advance(simd::Rows rows, int64_t r) {
+  rows.data = static_cast<const char*>(rows.data) + r * rows.stride * DTypeSize(rows.dtype);
+  if (rows.scales != nullptr) rows.scales += r;
+  return rows;
+}
+
+// The first and one-past-last key any row of the job sees: rows see monotonically later keys.
+KeyRange JobKeys(const Job& job) {
+  const int64_t kb = RowKeys(job, 0).begin;
+  return {kb, std::max(kb, RowKeys(job, job.m - 1).end)};
+}
+
+// Updates the job's softmax state with the scores of tile `t` (row i's at s + i * cols):
+// turns them into probabilities and returns in alpha[i] the factor row i's accumulator must be
+// scaled by first. pb: where the probabilities go in bf16 (null: in place).
+void UpdateRows(const Job& job, int64_t t, int64_t valid, int64_t cols, float* s, uint16_t* pb,
+                float* alpha, State* state) {
+  const int64_t start = t * job.keys->width;
+  for (int64_t i = 0; i < job.m; ++i) {
+    const KeyRange range = RowKeys(job, i);
+    const int64_t lo = std::clamp(range.begin - start, int64_t{0}, valid);
+    const int64_t hi = std::clamp(range.end - start, lo, valid);
+    bool overflowed = false;
+    alpha[i] =
+        UpdateRow(s + i * cols, lo, hi, cols, job.q_scaled ? 1.0f : job.scale,
+                  job.arithmetic.round_bf16, job.weight_rows ? job.weight_rows[i] + start : nullptr,
+                  pb ? pb + i * cols : nullptr, &state->max[i], &state->sum[i], &overflowed);
+    if (overflowed) state->overflowed[i] = 1;
+  }
+}
+
+}  // namespace
+
+absl::Status RunKernelJobs(const Job* jobs, State* const* states, int64_t n) {
+  if (n <= 0) return absl::OkStatus();
+  const int64_t width = jobs[0].keys->width;
+  // Per job: its key range, and the thread's buffers for its scores and converted tiles.
+  thread_local std::vector<std::vector<float>> scores, alphas, k_f32, v_f32;
+  thread_local std::vector<std::vector<uint16_t>> k_bf16, v_bf16;
+  for (auto* buffers : {&scores, &alphas, &k_f32, &v_f32}) {
+    if (buffers->size() < static_cast<size_t>(n)) buffers->resize(static_cast<size_t>(n));
+  }
+  for (auto* buffers : {&k_bf16, &v_bf16}) {
+    if (buffers->size() < static_cast<size_t>(n)) buffers->resize(static_cast<size_t>(n));
+  }
+  std::vector<KeyRange> ranges(static_cast<size_t>(n));
+  int64_t first_tile = std::numeric_limits<int64_t>::max(), end_tile = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    ranges[j] = JobKeys(jobs[j]);
+    if (ranges[j].size() == 0) continue;
+    first_tile = std::min(first_tile, ranges[j].begin / width);
+    end_tile = std::max(end_tile, (ranges[j].end - 1) / width + 1);
+  }
+  std::vector<simd::Rows> k(static_cast<size_t>(n)), v(static_cast<size_t>(n));
+  std::vector<float*> s(static_cast<size_t>(n));
+  std::vector<int64_t> valid(static_cast<size_t>(n));
+  std::vector<bool> active(static_cast<size_t>(n));
+  for (int64_t t = first_tile; t < end_tile; ++t) {
+    ATTEND_RETURN_IF_ERROR(CheckCancelled(jobs[0].cancel, "attention"));
+    const int64_t start = t * width;
+    // Jobs over a caller's [n, heads, d] tensor read their heads' pieces of the same token rows:
+    // in f32, the tile is read in pieces of kInterleavedRows rows, every job's piece in turn, so
+    // that whole token rows are read one after another (Work::key_span). bf16 and int8 tiles are
+    // read whole: their kernels convert q or p per call, which costs more than pieces gain.
+    bool f32 = true;
+    for (int64_t j = 0; j < n; ++j) {
+      const Job& job = jobs[j];
+      const KeyTiles& keys = *job.keys;
+      active[j] = ranges[j].begin < std::min(keys.keys, start + width) && start < ranges[j].end;
+      if (!active[j]) continue;
+      valid[j] = std::min(width, keys.keys - start);
+      k[j] = TileOperand(job, t, /*values=*/false,
+                         {keys.Keys(t), keys.dtype, keys.key_stride, keys.KeyScales(t)}, valid[j],
+                         valid[j], keys.head_dim, /*kernels=*/true, k_f32[j], k_bf16[j]);
+      // The kernels' bf16 dot products flush as a native bf16 matmul does: only where one may run.
+      k[j].native_bf16 = job.arithmetic.matmul == DType::kBFloat16;
+      v[j] =
+          TileOperand(job, t, /*values=*/true,
+                      {keys.Values(t), keys.dtype, keys.value_stride, keys.ValueScales(t)},
+                      valid[j], valid[j], keys.head_dim_v, /*kernels=*/true, v_f32[j], v_bf16[j]);
+      v[j].native_bf16 = k[j].native_bf16;
+      f32 = f32 && k[j].dtype == DType::kFloat32 && v[j].dtype == DType::kFloat32;
+      s[j] = Buffer(scores[j], job.m * valid[j]);
+    }
+    const int64_t piece = n > 1 && f32 ? kInterleavedRows : width;
+    for (int64_t r = 0; r < width; r += piece) {
+      for (int64_t j = 0; j < n; ++j) {
+        if (!active[j] || r >= valid[j]) continue;
+        simd::DotRows(jobs[j].q, jobs[j].m, jobs[j].keys->head_dim, Advance(k[j], r),
+                      std::min(piece, valid[j] - r), s[j] + r, valid[j]);
+      }
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      if (!active[j]) continue;
+      const Job& job = jobs[j];
+      const int64_t dv = job.keys->head_dim_v;
+      float* alpha = Buffer(alphas[j], job.m);
+      UpdateRows(job, t, valid[j], valid[j], s[j], nullptr, alpha, states[j]);
+      for (int64_t i = 0; i < job.m; ++i) {
+        if (alpha[i] == 1.0f) continue;
+        float* acc = &states[j]->acc[i * dv];
+        for (int64_t c = 0; c < dv; ++c) acc[c] *= alpha[i];
+      }
+    }
+    for (int64_t r = 0; r < width; r += piece) {
+      for (int64_t j = 0; j < n; ++j) {
+        if (!active[j] || r >= valid[j]) continue;
+        simd::AccumulateRows(s[j] + r, valid[j], jobs[j].m, Advance(v[j], r),
+                             std::min(piece, valid[j] - r), jobs[j].keys->head_dim_v,
+                             states[j]->acc.data());
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RunTileJob(const Job& job, State* state) {
+  if (job.m < kMatmulRows) return RunKernelJobs(&job, &state, 1);
   const KeyTiles& keys = *job.keys;
   const int64_t m = job.m, d = keys.head_dim, dv = keys.head_dim_v, width = keys.width;
   const Arithmetic& a = job.arithmetic;
-  const bool kernels = m < kMatmulRows;
-  // Rows see monotonically later keys, so the job needs keys from its first row's first visible
-  // key to its last row's last.
-  const int64_t kb = RowKeys(job, 0).begin;
-  const int64_t ke = std::max(kb, RowKeys(job, m - 1).end);
-  if (ke <= kb) return absl::OkStatus();
+  const KeyRange range = JobKeys(job);
+  if (range.size() == 0) return absl::OkStatus();
 
   thread_local std::vector<float> q_pad, scores, partial, k_f32, v_f32;
   thread_local std::vector<uint16_t> q_bf16, p_bf16, k_bf16, v_bf16;
 
-  // The matmul path multiplies a fixed number of query rows: pad with zero rows.
-  const int64_t rows = kernels ? m : (m + kQueryTileRows - 1) / kQueryTileRows * kQueryTileRows;
+  // The matmuls multiply a fixed number of query rows: pad with zero rows.
+  const int64_t rows = (m + kQueryTileRows - 1) / kQueryTileRows * kQueryTileRows;
   const void* q_operand = job.q;
-  if (!kernels) {
-    if (a.matmul == DType::kBFloat16) {
-      uint16_t* qb = Buffer(q_bf16, rows * d);
-      simd::ToBf16(job.q, m * d, qb);  // q was checked finite
-      std::fill(qb + m * d, qb + rows * d, uint16_t{0});
-      q_operand = qb;
-    } else if (rows != m) {
-      float* qp = Buffer(q_pad, rows * d);
-      std::copy(job.q, job.q + m * d, qp);
-      std::fill(qp + m * d, qp + rows * d, 0.0f);
-      q_operand = qp;
-    }
+  if (a.matmul == DType::kBFloat16) {
+    uint16_t* qb = Buffer(q_bf16, rows * d);
+    simd::ToBf16(job.q, m * d, qb);  // q was checked finite
+    std::fill(qb + m * d, qb + rows * d, uint16_t{0});
+    q_operand = qb;
+  } else if (rows != m) {
+    float* qp = Buffer(q_pad, rows * d);
+    std::copy(job.q, job.q + m * d, qp);
+    std::fill(qp + m * d, qp + rows * d, 0.0f);
+    q_operand = qp;
   }
   float* s = Buffer(scores, rows * width);
   // A native bf16 matmul takes the probabilities in bf16, written by UpdateRow.
-  uint16_t* pb = !kernels && a.matmul == DType::kBFloat16 ? Buffer(p_bf16, rows * width) : nullptr;
-  float* tmp = kernels ? nullptr : Buffer(partial, rows * dv);
+  uint16_t* pb = a.matmul == DType::kBFloat16 ? Buffer(p_bf16, rows * width) : nullptr;
+  float* tmp = Buffer(partial, rows * dv);
   std::vector<float> alpha(static_cast<size_t>(m));
 
-  for (int64_t t = kb / width; t <= (ke - 1) / width; ++t) {
+  for (int64_t t = range.begin / width; t <= (range.end - 1) / width; ++t) {
     ATTEND_RETURN_IF_ERROR(CheckCancelled(job.cancel, "attention"));
     const int64_t start = t * width;
     const int64_t valid = std::min(width, keys.keys - start);
-    // Columns this tile computes: the matmul path stops at the job's last visible key, rounded
-    // up to 64 so that the shapes come from a small fixed set; the kernels take exact rows.
-    const int64_t cols =
-        kernels ? valid : std::min(width, (std::min(valid, ke - start) + 63) / 64 * 64);
-    simd::Rows k = TileOperand(job, t, /*values=*/false,
-                               {keys.Keys(t), keys.dtype, keys.key_stride, keys.KeyScales(t)},
-                               valid, cols, d, kernels, k_f32, k_bf16);
-    // The kernels' bf16 dot products flush as a native bf16 matmul does: only where one may run.
-    k.native_bf16 = a.matmul == DType::kBFloat16;
-    if (kernels) {
-      simd::DotRows(job.q, m, d, k, valid, s, cols);
-    } else {
-      onednn::MatmulSpec qk;
-      qk.src = {rows, d, d, 1, a.matmul};
-      qk.weights = {d, cols, 1, k.stride, a.matmul};
-      qk.dst = {rows, cols, cols, 1, DType::kFloat32};
-      ATTEND_RETURN_IF_ERROR(onednn::RunMatmul(qk, q_operand, k.data, s));
-    }
+    // Columns this tile computes: up to the job's last visible key, rounded up to 64 so that the
+    // shapes come from a small fixed set.
+    const int64_t cols = std::min(width, (std::min(valid, range.end - start) + 63) / 64 * 64);
+    const simd::Rows k = TileOperand(job, t, /*values=*/false,
+                                     {keys.Keys(t), keys.dtype, keys.key_stride, keys.KeyScales(t)},
+                                     valid, cols, d, /*kernels=*/false, k_f32, k_bf16);
+    onednn::MatmulSpec qk;
+    qk.src = {rows, d, d, 1, a.matmul};
+    qk.weights = {d, cols, 1, k.stride, a.matmul};
+    qk.dst = {rows, cols, cols, 1, DType::kFloat32};
+    ATTEND_RETURN_IF_ERROR(onednn::RunMatmul(qk, q_operand, k.data, s));
 
-    for (int64_t i = 0; i < m; ++i) {
-      const KeyRange range = RowKeys(job, i);
-      const int64_t lo = std::clamp(range.begin - start, int64_t{0}, valid);
-      const int64_t hi = std::clamp(range.end - start, lo, valid);
-      bool overflowed = false;
-      alpha[i] =
-          UpdateRow(s + i * cols, lo, hi, cols, job.q_scaled ? 1.0f : job.scale, a.round_bf16,
-                    job.weight_rows ? job.weight_rows[i] + start : nullptr,
-                    pb ? pb + i * cols : nullptr, &state->max[i], &state->sum[i], &overflowed);
-      if (overflowed) state->overflowed[i] = 1;
-    }
+    UpdateRows(job, t, valid, cols, s, pb, alpha.data(), state);
     // The matmul's padding rows.
     if (pb != nullptr) {
       std::fill(pb + m * cols, pb + rows * cols, uint16_t{0});
-    } else if (!kernels) {
+    } else {
       std::fill(s + m * cols, s + rows * cols, 0.0f);
     }
 
-    simd::Rows v = TileOperand(job, t, /*values=*/true,
-                               {keys.Values(t), keys.dtype, keys.value_stride, keys.ValueScales(t)},
-                               valid, cols, dv, kernels, v_f32, v_bf16);
-    v.native_bf16 = k.native_bf16;
-    if (kernels) {
-      for (int64_t i = 0; i < m; ++i) {
-        if (alpha[i] == 1.0f) continue;
-        float* acc = &state->acc[i * dv];
-        for (int64_t c = 0; c < dv; ++c) acc[c] *= alpha[i];
-      }
-      simd::AccumulateRows(s, cols, m, v, valid, dv, state->acc.data());
-    } else {
-      const void* p_operand = pb != nullptr ? static_cast<const void*>(pb) : s;
-      onednn::MatmulSpec pv;
-      pv.src = {rows, cols, cols, 1, a.matmul};
-      pv.weights = {cols, dv, v.stride, 1, a.matmul};
-      pv.dst = {rows, dv, dv, 1, DType::kFloat32};
-      ATTEND_RETURN_IF_ERROR(onednn::RunMatmul(pv, p_operand, v.data, tmp));
-      for (int64_t i = 0; i < m; ++i) {
-        simd::ScaleAdd(&state->acc[i * dv], alpha[i], tmp + i * dv, dv);
-      }
-    }
+    const simd::Rows v =
+        TileOperand(job, t, /*values=*/true,
+                    {keys.Values(t), keys.dtype, keys.value_stride, keys.ValueScales(t)}, valid,
+                    cols, dv, /*kernels=*/false, v_f32, v_bf16);
+    const void* p_operand = pb != nullptr ? static_cast<const void*>(pb) : s;
+    onednn::MatmulSpec pv;
+    pv.src = {rows, cols, cols, 1, a.matmul};
+    pv.weights = {cols, dv, v.stride, 1, a.matmul};
+    pv.dst = {rows, dv, dv, 1, DType::kFloat32};
+    ATTEND_RETURN_IF_ERROR(onednn::RunMatmul(pv, p_operand, v.data, tmp));
+    for (int64_t i = 0; i < m; ++i) simd::ScaleAdd(&state->acc[i * dv], alpha[i], tmp + i * dv, dv);
   }
   return absl::OkStatus();
 }
@@ -538,50 +469,84 @@ absl::Status Run(const std::vector<Work>& works, int threads, const Cancellation
     }
   }
 
-  auto run = [&](size_t index) -> absl::Status {
-    const Task& task = tasks[index];
-    thread_local std::vector<float> packed;
-    thread_local std::vector<float*> out_rows, weight_rows;
+  // Units of tasks run together: in span order, a span's tasks (every work's piece of the same
+  // keys) go to RunKernelJobs as one, which reads their rows interleaved; otherwise one task.
+  std::vector<size_t> unit_begin;  // into `order`
+  for (size_t i = 0; i < order.size(); ++i) {
+    const Task& task = tasks[order[i]];
+    const Task* prev = i > 0 ? &tasks[order[i - 1]] : nullptr;
+    if (prev == nullptr || !by_span || task.key_begin != prev->key_begin ||
+        task.work->keys->width != prev->work->keys->width) {
+      unit_begin.push_back(i);
+    }
+  }
+  unit_begin.push_back(order.size());
+  const size_t units = unit_begin.size() - 1;
+
+  auto run = [&](size_t unit) -> absl::Status {
+    const size_t first = unit_begin[unit];
+    const size_t n = unit_begin[unit + 1] - first;
+    thread_local std::vector<std::vector<float>> packed;
+    thread_local std::vector<std::vector<float*>> out_rows, weight_rows;
+    thread_local std::vector<Job> jobs;
+    thread_local std::vector<State*> states;
     thread_local State whole_state;
-    Job job = MakeJob(task, &packed);
-    job.converted = converted ? &*converted : nullptr;
-    job.work = task.work - works.data();
-    job.cancel = cancel;
-    RowsOf(task, &out_rows, &weight_rows);
-    if (task.work->weights != nullptr) job.weight_rows = weight_rows.data();
-    State& state = task.whole ? whole_state : partials[index];
-    state.Reset(job.m, task.work->keys->head_dim_v);
-    ATTEND_RETURN_IF_ERROR(RunTileJob(job, &state));
-    if (task.whole) {
-      Finish(job, state, out_rows.data(), task.work->weights ? weight_rows.data() : nullptr);
+    for (auto* rows : {&out_rows, &weight_rows}) {
+      if (rows->size() < n) rows->resize(n);
+    }
+    if (packed.size() < n) packed.resize(n);
+    jobs.resize(n);
+    states.resize(n);
+    for (size_t j = 0; j < n; ++j) {
+      const size_t index = order[first + j];
+      const Task& task = tasks[index];
+      Job& job = jobs[j];
+      job = MakeJob(task, &packed[j]);
+      job.converted = converted ? &*converted : nullptr;
+      job.work = task.work - works.data();
+      job.cancel = cancel;
+      RowsOf(task, &out_rows[j], &weight_rows[j]);
+      if (task.work->weights != nullptr) job.weight_rows = weight_rows[j].data();
+      // A unit's whole tasks need a state each, and every task has one in `partials`.
+      states[j] = task.whole && n == 1 ? &whole_state : &partials[index];
+      states[j]->Reset(job.m, task.work->keys->head_dim_v);
+    }
+    ATTEND_RETURN_IF_ERROR(
+        n == 1 ? RunTileJob(jobs[0], states[0])
+               : RunKernelJobs(jobs.data(), states.data(), static_cast<int64_t>(n)));
+    for (size_t j = 0; j < n; ++j) {
+      const Task& task = tasks[order[first + j]];
+      if (!task.whole) continue;
+      Finish(jobs[j], *states[j], out_rows[j].data(),
+             task.work->weights ? weight_rows[j].data() : nullptr);
     }
     return absl::OkStatus();
   };
 
   absl::Status status;
-  if (tasks.size() == 1 || threads == 1) {
+  if (units == 1 || threads == 1) {
     // Without the cap, a call limited to one thread would run oneDNN's matmuls on every CPU.
     const onednn::ScopedThreadLimit limit(threads);
-    for (size_t i = 0; i < tasks.size() && status.ok(); ++i) status = run(order[i]);
+    for (size_t u = 0; u < units && status.ok(); ++u) status = run(u);
   } else {
     Mutex mu;
     std::atomic<bool> failed{false};
-    const auto run_one = [&](size_t i) {
+    const auto run_one = [&](size_t u) {
       if (failed.load(std::memory_order_relaxed)) return;
-      absl::Status task_status = run(order[i]);
-      if (!task_status.ok()) {
+      absl::Status unit_status = run(u);
+      if (!unit_status.ok()) {
         MutexLock lock(&mu);
-        if (status.ok()) status = task_status;
+        if (status.ok()) status = unit_status;
         failed.store(true, std::memory_order_relaxed);
       }
     };
     if (by_span) {
       // Equal spans: one contiguous run of them per thread (Work::key_span says why).
 #pragma omp parallel for schedule(static) num_threads(threads)
-      for (size_t i = 0; i < tasks.size(); ++i) run_one(i);
+      for (size_t u = 0; u < units; ++u) run_one(u);
     } else {
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-      for (size_t i = 0; i < tasks.size(); ++i) run_one(i);
+      for (size_t u = 0; u < units; ++u) run_one(u);
     }
   }
   if (!status.ok()) return status;

@@ -10,11 +10,12 @@
 //   - m >= kMatmulRows (prefill): fixed-shape oneDNN matmuls. Queries are padded to a multiple of
 //     kQueryTileRows and partial key tiles are copied into a zero-padded buffer, so the
 //     primitive shapes depend only on (head sizes, strides, tile width) and are created once.
-//   - m < kMatmulRows (decode): the memory-bound vector kernels of core/kernels/simd.h, which read
-//   each
-//     key and value row once for all m rows straight from where it lives (f32 or bf16).
+//   - m < kMatmulRows (decode): the memory-bound vector kernels of core/kernels/simd.h, which
+//     read each key and value row once for all m rows straight from where it lives (f32, bf16 or
+//     int8).
 //
-// Thread-safety: RunTileJob may run concurrently on different states; buffers are thread-local.
+// Thread-safety: RunTileJob and RunKernelJobs may run concurrently on different states; buffers
+// are thread-local.
 #ifndef ATTEND_CORE_ATTENTION_TILE_ATTENTION_H_
 #define ATTEND_CORE_ATTENTION_TILE_ATTENTION_H_
 
@@ -32,6 +33,8 @@ namespace attend::tile {
 
 // Folded query rows from which oneDNN matmuls pay off; below, the vector kernels run.
 inline constexpr int64_t kMatmulRows = 16;
+// RunKernelJobs reads the f32 tiles of several jobs in pieces of this many rows, job by job.
+inline constexpr int64_t kInterleavedRows = 16;
 // The matmul path pads the folded query rows to a multiple of this.
 inline constexpr int64_t kQueryTileRows = 64;
 // Decode-sized calls that read fewer bytes of keys and values than this run on the calling
@@ -118,6 +121,13 @@ struct Job {
 // range of the same rows). CANCELLED, with `state` partial, when job.cancel is set.
 absl::Status RunTileJob(const Job& job, State* state);
 
+// RunTileJob for n decode-sized jobs (m < kMatmulRows) whose keys have the same tile width,
+// each adding its keys to its own *states[j] (Reset, or holding an earlier range). Tile by tile,
+// every job's share of the tile in turn; f32 tiles in pieces of kInterleavedRows rows, so that
+// jobs over neighbouring memory (the heads of one token row) read it together. CANCELLED, with
+// the states partial, when jobs[0].cancel is set.
+absl::Status RunKernelJobs(const Job* jobs, State* const* states, int64_t n);
+
 // Combines `part` (a later key range of the same rows) into `into`.
 void Merge(const State& part, State* into);
 
@@ -148,10 +158,11 @@ struct Work {
   // For works whose keys interleave in memory, as the heads of a caller's [n, heads, d] tensor
   // do. When every work of a Run has key_span > 0 and is decode-sized, the keys are cut into
   // spans of about this many keys, the tasks are ordered span by span across works (every
-  // work's span 0, then span 1, ...), and each thread takes one contiguous run of them: its own
-  // range of tokens, all heads of a span before the next span. Run head by head instead, each
-  // pass reads a 512-byte piece of every 4 KiB row a page apart, which the hardware prefetchers
-  // do not follow (bench/decode_bench.cc, BM_DecodeLayout: 1.6-1.8x slower).
+  // work's span 0, then span 1, ...), and each thread takes one contiguous run of spans: its own
+  // range of tokens. A span's tasks run as one (RunKernelJobs), which reads f32 rows of all
+  // heads 16 token rows at a time. Run head by head instead, each pass reads a 512-byte piece of
+  // every 4 KiB row a page apart, which the hardware prefetchers do not follow
+  // (bench/decode_bench.cc, BM_DecodeLayout: 1.6-1.8x slower than one head's rows in a row).
   int64_t key_span = 0;
 };
 

@@ -151,6 +151,14 @@ std::vector<std::string> Coverage(const Case& c) {
   const int64_t tiles = (c.n_kv + width - 1) / width;
   if ((tiles + KeySplits(c) - 1) / KeySplits(c) >= 3) out.push_back("3+ key tiles per split");
   if (c.want_weights) out.push_back("weights");
+  // tile::RunKernelJobs: the heads of a span read together, f32 tiles in pieces of
+  // kInterleavedRows rows (kernels keep bf16 in place only when k and v both are bf16).
+  const bool f32_tiles = !(c.k_dtype == DType::kBFloat16 && c.v_dtype == DType::kBFloat16);
+  if (kernels && c.n_head_kv > 1 && f32_tiles) {
+    out.push_back(c.n_kv % tile::kInterleavedRows != 0 ? "interleaved heads, ragged last piece"
+                                                       : "interleaved heads, whole pieces");
+    if (c.n_kv > width) out.push_back("interleaved heads, several spans");
+  }
   return out;
 }
 
@@ -437,7 +445,10 @@ TEST(AttentionDifferential, EngineMatchesReference) {
                              "m == kMatmulRows",
                              "queries before every key",
                              "K copy of 1 MiB or more",
-                             "weights"}) {
+                             "weights",
+                             "interleaved heads, ragged last piece",
+                             "interleaved heads, whole pieces",
+                             "interleaved heads, several spans"}) {
       EXPECT_GT(covered[side], 0) << "no default case covers: " << side;
     }
     for (const std::string& set : simd::testing::RunnableKernels()) {
