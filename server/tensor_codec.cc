@@ -31,6 +31,14 @@ absl::StatusOr<DecodedTensor> DecodeTensor(const v1::Tensor& tensor, absl::strin
                                                      static_cast<int>(tensor.dtype()),
                                                      "; use FLOAT32, BFLOAT16 or FLOAT16"));
   }
+  // The shape first: a shape with a zero or negative dimension has no bytes to send, and the
+  // dimension, not the missing data, is what to fix.
+  if (tensor.shape().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ".shape: empty; give the dimensions"));
+  }
+  ATTEND_ASSIGN_OR_RETURN(
+      const int64_t elements,
+      CheckedElementCount(tensor.shape(), absl::StrCat(field, ".shape"), max_elements));
   const bool has_data = !tensor.data().empty();
   const bool has_values = tensor.values_size() > 0;
   if (has_data && has_values) {
@@ -48,12 +56,6 @@ absl::StatusOr<DecodedTensor> DecodeTensor(const v1::Tensor& tensor, absl::strin
                                                    DTypeName(dtype), "; send ", DTypeName(dtype),
                                                    " elements as data"));
   }
-  if (tensor.shape().empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ".shape: empty; give the dimensions"));
-  }
-  ATTEND_ASSIGN_OR_RETURN(
-      const int64_t elements,
-      CheckedElementCount(tensor.shape(), absl::StrCat(field, ".shape"), max_elements));
   DecodedTensor out;
   out.view.dtype = dtype;
   out.view.shape.assign(tensor.shape().begin(), tensor.shape().end());

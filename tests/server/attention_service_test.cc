@@ -361,6 +361,14 @@ TEST_F(AttentionServiceTest, RejectsZeroNegativeAndOverflowingDims) {
   ExpectError(request, grpc::StatusCode::INVALID_ARGUMENT, {"q.shape", "dimension 1 is 0"});
   request.mutable_q()->set_shape(1, -4);
   ExpectError(request, grpc::StatusCode::INVALID_ARGUMENT, {"q.shape", "dimension 1 is -4"});
+  // A zero-element shape needs no bytes: the complaint is the dimension, not the missing data.
+  for (const int64_t dim : {int64_t{0}, int64_t{-4}}) {
+    request = ValidRequest();
+    request.mutable_q()->clear_values();
+    request.mutable_q()->set_shape(0, dim);
+    ExpectError(request, grpc::StatusCode::INVALID_ARGUMENT,
+                {"q.shape", absl::StrCat("dimension 0 is ", dim), "must be >= 1"});
+  }
   request = ValidRequest();
   request.mutable_k()->clear_shape();
   for (int64_t d : {int64_t{1} << 40, int64_t{1} << 40, int64_t{1} << 40})
