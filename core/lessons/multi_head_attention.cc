@@ -151,13 +151,22 @@ absl::StatusOr<MultiHeadAttention::Output> MultiHeadAttention::Forward(
   out.q.resize(static_cast<size_t>(n * n_head_ * head_dim_));
   out.k.resize(static_cast<size_t>(n * n_head_kv_ * head_dim_));
   out.v.resize(static_cast<size_t>(n * n_head_kv_ * head_dim_v_));
-  ATTEND_RETURN_IF_ERROR(
-      Project(xf.data(), wq_.data(), n, d_model_, n_head_ * head_dim_, out.q.data()));
+  // Finite x and weights can still overflow in their product: say which projection did, since
+  // the attention inputs it makes are not in the request.
+  const auto project = [&](const char* name, const std::vector<float>& w, int64_t cols,
+                           std::vector<float>& dst) -> absl::Status {
+    ATTEND_RETURN_IF_ERROR(Project(xf.data(), w.data(), n, d_model_, cols, dst.data()));
+    const int64_t bad =
+        FirstNonFiniteElement(TensorView{DType::kFloat32, {n, cols}, dst.data()}, /*threads=*/0);
+    if (bad < 0) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the ", name, " projection (x * w", name, ", [", n, ", ", cols, "]) overflowed float32 at ",
+        "element ", bad, "; the magnitudes of x or w", name, " are too large"));
+  };
+  ATTEND_RETURN_IF_ERROR(project("q", wq_, n_head_ * head_dim_, out.q));
   ATTEND_RETURN_IF_ERROR(CheckCancelled(cancel, "the layer"));
-  ATTEND_RETURN_IF_ERROR(
-      Project(xf.data(), wk_.data(), n, d_model_, n_head_kv_ * head_dim_, out.k.data()));
-  ATTEND_RETURN_IF_ERROR(
-      Project(xf.data(), wv_.data(), n, d_model_, n_head_kv_ * head_dim_v_, out.v.data()));
+  ATTEND_RETURN_IF_ERROR(project("k", wk_, n_head_kv_ * head_dim_, out.k));
+  ATTEND_RETURN_IF_ERROR(project("v", wv_, n_head_kv_ * head_dim_v_, out.v));
   ATTEND_RETURN_IF_ERROR(CheckCancelled(cancel, "the layer"));
 
   const TensorView q{DType::kFloat32, {n, n_head_, head_dim_}, out.q.data()};

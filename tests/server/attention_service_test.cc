@@ -503,6 +503,25 @@ TEST_F(AttentionServiceTest, OutputsThatOverflowAreRefused) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(s.error_message().find("Wo"), std::string::npos) << s.error_message();
   EXPECT_NE(s.error_message().find("overflow"), std::string::npos) << s.error_message();
+
+  // Finite x and weights whose product overflows: the error names the projection and its
+  // operands, not an input the request never held.
+  for (const char* weight : {"wq", "wk", "wv"}) {
+    v1::MultiHeadAttendRequest big = mha;
+    big.clear_wo();
+    *big.mutable_x() = Filled({4, 8}, 1e30f);
+    v1::Tensor* w = weight[1] == 'q' ? big.mutable_wq()
+                                     : (weight[1] == 'k' ? big.mutable_wk() : big.mutable_wv());
+    *w = Filled({8, weight[1] == 'q' ? 8 : 4}, 1e30f);
+    grpc::ClientContext big_context;
+    const grpc::Status big_status = stub_->MultiHeadAttend(&big_context, big, &mha_response);
+    EXPECT_EQ(big_status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << weight;
+    for (const std::string& want :
+         {absl::StrCat("x * ", weight), std::string("overflowed float32 at")}) {
+      EXPECT_NE(big_status.error_message().find(want), std::string::npos)
+          << weight << ": " << big_status.error_message();
+    }
+  }
 }
 
 TEST_F(AttentionServiceTest, MultiHeadAttendRejectsBadShapes) {
