@@ -12,6 +12,8 @@ namespace {
 // pages wastes under 1/8 of it, small enough that a small cache does not map much ahead of use.
 constexpr int64_t kSlabBytes = 8 * kHugePageBytes;
 
+thread_local int64_t returned_on_this_thread = 0;
+
 }  // namespace
 
 BlockPool::BlockPool(int64_t capacity_bytes, int64_t block_bytes, bool huge_pages)
@@ -89,7 +91,10 @@ bool BlockPool::TryAllocate(int64_t count, std::vector<BlockRef>* out, Refusal* 
   return true;
 }
 
+int64_t BlockPool::ReturnedOnThisThread() { return returned_on_this_thread; }
+
 void BlockPool::Return(Block* block) {
+  ++returned_on_this_thread;
   MutexLock lock(&mu_);
   --used_;
   free_.push_back(block);

@@ -59,6 +59,11 @@ class BlockPool {
   bool TryAllocate(int64_t count, std::vector<BlockRef>* out, Refusal* refusal = nullptr)
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Blocks the calling thread has returned to any pool so far. A block returns on the thread
+  // that drops its last reference, so the difference across a call that drops references is
+  // exactly the blocks that call freed, whatever other threads drop meanwhile.
+  static int64_t ReturnedOnThisThread();
+
  private:
   void Return(Block* block) ABSL_LOCKS_EXCLUDED(mu_);
   // Maps one more slab (`count` blocks) and adds its blocks to fresh_; false when mapping fails.

@@ -490,19 +490,16 @@ absl::StatusOr<SequenceInfo> KvCache::Fork(absl::string_view source, absl::strin
     // A reservation promises the source's appends up to its length cannot fail for lack of
     // memory. Sharing the partly written block at the fork point would make the source's next
     // append copy it first, from the pool: the fork takes its own copy of that block now
-    // instead, in every layer where the source holds it alone.
+    // instead, in every layer. The choice is made once, from the shapes alone, never from the
+    // blocks' reference counts: another sequence that shares the block (a sibling from an
+    // earlier fork) may drop its reference at any moment, under its own lock, so a count read
+    // here is only a snapshot. (Copying even where a sibling still shares the block costs one
+    // block per layer and keeps the promise when the sibling lets go later.)
     const int64_t partial = length % layout.tokens_per_block != 0 ? blocks - 1 : -1;
-    const bool keep_reservation =
-        partial >= 0 && layout.blocks_for(from->reserved_tokens) > partial;
-    const auto private_copies = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-      int64_t count = 0;
-      for (const CachedLayer& layer : from->layers) {
-        count += keep_reservation && layer.blocks[static_cast<size_t>(partial)].use_count() == 1;
-      }
-      return count;
-    };
+    const bool own_partial = partial >= 0 && layout.blocks_for(from->reserved_tokens) > partial;
+    const int64_t copies_needed = own_partial ? static_cast<int64_t>(from->layers.size()) : 0;
     std::vector<BlockRef> copies;
-    ATTEND_RETURN_IF_ERROR(TakeBlocks(private_copies, {}, &copies, [&] {
+    ATTEND_RETURN_IF_ERROR(TakeBlocks([copies_needed] { return copies_needed; }, {}, &copies, [&] {
       return absl::StrCat("forking ", QuotedId(source), " at ", length,
                           " tokens (a copy of the partly written block the source's reservation "
                           "covers, in each layer)");
@@ -512,10 +509,8 @@ absl::StatusOr<SequenceInfo> KvCache::Fork(absl::string_view source, absl::strin
       const CachedLayer& src = from->layers[l];
       layers[l].blocks.assign(src.blocks.begin(), src.blocks.begin() + blocks);
       layers[l].tokens = length;
-      if (keep_reservation && src.blocks[static_cast<size_t>(partial)].use_count() == 2) {
-        // Held by the source and by the line above: give the fork its own copy.
-        BlockRef copy = std::move(copies.back());
-        copies.pop_back();
+      if (own_partial) {
+        BlockRef copy = std::move(copies[l]);
         std::memcpy(copy->data, src.blocks[static_cast<size_t>(partial)]->data,
                     static_cast<size_t>(pool_.block_bytes()));
         layers[l].blocks[static_cast<size_t>(partial)] = std::move(copy);
@@ -568,13 +563,14 @@ absl::StatusOr<int64_t> KvCache::Release(absl::string_view id) {
   ATTEND_RETURN_IF_ERROR(CheckNotReleased(*sequence));
   sequence->released = true;
   registry_->Remove(*sequence);
-  int64_t freed = 0;
-  for (const CachedLayer& layer : sequence->layers) {
-    for (const BlockRef& block : layer.blocks) freed += block && block.use_count() == 1;
-  }
+  // Exactly the blocks this call returned: a shared block goes back to the pool on the thread
+  // that drops its last reference, which may be a sibling's Release running at the same moment
+  // (a reference count read here would be a snapshot, and two concurrent releases could each
+  // see the other's reference and count the block neither or both times).
+  const int64_t returned_before = BlockPool::ReturnedOnThisThread();
   sequence->total_tokens = 0;
   sequence->layers.clear();
-  return freed * pool_.block_bytes();
+  return (BlockPool::ReturnedOnThisThread() - returned_before) * pool_.block_bytes();
 }
 
 int64_t KvCache::DecodeReadBytes(absl::Span<const absl::string_view> ids) {

@@ -4,6 +4,7 @@
 // ThreadSanitizer (ctest label tsan).
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <random>
 #include <thread>
 
@@ -394,6 +395,107 @@ TEST(KvCacheLifecycle, HugeReservationsSayHowMuchTheyWouldNeed) {
               StatusIs(absl::StatusCode::kResourceExhausted, {"2251799813685248 blocks", "ZiB"}));
   EXPECT_EQ(created.status().message().find("(0 bytes)"), absl::string_view::npos)
       << created.status();
+}
+
+// The shapes that made a fork race with a sibling's release (found from outside): 4096 layers of
+// one 64-byte block per 2 tokens, a reservation covering the fork point's partly written block,
+// and that block shared with a sibling S by an earlier fork and a truncate. A fork that decided
+// per layer from the blocks' reference counts, read twice, took too few copies when S dropped its
+// references in between, and crashed (SIGSEGV) popping from an empty vector.
+constexpr int64_t kRaceLayers = 4096;
+
+// P holds 61 tokens in every layer, reserves 64, shares its block at token 59 with its fork S.
+void MakeSharedPartialBlock(KvCache& cache, const Input& input) {
+  SequenceConfig config = Config(kRaceLayers, 2, 1, 4, DType::kFloat32);
+  ASSERT_TRUE(cache.Create(config, "P", 64).ok());
+  for (int64_t l = 0; l < kRaceLayers; ++l) {
+    ASSERT_TRUE(cache.Append(l, input.Make("P", 61, 2, 1, 4, /*with_q=*/false), Precision::kFloat32,
+                             false, nullptr)
+                    .ok());
+  }
+  ASSERT_TRUE(cache.Fork("P", "S", std::nullopt).ok());
+  ASSERT_TRUE(cache.Truncate("P", 59).ok());
+}
+
+// Runs `a` and `b` at the same moment (as near as two threads can).
+void AtOnce(const std::function<void()>& a, const std::function<void()>& b) {
+  std::atomic<int> ready{0};
+  auto start = [&](const std::function<void()>& f) {
+    return std::thread([&ready, &f] {
+      ready++;
+      while (ready.load() < 2) {
+      }
+      f();
+    });
+  };
+  std::thread ta = start(a), tb = start(b);
+  ta.join();
+  tb.join();
+}
+
+TEST(KvCacheLifecycle, ForkRacingASiblingsReleaseKeepsEveryBlockAccounted) {
+  const Input input = RandomInput(61, 2, 1, 4, 41);
+  for (int variant = 0; variant < 2; ++variant) {
+    for (int round = 0; round < 4; ++round) {
+      SCOPED_TRACE(absl::StrCat(variant == 0 ? "Release(S)" : "Truncate(S, 0)", ", round ", round));
+      KvCache cache(Options(int64_t{64} << 20, 64));
+      MakeSharedPartialBlock(cache, input);
+      absl::StatusOr<SequenceInfo> fork;
+      AtOnce([&] { fork = cache.Fork("P", "F", std::nullopt); },
+             [&] {
+               if (variant == 0) {
+                 ASSERT_TRUE(cache.Release("S").ok());
+               } else {
+                 ASSERT_TRUE(cache.Truncate("S", 0).ok());
+               }
+             });
+      ASSERT_TRUE(fork.ok()) << fork.status();
+      EXPECT_EQ(fork->tokens, 59);
+      ASSERT_TRUE(cache.CheckConsistency().ok()) << cache.CheckConsistency();
+      ASSERT_TRUE(cache.Release("F").ok());
+    }
+  }
+}
+
+TEST(KvCacheLifecycle, ForkRacingTtlEvictionOfASibling) {
+  const Input input = RandomInput(61, 2, 1, 4, 43);
+  std::atomic<int64_t> now{0};
+  KvCacheOptions options = Options(int64_t{64} << 20, 64, EvictionPolicy::kTtl);
+  options.idle_ttl_ms = 100;
+  options.clock = [&now] { return now.load(); };
+  for (int round = 0; round < 4; ++round) {
+    SCOPED_TRACE(absl::StrCat("round ", round));
+    KvCache cache(options);
+    MakeSharedPartialBlock(cache, input);
+    // S is idle past the TTL; P was just used.
+    now += 1000;
+    ASSERT_TRUE(cache.Truncate("P", 59).ok());
+    absl::StatusOr<SequenceInfo> fork;
+    int64_t evicted = 0;
+    AtOnce([&] { fork = cache.Fork("P", "F", std::nullopt); },
+           [&] { evicted = cache.EvictExpired(); });
+    ASSERT_TRUE(fork.ok()) << fork.status();
+    EXPECT_EQ(evicted, 1);
+    ASSERT_TRUE(cache.CheckConsistency().ok()) << cache.CheckConsistency();
+  }
+}
+
+// Release says how many bytes went back to the pool. Two sequences sharing most of their blocks,
+// released at the same moment, free between them exactly what both held: each shared block is
+// counted by whichever release dropped it last, never by both and never by neither.
+TEST(KvCacheLifecycle, ConcurrentReleasesCountEveryFreedBlockOnce) {
+  const Input input = RandomInput(61, 2, 1, 4, 47);
+  for (int round = 0; round < 8; ++round) {
+    SCOPED_TRACE(absl::StrCat("round ", round));
+    KvCache cache(Options(int64_t{64} << 20, 64));
+    MakeSharedPartialBlock(cache, input);
+    const int64_t used = cache.Stats().used_bytes;
+    absl::StatusOr<int64_t> freed_p, freed_s;
+    AtOnce([&] { freed_p = cache.Release("P"); }, [&] { freed_s = cache.Release("S"); });
+    ASSERT_TRUE(freed_p.ok() && freed_s.ok());
+    EXPECT_EQ(*freed_p + *freed_s, used);
+    EXPECT_EQ(cache.Stats().used_bytes, 0);
+  }
 }
 
 }  // namespace
