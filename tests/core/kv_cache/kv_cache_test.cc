@@ -2,6 +2,8 @@
 // the byte budget is exact, eviction picks the right sequence, and bad input changes nothing.
 #include "core/kv_cache/kv_cache.h"
 
+#include <cmath>
+#include <limits>
 #include <random>
 #include <thread>
 
@@ -275,6 +277,57 @@ TEST(KvCache, Int8StorageRoundsHalfToEven) {
   auto result = cache.Append(0, in, Precision::kAuto, false, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->output, (std::vector<float>{127, 64, 0, 2, -2, 0, 3, -127}));
+}
+
+// What an Append accepts can be read back: a key or value row whose largest |value| is near
+// FLT_MAX (found from outside: v = [FLT_MAX, 1, -2, 0.5] was stored in int8 with a scale whose
+// 127 multiple overflows, so every later step on the layer failed "not finite"). For each storage
+// dtype and each extreme value, either the Append is refused, or it and every later step (an
+// Append and a DecodeBatch of ordinary tokens) succeed with finite outputs; float32 storage, which
+// stores the values as given, must accept all of them.
+TEST(KvCache, WhatAnAppendAcceptsCanBeReadBack) {
+  const float big = std::numeric_limits<float>::max();
+  const std::vector<float> extremes = {big, -big, std::nextafter(big, 0.0f), 3.0e38f, 0x1p127f,
+                                       1.0e38f, -2.9e38f};
+  const std::vector<float> q = {0.1f, -0.2f, 0.3f, 0.05f, -0.7f, 0.4f, 0.2f, -0.1f};
+  const std::vector<float> plain = {0.1f, 0.2f, 0.3f, 0.4f};
+  for (const Shape& shape : {Shape{1, 1, 4}, Shape{2, 1, 4}}) {
+    for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kInt8}) {
+      for (float x : extremes) {
+        for (bool in_key : {false, true}) {
+          for (bool first_with_q : {false, true}) {
+            SCOPED_TRACE(absl::StrCat(shape.n_head, " heads, ", DTypeName(dtype), ", ",
+                                      in_key ? "k" : "v", " holds ", x,
+                                      first_with_q ? ", with q" : ", no q"));
+            KvCache cache(SmallCache());
+            ASSERT_OK(cache.Create(Config(shape, dtype, 1), "s", 0));
+            const std::vector<float> extreme = {x, 1.0f, -2.0f, 0.5f};
+            AppendInput in;
+            in.id = "s";
+            if (first_with_q) in.q = TensorView{DType::kFloat32, {1, shape.n_head, 4}, q.data()};
+            in.k = {DType::kFloat32, {1, 1, 4}, in_key ? extreme.data() : plain.data()};
+            in.v = {DType::kFloat32, {1, 1, 4}, in_key ? plain.data() : extreme.data()};
+            auto first = cache.Append(0, in, Precision::kAuto, false, nullptr);
+            if (!first.ok()) {
+              EXPECT_NE(dtype, DType::kFloat32) << first.status();
+              EXPECT_EQ(first.status().code(), absl::StatusCode::kInvalidArgument)
+                  << first.status();
+              continue;
+            }
+            for (float o : first->output) EXPECT_TRUE(std::isfinite(o)) << o;
+            in.q = TensorView{DType::kFloat32, {1, shape.n_head, 4}, q.data()};
+            in.k = {DType::kFloat32, {1, 1, 4}, plain.data()};
+            in.v = {DType::kFloat32, {1, 1, 4}, plain.data()};
+            auto second = cache.Append(0, in, Precision::kAuto, false, nullptr);
+            ASSERT_TRUE(second.ok()) << second.status();
+            auto step = cache.DecodeBatch(0, {in}, Precision::kAuto, nullptr);
+            ASSERT_TRUE(step.ok()) << step.status();
+            for (float o : (*step)[0].output) EXPECT_TRUE(std::isfinite(o)) << o;
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST(KvCache, DecodeBatchEqualsSeparateAppends) {
