@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <fstream>
 #include <limits>
-#include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "client/input_file.h"
 #include "grpc/grpc.h"
 #include "grpc/grpc_security_constants.h"
 
@@ -18,21 +18,21 @@ namespace {
 absl::StatusOr<std::string> ReadSmallFile(const std::string& path, const std::string& what) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat(what, ": cannot open '", path, "'"));
-  std::ostringstream text;
-  // Certificates and tokens are a few KiB; a bigger file is not one of them.
-  constexpr std::streamsize kMax = 1 << 20;
-  char buffer[4096];
-  std::streamsize total = 0;
-  while (in.read(buffer, sizeof(buffer)) || in.gcount() > 0) {
-    total += in.gcount();
-    if (total > kMax) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, ": '", path, "' is larger than 1 MiB; is it the right file?"));
-    }
-    text.write(buffer, in.gcount());
+  // Certificates, keys and tokens are a few KiB; a bigger file is not one of them. Bounded while
+  // reading, so that /dev/zero or an endless FIFO stops here.
+  constexpr int64_t kMax = int64_t{1} << 20;
+  bool more = false;
+  absl::StatusOr<std::string> text = ReadAtMost(in, kMax, &more, absl::StrCat("'", path, "'"));
+  if (!text.ok()) {
+    return absl::Status(text.status().code(), absl::StrCat(what, ": ", text.status().message()));
   }
-  if (in.bad()) return absl::DataLossError(absl::StrCat(what, ": cannot read '", path, "'"));
-  return text.str();
+  if (more) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": '", path, "' is more than ", kMax,
+                     " bytes; certificate, key and token files are limited to 1 MiB (they are "
+                     "a few KiB): is it the right file?"));
+  }
+  return text;
 }
 
 }  // namespace

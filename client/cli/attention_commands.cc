@@ -4,7 +4,6 @@
 #include <cmath>
 #include <fstream>
 #include <random>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,6 +19,7 @@
 #include "client/cli/format.h"
 #include "client/cli/lesson_flags.h"
 #include "client/cli/terminal_notes.h"
+#include "client/input_file.h"
 #include "client/json_input.h"
 #include "client/npy.h"
 
@@ -78,20 +78,34 @@ absl::Status SaveIfAsked(const Args& args, const std::string& flag, const FloatT
 }
 
 // The request in the JSON file --input, read by `parse` (AttendInputFromJson or
-// MultiHeadInputFromJson); errors name the file.
+// MultiHeadInputFromJson); errors start with "--input <path>: ".
+//
+// The file may hold at most --max_message_bytes, read as it arrives (client::ReadAtMost), so that
+// /dev/zero or an endless FIFO stops there. A larger request could not be sent anyway: JSON
+// spends at least 2 bytes a value ("0,"), as many as the narrowest wire (bf16), and usually
+// several times the 4 of f32 ("-0.1234567, ").
 template <typename Input>
-absl::StatusOr<Input> ReadJsonRequest(const Args& args,
+absl::StatusOr<Input> ReadJsonRequest(const Context& c,
                                       absl::StatusOr<Input> (*parse)(absl::string_view)) {
-  const std::string path = args.GetString("input");
+  const std::string path = c.args.GetString("input");
+  const std::string name = absl::StrCat("--input ", path);
   absl::StatusOr<std::ifstream> opened = OpenForReading(path);
   if (!opened.ok()) return opened.status();
-  std::ifstream& in = *opened;
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(absl::StrCat("cannot read '", path, "'"));
-  absl::StatusOr<Input> parsed = parse(text.str());
+  const int64_t max_bytes = c.connection.max_message_bytes;
+  bool more = false;
+  absl::StatusOr<std::string> text =
+      client::ReadAtMost(*opened, max_bytes, &more, absl::StrCat("'", path, "'"));
+  if (!text.ok()) return text.status();
+  if (more) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": more than ", max_bytes, " bytes; a JSON request is limited to ",
+        BinaryBytes(max_bytes),
+        ", the largest request this client sends (--max_message_bytes), since JSON spends at "
+        "least 2 bytes a value"));
+  }
+  absl::StatusOr<Input> parsed = parse(*text);
   if (!parsed.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": ", parsed.status().message()));
+    return absl::InvalidArgumentError(absl::StrCat(name, ": ", parsed.status().message()));
   }
   return parsed;
 }
@@ -311,8 +325,7 @@ int AttendRequestFromFlags(Context& c, AttendRequest* request) {
     if (absl::Status s = OnlyOneSource(c.args, "--input", not_with_source); !s.ok()) {
       return UsageError(c, s);
     }
-    absl::StatusOr<client::AttendInput> parsed =
-        ReadJsonRequest(c.args, &client::AttendInputFromJson);
+    absl::StatusOr<client::AttendInput> parsed = ReadJsonRequest(c, &client::AttendInputFromJson);
     if (!parsed.ok()) return LocalError(c, parsed.status());
     request->input = *std::move(parsed);
     request->title = absl::StrCat("attention weights: ", c.args.GetString("input"));
@@ -325,7 +338,7 @@ int AttendRequestFromFlags(Context& c, AttendRequest* request) {
     }
     client::AttendInput& input = request->input;
     for (auto [flag, target] : {std::pair{"q", &input.q}, {"k", &input.k}, {"v", &input.v}}) {
-      absl::StatusOr<FloatTensor> t = client::ReadNpyFile(c.args.GetString(flag));
+      absl::StatusOr<FloatTensor> t = ReadNpyFlag(c, flag);
       if (!t.ok()) return LocalError(c, t.status());
       *target = *std::move(t);
     }
@@ -439,7 +452,7 @@ int MultiHeadInputFromFlags(Context& c, client::MultiHeadInput* input, std::stri
       return UsageError(c, s);
     }
     absl::StatusOr<client::MultiHeadInput> parsed =
-        ReadJsonRequest(c.args, &client::MultiHeadInputFromJson);
+        ReadJsonRequest(c, &client::MultiHeadInputFromJson);
     if (!parsed.ok()) return LocalError(c, parsed.status());
     *input = *std::move(parsed);
     *title = absl::StrCat("attention weights: ", c.args.GetString("input"));

@@ -14,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "client/npy.h"
 
 namespace attend::cli {
 
@@ -197,6 +198,17 @@ absl::StatusOr<std::ifstream> OpenForReading(const std::string& path) {
       return absl::UnknownError(
           absl::StrCat(what, error != 0 ? std::strerror(error) : "unknown reason"));
   }
+}
+
+absl::StatusOr<client::FloatTensor> ReadNpyFlag(const Context& c, const std::string& flag) {
+  const std::string path = c.args.GetString(flag);
+  absl::StatusOr<std::ifstream> opened = OpenForReading(path);
+  if (!opened.ok()) return opened.status();
+  client::NpyLimits limits;
+  limits.max_values = client::MaxNpyValuesForMessage(c.connection.max_message_bytes);
+  limits.reason = absl::StrCat("a request of --max_message_bytes ", c.connection.max_message_bytes,
+                               " carries no more, even as bf16 at 2 bytes a value");
+  return client::ReadNpy(*opened, absl::StrCat("--", flag, " ", path), limits);
 }
 
 absl::StatusOr<int64_t> IntFlag(const Args& args, const std::string& flag, int64_t fallback,

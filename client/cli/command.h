@@ -108,6 +108,13 @@ std::vector<Command> SeqSubcommands();
 // system's reason (UNKNOWN).
 absl::StatusOr<std::ifstream> OpenForReading(const std::string& path);
 
+// The array in the .npy file that --<flag> names, opened by OpenForReading and read header first
+// by client::ReadNpy, whose errors then start with "--<flag> <path>: ". The array may hold no
+// more values than one request of c.connection.max_message_bytes carries at 2 bytes a value
+// (client::MaxNpyValuesForMessage), so that /dev/zero, an endless FIFO or an array that could
+// never be sent fails before its data is read.
+absl::StatusOr<client::FloatTensor> ReadNpyFlag(const Context& c, const std::string& flag);
+
 // The integer flag --<flag> in [min, max]; `fallback` when absent. INVALID_ARGUMENT naming the
 // flag and the range otherwise.
 absl::StatusOr<int64_t> IntFlag(const Args& args, const std::string& flag, int64_t fallback,

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/cli/format.h"
+#include "client/input_file.h"
 
 namespace attend::cli {
 namespace {
@@ -21,18 +22,7 @@ absl::StatusOr<std::string> ReadFilePrefix(const std::string& path, int64_t max_
                                            bool* truncated) {
   absl::StatusOr<std::ifstream> opened = OpenForReading(path);
   if (!opened.ok()) return opened.status();
-  std::ifstream& in = *opened;
-  std::string data;
-  char chunk[1 << 16];
-  while (static_cast<int64_t>(data.size()) < max_bytes && in) {
-    const int64_t want =
-        std::min<int64_t>(sizeof(chunk), max_bytes - static_cast<int64_t>(data.size()));
-    in.read(chunk, want);
-    data.append(chunk, static_cast<size_t>(in.gcount()));
-  }
-  if (in.bad()) return absl::DataLossError(absl::StrCat("cannot read '", path, "'"));
-  *truncated = in && in.peek() != std::ifstream::traits_type::eof();
-  return data;
+  return client::ReadAtMost(*opened, max_bytes, truncated, absl::StrCat("'", path, "'"));
 }
 
 }  // namespace

@@ -193,7 +193,7 @@ int FillAppendTokens(Context& c, const client::KvCacheClient& kv, client::Append
   if (c.args.Has("q") || c.args.Has("k") || c.args.Has("v")) {
     for (const char* flag : {"q", "k", "v"}) {
       if (!c.args.Has(flag)) continue;
-      absl::StatusOr<FloatTensor> t = client::ReadNpyFile(c.args.GetString(flag));
+      absl::StatusOr<FloatTensor> t = ReadNpyFlag(c, flag);
       if (!t.ok()) return LocalError(c, t.status());
       if (flag[0] == 'q') input->q = *std::move(t);
       if (flag[0] == 'k') input->k = *std::move(t);
