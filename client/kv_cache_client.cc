@@ -1,10 +1,12 @@
 #include "client/kv_cache_client.h"
 
 #include <algorithm>
+#include <random>
 #include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 
 namespace attend::client {
@@ -17,11 +19,32 @@ bool IsHeaderValue(const std::string& value) {
   return std::all_of(value.begin(), value.end(), [](char c) { return c >= 0x20 && c <= 0x7e; });
 }
 
-std::unique_ptr<grpc::ClientContext> CallContext(absl::Time deadline, const std::string& key) {
+// A context for a call about sequence `id` (empty: none), which sends id's routing key.
+std::unique_ptr<grpc::ClientContext> CallContext(absl::Time deadline, const std::string& id) {
   auto context = std::make_unique<grpc::ClientContext>();
   context->set_deadline(absl::ToChronoTime(deadline));
+  const std::string key(RoutingKey(id));
   if (IsHeaderValue(key)) context->AddMetadata(kSequenceKeyMetadata, key);
   return context;
+}
+
+// The id whose routing key a call about all of `ids` sends: the first, when they all share its
+// key; else none (empty). A call without a key works against one server; through the fleet's
+// proxy the server refuses it, saying why, since no one replica is sure to hold them all.
+std::string CommonKeyId(const std::vector<std::string>& ids) {
+  if (ids.empty()) return "";
+  const absl::string_view key = RoutingKey(ids[0]);
+  for (const std::string& id : ids) {
+    if (RoutingKey(id) != key) return "";
+  }
+  return ids[0];
+}
+
+std::string BatchKeyId(const DecodeBatchInput& input) {
+  std::vector<std::string> ids;
+  ids.reserve(input.steps.size());
+  for (const DecodeStep& step : input.steps) ids.push_back(step.sequence_id);
+  return CommonKeyId(ids);
 }
 
 // The output dtype that matches how the inputs travel (values answer with values anyway).
@@ -81,6 +104,13 @@ DecodeStreamReply ToReply(const v1::DecodeBatchResponse& response) {
 
 }  // namespace
 
+std::string GenerateSequenceId() {
+  // Seeded once per thread from the system's entropy: ids from different processes (several
+  // CLI invocations in a second) must not collide.
+  thread_local std::mt19937_64 random(std::random_device{}());
+  return absl::StrFormat("seq-%016x", random());
+}
+
 // --- DecodeStream -------------------------------------------------------------------------------
 
 DecodeStream::DecodeStream(v1::KvCache::Stub* stub, absl::Duration deadline)
@@ -103,9 +133,8 @@ absl::StatusOr<uint64_t> DecodeStream::Write(const DecodeBatchInput& input) {
     return absl::FailedPreconditionError("DecodeStream: Write after WritesDone or Finish");
   }
   if (!stream_) {
-    // The call starts here so that its sequence key can be the first message's first step.
-    context_ = CallContext(absl::Now() + deadline_,
-                           input.steps.empty() ? std::string() : input.steps[0].sequence_id);
+    // The call starts here so that its key can be the first message's steps' key.
+    context_ = CallContext(absl::Now() + deadline_, BatchKeyId(input));
     stream_ = stub_->DecodeStream(context_.get());
   }
   v1::DecodeBatchRequest request;
@@ -219,10 +248,13 @@ absl::StatusOr<v1::SequenceInfo> KvCacheClient::CreateSequence(const v1::Sequenc
                                                                int64_t reserve_tokens) const {
   v1::CreateSequenceRequest request;
   *request.mutable_config() = config;
-  request.set_sequence_id(sequence_id);
+  // Generated here, not by the server: the call must carry the id's key to reach the replica
+  // that later calls for the id will reach.
+  const std::string id = sequence_id.empty() ? GenerateSequenceId() : sequence_id;
+  request.set_sequence_id(id);
   request.set_reserve_tokens(reserve_tokens);
   v1::SequenceInfo response;
-  auto context = CallContext(absl::Now() + options_.deadline, sequence_id);
+  auto context = CallContext(absl::Now() + options_.deadline, id);
   absl::Status status = FromGrpcStatus(stub_->CreateSequence(context.get(), request, &response));
   if (!status.ok()) return status;
   return response;
@@ -263,8 +295,7 @@ absl::StatusOr<DecodeBatchOutput> KvCacheClient::DecodeBatch(const DecodeBatchIn
   v1::DecodeBatchRequest request;
   FillDecodeRequest(input, &request);
   v1::DecodeBatchResponse response;
-  auto context = CallContext(absl::Now() + options_.deadline,
-                             input.steps.empty() ? std::string() : input.steps[0].sequence_id);
+  auto context = CallContext(absl::Now() + options_.deadline, BatchKeyId(input));
   absl::Status status = FromGrpcStatus(stub_->DecodeBatch(context.get(), request, &response));
   if (!status.ok()) return status;
   return FromDecodeResponse(response);
@@ -284,7 +315,10 @@ absl::StatusOr<v1::SequenceInfo> KvCacheClient::Fork(const std::string& source_i
   request.set_new_id(new_id);
   if (tokens) request.set_tokens(*tokens);
   v1::SequenceInfo response;
-  auto context = CallContext(absl::Now() + options_.deadline, source_id);
+  // A new_id of another key is for one server: behind the proxy the fork could not be found
+  // again by its own key, and the server says so.
+  auto context = CallContext(absl::Now() + options_.deadline,
+                             new_id.empty() ? source_id : CommonKeyId({source_id, new_id}));
   absl::Status status = FromGrpcStatus(stub_->Fork(context.get(), request, &response));
   if (!status.ok()) return status;
   return response;

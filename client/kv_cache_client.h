@@ -6,16 +6,21 @@
 // sequence must reach the same server. Each call that names a sequence therefore sends the
 // metadata
 //
-//   x-attend-sequence-key: <sequence id>
+//   x-attend-sequence-key: <the sequence's routing key>
 //
-// for a gRPC-aware proxy to hash on (e.g. Envoy's route hash_policy on that header). The key is
-// the sequence id for Append, Truncate, Release and GetSequence; the requested id for
-// CreateSequence (no key when the server is to generate the id); the *source* id for Fork (the
-// fork shares the source's blocks, so it must live beside it); and the first step's id for
-// DecodeBatch and DecodeStream (batch together sequences that live together). ListSequences and
-// Stats name no sequence, send no key, and describe whichever server the call reached. A key
-// that is not a valid header value (empty, or outside printable ASCII) is not sent; the server
-// refuses such ids anyway.
+// for the fleet's proxy to hash on (nginx `hash ... consistent`; Envoy's ring hash on the header
+// works the same). A sequence's routing key is its id up to the first '/' (or the whole id),
+// so that it follows from the id alone (common/sequence_key.h has the rule). The key is that of
+// the sequence id for CreateSequence, Append, Truncate, Release and GetSequence; of the *source*
+// id for Fork (the fork shares the source's blocks, so it lives beside it: name forks
+// "<source key>/..."); and of the steps' ids for DecodeBatch and DecodeStream (the first
+// message's, for a stream). A Fork whose new_id routes by another key, or a batch whose steps do
+// not share one key, sends no key: one server serves it, and through the fleet's proxy the server
+// refuses it with the reason, since no one replica is sure to hold them all. A
+// CreateSequence without an id gets an id generated here ("seq-" and 16 random hex digits), so
+// that it routes like any other. ListSequences and Stats name no sequence, send no key, and
+// describe whichever server the call reached. A key that is not a valid header value (empty,
+// or outside printable ASCII) is not sent; the server refuses such ids anyway.
 //
 // Retries. Only the idempotent reads GetSequence, ListSequences (each page) and Stats are
 // retried, and only on UNAVAILABLE (the call did not reach a server, or the connection broke),
@@ -51,11 +56,15 @@
 #include "attend/v1/kv_cache.grpc.pb.h"
 #include "client/connection.h"
 #include "client/tensor.h"
+#include "common/sequence_key.h"
 
 namespace attend::client {
 
-// The metadata key that carries a call's sequence id for sticky routing.
-inline constexpr char kSequenceKeyMetadata[] = "x-attend-sequence-key";
+// The metadata key that carries a call's routing key (common/sequence_key.h).
+using ::attend::kSequenceKeyMetadata;
+
+// A new sequence id, "seq-" and 16 random hex digits, for a CreateSequence that names none.
+std::string GenerateSequenceId();
 
 // How idempotent reads are retried on UNAVAILABLE. Attempt i + 1 waits
 // b = min(initial_backoff * multiplier^(i - 1), max_backoff) after attempt i, then up to b more

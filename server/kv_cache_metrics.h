@@ -3,7 +3,8 @@
 //   attend_kv_cache_capacity_bytes, attend_kv_cache_used_bytes, attend_kv_cache_usage_ratio,
 //   attend_kv_cache_block_bytes, attend_kv_cache_blocks (blocks in the pool; a gauge, so not
 //   named _total), attend_kv_cache_blocks_used, attend_kv_cache_blocks_free,
-//   attend_kv_cache_sequences, attend_kv_cache_tokens, attend_kv_cache_warmed_shapes (gauges),
+//   attend_kv_cache_sequences, attend_kv_cache_tokens, attend_kv_cache_warmed_shapes,
+//   attend_kv_cache_bookkeeping_bytes, attend_kv_cache_bookkeeping_limit_bytes (gauges),
 //   attend_kv_cache_evictions_total, attend_kv_cache_rejections_total (counters).
 // And the engine's cache of oneDNN primitives, which grows with the shapes seen:
 //   attend_matmul_cache_primitives, attend_matmul_cache_capacity (gauges),

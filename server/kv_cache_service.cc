@@ -105,7 +105,9 @@ class KvCacheService::StreamReactor
     : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   // REQUIRES: the caller counted this stream in open_streams_.
-  explicit StreamReactor(KvCacheService* service) : service_(service) {
+  // `route`: what every message's steps are checked against (StreamMessageRoute).
+  StreamReactor(KvCacheService* service, Route route)
+      : service_(service), route_(std::move(route)) {
     StartRead(&request_bytes_);
   }
 
@@ -159,7 +161,7 @@ class KvCacheService::StreamReactor
   // Decodes request_ into response_ and writes it.
   void Step(std::chrono::steady_clock::time_point received, double queue_seconds) {
     const absl::Status status =
-        service_->DoDecodeBatch(request_, &response_, &cancel_, "DecodeStream");
+        service_->DoDecodeBatch(request_, &response_, &cancel_, "DecodeStream", route_);
     if (status.ok()) {
       service_->metrics_->DecodeStepDone("DecodeStream", SecondsSince(received));
       response_.mutable_stats()->set_queue_seconds(queue_seconds);
@@ -187,6 +189,7 @@ class KvCacheService::StreamReactor
   }
 
   KvCacheService* service_;
+  const Route route_;
   Cancellation cancel_;
   int64_t messages_ = 0;
   grpc::ByteBuffer request_bytes_;
@@ -209,28 +212,36 @@ grpc::ServerUnaryReactor* KvCacheService::CreateSequence(grpc::CallbackServerCon
                                                          v1::SequenceInfo* response) {
   return RunOnPool(
       context, "CreateSequence", pool_, metrics_, gate_,
-      [this, request, response](const CallWork&) -> absl::Status {
+      [this, request, response, route = RouteOf(*context)](const CallWork&) -> absl::Status {
         if (!request->has_config()) {
           return absl::InvalidArgumentError(
               "config: missing; give layers, n_head, n_head_kv, head_dim and kv_dtype");
         }
         ATTEND_ASSIGN_OR_RETURN(const kv::SequenceConfig config, FromProto(request->config()));
+        if (request->sequence_id().empty()) {
+          ATTEND_RETURN_IF_ERROR(CheckCreateWithoutId(route));
+        } else {
+          ATTEND_RETURN_IF_ERROR(CheckRoute(route, request->sequence_id(), "sequence_id"));
+        }
         ATTEND_ASSIGN_OR_RETURN(
             const kv::SequenceInfo info,
-            cache_->Create(config, request->sequence_id(), request->reserve_tokens()));
+            cache_->Create(config, request->sequence_id(), request->reserve_tokens(),
+                           request->sequence_id().empty() && route.key ? *route.key : ""));
         ToProto(info, response);
         return absl::OkStatus();
       });
 }
 
 absl::Status KvCacheService::DoAppend(const v1::AppendRequest& request,
-                                      v1::AppendResponse* response, const Cancellation* cancel) {
+                                      v1::AppendResponse* response, const Cancellation* cancel,
+                                      const Route& route) {
   const int64_t max_elements = limits_.attention.max_tensor_elements;
   if (!request.has_k() || !request.has_v()) {
     return absl::InvalidArgumentError(absl::StrCat(
         request.has_k() ? "v" : "k", ": missing; Append needs the new tokens' k and v"));
   }
   ATTEND_RETURN_IF_ERROR(RequireId(request.sequence_id(), "sequence_id"));
+  ATTEND_RETURN_IF_ERROR(CheckRoute(route, request.sequence_id(), "sequence_id"));
   kv::AppendInput input;
   input.id = request.sequence_id();
   bool as_values = false;
@@ -281,8 +292,8 @@ grpc::ServerUnaryReactor* KvCacheService::Append(grpc::CallbackServerContext* co
                                                  const v1::AppendRequest* request,
                                                  v1::AppendResponse* response) {
   return RunOnPool(context, "Append", pool_, metrics_, gate_,
-                   [this, request, response](const CallWork& call) {
-                     absl::Status status = DoAppend(*request, response, call.cancel);
+                   [this, request, response, route = RouteOf(*context)](const CallWork& call) {
+                     absl::Status status = DoAppend(*request, response, call.cancel, route);
                      response->mutable_stats()->set_queue_seconds(call.queue_seconds);
                      return status;
                    });
@@ -290,7 +301,8 @@ grpc::ServerUnaryReactor* KvCacheService::Append(grpc::CallbackServerContext* co
 
 absl::Status KvCacheService::DoDecodeBatch(const v1::DecodeBatchRequest& request,
                                            v1::DecodeBatchResponse* response,
-                                           const Cancellation* cancel, absl::string_view method) {
+                                           const Cancellation* cancel, absl::string_view method,
+                                           const Route& route) {
   const int64_t max_elements = limits_.attention.max_tensor_elements;
   ATTEND_ASSIGN_OR_RETURN(const Precision precision, DecodePrecision(request.precision()));
   ATTEND_ASSIGN_OR_RETURN(const DType out_dtype,
@@ -309,6 +321,7 @@ absl::Status KvCacheService::DoDecodeBatch(const v1::DecodeBatchRequest& request
           absl::StrCat(field, ": q, k and v are required for a decode step"));
     }
     ATTEND_RETURN_IF_ERROR(RequireId(step.sequence_id(), field + ".sequence_id"));
+    ATTEND_RETURN_IF_ERROR(CheckRoute(route, step.sequence_id(), field + ".sequence_id"));
     kv::AppendInput& in = inputs[static_cast<size_t>(i)];
     in.id = step.sequence_id();
     ATTEND_ASSIGN_OR_RETURN(const DecodedTensor q,
@@ -362,8 +375,9 @@ grpc::ServerUnaryReactor* KvCacheService::DecodeBatch(grpc::CallbackServerContex
                                                       const v1::DecodeBatchRequest* request,
                                                       v1::DecodeBatchResponse* response) {
   const auto received = std::chrono::steady_clock::now();
-  auto work = [this, request, response, received](const CallWork& call) {
-    absl::Status status = DoDecodeBatch(*request, response, call.cancel, "DecodeBatch");
+  auto work = [this, request, response, received,
+               route = RouteOf(*context)](const CallWork& call) {
+    absl::Status status = DoDecodeBatch(*request, response, call.cancel, "DecodeBatch", route);
     if (status.ok()) metrics_->DecodeStepDone("DecodeBatch", SecondsSince(received));
     response->mutable_stats()->set_queue_seconds(call.queue_seconds);
     return status;
@@ -399,15 +413,21 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* KvCacheService::Dec
     };
     return new Refused(max_streams_);
   }
-  return new StreamReactor(this);
+  return new StreamReactor(this, StreamMessageRoute(RouteOf(*context)));
 }
 
 grpc::ServerUnaryReactor* KvCacheService::Fork(grpc::CallbackServerContext* context,
                                                const v1::ForkRequest* request,
                                                v1::SequenceInfo* response) {
   return RunOnPool(context, "Fork", pool_, metrics_, gate_,
-                   [this, request, response](const CallWork&) -> absl::Status {
+                   [this, request, response,
+                    route = RouteOf(*context)](const CallWork&) -> absl::Status {
                      ATTEND_RETURN_IF_ERROR(RequireId(request->source_id(), "source_id"));
+                     // The fork's name first: a client that knows the rule sends no key for a
+                     // new_id of another key, and is told how to name the fork.
+                     ATTEND_RETURN_IF_ERROR(
+                         CheckForkId(route, request->source_id(), request->new_id()));
+                     ATTEND_RETURN_IF_ERROR(CheckRoute(route, request->source_id(), "source_id"));
                      std::optional<int64_t> tokens;
                      if (request->has_tokens()) tokens = request->tokens();
                      ATTEND_ASSIGN_OR_RETURN(
@@ -422,8 +442,10 @@ grpc::ServerUnaryReactor* KvCacheService::Truncate(grpc::CallbackServerContext* 
                                                    const v1::TruncateRequest* request,
                                                    v1::SequenceInfo* response) {
   return RunOnPool(context, "Truncate", pool_, metrics_, gate_,
-                   [this, request, response](const CallWork&) -> absl::Status {
+                   [this, request, response,
+                    route = RouteOf(*context)](const CallWork&) -> absl::Status {
                      ATTEND_RETURN_IF_ERROR(RequireId(request->sequence_id(), "sequence_id"));
+                     ATTEND_RETURN_IF_ERROR(CheckRoute(route, request->sequence_id(), "sequence_id"));
                      ATTEND_ASSIGN_OR_RETURN(
                          const kv::SequenceInfo info,
                          cache_->Truncate(request->sequence_id(), request->tokens()));
@@ -436,8 +458,10 @@ grpc::ServerUnaryReactor* KvCacheService::Release(grpc::CallbackServerContext* c
                                                   const v1::ReleaseRequest* request,
                                                   v1::ReleaseResponse* response) {
   return RunOnPool(context, "Release", pool_, metrics_, gate_,
-                   [this, request, response](const CallWork&) -> absl::Status {
+                   [this, request, response,
+                    route = RouteOf(*context)](const CallWork&) -> absl::Status {
                      ATTEND_RETURN_IF_ERROR(RequireId(request->sequence_id(), "sequence_id"));
+                     ATTEND_RETURN_IF_ERROR(CheckRoute(route, request->sequence_id(), "sequence_id"));
                      ATTEND_ASSIGN_OR_RETURN(const int64_t freed,
                                              cache_->Release(request->sequence_id()));
                      response->set_freed_bytes(freed);
@@ -449,8 +473,10 @@ grpc::ServerUnaryReactor* KvCacheService::GetSequence(grpc::CallbackServerContex
                                                       const v1::GetSequenceRequest* request,
                                                       v1::SequenceInfo* response) {
   return RunOnPool(context, "GetSequence", pool_, metrics_, gate_,
-                   [this, request, response](const CallWork&) -> absl::Status {
+                   [this, request, response,
+                    route = RouteOf(*context)](const CallWork&) -> absl::Status {
                      ATTEND_RETURN_IF_ERROR(RequireId(request->sequence_id(), "sequence_id"));
+                     ATTEND_RETURN_IF_ERROR(CheckRoute(route, request->sequence_id(), "sequence_id"));
                      ATTEND_ASSIGN_OR_RETURN(const kv::SequenceInfo info,
                                              cache_->Get(request->sequence_id()));
                      ToProto(info, response);
@@ -490,6 +516,8 @@ grpc::ServerUnaryReactor* KvCacheService::Stats(grpc::CallbackServerContext* con
   response->set_evictions(s.evictions);
   response->set_rejections(s.rejections);
   response->set_eviction_policy(std::string(kv::EvictionPolicyName(s.policy)));
+  response->set_bookkeeping_bytes(s.bookkeeping_bytes);
+  response->set_bookkeeping_limit_bytes(s.bookkeeping_limit_bytes);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;

@@ -14,6 +14,7 @@
 #include "attend/v1/kv_cache.grpc.pb.h"
 #include "core/kv_cache/kv_cache.h"
 #include "server/metrics.h"
+#include "server/routing.h"
 #include "server/service_support.h"
 #include "server/worker_pool.h"
 
@@ -69,16 +70,17 @@ class KvCacheService final : public KvCacheCallbackService {
                                   v1::CacheStats* response) override;
 
   // The work of one DecodeBatch (also one DecodeStream message), counted in the attend_*
-  // metrics under grpc_method=`method` ("DecodeBatch" or "DecodeStream").
+  // metrics under grpc_method=`method` ("DecodeBatch" or "DecodeStream"). Every step's
+  // sequence must match the call's `route` (server/routing.h).
   absl::Status DoDecodeBatch(const v1::DecodeBatchRequest& request,
                              v1::DecodeBatchResponse* response, const Cancellation* cancel,
-                             absl::string_view method);
+                             absl::string_view method, const Route& route);
 
  private:
   class StreamReactor;
 
   absl::Status DoAppend(const v1::AppendRequest& request, v1::AppendResponse* response,
-                        const Cancellation* cancel);
+                        const Cancellation* cancel, const Route& route);
   // Whether a decode request is small enough to run on the gRPC thread that received it: at
   // most 64 steps, reading under tile::kSerialDecodeBytes of K/V in all (the size
   // that runs on one thread anyway). Reads the cache's estimate; waits for no sequence.

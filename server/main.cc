@@ -81,6 +81,10 @@ ABSL_FLAG(std::string, kv_eviction, "none",
           "used idle sequence) or ttl (evict sequences idle longer than --kv_idle_ttl)");
 ABSL_FLAG(absl::Duration, kv_idle_ttl, absl::Minutes(10), "Idle time after which ttl evicts");
 ABSL_FLAG(int64_t, max_sequences, 65536, "Most sequences the KV cache holds");
+ABSL_FLAG(attend::ByteSize, kv_bookkeeping_bytes, attend::ByteSize{0},
+          "Most memory the sequences' bookkeeping outside the KV blocks may take (each layer's "
+          "block table: about 32 bytes a layer and 16 a block a sequence or fork holds); 0 = "
+          "an eighth of --kv_cache_bytes, at least 16MiB");
 ABSL_FLAG(int64_t, max_concurrent_streams, 1024, "Most DecodeStreams open at once");
 ABSL_FLAG(int64_t, matmul_cache_entries, attend::onednn::kDefaultMatmulCacheCapacity,
           "oneDNN matmul primitives kept for reuse (least recently used dropped beyond); a "
@@ -168,6 +172,10 @@ absl::StatusOr<attend::server::ServerOptions> OptionsFromFlags() {
   options.kv_cache.block_bytes = absl::GetFlag(FLAGS_kv_block_bytes).bytes;
   options.kv_cache.huge_pages = absl::GetFlag(FLAGS_kv_huge_pages);
   options.kv_cache.max_sequences = absl::GetFlag(FLAGS_max_sequences);
+  options.kv_cache.max_bookkeeping_bytes = absl::GetFlag(FLAGS_kv_bookkeeping_bytes).bytes;
+  if (options.kv_cache.max_bookkeeping_bytes < 0) {
+    return absl::InvalidArgumentError("--kv_bookkeeping_bytes must not be negative");
+  }
   options.kv_cache.idle_ttl_ms = absl::ToInt64Milliseconds(absl::GetFlag(FLAGS_kv_idle_ttl));
   options.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
   options.matmul_cache_entries = absl::GetFlag(FLAGS_matmul_cache_entries);
@@ -284,6 +292,8 @@ void LogStart(const attend::server::ServerOptions& options,
                     {"kv_block_bytes", absl::StrCat(options.kv_cache.block_bytes)},
                     {"kv_eviction", absl::GetFlag(FLAGS_kv_eviction)},
                     {"max_sequences", absl::StrCat(options.kv_cache.max_sequences)},
+                    {"kv_bookkeeping_bytes",
+                     absl::StrCat(server.SampleStats().kv.bookkeeping_limit_bytes)},
                     {"compute_threads", absl::StrCat(server.compute_threads())},
                     {"stats_interval", absl::FormatDuration(absl::GetFlag(FLAGS_stats_interval))}})
             << std::endl;

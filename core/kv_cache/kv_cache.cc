@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/sequence_key.h"
 #include "core/base/status_macros.h"
 #include "core/kv_cache/paged_attention.h"
 #include "core/kv_cache/pending_write.h"
@@ -23,24 +24,14 @@ constexpr int64_t kMaxLayers = 4096;
 constexpr int64_t kMaxHeads = 4096;
 constexpr int64_t kMaxHeadDim = 16384;
 constexpr size_t kMaxWarmShapes = 1024;
-
-// A byte count in binary units, from bytes to ZiB.
-std::string Bytes(double bytes) {
-  static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB"};
-  if (bytes < 1024) return absl::StrCat(static_cast<int64_t>(bytes), " bytes");
-  int unit = 0;
-  bytes /= 1024;
-  while (bytes >= 1024 && unit + 1 < static_cast<int>(std::size(kUnits))) {
-    bytes /= 1024;
-    ++unit;
-  }
-  return absl::StrFormat("%.2f %s", bytes, kUnits[unit]);
-}
+// The default bookkeeping limit is an eighth of the cache, but at least this: enough for a few
+// thousand sequences of a hundred layers in a small cache.
+constexpr int64_t kMinDefaultBookkeepingBytes = int64_t{16} << 20;
 
 // `blocks` blocks of `block_bytes`, computed in floating point: a request's count may be far
 // beyond what int64 bytes can hold (2^40 tokens in 4096 layers).
 std::string BlockBytes(int64_t blocks, int64_t block_bytes) {
-  return Bytes(static_cast<double>(blocks) * static_cast<double>(block_bytes));
+  return FormatBytes(static_cast<double>(blocks) * static_cast<double>(block_bytes));
 }
 
 // A query tensor as float32 rows: read in place when it is float32 (the tiles pack their own
@@ -97,7 +88,12 @@ KvCache::KvCache(KvCacheOptions options)
         return options;
       }()),
       pool_(options_.capacity_bytes, options_.block_bytes, options_.huge_pages),
-      registry_(std::make_unique<SequenceRegistry>(options_.max_sequences, options_.clock)) {}
+      registry_(std::make_unique<SequenceRegistry>(
+          options_.max_sequences,
+          options_.max_bookkeeping_bytes > 0
+              ? options_.max_bookkeeping_bytes
+              : std::max(options_.capacity_bytes / 8, kMinDefaultBookkeepingBytes),
+          options_.clock)) {}
 
 KvCache::~KvCache() = default;
 
@@ -161,12 +157,16 @@ void KvCache::WarmUp(const BlockLayout& layout, int64_t n_head) {
 }
 
 absl::StatusOr<SequenceInfo> KvCache::Create(const SequenceConfig& requested, absl::string_view id,
-                                             int64_t reserve_tokens) {
+                                             int64_t reserve_tokens,
+                                             absl::string_view generated_key) {
   SequenceConfig config = requested;
   if (config.n_head_kv == 0) config.n_head_kv = config.n_head;
   if (config.head_dim_v == 0) config.head_dim_v = config.head_dim;
   ATTEND_ASSIGN_OR_RETURN(const BlockLayout layout, LayoutFor(config));
   if (!id.empty()) ATTEND_RETURN_IF_ERROR(CheckSequenceId(id, "sequence_id"));
+  if (id.empty() && !generated_key.empty()) {
+    ATTEND_RETURN_IF_ERROR(CheckGeneratedKey(generated_key, "routing key"));
+  }
   if (reserve_tokens < 0 || reserve_tokens > (int64_t{1} << 40)) {
     return absl::InvalidArgumentError(
         absl::StrCat("reserve_tokens: ", reserve_tokens, "; must be between 0 and 2^40"));
@@ -175,7 +175,15 @@ absl::StatusOr<SequenceInfo> KvCache::Create(const SequenceConfig& requested, ab
     if (status.code() == absl::StatusCode::kResourceExhausted) rejections_++;
     return status;
   };
-  ATTEND_RETURN_IF_ERROR(counted(registry_->CheckRoom(id)));
+  const int64_t per_layer = layout.blocks_for(reserve_tokens);
+  const int64_t bookkeeping = BookkeepingBytes(config.layers, config.layers * per_layer);
+  const std::string what = absl::StrCat("a sequence of ", config.layers, " layers",
+                                        reserve_tokens > 0 ? " with its reservation" : "");
+  // The layers' tables now; their reserved blocks' references when it is published, after the
+  // pool has said whether the blocks themselves fit (the more telling refusal of a huge
+  // reservation; the references of blocks the pool hands out are bounded by the pool).
+  ATTEND_RETURN_IF_ERROR(
+      counted(registry_->CheckRoom(id, BookkeepingBytes(config.layers, 0), what)));
   WarmUp(layout, config.n_head);
 
   auto sequence = std::make_shared<Sequence>();
@@ -183,7 +191,7 @@ absl::StatusOr<SequenceInfo> KvCache::Create(const SequenceConfig& requested, ab
   sequence->layout = layout;
   sequence->created_ms = options_.clock();
   sequence->last_used_ms = sequence->created_ms;
-  const int64_t per_layer = layout.blocks_for(reserve_tokens);
+  sequence->bookkeeping_bytes = bookkeeping;
   std::vector<BlockRef> blocks;
   const int64_t reserved_blocks = config.layers * per_layer;
   ATTEND_RETURN_IF_ERROR(TakeBlocks([&] { return reserved_blocks; }, {}, &blocks,
@@ -201,7 +209,7 @@ absl::StatusOr<SequenceInfo> KvCache::Create(const SequenceConfig& requested, ab
   }
   sequence->reserved_tokens = reserve_tokens;
   blocks.clear();
-  ATTEND_RETURN_IF_ERROR(counted(registry_->Publish(sequence, id)));
+  ATTEND_RETURN_IF_ERROR(counted(registry_->Publish(sequence, id, what, generated_key)));
   return Describe(*sequence);
 }
 
@@ -461,7 +469,14 @@ absl::StatusOr<std::vector<AppendResult>> KvCache::DecodeBatch(
 
 absl::StatusOr<SequenceInfo> KvCache::Fork(absl::string_view source, absl::string_view new_id,
                                            std::optional<int64_t> tokens) {
-  if (!new_id.empty()) ATTEND_RETURN_IF_ERROR(CheckSequenceId(new_id, "new_id"));
+  if (!new_id.empty()) {
+    ATTEND_RETURN_IF_ERROR(CheckSequenceId(new_id, "new_id"));
+  } else if (absl::Status key = CheckGeneratedKey(RoutingKey(source), "source_id's routing key");
+             !key.ok() && CheckSequenceId(source, "").ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("new_id: empty, and a generated one cannot route by its source's key: ",
+                     key.message()));
+  }
   // Negative is bad input whatever the source holds (as for Truncate); past its end is not.
   if (tokens && *tokens < 0) {
     return absl::InvalidArgumentError(absl::StrCat("tokens: ", *tokens, "; must be >= 0"));
@@ -469,6 +484,7 @@ absl::StatusOr<SequenceInfo> KvCache::Fork(absl::string_view source, absl::strin
   auto fork = std::make_shared<Sequence>();
   std::vector<CachedLayer> layers;
   int64_t length = 0;
+  std::string what;
   {
     ATTEND_ASSIGN_OR_RETURN(SequenceRegistry::Lease from, registry_->Acquire(source));
     MutexLock lock(&from->mu);
@@ -487,6 +503,16 @@ absl::StatusOr<SequenceInfo> KvCache::Fork(absl::string_view source, absl::strin
     fork->layout = from->layout;
     const BlockLayout& layout = from->layout;
     const int64_t blocks = layout.blocks_for(length);
+    // Checked before the block tables are copied: they are what the limit bounds.
+    fork->bookkeeping_bytes = BookkeepingBytes(static_cast<int64_t>(from->layers.size()),
+                                               blocks * static_cast<int64_t>(from->layers.size()));
+    what = absl::StrCat("a fork of ", QuotedId(source), " (", from->layers.size(), " layers of ",
+                        blocks, " blocks)");
+    if (absl::Status room = registry_->CheckRoom(new_id, fork->bookkeeping_bytes, what);
+        !room.ok()) {
+      if (room.code() == absl::StatusCode::kResourceExhausted) rejections_++;
+      return room;
+    }
     // A reservation promises the source's appends up to its length cannot fail for lack of
     // memory. Sharing the partly written block at the fork point would make the source's next
     // append copy it first, from the pool: the fork takes its own copy of that block now
@@ -524,7 +550,7 @@ absl::StatusOr<SequenceInfo> KvCache::Fork(absl::string_view source, absl::strin
   // Held until the fork is described (see Create).
   MutexLock lock(&fork->mu);
   fork->layers = std::move(layers);
-  absl::Status published = registry_->Publish(fork, new_id);
+  absl::Status published = registry_->Publish(fork, new_id, what, RoutingKey(source));
   if (published.code() == absl::StatusCode::kResourceExhausted) rejections_++;
   ATTEND_RETURN_IF_ERROR(published);
   return Describe(*fork);
@@ -629,6 +655,8 @@ CacheStats KvCache::Stats() {
     stats.warmed_shapes = static_cast<int64_t>(warmed_.size());
   }
   stats.sequences = registry_->size();
+  stats.bookkeeping_bytes = registry_->bookkeeping_bytes();
+  stats.bookkeeping_limit_bytes = registry_->max_bookkeeping_bytes();
   stats.tokens = registry_->tokens();
   return stats;
 }

@@ -62,6 +62,12 @@ struct KvCacheOptions {
   // faster; false avoids the kernel's compaction stalls at first write.
   bool huge_pages = true;
   int64_t max_sequences = 65536;
+  // Most bytes the sequences' bookkeeping may take outside the blocks (each layer's block
+  // table: about 32 bytes a layer and 16 a block reference, plus a few hundred a sequence).
+  // Empty sequences take no blocks, and a fork copies its source's tables while sharing every
+  // block, so without this limit memory would grow past the byte budget. 0 = an eighth of
+  // capacity_bytes, at least 16 MiB.
+  int64_t max_bookkeeping_bytes = 0;
   EvictionPolicy eviction = EvictionPolicy::kNone;
   int64_t idle_ttl_ms = 10 * 60 * 1000;
   int compute_threads = 0;  // OpenMP threads per attention call; 0 = all
@@ -106,6 +112,8 @@ struct CacheStats {
   int64_t blocks_free = 0;
   int64_t sequences = 0;
   int64_t tokens = 0;  // over sequences and layers
+  int64_t bookkeeping_bytes = 0;        // charged to the sequences (see max_bookkeeping_bytes)
+  int64_t bookkeeping_limit_bytes = 0;  // max_bookkeeping_bytes as applied
   int64_t evictions = 0;
   int64_t rejections = 0;
   EvictionPolicy policy = EvictionPolicy::kNone;
@@ -142,13 +150,16 @@ class KvCache {
   KvCache(const KvCache&) = delete;
   KvCache& operator=(const KvCache&) = delete;
 
-  // Creates a sequence. `id` empty: a generated id. INVALID_ARGUMENT for a bad shape or id,
+  // Creates a sequence. `id` empty: a generated id ("seq-<16 hex digits>", or
+  // "<generated_key>/<16 hex digits>" when `generated_key` is given, so that the id routes by
+  // that key: common/sequence_key.h). INVALID_ARGUMENT for a bad shape, id or key,
   // ALREADY_EXISTS for an id in use, RESOURCE_EXHAUSTED for the sequence limit or when the
   // reservation does not fit. The first sequence of each shape also creates the oneDNN
   // primitives its prefills need (WarmUpPagedAttention: tens of ms, once), so that appends
   // do not.
   absl::StatusOr<SequenceInfo> Create(const SequenceConfig& config, absl::string_view id,
-                                      int64_t reserve_tokens);
+                                      int64_t reserve_tokens,
+                                      absl::string_view generated_key = {});
 
   // Appends one layer's new tokens to one sequence and returns the attention of its queries.
   // All shapes must match the sequence's config; n >= 1. With `want_weights`, weights larger
@@ -178,8 +189,10 @@ class KvCache {
   int64_t DecodeReadBytes(absl::Span<const absl::string_view> ids);
 
   // A new sequence sharing the first `tokens` (default: every layer's common length) of
-  // `source`, copy-on-write. INVALID_ARGUMENT when `tokens` is negative, OUT_OF_RANGE past the
-  // source's common length.
+  // `source`, copy-on-write. `new_id` empty: a generated id that routes by the source's routing
+  // key ("<key>/<16 hex digits>"; INVALID_ARGUMENT when the key is too long for that), so that
+  // the fork is found where its source is. INVALID_ARGUMENT when `tokens` is negative,
+  // OUT_OF_RANGE past the source's common length.
   absl::StatusOr<SequenceInfo> Fork(absl::string_view source, absl::string_view new_id,
                                     std::optional<int64_t> tokens);
   // Drops every token at or after `tokens` in every layer; OUT_OF_RANGE past any layer's end.

@@ -38,6 +38,9 @@ struct Sequence {
   std::atomic<int> in_use{0};
   // Tokens over all layers, readable without `mu` (for stats).
   std::atomic<int64_t> total_tokens{0};
+  // Charged against KvCacheOptions::max_bookkeeping_bytes while the sequence is published (set
+  // before, never after; see BookkeepingBytes).
+  int64_t bookkeeping_bytes = 0;
   Mutex mu;
   // Set by Release under `mu`. An operation that looked the sequence up before the Release and
   // waited for `mu` finds it set and answers NOT_FOUND instead of using what is left.
@@ -45,6 +48,17 @@ struct Sequence {
   std::vector<CachedLayer> layers ABSL_GUARDED_BY(mu);
   int64_t reserved_tokens ABSL_GUARDED_BY(mu) = 0;
 };
+
+// The bytes a sequence of `layers` layers holding `block_refs` block references takes outside its
+// blocks: the Sequence itself and its registry entry, a CachedLayer per layer, a BlockRef per
+// reference. An estimate from the types' sizes (the allocator's own overhead is not counted),
+// charged when the sequence is created or forked. References that appends add later are not
+// charged: each is a block newly taken from the pool, so they are bounded by the pool's blocks.
+inline int64_t BookkeepingBytes(int64_t layers, int64_t block_refs) {
+  constexpr int64_t kPerSequence = static_cast<int64_t>(sizeof(Sequence)) + 256;
+  return kPerSequence + layers * static_cast<int64_t>(sizeof(CachedLayer)) +
+         block_refs * static_cast<int64_t>(sizeof(BlockRef));
+}
 
 }  // namespace attend::kv
 

@@ -6,6 +6,9 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "common/sequence_key.h"
+#include "core/base/status_macros.h"
 
 namespace attend::kv {
 namespace {
@@ -22,12 +25,33 @@ absl::Status CheckSequenceId(absl::string_view id, absl::string_view field) {
   }
   for (char c : id) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '.' || c == '_' || c == ':' || c == '-';
+                    c == '.' || c == '_' || c == ':' || c == '-' || c == kRoutingKeySeparator;
     if (!ok) {
       return absl::InvalidArgumentError(absl::StrCat(field, ": '",
                                                      absl::CHexEscape(id.substr(0, 64)),
-                                                     "' has a character outside [A-Za-z0-9._:-]"));
+                                                     "' has a character outside [A-Za-z0-9._:/-]"));
     }
+  }
+  // Parts between '/' are never empty, "." or "..": the first is the id's routing key, and an id
+  // must not read as a relative path wherever it is written.
+  for (absl::string_view part : absl::StrSplit(id, kRoutingKeySeparator)) {
+    if (part.empty() || part == "." || part == "..") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ": '", id.substr(0, 64), "' has an empty, '.' or '..' part between '/'s; the "
+          "part before the first '/' is the id's routing key"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckGeneratedKey(absl::string_view key, absl::string_view field) {
+  // "/" and 16 hex digits follow the key.
+  constexpr size_t kLongestKey = kMaxIdBytes - 17;
+  ATTEND_RETURN_IF_ERROR(CheckSequenceId(key, field));
+  if (key.find(kRoutingKeySeparator) != absl::string_view::npos || key.size() > kLongestKey) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ": ", QuotedId(key), " cannot start a generated id ('<key>/' and 16 hex digits): ",
+        "a key has no '/' and at most ", kLongestKey, " bytes; give the id instead"));
   }
   return absl::OkStatus();
 }
@@ -37,6 +61,18 @@ std::string QuotedId(absl::string_view id) {
   constexpr size_t kShown = 64;
   if (id.size() <= kShown) return absl::StrCat("'", absl::CHexEscape(id), "'");
   return absl::StrCat("'", absl::CHexEscape(id.substr(0, kShown)), "...' (", id.size(), " bytes)");
+}
+
+std::string FormatBytes(double bytes) {
+  static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB"};
+  if (bytes < 1024) return absl::StrCat(static_cast<int64_t>(bytes), " bytes");
+  int unit = 0;
+  bytes /= 1024;
+  while (bytes >= 1024 && unit + 1 < static_cast<int>(std::size(kUnits))) {
+    bytes /= 1024;
+    ++unit;
+  }
+  return absl::StrFormat("%.2f %s", bytes, kUnits[unit]);
 }
 
 SequenceRegistry::Lease::Lease(SequenceRegistry* registry, std::shared_ptr<Sequence> sequence)
@@ -49,8 +85,11 @@ SequenceRegistry::Lease::~Lease() {
   if (sequence_) registry_->Done(sequence_.get());
 }
 
-SequenceRegistry::SequenceRegistry(int64_t max_sequences, Clock clock)
-    : max_sequences_(max_sequences), clock_(std::move(clock)) {}
+SequenceRegistry::SequenceRegistry(int64_t max_sequences, int64_t max_bookkeeping_bytes,
+                                   Clock clock)
+    : max_sequences_(max_sequences),
+      max_bookkeeping_bytes_(max_bookkeeping_bytes),
+      clock_(std::move(clock)) {}
 
 SequenceRegistry::~SequenceRegistry() {
   MutexLock lock(&mu_);
@@ -97,7 +136,8 @@ std::vector<std::shared_ptr<Sequence>> SequenceRegistry::All() {
   return all;
 }
 
-absl::Status SequenceRegistry::CheckRoomLocked(absl::string_view id) {
+absl::Status SequenceRegistry::CheckRoomLocked(absl::string_view id, int64_t bookkeeping_bytes,
+                                               absl::string_view what) {
   if (!id.empty() && sequences_.count(id) > 0) {
     return absl::AlreadyExistsError(absl::StrCat("sequence ", QuotedId(id), " already exists"));
   }
@@ -105,35 +145,63 @@ absl::Status SequenceRegistry::CheckRoomLocked(absl::string_view id) {
     return absl::ResourceExhaustedError(absl::StrCat("the cache holds ", sequences_.size(),
                                                      " sequences, its limit (--max_sequences)"));
   }
+  if (bookkeeping_bytes > max_bookkeeping_bytes_ - bookkeeping_bytes_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        what, " needs ", FormatBytes(static_cast<double>(bookkeeping_bytes)),
+        " of bookkeeping (its layers' block tables); the cache's ", sequences_.size(),
+        " sequences hold ", FormatBytes(static_cast<double>(bookkeeping_bytes_)), " of the ",
+        FormatBytes(static_cast<double>(max_bookkeeping_bytes_)),
+        " bookkeeping limit (--kv_bookkeeping_bytes)"));
+  }
   return absl::OkStatus();
 }
 
-absl::Status SequenceRegistry::CheckRoom(absl::string_view id) {
+absl::Status SequenceRegistry::CheckRoom(absl::string_view id, int64_t bookkeeping_bytes,
+                                         absl::string_view what) {
   MutexLock lock(&mu_);
-  return CheckRoomLocked(id);
+  return CheckRoomLocked(id, bookkeeping_bytes, what);
 }
 
 absl::Status SequenceRegistry::Publish(const std::shared_ptr<Sequence>& sequence,
-                                       absl::string_view id) {
+                                       absl::string_view id, absl::string_view what,
+                                       absl::string_view generated_key) {
   MutexLock lock(&mu_);
-  if (absl::Status room = CheckRoomLocked(id); !room.ok()) return room;
-  sequence->id = id.empty() ? NewId() : std::string(id);
+  if (absl::Status room = CheckRoomLocked(id, sequence->bookkeeping_bytes, what); !room.ok()) {
+    return room;
+  }
+  sequence->id = id.empty() ? NewId(generated_key) : std::string(id);
   gone_.erase(sequence->id);
   sequences_.emplace(sequence->id, sequence);
+  bookkeeping_bytes_ += sequence->bookkeeping_bytes;
   return absl::OkStatus();
 }
 
-std::string SequenceRegistry::NewId() {
+std::shared_ptr<Sequence> SequenceRegistry::EraseLocked(
+    std::map<std::string, std::shared_ptr<Sequence>, std::less<>>::iterator it) {
+  std::shared_ptr<Sequence> sequence = std::move(it->second);
+  sequences_.erase(it);
+  bookkeeping_bytes_ -= sequence->bookkeeping_bytes;
+  return sequence;
+}
+
+int64_t SequenceRegistry::bookkeeping_bytes() const {
+  MutexLock lock(&mu_);
+  return bookkeeping_bytes_;
+}
+
+std::string SequenceRegistry::NewId(absl::string_view key) {
   static thread_local std::mt19937_64 random(std::random_device{}());
   while (true) {
-    std::string id = absl::StrFormat("seq-%016x", random() ^ (++id_counter_));
+    const uint64_t bits = random() ^ (++id_counter_);
+    std::string id = key.empty() ? absl::StrFormat("seq-%016x", bits)
+                                 : absl::StrFormat("%s%c%016x", key, kRoutingKeySeparator, bits);
     if (sequences_.count(id) == 0) return id;
   }
 }
 
 void SequenceRegistry::Remove(const Sequence& sequence) {
   MutexLock lock(&mu_);
-  sequences_.erase(sequence.id);
+  if (auto it = sequences_.find(sequence.id); it != sequences_.end()) EraseLocked(it);
   Forget(sequence.id, "was released");
 }
 
@@ -234,9 +302,7 @@ std::vector<std::shared_ptr<Sequence>> SequenceRegistry::EvictLruFor(
     if (free + Gain(without, use_counts, copies) >= count) chosen = std::move(without);
   }
   for (const Candidate* c : chosen) {
-    auto it = sequences_.find(c->sequence->id);
-    evicted.push_back(std::move(it->second));
-    sequences_.erase(it);
+    evicted.push_back(EraseLocked(sequences_.find(c->sequence->id)));
     Forget(c->sequence->id,
            absl::StrCat("was evicted (least recently used, last used at ",
                         c->sequence->last_used_ms.load(), " ms) to make room for another request"));
@@ -277,8 +343,7 @@ std::vector<std::shared_ptr<Sequence>> SequenceRegistry::EvictIdle(int64_t ttl_m
       Forget(it->first, absl::StrCat("was evicted after ", idle / 1000.0, " s idle (TTL ",
                                      ttl_ms / 1000.0, " s)"));
       evictions_++;
-      expired.push_back(std::move(it->second));
-      it = sequences_.erase(it);
+      expired.push_back(EraseLocked(it++));
     } else {
       ++it;
     }

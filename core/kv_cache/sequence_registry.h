@@ -27,8 +27,9 @@
 
 namespace attend::kv {
 
-// OK when `id` can name a sequence: 1 to 128 characters of [A-Za-z0-9._:-]; INVALID_ARGUMENT
-// naming `field` otherwise.
+// OK when `id` can name a sequence: 1 to 128 characters of [A-Za-z0-9._:/-] whose parts between
+// '/'s are not empty, "." or ".." (the part before the first '/' is the id's routing key:
+// common/sequence_key.h); INVALID_ARGUMENT naming `field` otherwise.
 absl::Status CheckSequenceId(absl::string_view id, absl::string_view field);
 
 // An id for a message: quoted as it is when it could be a sequence's id; otherwise (ids come from
@@ -36,9 +37,17 @@ absl::Status CheckSequenceId(absl::string_view id, absl::string_view field);
 // that no message carries control characters or grows with the request.
 std::string QuotedId(absl::string_view id);
 
+// OK when ids generated to route by `key` ("<key>/<16 hex digits>") are valid ids: `key` is a
+// valid id without '/' of at most 111 bytes. INVALID_ARGUMENT naming `field` otherwise.
+absl::Status CheckGeneratedKey(absl::string_view key, absl::string_view field);
+
+// A byte count for a message, in binary units from bytes to ZiB ("8.00 MiB").
+std::string FormatBytes(double bytes);
+
 class SequenceRegistry {
  public:
-  SequenceRegistry(int64_t max_sequences, Clock clock);
+  // `max_bookkeeping_bytes` bounds the sum of the published sequences' bookkeeping_bytes.
+  SequenceRegistry(int64_t max_sequences, int64_t max_bookkeeping_bytes, Clock clock);
   // Drops every sequence (their blocks go back to the pool, which must still exist).
   ~SequenceRegistry();
 
@@ -72,13 +81,18 @@ class SequenceRegistry {
       ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<std::shared_ptr<Sequence>> All() ABSL_LOCKS_EXCLUDED(mu_);
 
-  // OK when a sequence named `id` (empty: a generated id) could be added now; ALREADY_EXISTS or
-  // RESOURCE_EXHAUSTED (the sequence limit) otherwise.
-  absl::Status CheckRoom(absl::string_view id) ABSL_LOCKS_EXCLUDED(mu_);
-  // Adds `sequence` as `id` (empty: a generated one, stored in sequence->id), after checking the
-  // room again. REQUIRES: the caller holds sequence->mu, so that no operation on the new id can
+  // OK when a sequence named `id` (empty: a generated id) of `bookkeeping_bytes` could be added
+  // now; ALREADY_EXISTS, or RESOURCE_EXHAUSTED (the sequence or bookkeeping limit, the latter
+  // saying that `what` needed them) otherwise.
+  absl::Status CheckRoom(absl::string_view id, int64_t bookkeeping_bytes, absl::string_view what)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Adds `sequence` as `id` (empty: a generated one, stored in sequence->id, which routes by
+  // `generated_key` when that is not empty: "<key>/<16 hex digits>"), after checking the room
+  // again (for its bookkeeping_bytes, on behalf of `what`). REQUIRES: a generated id would be
+  // valid (CheckGeneratedKey). REQUIRES: the caller holds sequence->mu, so that no operation on the new id can
   // run before the caller has described it.
-  absl::Status Publish(const std::shared_ptr<Sequence>& sequence, absl::string_view id)
+  absl::Status Publish(const std::shared_ptr<Sequence>& sequence, absl::string_view id,
+                       absl::string_view what, absl::string_view generated_key = {})
       ABSL_LOCKS_EXCLUDED(mu_);
   // Removes a sequence that is being released (its owner's lookups then say so).
   void Remove(const Sequence& sequence) ABSL_LOCKS_EXCLUDED(mu_);
@@ -106,15 +120,23 @@ class SequenceRegistry {
   int64_t size() const ABSL_LOCKS_EXCLUDED(mu_);
   int64_t tokens() const ABSL_LOCKS_EXCLUDED(mu_);  // over sequences and layers
   int64_t evictions() const { return evictions_.load(); }
+  int64_t bookkeeping_bytes() const ABSL_LOCKS_EXCLUDED(mu_);
+  int64_t max_bookkeeping_bytes() const { return max_bookkeeping_bytes_; }
 
  private:
   void Done(Sequence* sequence);
   void Forget(const std::string& id, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status NotFoundLocked(absl::string_view id) ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  absl::Status CheckRoomLocked(absl::string_view id) ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  std::string NewId() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckRoomLocked(absl::string_view id, int64_t bookkeeping_bytes,
+                               absl::string_view what) ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Takes the sequence `it` names out of sequences_, and its bookkeeping out of the total.
+  std::shared_ptr<Sequence> EraseLocked(
+      std::map<std::string, std::shared_ptr<Sequence>, std::less<>>::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string NewId(absl::string_view key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int64_t max_sequences_;
+  const int64_t max_bookkeeping_bytes_;
   const Clock clock_;
   std::atomic<int64_t> evictions_{0};
   mutable Mutex mu_;
@@ -123,6 +145,7 @@ class SequenceRegistry {
   absl::flat_hash_map<std::string, std::string> gone_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> gone_order_ ABSL_GUARDED_BY(mu_);  // oldest first
   uint64_t id_counter_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t bookkeeping_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // over sequences_
 };
 
 }  // namespace attend::kv

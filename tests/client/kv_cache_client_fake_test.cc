@@ -234,17 +234,25 @@ TEST_F(KvCacheClientFakeTest, EveryCallNamingASequenceSendsItsKey) {
   KvCacheClient kv = Client();
   const FloatTensor token{{1, 1, 2}, {1.5f, -2.0f}};
   ASSERT_OK(kv.CreateSequence(Shape(), "c-1"));
-  ASSERT_OK(kv.CreateSequence(Shape()));  // generated id: no key to send
+  // Generated here, "seq-<16 hex>", and sent as its own key.
+  auto generated = kv.CreateSequence(Shape());
+  ASSERT_OK(generated);
   client::AppendInput append;
   append.sequence_id = "a-1";
   append.k = append.v = token;
   ASSERT_OK(kv.Append(append));
   client::DecodeBatchInput batch;
-  batch.steps = {{"first", token, token, token}, {"second", token, token, token}};
+  batch.steps = {{"first", token, token, token}, {"first/second", token, token, token}};
   auto decoded = kv.DecodeBatch(batch);
   ASSERT_OK(decoded);
   EXPECT_EQ(decoded->results[1].output.values, token.values);
-  ASSERT_OK(kv.Fork("source", "fork"));
+  // Steps of different keys: no key (one server serves it; the proxy's replica refuses it).
+  client::DecodeBatchInput mixed;
+  mixed.steps = {{"first", token, token, token}, {"second", token, token, token}};
+  ASSERT_OK(kv.DecodeBatch(mixed));
+  ASSERT_OK(kv.Fork("source", "source/fork"));
+  ASSERT_OK(kv.Fork("source/fork", ""));
+  ASSERT_OK(kv.Fork("source", "elsewhere"));  // another key: none sent
   ASSERT_OK(kv.Truncate("t-1", 3));
   ASSERT_OK(kv.Release("r-1"));
   ASSERT_OK(kv.GetSequence("g-1"));
@@ -258,20 +266,22 @@ TEST_F(KvCacheClientFakeTest, EveryCallNamingASequenceSendsItsKey) {
     ASSERT_OK(stream->Finish());
   }
   ASSERT_OK(kv.GetSequence("bad\nid"));  // not a header value: sent without a key
+  ASSERT_OK(kv.GetSequence("family/member"));  // the routing key: up to the first '/'
+  ASSERT_OK(kv.Release("family/a/b"));
 
   using Key = std::optional<std::string>;
-  const std::vector<std::pair<std::string, Key>> expected = {{"CreateSequence", "c-1"},
-                                                             {"CreateSequence", std::nullopt},
-                                                             {"Append", "a-1"},
-                                                             {"DecodeBatch", "first"},
-                                                             {"Fork", "source"},
-                                                             {"Truncate", "t-1"},
-                                                             {"Release", "r-1"},
-                                                             {"GetSequence", "g-1"},
-                                                             {"ListSequences", std::nullopt},
-                                                             {"Stats", std::nullopt},
-                                                             {"DecodeStream", "first"},
-                                                             {"GetSequence", std::nullopt}};
+  ASSERT_EQ(generated->sequence_id().size(), 20u) << generated->sequence_id();
+  EXPECT_EQ(generated->sequence_id().rfind("seq-", 0), 0u) << generated->sequence_id();
+  const std::vector<std::pair<std::string, Key>> expected = {
+      {"CreateSequence", "c-1"},       {"CreateSequence", generated->sequence_id()},
+      {"Append", "a-1"},               {"DecodeBatch", "first"},
+      {"DecodeBatch", std::nullopt},   {"Fork", "source"},
+      {"Fork", "source"},              {"Fork", std::nullopt},
+      {"Truncate", "t-1"},             {"Release", "r-1"},
+      {"GetSequence", "g-1"},          {"ListSequences", std::nullopt},
+      {"Stats", std::nullopt},         {"DecodeStream", "first"},
+      {"GetSequence", std::nullopt},   {"GetSequence", "family"},
+      {"Release", "family"}};
   const std::vector<FakeKvCache::Call> calls = fake_.calls();
   ASSERT_EQ(calls.size(), expected.size());
   for (size_t i = 0; i < calls.size(); ++i) {

@@ -5,6 +5,7 @@
 #include <limits>
 #include <random>
 
+#include "absl/strings/str_cat.h"
 #include "core/kv_cache/kv_cache.h"
 #include "tests/test_util.h"
 
@@ -124,6 +125,74 @@ TEST(KvCacheLimits, LruRefusalsCountWhatEvictionWouldFree) {
   EXPECT_THAT(cache.Append(0, t.Input("s", 200, false), Precision::kAuto, false, nullptr),
               StatusIs(absl::StatusCode::kResourceExhausted, {"at most about 128 more tokens"}));
   ASSERT_OK(cache.Append(0, t.Input("s", 128, false), Precision::kAuto, false, nullptr));
+}
+
+// Each sequence's bookkeeping (its layers' block tables, outside the blocks themselves) counts
+// against a limit of its own (found from outside: with a 64 MiB cache, 3,000 empty sequences of
+// 4,096 layers took 379 MiB of memory while the cache reported 0 bytes used). Sequences are
+// created until one is refused; the refusal names the limit, nothing was half-created, and the
+// bookkeeping the cache reports never passes it. Then forks of a sequence with many blocks per
+// layer (each fork copies the block tables, sharing every block) meet the same limit.
+TEST(KvCacheLimits, BookkeepingPerSequenceIsBounded) {
+  KvCacheOptions options;
+  options.capacity_bytes = int64_t{64} << 20;
+  options.block_bytes = 64;
+  options.max_bookkeeping_bytes = int64_t{8} << 20;
+  options.compute_threads = 1;
+  KvCache cache(options);
+  SequenceConfig config = Config(DType::kFloat32);
+  config.layers = 4096;
+  config.n_head = 2;
+  config.n_head_kv = 1;
+  config.head_dim = 4;
+  int64_t created = 0;
+  absl::Status refused;
+  for (; created < 3000; ++created) {
+    auto made = cache.Create(config, absl::StrCat("empty-", created), 0);
+    if (!made.ok()) {
+      refused = made.status();
+      break;
+    }
+    ASSERT_LE(cache.Stats().bookkeeping_bytes, options.max_bookkeeping_bytes);
+  }
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kResourceExhausted,
+                                {"bookkeeping", "4096 layers", "--kv_bookkeeping_bytes", "8.00 MiB"}));
+  // Each sequence of 4096 layers needs at least 4096 block tables.
+  EXPECT_LE(created * 4096 * int64_t{24}, options.max_bookkeeping_bytes);
+  EXPECT_GT(created, 0);
+  EXPECT_EQ(cache.Stats().sequences, created);
+  ASSERT_TRUE(cache.CheckConsistency().ok());
+  // Releasing gives the room back.
+  for (int64_t i = 0; i < created; ++i) ASSERT_TRUE(cache.Release(absl::StrCat("empty-", i)).ok());
+  EXPECT_EQ(cache.Stats().bookkeeping_bytes, 0);
+
+  // One sequence of 4 layers holding 8192 blocks per layer, then forks of it: every fork shares
+  // all of them, but its tables take 16 bytes a block.
+  SequenceConfig wide = config;
+  wide.layers = 4;
+  ASSERT_TRUE(cache.Create(wide, "wide", 0).ok());
+  const std::vector<float> zeros(16384 * 4, 0.0f);
+  AppendInput in;
+  in.id = "wide";
+  in.k = TensorView{DType::kFloat32, {16384, 1, 4}, zeros.data()};
+  in.v = in.k;
+  for (int64_t l = 0; l < wide.layers; ++l) {
+    ASSERT_TRUE(cache.Append(l, in, Precision::kFloat32, false, nullptr).ok());
+  }
+  int64_t forks = 0;
+  absl::Status fork_refused;
+  for (; forks < 1000; ++forks) {
+    auto fork = cache.Fork("wide", absl::StrCat("fork-", forks), std::nullopt);
+    if (!fork.ok()) {
+      fork_refused = fork.status();
+      break;
+    }
+  }
+  EXPECT_THAT(fork_refused, StatusIs(absl::StatusCode::kResourceExhausted,
+                                     {"bookkeeping", "--kv_bookkeeping_bytes"}));
+  EXPECT_LE(cache.Stats().bookkeeping_bytes, options.max_bookkeeping_bytes);
+  EXPECT_LE(forks * 4 * 8192 * int64_t{16}, options.max_bookkeeping_bytes);
+  ASSERT_TRUE(cache.CheckConsistency().ok());
 }
 
 }  // namespace

@@ -446,7 +446,9 @@ TEST(KvCache, ForkAtAPrefix) {
   auto fork = cache.Fork("a", "", 20);
   ASSERT_TRUE(fork.ok());
   EXPECT_EQ(fork->tokens, 20);
-  EXPECT_EQ(fork->id.rfind("seq-", 0), 0u);
+  // A generated fork id routes by its source's key (common/sequence_key.h): "a/<16 hex>".
+  EXPECT_EQ(fork->id.rfind("a/", 0), 0u) << fork->id;
+  EXPECT_EQ(fork->id.size(), 18u) << fork->id;
   // Continuing the fork at 20 gives the same as the original had at 20.
   auto again = cache.Append(0, t.Input(fork->id, 20, 5), Precision::kAuto, false, nullptr);
   ASSERT_TRUE(again.ok());
@@ -649,9 +651,27 @@ TEST(KvCache, RejectsBadConfigsAndIds) {
                        {"one token of one layer needs 65536 bytes", "--kv_block_bytes"}));
   c = Config({4, 4, 8}, DType::kFloat32);
   EXPECT_THAT(cache.Create(c, "bad id!", 0),
-              StatusIs(absl::StatusCode::kInvalidArgument, {"sequence_id", "[A-Za-z0-9._:-]"}));
+              StatusIs(absl::StatusCode::kInvalidArgument, {"sequence_id", "[A-Za-z0-9._:/-]"}));
   EXPECT_THAT(cache.Create(c, std::string(129, 'a'), 0),
               StatusIs(absl::StatusCode::kInvalidArgument, {"length 129"}));
+  // '/' separates an id's routing key from the rest; no part is empty, "." or "..".
+  for (const char* bad : {"/x", "x/", "a//b", "./x", "x/..", "..", "a/./b"}) {
+    EXPECT_THAT(cache.Create(c, bad, 0),
+                StatusIs(absl::StatusCode::kInvalidArgument, {"sequence_id", "part"}))
+        << bad;
+  }
+  for (const char* good : {"chat-1/alt", "a/b/c", "x/.hidden", "v1.2/..x"}) {
+    ASSERT_OK(cache.Create(c, good, 0));
+  }
+  // Generated ids route by the given key; a key that cannot start an id is refused.
+  auto generated = cache.Create(c, "", 0, "user-7");
+  ASSERT_OK(generated);
+  EXPECT_EQ(generated->id.rfind("user-7/", 0), 0u) << generated->id;
+  EXPECT_EQ(generated->id.size(), 7u + 16u);
+  EXPECT_THAT(cache.Create(c, "", 0, "a/b"),
+              StatusIs(absl::StatusCode::kInvalidArgument, {"routing key"}));
+  EXPECT_THAT(cache.Create(c, "", 0, std::string(112, 'k')),
+              StatusIs(absl::StatusCode::kInvalidArgument, {"routing key", "111"}));
   ASSERT_OK(cache.Create(c, "x", 0));
   EXPECT_THAT(cache.Create(c, "x", 0),
               StatusIs(absl::StatusCode::kAlreadyExists, {"'x' already exists"}));
