@@ -301,6 +301,32 @@ absl::StatusOr<DecodeBatchOutput> KvCacheClient::DecodeBatch(const DecodeBatchIn
   return FromDecodeResponse(response);
 }
 
+absl::StatusOr<AppendBatchOutput> KvCacheClient::AppendBatch(const AppendBatchInput& input) const {
+  v1::AppendBatchRequest request;
+  request.set_layer(input.layer);
+  for (const std::string& id : input.sequence_ids) request.add_sequence_ids(id);
+  for (int64_t n : input.token_counts) request.add_token_counts(n);
+  if (input.q) EncodeTensor(*input.q, input.wire, request.mutable_q());
+  EncodeTensor(input.k, input.wire, request.mutable_k());
+  EncodeTensor(input.v, input.wire, request.mutable_v());
+  request.set_precision(input.precision);
+  request.set_output_dtype(OutputDType(input.wire));
+  v1::AppendBatchResponse response;
+  auto context = CallContext(absl::Now() + options_.deadline, CommonKeyId(input.sequence_ids));
+  absl::Status status = FromGrpcStatus(stub_->AppendBatch(context.get(), request, &response));
+  if (!status.ok()) return status;
+  AppendBatchOutput out;
+  if (response.has_output()) {
+    absl::StatusOr<FloatTensor> output = DecodeTensor(response.output());
+    if (!output.ok()) return output.status();
+    out.output = *std::move(output);
+  }
+  out.first_positions.assign(response.first_positions().begin(), response.first_positions().end());
+  out.layer_tokens.assign(response.layer_tokens().begin(), response.layer_tokens().end());
+  out.stats = response.stats();
+  return out;
+}
+
 std::unique_ptr<DecodeStream> KvCacheClient::OpenDecodeStream(
     std::optional<absl::Duration> deadline) const {
   return std::unique_ptr<DecodeStream>(

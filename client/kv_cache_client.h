@@ -13,8 +13,9 @@
 // so that it follows from the id alone (common/sequence_key.h has the rule). The key is that of
 // the sequence id for CreateSequence, Append, Truncate, Release and GetSequence; of the *source*
 // id for Fork (the fork shares the source's blocks, so it lives beside it: name forks
-// "<source key>/..."); and of the steps' ids for DecodeBatch and DecodeStream (the first
-// message's, for a stream). A Fork whose new_id routes by another key, or a batch whose steps do
+// "<source key>/..."); and of the steps' ids for DecodeBatch, AppendBatch and DecodeStream (the
+// first message's, for a stream: the server refuses a later message of another key, so a stream
+// whose batches will mix keys should start with one that mixes them, which sends none). A Fork whose new_id routes by another key, or a batch whose steps do
 // not share one key, sends no key: one server serves it, and through the fleet's proxy the server
 // refuses it with the reason, since no one replica is sure to hold them all. A
 // CreateSequence without an id gets an id generated here ("seq-" and 16 random hex digits), so
@@ -98,6 +99,27 @@ struct AppendOutput {
   int64_t first_position = 0;          // position of the first appended token
   int64_t layer_tokens = 0;            // tokens in this layer after the append
   v1::ComputeStats stats;              // empty when the input had no q
+};
+
+// One layer's new tokens for several sequences (each at most once, all of one shape), packed:
+// sequence i's tokens are rows [sum(token_counts[:i]), sum(token_counts[:i+1])) of q, k and v.
+// Counts may differ (prompts of different lengths, decode steps, or both).
+struct AppendBatchInput {
+  int32_t layer = 0;
+  std::vector<std::string> sequence_ids;
+  std::vector<int64_t> token_counts;  // each >= 1; their sum is the rows of q, k and v
+  std::optional<FloatTensor> q;       // [sum, n_head, head_dim]; absent: only append k/v
+  FloatTensor k;                      // [sum, n_head_kv, head_dim]
+  FloatTensor v;                      // [sum, n_head_kv, head_dim_v]
+  v1::Precision precision = v1::PRECISION_UNSPECIFIED;
+  Wire wire = Wire::kFloat32;
+};
+
+struct AppendBatchOutput {
+  FloatTensor output;  // [sum, n_head, head_dim_v], packed like the input; empty without q
+  std::vector<int64_t> first_positions;  // per sequence
+  std::vector<int64_t> layer_tokens;     // per sequence, after the call
+  v1::ComputeStats stats;
 };
 
 // One sequence's new token in a decode batch.
@@ -216,6 +238,9 @@ class KvCacheClient {
 
   // One layer's decode step for several sequences, all or nothing.
   absl::StatusOr<DecodeBatchOutput> DecodeBatch(const DecodeBatchInput& input) const;
+  // Many sequences' new tokens for one layer in one call (KvCache.AppendBatch); all or nothing.
+  // Sends the sequences' common routing key, or none when they have none in common.
+  absl::StatusOr<AppendBatchOutput> AppendBatch(const AppendBatchInput& input) const;
 
   // A stream for many decode messages over one call. `deadline` bounds the whole stream
   // (default: the connection's per-call deadline).

@@ -96,13 +96,17 @@ absl::StatusOr<size_t> ElementWidth(const std::string& descr) {
 absl::StatusOr<std::vector<int64_t>> NpyShape(const std::string& shape_text) {
   absl::string_view s = shape_text;
   if (!absl::ConsumePrefix(&s, "(") || !absl::ConsumeSuffix(&s, ")")) {
-    return absl::InvalidArgumentError(absl::StrCat("npy: shape '", shape_text, "' is not a tuple"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("npy: shape '", absl::string_view(shape_text).substr(0, 64),
+                     shape_text.size() > 64 ? "...'" : "'", " is not a tuple"));
   }
   std::vector<int64_t> shape;
   for (absl::string_view part : absl::StrSplit(s, ',', absl::SkipWhitespace())) {
     int64_t dim;
     if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &dim) || dim < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("npy: bad dimension '", part, "'"));
+      // Bounded: the header is the file's, and may hold anything up to 64 KiB.
+      return absl::InvalidArgumentError(absl::StrCat(
+          "npy: bad dimension '", part.substr(0, 32), part.size() > 32 ? "...'" : "'"));
     }
     shape.push_back(dim);
   }

@@ -105,7 +105,9 @@ class KvCacheService::StreamReactor
     : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   // REQUIRES: the caller counted this stream in open_streams_.
-  // `route`: what every message's steps are checked against (StreamMessageRoute).
+  // `route`: the stream's metadata, which every message's steps must match (a stream opened
+  // with a key carries that key's sequences only; one opened without may mix them, off the
+  // proxy).
   StreamReactor(KvCacheService* service, Route route)
       : service_(service), route_(std::move(route)) {
     StartRead(&request_bytes_);
@@ -360,6 +362,115 @@ absl::Status KvCacheService::DoDecodeBatch(const v1::DecodeBatchRequest& request
   return absl::OkStatus();
 }
 
+namespace {
+
+// Rows [from, from + count) of a validated rank-3 tensor, viewed in place.
+TensorView Rows(const TensorView& all, int64_t from, int64_t count) {
+  const int64_t row = all.dim(1) * all.dim(2) * DTypeSize(all.dtype);
+  return TensorView{all.dtype, {count, all.dim(1), all.dim(2)},
+                    static_cast<const char*>(all.data) + from * row};
+}
+
+// OK when `t` is [rows, *, *].
+absl::Status CheckPackedRows(const TensorView& t, absl::string_view field, int64_t rows) {
+  if (t.rank() == 3 && t.dim(0) == rows) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      field, ".shape is ", ShapeToString(t.shape), "; expected [", rows,
+      " (the sum of token_counts), heads, head_dim]: sequence i's tokens are its rows"));
+}
+
+}  // namespace
+
+absl::Status KvCacheService::DoAppendBatch(const v1::AppendBatchRequest& request,
+                                           v1::AppendBatchResponse* response,
+                                           const Cancellation* cancel, const Route& route) {
+  const int64_t max_elements = limits_.attention.max_tensor_elements;
+  const int count = request.sequence_ids_size();
+  if (count == 0) {
+    return absl::InvalidArgumentError("sequence_ids: empty; give one id per sequence");
+  }
+  if (request.token_counts_size() != count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("token_counts: ", request.token_counts_size(), " counts for ", count,
+                     " sequence_ids; give one count per sequence"));
+  }
+  int64_t rows = 0;
+  for (int i = 0; i < count; ++i) {
+    const int64_t n = request.token_counts(i);
+    if (n < 1 || n > max_elements) {
+      return absl::InvalidArgumentError(absl::StrCat("token_counts[", i, "]: ", n,
+                                                     "; must be between 1 and ", max_elements));
+    }
+    rows += n;  // at most count * 2^26 or so: no overflow
+    const std::string field = absl::StrCat("sequence_ids[", i, "]");
+    ATTEND_RETURN_IF_ERROR(RequireId(request.sequence_ids(i), field));
+    ATTEND_RETURN_IF_ERROR(CheckRoute(route, request.sequence_ids(i), field));
+  }
+  if (!request.has_k() || !request.has_v()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        request.has_k() ? "v" : "k", ": missing; AppendBatch needs the new tokens' k and v"));
+  }
+  ATTEND_ASSIGN_OR_RETURN(const DecodedTensor k, DecodeTensor(request.k(), "k", max_elements));
+  ATTEND_ASSIGN_OR_RETURN(const DecodedTensor v, DecodeTensor(request.v(), "v", max_elements));
+  ATTEND_RETURN_IF_ERROR(CheckPackedRows(k.view, "k", rows));
+  ATTEND_RETURN_IF_ERROR(CheckPackedRows(v.view, "v", rows));
+  std::optional<DecodedTensor> q;
+  if (request.has_q()) {
+    ATTEND_ASSIGN_OR_RETURN(q, DecodeTensor(request.q(), "q", max_elements));
+    ATTEND_RETURN_IF_ERROR(CheckPackedRows(q->view, "q", rows));
+  }
+  ATTEND_ASSIGN_OR_RETURN(const Precision precision, DecodePrecision(request.precision()));
+  ATTEND_ASSIGN_OR_RETURN(const DType out_dtype,
+                          DecodeOutputDType(request.output_dtype(), "output_dtype"));
+  const bool as_values = q && q->from_values;
+  const int64_t output_elements = q ? rows * q->view.dim(1) * v.view.dim(2) : 0;
+  ATTEND_RETURN_IF_ERROR(CheckResponseSize(EncodedBytes(output_elements, as_values, out_dtype),
+                                           limits_.max_message_bytes, "output"));
+  std::vector<kv::AppendInput> inputs(static_cast<size_t>(count));
+  int64_t from = 0;
+  for (int i = 0; i < count; ++i) {
+    kv::AppendInput& in = inputs[static_cast<size_t>(i)];
+    const int64_t n = request.token_counts(i);
+    in.id = request.sequence_ids(i);
+    in.k = Rows(k.view, from, n);
+    in.v = Rows(v.view, from, n);
+    if (q) in.q = Rows(q->view, from, n);
+    from += n;
+  }
+  AttentionStats stats;
+  ATTEND_ASSIGN_OR_RETURN(
+      std::vector<kv::AppendResult> results,
+      cache_->AppendBatch(request.layer(), inputs, precision, &stats, cancel, out_dtype));
+  if (q) {
+    std::vector<float> packed;
+    packed.reserve(static_cast<size_t>(output_elements));
+    for (const kv::AppendResult& r : results) {
+      packed.insert(packed.end(), r.output.begin(), r.output.end());
+    }
+    EncodeTensor(packed, {rows, q->view.dim(1), v.view.dim(2)}, as_values, out_dtype,
+                 response->mutable_output());
+    metrics_->AttentionComputed("AppendBatch", stats);
+    FillStats(stats, response->mutable_stats());
+  }
+  for (const kv::AppendResult& r : results) {
+    response->add_first_positions(r.first_position);
+    response->add_layer_tokens(r.layer_tokens);
+  }
+  metrics_->TokensAppended("AppendBatch", rows);
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* KvCacheService::AppendBatch(grpc::CallbackServerContext* context,
+                                                      const v1::AppendBatchRequest* request,
+                                                      v1::AppendBatchResponse* response) {
+  return RunOnPool(context, "AppendBatch", pool_, metrics_, gate_,
+                   [this, request, response, route = RouteOf(*context)](const CallWork& call) {
+                     absl::Status status = DoAppendBatch(*request, response, call.cancel, route);
+                     response->mutable_stats()->set_queue_seconds(call.queue_seconds);
+                     return status;
+                   });
+}
+
 bool KvCacheService::RunsHere(const v1::DecodeBatchRequest& request) const {
   // More steps than this go to a worker whatever their size: decoding and encoding each one's
   // tensors is work of its own.
@@ -413,7 +524,7 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* KvCacheService::Dec
     };
     return new Refused(max_streams_);
   }
-  return new StreamReactor(this, StreamMessageRoute(RouteOf(*context)));
+  return new StreamReactor(this, RouteOf(*context));
 }
 
 grpc::ServerUnaryReactor* KvCacheService::Fork(grpc::CallbackServerContext* context,

@@ -26,11 +26,12 @@ namespace attend::server {
 // that its message was dropped.
 using KvCacheCallbackService =
     v1::KvCache::WithCallbackMethod_CreateSequence<v1::KvCache::WithCallbackMethod_Append<
-        v1::KvCache::WithCallbackMethod_DecodeBatch<v1::KvCache::WithRawCallbackMethod_DecodeStream<
-            v1::KvCache::WithCallbackMethod_Fork<v1::KvCache::WithCallbackMethod_Truncate<
-                v1::KvCache::WithCallbackMethod_Release<v1::KvCache::WithCallbackMethod_GetSequence<
-                    v1::KvCache::WithCallbackMethod_ListSequences<
-                        v1::KvCache::WithCallbackMethod_Stats<v1::KvCache::Service>>>>>>>>>>;
+        v1::KvCache::WithCallbackMethod_DecodeBatch<v1::KvCache::WithCallbackMethod_AppendBatch<
+            v1::KvCache::WithRawCallbackMethod_DecodeStream<v1::KvCache::WithCallbackMethod_Fork<
+                v1::KvCache::WithCallbackMethod_Truncate<v1::KvCache::WithCallbackMethod_Release<
+                    v1::KvCache::WithCallbackMethod_GetSequence<
+                        v1::KvCache::WithCallbackMethod_ListSequences<
+                            v1::KvCache::WithCallbackMethod_Stats<v1::KvCache::Service>>>>>>>>>>>;
 
 class KvCacheService final : public KvCacheCallbackService {
  public:
@@ -47,6 +48,9 @@ class KvCacheService final : public KvCacheCallbackService {
   grpc::ServerUnaryReactor* DecodeBatch(grpc::CallbackServerContext* context,
                                         const v1::DecodeBatchRequest* request,
                                         v1::DecodeBatchResponse* response) override;
+  grpc::ServerUnaryReactor* AppendBatch(grpc::CallbackServerContext* context,
+                                        const v1::AppendBatchRequest* request,
+                                        v1::AppendBatchResponse* response) override;
   // Messages are attend.v1.DecodeBatchRequest / DecodeBatchResponse bytes.
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* DecodeStream(
       grpc::CallbackServerContext* context) override;
@@ -81,6 +85,11 @@ class KvCacheService final : public KvCacheCallbackService {
 
   absl::Status DoAppend(const v1::AppendRequest& request, v1::AppendResponse* response,
                         const Cancellation* cancel, const Route& route);
+  // One AppendBatch: the packed tensors are decoded once and each sequence's rows are viewed in
+  // place (no copy per sequence).
+  absl::Status DoAppendBatch(const v1::AppendBatchRequest& request,
+                             v1::AppendBatchResponse* response, const Cancellation* cancel,
+                             const Route& route);
   // Whether a decode request is small enough to run on the gRPC thread that received it: at
   // most 64 steps, reading under tile::kSerialDecodeBytes of K/V in all (the size
   // that runs on one thread anyway). Reads the cache's estimate; waits for no sequence.

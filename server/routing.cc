@@ -15,7 +15,10 @@ std::string Quoted(absl::string_view key) { return kv::QuotedId(key); }
 Route RouteOf(const grpc::CallbackServerContext& context) {
   Route route;
   const auto& metadata = context.client_metadata();
-  if (auto it = metadata.find(kSequenceKeyMetadata); it != metadata.end()) {
+  // An empty key is no key: the proxy cannot route by it (nginx sends it where keyless calls
+  // go), so it must not make a generated id, nor pass for a key behind the proxy.
+  if (auto it = metadata.find(kSequenceKeyMetadata);
+      it != metadata.end() && !it->second.empty()) {
     route.key = std::string(it->second.data(), it->second.size());
   }
   route.proxied = metadata.find(kProxyMetadata) != metadata.end();
@@ -49,11 +52,6 @@ absl::Status CheckForkId(const Route& route, absl::string_view source, absl::str
       "new_id: ", Quoted(new_id), " routes by key ", Quoted(RoutingKey(new_id)),
       ", but a fork lives on its source's replica, which key ", Quoted(want),
       " reaches; name it '", want, "/...' (or leave new_id empty for a generated one)"));
-}
-
-Route StreamMessageRoute(const Route& stream) {
-  if (stream.proxied) return stream;
-  return Route{};
 }
 
 absl::Status CheckCreateWithoutId(const Route& route) {

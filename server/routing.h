@@ -19,7 +19,7 @@ namespace attend::server {
 
 // What a call says about its routing, read from its metadata.
 struct Route {
-  std::optional<std::string> key;  // x-attend-sequence-key, when sent
+  std::optional<std::string> key;  // x-attend-sequence-key, when sent and not empty
   bool proxied = false;            // x-attend-proxy was set (by the fleet's proxy)
 };
 
@@ -34,14 +34,6 @@ absl::Status CheckRoute(const Route& route, absl::string_view id, absl::string_v
 // proxied) must name it under its source's routing key, since the fork lives on the source's
 // replica and later calls for it are routed by its own id.
 absl::Status CheckForkId(const Route& route, absl::string_view source, absl::string_view new_id);
-
-// The route a DecodeStream's messages are checked against. The stream's key routes the whole
-// stream, but the sequences its messages name change over its life (a batch that sequences join
-// and leave), and a client sets the key when it opens the stream. Where the proxy routed the
-// stream, a sequence of another key may live on another replica, so each message is checked as
-// a DecodeBatch with the stream's key would be; on a direct connection (no proxy's mark) they
-// are served like keyless DecodeBatch calls.
-Route StreamMessageRoute(const Route& stream);
 
 // For a CreateSequence without an id: the key a generated id routes by (empty when the call sent
 // none). A call the proxy forwarded without a key is refused: the id generated here would route

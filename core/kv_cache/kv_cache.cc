@@ -28,6 +28,12 @@ constexpr size_t kMaxWarmShapes = 1024;
 // thousand sequences of a hundred layers in a small cache.
 constexpr int64_t kMinDefaultBookkeepingBytes = int64_t{16} << 20;
 
+// The bookkeeping (BookkeepingBytes) of a block table going from `before` to `after` slots.
+int64_t SlotBytes(size_t after, size_t before) {
+  return (static_cast<int64_t>(after) - static_cast<int64_t>(before)) *
+         static_cast<int64_t>(sizeof(BlockRef));
+}
+
 // `blocks` blocks of `block_bytes`, computed in floating point: a request's count may be far
 // beyond what int64 bytes can hold (2^40 tokens in 4096 layers).
 std::string BlockBytes(int64_t blocks, int64_t block_bytes) {
@@ -355,6 +361,7 @@ absl::StatusOr<AppendResult> KvCache::Append(int64_t layer, const AppendInput& i
                         QuotedId(input.id), " (at most about ", room,
                         " more tokens fit in that layer now)");
   }));
+  const size_t slots_before = target.blocks.size();
   PendingWrite write(*sequence, layer, input, pool_.block_bytes(), options_.compute_threads, fresh);
   AppendResult result;
   result.first_position = write.first_position();
@@ -375,20 +382,37 @@ absl::StatusOr<AppendResult> KvCache::Append(int64_t layer, const AppendInput& i
     }
   }
   write.Commit();
+  registry_->AddBookkeeping(*sequence, SlotBytes(target.blocks.size(), slots_before));
   return result;
 }
 
 absl::StatusOr<std::vector<AppendResult>> KvCache::DecodeBatch(
     int64_t layer, absl::Span<const AppendInput> inputs, Precision precision, AttentionStats* stats,
     const Cancellation* cancel, DType output_dtype) {
-  if (inputs.empty()) return absl::InvalidArgumentError("steps: empty; give at least one sequence");
+  return AppendMany(layer, inputs, precision, stats, cancel, output_dtype, /*decode=*/true);
+}
+
+absl::StatusOr<std::vector<AppendResult>> KvCache::AppendBatch(
+    int64_t layer, absl::Span<const AppendInput> inputs, Precision precision, AttentionStats* stats,
+    const Cancellation* cancel, DType output_dtype) {
+  return AppendMany(layer, inputs, precision, stats, cancel, output_dtype, /*decode=*/false);
+}
+
+absl::StatusOr<std::vector<AppendResult>> KvCache::AppendMany(
+    int64_t layer, absl::Span<const AppendInput> inputs, Precision precision, AttentionStats* stats,
+    const Cancellation* cancel, DType output_dtype, bool decode) {
+  // How the inputs are named in messages: DecodeBatch's steps, AppendBatch's sequences.
+  const absl::string_view items = decode ? "steps" : "sequence_ids";
+  if (inputs.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(items, ": empty; give at least one sequence"));
+  }
   std::map<std::string, size_t, std::less<>> order;  // id -> step index, sorted for locking
   for (size_t i = 0; i < inputs.size(); ++i) {
     auto [it, inserted] = order.emplace(inputs[i].id, i);
     if (!inserted) {
       return absl::InvalidArgumentError(
-          absl::StrCat("steps[", i, "]: sequence ", QuotedId(inputs[i].id),
-                       " appears twice (also steps[", it->second, "])"));
+          absl::StrCat(items, "[", i, "]: sequence ", QuotedId(inputs[i].id), " appears twice (also ",
+                       items, "[", it->second, "])"));
     }
   }
   std::vector<SequenceRegistry::Lease> leases;
@@ -398,7 +422,7 @@ absl::StatusOr<std::vector<AppendResult>> KvCache::DecodeBatch(
     absl::StatusOr<SequenceRegistry::Lease> acquired = registry_->Acquire(inputs[i].id);
     if (!acquired.ok()) {
       return absl::Status(acquired.status().code(),
-                          absl::StrCat("steps[", i, "]: ", acquired.status().message()));
+                          absl::StrCat(items, "[", i, "]: ", acquired.status().message()));
     }
     sequences[i] = &**acquired;
     leases.push_back(*std::move(acquired));
@@ -413,28 +437,39 @@ absl::StatusOr<std::vector<AppendResult>> KvCache::DecodeBatch(
   for (size_t i = 0; i < inputs.size(); ++i) {
     Sequence& s = *sequences[i];
     s.mu.AssertHeld();
-    absl::Status status = CheckAppend(s, layer, inputs[i], /*decode=*/true);
+    absl::Status status = CheckAppend(s, layer, inputs[i], decode);
     if (!status.ok()) {
-      return absl::Status(status.code(), absl::StrCat("steps[", i, "] (sequence ", QuotedId(s.id),
-                                                      "): ", status.message()));
+      return absl::Status(status.code(), absl::StrCat(items, "[", i, "] (sequence ",
+                                                      QuotedId(s.id), "): ", status.message()));
     }
-    for (const Block* block : BlocksToCopy(s.layers[static_cast<size_t>(layer)], s.layout, 1)) {
+    for (const Block* block : BlocksToCopy(s.layers[static_cast<size_t>(layer)], s.layout,
+                                           inputs[i].k.dim(0))) {
       copies.push_back(block);
     }
   }
   // Every sequence is locked (above) while the need is asked for.
   const auto need = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
     int64_t needed = 0;
-    for (const Sequence* s : sequences) {
-      needed += BlocksToTake(s->layers[static_cast<size_t>(layer)], s->layout, 1);
+    for (size_t i = 0; i < sequences.size(); ++i) {
+      const Sequence* s = sequences[i];
+      needed += BlocksToTake(s->layers[static_cast<size_t>(layer)], s->layout, inputs[i].k.dim(0));
     }
     return needed;
   };
   std::vector<BlockRef> fresh;
   ATTEND_RETURN_IF_ERROR(TakeBlocks(need, copies, &fresh, [&] {
-    return absl::StrCat("a decode step of ", inputs.size(), " sequences in layer ", layer);
+    if (decode) return absl::StrCat("a decode step of ", inputs.size(), " sequences in layer ", layer);
+    int64_t tokens = 0;
+    for (const AppendInput& in : inputs) tokens += in.k.dim(0);
+    return absl::StrCat("appending ", tokens, " tokens of ", inputs.size(), " sequences to layer ",
+                        layer);
   }));
 
+  std::vector<size_t> slots_before(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    sequences[i]->mu.AssertHeld();
+    slots_before[i] = sequences[i]->layers[static_cast<size_t>(layer)].blocks.size();
+  }
   std::vector<PendingWrite> writes;
   writes.reserve(inputs.size());
   std::vector<std::vector<float>> queries(inputs.size());
@@ -446,15 +481,20 @@ absl::StatusOr<std::vector<AppendResult>> KvCache::DecodeBatch(
     writes.emplace_back(s, layer, inputs[i], pool_.block_bytes(), options_.compute_threads, fresh);
     results[i].first_position = writes.back().first_position();
     results[i].layer_tokens = writes.back().layer_tokens();
-    results[i].output.resize(static_cast<size_t>(s.config.n_head * s.config.head_dim_v));
+    if (!inputs[i].q) continue;  // only appended
+    results[i].output.resize(
+        static_cast<size_t>(inputs[i].k.dim(0) * s.config.n_head * s.config.head_dim_v));
     problems.push_back(writes.back().Problem(QueryFloats(*inputs[i].q, &queries[i]),
                                              results[i].output.data(), nullptr));
   }
   absl::Status status =
-      RunPagedAttention(problems, precision, options_.compute_threads, stats, cancel);
+      problems.empty()
+          ? absl::OkStatus()
+          : RunPagedAttention(problems, precision, options_.compute_threads, stats, cancel);
   for (size_t i = 0; i < results.size() && status.ok(); ++i) {
-    status =
-        CheckOutputFits(results[i].output, output_dtype, absl::StrCat("steps[", i, "].output"));
+    status = CheckOutputFits(results[i].output, output_dtype,
+                             decode ? absl::StrCat("steps[", i, "].output")
+                                    : absl::StrCat("output of sequence_ids[", i, "]"));
   }
   for (PendingWrite& write : writes) {
     if (status.ok()) {
@@ -464,6 +504,12 @@ absl::StatusOr<std::vector<AppendResult>> KvCache::DecodeBatch(
     }
   }
   if (!status.ok()) return status;
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    Sequence& s = *sequences[i];
+    s.mu.AssertHeld();
+    registry_->AddBookkeeping(
+        s, SlotBytes(s.layers[static_cast<size_t>(layer)].blocks.size(), slots_before[i]));
+  }
   return results;
 }
 
@@ -575,11 +621,16 @@ absl::StatusOr<SequenceInfo> KvCache::Truncate(absl::string_view id, int64_t tok
   const BlockLayout& layout = sequence->layout;
   const size_t keep = static_cast<size_t>(
       std::max(layout.blocks_for(tokens), layout.blocks_for(sequence->reserved_tokens)));
+  size_t dropped = 0;
   for (CachedLayer& layer : sequence->layers) {
     sequence->total_tokens -= layer.tokens - tokens;
     layer.tokens = tokens;
-    if (layer.blocks.size() > keep) layer.blocks.resize(keep);
+    if (layer.blocks.size() > keep) {
+      dropped += layer.blocks.size() - keep;
+      layer.blocks.resize(keep);
+    }
   }
+  registry_->AddBookkeeping(*sequence, SlotBytes(0, dropped));
   return Describe(*sequence);
 }
 

@@ -182,6 +182,16 @@ class KvCache {
                                                         const Cancellation* cancel = nullptr,
                                                         DType output_dtype = DType::kFloat32);
 
+  // New tokens of several distinct sequences in one layer, each its own count (n >= 1; prompts,
+  // decode steps or both), computed as one batch; all or nothing (a cancelled or failed batch
+  // changes nothing). Inputs without q are only appended (their result has no output). Results
+  // are in the order of `inputs`. Errors name the input as sequence_ids[i].
+  absl::StatusOr<std::vector<AppendResult>> AppendBatch(int64_t layer,
+                                                        absl::Span<const AppendInput> inputs,
+                                                        Precision precision, AttentionStats* stats,
+                                                        const Cancellation* cancel = nullptr,
+                                                        DType output_dtype = DType::kFloat32);
+
   // Bytes of keys and values one decode step of these sequences reads in one layer: each one's
   // tokens (averaged over its layers) times its bytes per token and layer, scales included;
   // unknown and released ids count 0. An estimate for choosing where to run a step: it waits
@@ -225,6 +235,12 @@ class KvCache {
   absl::Status TakeBlocks(const std::function<int64_t()>& need,
                           const std::vector<const Block*>& copies, std::vector<BlockRef>* out,
                           const std::function<std::string()>& what);
+  // DecodeBatch (`decode`: one token each, q required) and AppendBatch.
+  absl::StatusOr<std::vector<AppendResult>> AppendMany(int64_t layer,
+                                                       absl::Span<const AppendInput> inputs,
+                                                       Precision precision, AttentionStats* stats,
+                                                       const Cancellation* cancel,
+                                                       DType output_dtype, bool decode);
   // Blocks that evicting every idle sequence would free (0 unless the policy is kLru), for the
   // "how much fits" of a refusal.
   int64_t EvictableBlocks();

@@ -38,8 +38,9 @@ struct Sequence {
   std::atomic<int> in_use{0};
   // Tokens over all layers, readable without `mu` (for stats).
   std::atomic<int64_t> total_tokens{0};
-  // Charged against KvCacheOptions::max_bookkeeping_bytes while the sequence is published (set
-  // before, never after; see BookkeepingBytes).
+  // Charged against KvCacheOptions::max_bookkeeping_bytes while the sequence is published (see
+  // BookkeepingBytes): set before, then changed only under the registry's lock (and `mu`) as its
+  // block tables grow or shrink.
   int64_t bookkeeping_bytes = 0;
   Mutex mu;
   // Set by Release under `mu`. An operation that looked the sequence up before the Release and
@@ -52,8 +53,9 @@ struct Sequence {
 // The bytes a sequence of `layers` layers holding `block_refs` block references takes outside its
 // blocks: the Sequence itself and its registry entry, a CachedLayer per layer, a BlockRef per
 // reference. An estimate from the types' sizes (the allocator's own overhead is not counted),
-// charged when the sequence is created or forked. References that appends add later are not
-// charged: each is a block newly taken from the pool, so they are bounded by the pool's blocks.
+// checked against the limit when the sequence is created or forked. References that appends add
+// later are counted but not refused for: each is a block newly taken from the pool, so they are
+// bounded by the pool's blocks.
 inline int64_t BookkeepingBytes(int64_t layers, int64_t block_refs) {
   constexpr int64_t kPerSequence = static_cast<int64_t>(sizeof(Sequence)) + 256;
   return kPerSequence + layers * static_cast<int64_t>(sizeof(CachedLayer)) +

@@ -184,6 +184,14 @@ std::shared_ptr<Sequence> SequenceRegistry::EraseLocked(
   return sequence;
 }
 
+void SequenceRegistry::AddBookkeeping(Sequence& sequence, int64_t delta) {
+  if (delta == 0) return;
+  MutexLock lock(&mu_);
+  sequence.bookkeeping_bytes += delta;
+  auto it = sequences_.find(sequence.id);
+  if (it != sequences_.end() && it->second.get() == &sequence) bookkeeping_bytes_ += delta;
+}
+
 int64_t SequenceRegistry::bookkeeping_bytes() const {
   MutexLock lock(&mu_);
   return bookkeeping_bytes_;

@@ -121,6 +121,10 @@ class SequenceRegistry {
   int64_t tokens() const ABSL_LOCKS_EXCLUDED(mu_);  // over sequences and layers
   int64_t evictions() const { return evictions_.load(); }
   int64_t bookkeeping_bytes() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Adds `delta` to the bookkeeping charged to `sequence` (its block tables grew or shrank:
+  // appends are not refused for it, since the blocks they add are bounded by the pool), and to
+  // the total while it is published. REQUIRES: sequence.mu held.
+  void AddBookkeeping(Sequence& sequence, int64_t delta) ABSL_LOCKS_EXCLUDED(mu_);
   int64_t max_bookkeeping_bytes() const { return max_bookkeeping_bytes_; }
 
  private:

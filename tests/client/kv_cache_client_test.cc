@@ -286,9 +286,9 @@ TEST_F(KvCacheClientTest, DecodeStreamAnswersInOrderWithPerMessageErrors) {
     input.steps.push_back(StepOf(id, t, position));
     return input;
   };
-  // good, unknown sequence, good, wrong layer: numbered 1-4 in order.
+  // good, unknown sequence (of the stream's key), good, wrong layer: numbered 1-4 in order.
   for (auto [id, layer, position] : {std::tuple<std::string, int, int64_t>{"s", 0, 0},
-                                     {"nobody", 0, 1},
+                                     {"s/nobody", 0, 1},
                                      {"s", 0, 1},
                                      {"s", 7, 2}}) {
     auto written = stream->Write(message(id, layer, position));
@@ -304,7 +304,7 @@ TEST_F(KvCacheClientTest, DecodeStreamAnswersInOrderWithPerMessageErrors) {
   for (size_t i = 0; i < replies.size(); ++i) EXPECT_EQ(replies[i].request_id, i + 1);
   ASSERT_OK(replies[0].result);
   ExpectNear(replies[0].result->results[0].output.values, Reference(t, 1, 0).output, 2e-5);
-  EXPECT_THAT(replies[1].result, StatusIs(absl::StatusCode::kNotFound, {"'nobody'"}));
+  EXPECT_THAT(replies[1].result, StatusIs(absl::StatusCode::kNotFound, {"'s/nobody'"}));
   ASSERT_OK(replies[2].result);
   EXPECT_EQ(replies[2].result->results[0].layer_tokens, 2);  // the bad message appended nothing
   ExpectNear(replies[2].result->results[0].output.values, Reference(t, 2, 1).output, 2e-5);

@@ -202,6 +202,112 @@ TEST_F(KvCacheServiceTest, DecodeBatchComputesEverySequence) {
   }
 }
 
+// AppendBatch: ragged prompts and decode steps of several sequences, packed, in one call; each
+// sequence's rows of the packed output equal the reference of its own tokens. Then bad batches:
+// each refused with the field named, and nothing applied.
+TEST_F(KvCacheServiceTest, AppendBatchPacksRaggedSequencesAndIsAllOrNothing) {
+  const std::vector<std::string> ids = {"ab-0", "ab-1", "ab-2"};
+  const std::vector<int64_t> prompt = {5, 17, 1};
+  std::vector<Tokens> tokens;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    v1::SequenceInfo info;
+    ASSERT_TRUE(Create(ids[i], &info).ok());
+    tokens.push_back(Make(prompt[i] + 1, 50 + i));
+  }
+  const auto packed = [&](const std::vector<int64_t>& from, const std::vector<int64_t>& counts) {
+    v1::AppendBatchRequest request;
+    request.set_layer(0);
+    std::vector<float> q, k, v;
+    int64_t rows = 0;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      request.add_sequence_ids(ids[i]);
+      request.add_token_counts(counts[i]);
+      const auto add = [&](std::vector<float>& out, const std::vector<float>& x, int64_t width) {
+        const std::vector<float> part = Slice(x, from[i], counts[i], width);
+        out.insert(out.end(), part.begin(), part.end());
+      };
+      add(q, tokens[i].q, kHeads * kDim);
+      add(k, tokens[i].k, kKvHeads * kDim);
+      add(v, tokens[i].v, kKvHeads * kDim);
+      rows += counts[i];
+    }
+    *request.mutable_q() = F32Data({rows, kHeads, kDim}, q);
+    *request.mutable_k() = F32Data({rows, kKvHeads, kDim}, k);
+    *request.mutable_v() = F32Data({rows, kKvHeads, kDim}, v);
+    return request;
+  };
+  const auto call = [&](const v1::AppendBatchRequest& request, v1::AppendBatchResponse* response) {
+    grpc::ClientContext context;
+    return stub_->AppendBatch(&context, request, response);
+  };
+  const auto tokens_of = [&](const std::string& id) {
+    v1::GetSequenceRequest get;
+    get.set_sequence_id(id);
+    v1::SequenceInfo info;
+    grpc::ClientContext context;
+    EXPECT_TRUE(stub_->GetSequence(&context, get, &info).ok());
+    return info.layer_tokens(0);
+  };
+
+  // Bad batches first: nothing may change.
+  const v1::AppendBatchRequest good = packed({0, 0, 0}, prompt);
+  struct Bad {
+    std::string name;
+    v1::AppendBatchRequest request;
+    std::string fragment;
+  };
+  std::vector<Bad> bad;
+  bad.push_back({"a count short", good, "token_counts: 2 counts for 3"});
+  bad.back().request.mutable_token_counts()->RemoveLast();
+  bad.push_back({"counts past the rows", good, "the sum of token_counts"});
+  bad.back().request.set_token_counts(0, 6);
+  bad.push_back({"a zero count", good, "token_counts[1]: 0"});
+  bad.back().request.set_token_counts(1, 0);
+  bad.push_back({"a sequence twice", good, "appears twice"});
+  bad.back().request.set_sequence_ids(2, "ab-0");
+  bad.back().request.set_token_counts(2, 1);
+  bad.push_back({"an unknown id", good, "'nobody'"});
+  bad.back().request.set_sequence_ids(1, "nobody");
+  bad.push_back({"no k", good, "k: missing"});
+  bad.back().request.clear_k();
+  bad.push_back({"a layer out of range", good, "layer 7"});
+  bad.back().request.set_layer(7);
+  for (const Bad& b : bad) {
+    v1::AppendBatchResponse response;
+    const grpc::Status status = call(b.request, &response);
+    EXPECT_NE(status.error_code(), grpc::StatusCode::OK) << b.name;
+    EXPECT_NE(status.error_message().find(b.fragment), std::string::npos)
+        << b.name << ": " << status.error_message();
+    for (const std::string& id : {"ab-0", "ab-1", "ab-2"}) EXPECT_EQ(tokens_of(id), 0) << b.name;
+  }
+
+  // The prompts, ragged, in one call.
+  v1::AppendBatchResponse response;
+  ASSERT_TRUE(call(good, &response).ok());
+  const int64_t rows = prompt[0] + prompt[1] + prompt[2];
+  EXPECT_THAT(response.output().shape(), ::testing::ElementsAre(rows, kHeads, kDim));
+  EXPECT_THAT(response.first_positions(), ::testing::ElementsAre(0, 0, 0));
+  EXPECT_THAT(response.layer_tokens(), ::testing::ElementsAre(5, 17, 1));
+  std::vector<float> out = Floats(response.output());
+  int64_t at = 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const std::vector<double> want = Reference(tokens[i], prompt[i], 0);
+    ExpectNear(std::vector<float>(out.begin() + at * kHeads * kDim,
+                                  out.begin() + (at + prompt[i]) * kHeads * kDim),
+               want, 2e-5);
+    at += prompt[i];
+  }
+  // Then one decode step of each, in one call.
+  ASSERT_TRUE(call(packed(prompt, {1, 1, 1}), &response).ok());
+  EXPECT_THAT(response.first_positions(), ::testing::ElementsAre(5, 17, 1));
+  out = Floats(response.output());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ExpectNear(std::vector<float>(out.begin() + i * kHeads * kDim,
+                                  out.begin() + (i + 1) * kHeads * kDim),
+               Reference(tokens[i], prompt[i] + 1, prompt[i]), 2e-5);
+  }
+}
+
 TEST_F(KvCacheServiceTest, DecodeStreamAnswersInOrderAndSurvivesBadMessages) {
   v1::SequenceInfo info;
   ASSERT_TRUE(Create("stream", &info).ok());

@@ -286,20 +286,33 @@ TEST_F(RoutingTest, StreamMessagesAreCheckedAgainstTheStreamsKey) {
   EXPECT_TRUE(stream->Finish().ok());
   EXPECT_EQ(Tokens("stranger"), 0);
 
-  // On a direct connection a stream's later messages may name sequences of other keys (a batch
-  // that sequences join and leave): served, as a keyless DecodeBatch would be.
-  grpc::ClientContext direct;
-  Apply({"stream", false}, &direct);
-  auto open = stub_->DecodeStream(&direct);
-  ASSERT_TRUE(open->Write(step("stream")));
-  ASSERT_TRUE(open->Read(&response));
-  EXPECT_FALSE(response.has_error()) << response.error().message();
-  ASSERT_TRUE(open->Write(step("stranger")));
-  ASSERT_TRUE(open->Read(&response));
-  EXPECT_FALSE(response.has_error()) << response.error().message();
-  open->WritesDone();
-  EXPECT_TRUE(open->Finish().ok());
-  EXPECT_EQ(Tokens("stranger"), 1);
+  // Direct, the same with a key (a key that contradicts a body is refused everywhere); a stream
+  // opened without a key may mix sequences of any keys, off the proxy.
+  for (const bool keyed : {true, false}) {
+    grpc::ClientContext direct;
+    if (keyed) Apply({"stream", false}, &direct);
+    auto open = stub_->DecodeStream(&direct);
+    ASSERT_TRUE(open->Write(step("stream")));
+    ASSERT_TRUE(open->Read(&response));
+    EXPECT_FALSE(response.has_error()) << response.error().message();
+    ASSERT_TRUE(open->Write(step("stranger")));
+    ASSERT_TRUE(open->Read(&response));
+    EXPECT_EQ(response.has_error(), keyed) << response.error().message();
+    open->WritesDone();
+    EXPECT_TRUE(open->Finish().ok());
+    EXPECT_EQ(Tokens("stranger"), keyed ? 0 : 1);
+  }
+}
+
+// An empty key is no key: behind the proxy it is refused like a missing one (nginx routes it
+// where keyless calls go), and it never makes a generated id.
+TEST_F(RoutingTest, AnEmptyKeyIsNoKey) {
+  const grpc::Status refused = Create("", {"", true});
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << refused.error_message();
+  EXPECT_EQ(Create("empty-key", {"", true}).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Tokens("empty-key"), -1);
+  ASSERT_TRUE(Create("empty-key", {"", false}).ok());  // direct: as without a key
+  EXPECT_EQ(Get("empty-key", {"", true}).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
 }  // namespace

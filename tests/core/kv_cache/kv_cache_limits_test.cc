@@ -6,6 +6,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "core/kv_cache/block_pool.h"
 #include "core/kv_cache/kv_cache.h"
 #include "tests/test_util.h"
 
@@ -176,9 +177,14 @@ TEST(KvCacheLimits, BookkeepingPerSequenceIsBounded) {
   in.id = "wide";
   in.k = TensorView{DType::kFloat32, {16384, 1, 4}, zeros.data()};
   in.v = in.k;
+  const int64_t empty_wide = cache.Stats().bookkeeping_bytes;
   for (int64_t l = 0; l < wide.layers; ++l) {
     ASSERT_TRUE(cache.Append(l, in, Precision::kFloat32, false, nullptr).ok());
   }
+  // Appended blocks are counted (16 bytes a reference; 2 tokens a 64-byte block here), though
+  // an append is never refused for them.
+  EXPECT_EQ(cache.Stats().bookkeeping_bytes - empty_wide,
+            wide.layers * 8192 * static_cast<int64_t>(sizeof(BlockRef)));
   int64_t forks = 0;
   absl::Status fork_refused;
   for (; forks < 1000; ++forks) {
@@ -193,6 +199,14 @@ TEST(KvCacheLimits, BookkeepingPerSequenceIsBounded) {
   EXPECT_LE(cache.Stats().bookkeeping_bytes, options.max_bookkeeping_bytes);
   EXPECT_LE(forks * 4 * 8192 * int64_t{16}, options.max_bookkeeping_bytes);
   ASSERT_TRUE(cache.CheckConsistency().ok());
+  // A truncate gives its tables' room back; releasing everything leaves nothing charged.
+  const int64_t before_truncate = cache.Stats().bookkeeping_bytes;
+  ASSERT_TRUE(cache.Truncate("fork-0", 0).ok());
+  EXPECT_EQ(before_truncate - cache.Stats().bookkeeping_bytes,
+            wide.layers * 8192 * static_cast<int64_t>(sizeof(BlockRef)));
+  ASSERT_TRUE(cache.Release("wide").ok());
+  for (int64_t i = 0; i < forks; ++i) ASSERT_TRUE(cache.Release(absl::StrCat("fork-", i)).ok());
+  EXPECT_EQ(cache.Stats().bookkeeping_bytes, 0);
 }
 
 }  // namespace

@@ -363,6 +363,98 @@ TEST(KvCache, DecodeBatchEqualsSeparateAppends) {
   EXPECT_EQ(stats.engine.rfind("onednn-paged/f32,bf16", 0), 0u) << stats.engine;
 }
 
+// AppendBatch over ragged token counts (prompts, decode steps, only-appends, f32/bf16/int8
+// storage) gives each sequence what its own Append would: generated rounds of random counts.
+TEST(KvCache, AppendBatchEqualsSeparateAppends) {
+  const Shape shape{4, 2, 16};
+  std::mt19937_64 rng(77);
+  for (int round = 0; round < 6; ++round) {
+    SCOPED_TRACE(absl::StrCat("round ", round));
+    KvCache batched(SmallCache()), separate(SmallCache());
+    const int count = 1 + static_cast<int>(rng() % 6);
+    std::vector<Tokens> tokens;
+    std::vector<std::string> ids;
+    std::vector<int64_t> cached, fresh;
+    for (int s = 0; s < count; ++s) {
+      cached.push_back(static_cast<int64_t>(rng() % 40));
+      fresh.push_back(1 + static_cast<int64_t>(rng() % (rng() % 2 ? 1 : 300)));
+      tokens.push_back(MakeTokens(cached[s] + fresh[s], shape, 1000 * round + s));
+      ids.push_back(absl::StrCat("seq", s));
+      const DType dtype = s % 3 == 0 ? DType::kFloat32 : s % 3 == 1 ? DType::kBFloat16 : DType::kInt8;
+      for (KvCache* cache : {&batched, &separate}) {
+        ASSERT_OK(cache->Create(Config(shape, dtype, 2), ids[s], 0));
+        if (cached[s] > 0) {
+          ASSERT_OK(cache->Append(1, tokens[s].Input(ids[s], 0, cached[s]), Precision::kAuto,
+                                  false, nullptr));
+        }
+      }
+    }
+    std::vector<AppendInput> batch;
+    for (int s = 0; s < count; ++s) {
+      // Every third only appends (no queries, no output).
+      batch.push_back(tokens[s].Input(ids[s], cached[s], fresh[s], /*with_q=*/s % 3 != 2));
+    }
+    auto results = batched.AppendBatch(1, batch, Precision::kAuto, nullptr);
+    ASSERT_TRUE(results.ok()) << results.status();
+    for (int s = 0; s < count; ++s) {
+      auto single = separate.Append(1, batch[s], Precision::kAuto, false, nullptr);
+      ASSERT_TRUE(single.ok()) << single.status();
+      const AppendResult& r = (*results)[static_cast<size_t>(s)];
+      EXPECT_EQ(r.first_position, cached[s]);
+      EXPECT_EQ(r.layer_tokens, cached[s] + fresh[s]);
+      ASSERT_EQ(r.output.size(), single->output.size());
+      for (size_t i = 0; i < r.output.size(); ++i) {
+        ASSERT_NEAR(r.output[i], single->output[i], 1e-5 * (1 + std::abs(single->output[i])))
+            << "sequence " << s << ", element " << i;
+      }
+    }
+    ASSERT_OK(batched.CheckConsistency());
+  }
+}
+
+// A bad batch changes nothing: a sequence twice, an unknown id, a shape that does not match one
+// sequence, a layer out of range; the error names the input.
+TEST(KvCache, AppendBatchIsAllOrNothing) {
+  const Shape shape{4, 2, 16};
+  KvCache cache(SmallCache());
+  const Tokens t = MakeTokens(20, shape, 5);
+  ASSERT_OK(cache.Create(Config(shape, DType::kFloat32, 2), "a", 0));
+  ASSERT_OK(cache.Create(Config(shape, DType::kFloat32, 2), "b", 0));
+  ASSERT_OK(cache.Create(Config({4, 4, 16}, DType::kFloat32, 2), "wide", 0));
+  const int64_t used = cache.Stats().used_bytes;
+  const auto unchanged = [&] {
+    for (const char* id : {"a", "b", "wide"}) {
+      auto info = cache.Get(id);
+      ASSERT_TRUE(info.ok());
+      EXPECT_EQ(info->tokens, 0) << id;
+    }
+    EXPECT_EQ(cache.Stats().used_bytes, used);
+  };
+  EXPECT_THAT(cache.AppendBatch(0, {t.Input("a", 0, 5), t.Input("a", 5, 3)}, Precision::kAuto,
+                                nullptr),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       {"sequence_ids[1]", "appears twice", "sequence_ids[0]"}));
+  unchanged();
+  EXPECT_THAT(cache.AppendBatch(0, {t.Input("a", 0, 5), t.Input("nobody", 5, 3)},
+                                Precision::kAuto, nullptr),
+              StatusIs(absl::StatusCode::kNotFound, {"sequence_ids[1]", "'nobody'"}));
+  unchanged();
+  EXPECT_THAT(cache.AppendBatch(0, {t.Input("a", 0, 5), t.Input("wide", 5, 3)},
+                              Precision::kAuto, nullptr),
+              StatusIs(absl::StatusCode::kInvalidArgument, {"sequence_ids[1]", "'wide'"}));
+  unchanged();
+  EXPECT_THAT(cache.AppendBatch(2, {t.Input("a", 0, 5), t.Input("b", 5, 3)}, Precision::kAuto,
+                                nullptr),
+              StatusIs(absl::StatusCode::kInvalidArgument, {"sequence_ids[0]", "layer 2"}));
+  unchanged();
+  EXPECT_THAT(cache.AppendBatch(0, {}, Precision::kAuto, nullptr),
+              StatusIs(absl::StatusCode::kInvalidArgument, {"sequence_ids: empty"}));
+  ASSERT_OK(cache.AppendBatch(0, {t.Input("a", 0, 5), t.Input("b", 5, 3)}, Precision::kAuto,
+                              nullptr));
+  EXPECT_EQ(cache.Get("a")->layer_tokens[0], 5);
+  EXPECT_EQ(cache.Get("b")->layer_tokens[0], 3);
+}
+
 TEST(KvCache, DecodeReadBytesIsWhatAStepOfTheSequencesReads) {
   const Shape shape{8, 2, 16};
   KvCache cache(SmallCache());
