@@ -13,6 +13,7 @@ packages=(
   ocl-icd-opencl-dev  # oneDNN's CMake config needs OpenCL; libdnnl-dev only recommends it
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-grpcio python3-numpy python3-protobuf
+  python3-torch  # the Python package's torch paths, and the offload tests' Llama-shaped model
   openssl
   clang libclang-rt-14-dev libomp-14-dev  # scripts/fuzz.sh: libFuzzer, and OpenMP for clang
   nginx prometheus python3-yaml  # deploy/: the local fleet's proxy, promtool, config tests

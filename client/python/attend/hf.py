@@ -1,0 +1,433 @@
+"""attend as a transformers attention implementation (transformers >= 4.48, AttentionInterface).
+
+    import attend, attend.hf
+    with attend.Client(target) as client, attend.hf.offload(model, client) as session:
+        out = model.generate(**inputs, past_key_values=session.cache(), max_new_tokens=32)
+
+offload() registers attention_forward as the attention implementation "attend", points the
+model's config at it, and keeps one attend sequence per batch row (created on the first call,
+released when the `with` block ends, also when it raises). Each attention call is one
+append_batch of the layer's new positions, packed; the output comes back as
+[batch, q_len, n_head, head_dim], as transformers' attention functions return it.
+
+Which positions are new: pass `past_key_values=session.cache()` (a transformers Cache that stores
+nothing and reports the tokens attend holds; key/value then carry only the new positions), or
+let transformers keep its own DynamicCache / StaticCache (key/value then carry the whole past, and
+the columns attend already holds are sliced off: correct, but the model's device keeps a copy of
+the cache). A new generation in the same session is recognized (position_ids restarting at 0, or
+a full-cache call starting over) and the previous sequences are released first; session.reset()
+does that explicitly.
+
+Masks: None (causal, no padding), or [batch, 1 or heads, q_len, kv_len] boolean (True = attend)
+or additive (0 = attend, -inf or the dtype's minimum = masked). Left padding (the prompt's first
+positions masked in a row) is handled: the padded positions are not sent and their outputs are
+zeros. Anything else that is not causal (right padding, masked positions after the prompt,
+sliding windows, additive biases) is refused with ValueError saying why, as are dropout > 0.
+
+This module imports without transformers; register() and cache() import it when called.
+"""
+import contextlib
+import contextvars
+import os
+import time
+
+from . import errors
+
+__all__ = ["register", "attention_forward", "offload", "OffloadSession", "DEFAULT_NAME"]
+
+DEFAULT_NAME = "attend"
+
+_current = contextvars.ContextVar("attend_hf_session", default=None)
+
+
+def register(name=DEFAULT_NAME):
+    """Registers attention_forward as transformers' attention implementation `name`; returns
+    the name. ImportError when transformers (>= 4.48, with AttentionInterface) is missing."""
+    try:
+        from transformers import AttentionInterface
+    except ImportError as e:
+        raise ImportError("attend.hf.register: needs transformers >= 4.48 (AttentionInterface): "
+                          "%s" % e) from e
+    AttentionInterface.register(name, attention_forward)
+    return name
+
+
+def attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
+                      **kwargs):
+    """transformers' attention-function signature: query [batch, n_head, q_len, head_dim],
+    key/value [batch, n_head_kv, kv_len, head_dim]; returns (output [batch, q_len, n_head,
+    head_dim_v], None). Runs through the session of the enclosing attend.hf.offload()."""
+    session = getattr(module, "_attend_session", None) or _current.get()
+    if session is None:
+        raise RuntimeError("attend.hf: the 'attend' attention ran outside "
+                           "`with attend.hf.offload(model, client)` (no session to send it to)")
+    return session.attention(module, query, key, value, attention_mask, scaling=scaling,
+                             dropout=dropout, **kwargs)
+
+
+@contextlib.contextmanager
+def offload(model, client, *, kv_dtype="bfloat16", layers=None, name=DEFAULT_NAME,
+            prefix=None, precision=None):
+    """A `with` block in which `model` computes attention through attend (see the module's
+    text). Yields the OffloadSession; its sequences are released when the block ends. The
+    model's attention implementation is restored afterwards. Without transformers (a model
+    written against the same calling convention) nothing is registered: the model's modules
+    get the session and call attention_forward themselves."""
+    session = OffloadSession(client, model, kv_dtype=kv_dtype, layers=layers, prefix=prefix,
+                             precision=precision)
+    config = getattr(model, "config", None)
+    old_impl = getattr(config, "_attn_implementation", None) if config is not None else None
+    registered = False
+    try:
+        import transformers
+    except ImportError:
+        transformers = None
+    if transformers is not None:
+        register(name)
+        registered = True
+    tagged = []
+    token = _current.set(session)
+    try:
+        if registered and config is not None:
+            config._attn_implementation = name
+        for m in (model.modules() if hasattr(model, "modules") else ()):
+            if hasattr(m, "layer_idx"):
+                m._attend_session = session
+                tagged.append(m)
+        yield session
+    finally:
+        _current.reset(token)
+        for m in tagged:
+            try:
+                del m._attend_session
+            except AttributeError:
+                pass
+        if registered and config is not None:
+            config._attn_implementation = old_impl
+        session.close()
+
+
+class OffloadSession:
+    """One generation's sequences in attend (one per batch row) and what the calls cost:
+    calls, seconds (client wall time inside append_batch) and server_seconds (the responses'
+    ComputeStats.compute_seconds)."""
+
+    def __init__(self, client, model=None, *, kv_dtype="bfloat16", layers=None, prefix=None,
+                 precision=None):
+        self.client = client
+        self.kv_dtype = kv_dtype
+        self.precision = precision
+        self.prefix = prefix or "hf-" + os.urandom(4).hex()
+        if layers is None and model is not None:
+            config = getattr(model, "config", None)
+            config = getattr(config, "get_text_config", lambda: config)() if config else None
+            layers = getattr(config, "num_hidden_layers", None)
+        self.layers = layers
+        self.calls = 0
+        self.seconds = 0.0
+        self.server_seconds = 0.0
+        self._generation = 0
+        self._closed = False
+        self._clear()
+
+    # --- state ------------------------------------------------------------------------------
+
+    def _clear(self):
+        self.sequence_ids = []
+        self._shape = None       # (batch, n_head, n_head_kv, head_dim, head_dim_v, scale)
+        self._pad = None         # per row: leading padded columns of the prompt
+        self._columns = {}       # layer -> mask/key columns consumed (padding included)
+        self._tokens = {}        # layer -> per row: tokens attend holds
+        self._full_cache = False  # key/value seen carrying the past (DynamicCache, StaticCache)
+        self._mask_memo = None
+        self._last_position = None  # per row: the last position_ids value sent (layer 0)
+
+    def tokens(self, layer=0):
+        """Tokens attend holds for each row in `layer` (padding excluded)."""
+        return list(self._tokens.get(layer, [0] * len(self.sequence_ids)))
+
+    def seq_length(self, layer=0):
+        """Columns (positions, left padding included) the layer has consumed: what a
+        transformers cache reports as its sequence length."""
+        return self._columns.get(layer, 0)
+
+    def reset(self):
+        """Releases this generation's sequences; the next call starts a new one."""
+        ids = self.sequence_ids
+        self._clear()
+        self._generation += 1
+        failure = None
+        for sid in ids:
+            try:
+                self.client.release(sid)
+            except errors.NotFound:
+                pass
+            except Exception as e:  # noqa: BLE001  (the others are still released)
+                failure = failure or e
+        if failure is not None:
+            raise failure
+
+    def close(self):
+        """Releases the sequences (the end of offload())."""
+        self._closed = True
+        self.reset()
+
+    def cache(self):
+        """A transformers Cache that stores nothing and reports this session's lengths: pass it
+        as past_key_values so that key/value carry only the new positions. Starts a new
+        generation (releases the previous sequences)."""
+        self.reset()
+        return _cache_class()(self)
+
+    # --- the attention call -----------------------------------------------------------------
+
+    def attention(self, module, query, key, value, attention_mask, scaling=None, dropout=0.0,
+                  **kwargs):
+        import torch
+        if self._closed:
+            raise RuntimeError("attend.hf: the offload session has ended")
+        layer = getattr(module, "layer_idx", None)
+        if not isinstance(layer, int) or layer < 0:
+            raise ValueError("attend.hf: the attention module has no layer_idx (got %r); "
+                             "attend needs the layer's index" % (layer,))
+        if self.layers is None:
+            raise ValueError("attend.hf: the number of layers is unknown: the model has no "
+                             "config.num_hidden_layers; pass offload(..., layers=N)")
+        if layer >= self.layers:
+            raise ValueError("attend.hf: layer_idx %d, but the session has %d layers"
+                             % (layer, self.layers))
+        if dropout:
+            raise ValueError("attend.hf: attention dropout (%r) is not supported; use "
+                             "model.eval()" % dropout)
+        if kwargs.get("sliding_window"):
+            raise ValueError("attend.hf: sliding-window attention (sliding_window=%r) is not "
+                             "supported" % kwargs["sliding_window"])
+        if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
+            raise ValueError("attend.hf: query/key/value must be [batch, heads, len, head_dim]; "
+                             "got %s, %s, %s" % (list(query.shape), list(key.shape),
+                                                 list(value.shape)))
+        batch, n_head, q_len, head_dim = query.shape
+        n_head_kv, kv_len, head_dim_v = key.shape[1], key.shape[2], value.shape[3]
+        if key.shape[0] != batch or value.shape[:3] != key.shape[:3]:
+            raise ValueError("attend.hf: key %s / value %s do not match query %s"
+                             % (list(key.shape), list(value.shape), list(query.shape)))
+
+        # A new generation in the same session: a full cache starting over at layer 0, or
+        # position_ids starting at 0 again.
+        positions = kwargs.get("position_ids")
+        if layer == 0 and self._columns.get(0, 0) > 0:
+            restart = self._full_cache and kv_len == q_len
+            if positions is not None and not restart:
+                restart = int(positions.min()) == 0
+            if restart:
+                self.reset()
+
+        columns = self._columns.get(layer, 0)
+        if kv_len == q_len:
+            new_k, new_v = key, value
+        elif kv_len >= columns + q_len:
+            self._full_cache = True
+            new_k, new_v = key[:, :, columns:columns + q_len], value[:, :, columns:columns + q_len]
+        else:
+            raise ValueError(
+                "attend.hf: layer %d got %d key positions for %d queries, with %d positions "
+                "already sent: neither only the new ones nor the whole past (start a new "
+                "generation with session.reset() or session.cache())"
+                % (layer, kv_len, q_len, columns))
+
+        shape = (batch, n_head, n_head_kv, head_dim, head_dim_v, scaling)
+        if not self.sequence_ids:
+            self._create(shape)
+        elif shape != self._shape:
+            raise ValueError("attend.hf: this call's shape (batch, n_head, n_head_kv, head_dim, "
+                             "head_dim_v, scaling) %s differs from the session's %s; call "
+                             "session.reset() between generations" % (shape, self._shape))
+
+        pad = self._padding(attention_mask, layer, columns, q_len)
+        counts = [q_len - p for p in pad]
+        if positions is not None and layer == 0:
+            self._check_positions(positions, pad, q_len)
+
+        q_t = query.transpose(1, 2)   # [batch, q_len, n_head, head_dim]
+        k_t = new_k.transpose(1, 2)
+        v_t = new_v.transpose(1, 2)
+        if any(pad):
+            q_p = torch.cat([q_t[b, pad[b]:] for b in range(batch)])
+            k_p = torch.cat([k_t[b, pad[b]:] for b in range(batch)])
+            v_p = torch.cat([v_t[b, pad[b]:] for b in range(batch)])
+        else:
+            q_p = q_t.reshape(batch * q_len, n_head, head_dim)
+            k_p = k_t.reshape(batch * q_len, n_head_kv, head_dim)
+            v_p = v_t.reshape(batch * q_len, n_head_kv, head_dim_v)
+        start = time.perf_counter()
+        r = self.client.append_batch(layer, self.sequence_ids, q_p.contiguous(),
+                                     k_p.contiguous(), v_p.contiguous(), counts=counts,
+                                     precision=self.precision)
+        self.seconds += time.perf_counter() - start
+        self.server_seconds += r.stats.compute_seconds
+        self.calls += r.calls
+        self._columns[layer] = columns + q_len
+        self._tokens[layer] = list(r.layer_tokens)
+
+        out = r.output.to(query.device, query.dtype)
+        if any(pad):
+            full = out.new_zeros((batch, q_len, n_head, head_dim_v))
+            row = 0
+            for b in range(batch):
+                full[b, pad[b]:] = out[row:row + counts[b]]
+                row += counts[b]
+            return full, None
+        return out.view(batch, q_len, n_head, head_dim_v), None
+
+    def _create(self, shape):
+        batch, n_head, n_head_kv, head_dim, head_dim_v, scaling = shape
+        self._shape = shape
+        ids = ["%s-%d-%d" % (self.prefix, self._generation, b) for b in range(batch)]
+        try:
+            for sid in ids:
+                self.client.create_sequence(
+                    sid, layers=self.layers, n_head=n_head, n_head_kv=n_head_kv,
+                    head_dim=head_dim, head_dim_v=head_dim_v, kv_dtype=self.kv_dtype,
+                    scale=scaling)
+                self.sequence_ids.append(sid)
+        except BaseException:
+            self.reset()
+            raise
+
+    def _padding(self, mask, layer, columns, q_len):
+        """Per row, the leading masked positions of this call (left padding, only in the
+        first call of a layer); ValueError for a mask that is not causal over the rest."""
+        batch = len(self.sequence_ids)
+        if mask is None:
+            if self._pad is not None and columns and any(self._pad):
+                raise ValueError("attend.hf: attention_mask is None in a padded batch")
+            return [0] * batch
+        memo = (mask.data_ptr(), tuple(mask.shape), columns, q_len)
+        if self._mask_memo is not None and self._mask_memo[0] == memo:
+            return self._mask_memo[1]
+        import torch
+        if mask.dim() != 4 or mask.shape[0] not in (1, batch) or mask.shape[2] != q_len or \
+                mask.shape[3] < columns + q_len:
+            raise ValueError("attend.hf: attention_mask %s: expected [batch, 1, %d, >= %d]"
+                             % (list(mask.shape), q_len, columns + q_len))
+        m = mask[:, 0].cpu()
+        if m.dtype == torch.bool:
+            allowed = m
+        else:
+            allowed = m > torch.finfo(m.dtype).min / 2
+            if bool((m[allowed] != 0).any()):
+                raise ValueError("attend.hf: attention_mask carries an additive bias (values "
+                                 "other than 0 and -inf/min); attend computes plain attention")
+        allowed = allowed.expand(batch, q_len, allowed.shape[-1])
+        end = columns + q_len
+        causal = torch.ones(q_len, q_len, dtype=torch.bool).tril()
+        pad = []
+        for b in range(batch):
+            new = allowed[b, q_len - 1, columns:end]
+            p = int(q_len - new.sum())
+            if not bool(new[p:].all()) or (p and bool(new[:p].any())):
+                raise ValueError("attend.hf: row %d masks positions after its first real token "
+                                 "(right padding?); only left padding is supported "
+                                 "(tokenizer.padding_side = 'left')" % b)
+            if p and columns:
+                raise ValueError("attend.hf: row %d masks %d new positions after the prompt; "
+                                 "attend holds every position it was sent" % (b, p))
+            if p == q_len:
+                raise ValueError("attend.hf: row %d has no unmasked position in its prompt" % b)
+            want = causal[p:, :].clone()
+            want[:, :p] = False
+            if not torch.equal(allowed[b, p:, columns:end], want) or \
+                    bool(allowed[b, p:, end:].any()):
+                raise ValueError("attend.hf: row %d's mask is not causal over its new positions "
+                                 "(sliding window or custom mask?): not supported" % b)
+            if columns:
+                past = self._past_allowed(b, columns)
+                if not torch.equal(allowed[b, p:, :columns],
+                                   past[None, :].expand(q_len - p, columns)):
+                    raise ValueError("attend.hf: row %d's mask over its past differs from what "
+                                     "attend holds (only leading padding may be masked)" % b)
+            pad.append(p)
+        if self._pad is None:
+            self._pad = pad if not columns else [0] * batch
+        self._mask_memo = (memo, pad)
+        return pad
+
+    def _past_allowed(self, b, columns):
+        import torch
+        past = torch.ones(columns, dtype=torch.bool)
+        past[:(self._pad[b] if self._pad else 0)] = False
+        return past
+
+    def _check_positions(self, positions, pad, q_len):
+        """position_ids of the sent tokens: consecutive in each row, continuing the row's
+        previous call (any offset: rotary embeddings are relative, so positions counting the
+        padding work as well as positions counting only real tokens)."""
+        import torch
+        pos = positions.detach().cpu().to(torch.long)
+        if pos.dim() == 1:
+            pos = pos[None, :]
+        pos = pos.expand(len(pad), q_len)
+        last = self._last_position or [None] * len(pad)
+        for b, p in enumerate(pad):
+            got = pos[b, p:]
+            start = int(got[0]) if last[b] is None else last[b] + 1
+            want = torch.arange(start, start + q_len - p)
+            if not torch.equal(got, want):
+                raise ValueError(
+                    "attend.hf: row %d's position_ids %s, expected %s (consecutive, after the "
+                    "row's previous position): the model skipped or repeated positions, which "
+                    "attend cannot since it holds every position it was sent"
+                    % (b, got.tolist()[:8], want.tolist()[:8]))
+            last[b] = int(want[-1])
+        self._last_position = last
+
+
+_CACHE_CLASS = None
+
+
+def _cache_class():
+    """A transformers Cache subclass that stores nothing (the KV cache lives in attend) and
+    reports the session's sequence length; built on first use (imports transformers)."""
+    global _CACHE_CLASS
+    if _CACHE_CLASS is not None:
+        return _CACHE_CLASS
+    try:
+        from transformers.cache_utils import Cache
+    except ImportError as e:
+        raise ImportError("attend.hf: session.cache() needs transformers: %s" % e) from e
+
+    class AttendCache(Cache):
+        is_compileable = False
+
+        def __init__(self, session):
+            try:
+                super().__init__()
+            except Exception:  # noqa: BLE001  (newer Caches want layers; none are kept here)
+                pass
+            self.session = session
+            self.layers = []
+
+        def update(self, key_states, value_states, layer_idx, cache_kwargs=None):
+            return key_states, value_states  # only the new positions reach the attention
+
+        def get_seq_length(self, layer_idx=0):
+            return self.session.seq_length(layer_idx or 0)
+
+        def get_max_cache_shape(self, layer_idx=0):
+            return None
+
+        def get_max_length(self):
+            return None
+
+        def get_mask_sizes(self, cache_position, layer_idx=0):
+            return self.get_seq_length(layer_idx) + cache_position.shape[0], 0
+
+        @property
+        def is_sliding(self):
+            return [False] * (self.session.layers or 0)
+
+        def __len__(self):
+            return self.session.layers or 0
+
+    _CACHE_CLASS = AttendCache
+    return AttendCache

@@ -1,0 +1,368 @@
+#!/usr/bin/python3
+"""attend.hf (attend as a transformers attention implementation) against the real attend-server.
+
+transformers is not needed: a stand-in calls the attention function exactly as transformers'
+LlamaAttention.forward does (query/key/value [batch, heads, len, head_dim] after rotary
+embeddings, the 4-D mask [batch, 1, q_len, kv_len] that transformers builds from a 2-D padding
+mask, scaling=module.scaling, dropout=0.0, layer_idx on the module, position_ids in kwargs, the
+output reshaped from [batch, q_len, heads, head_dim]) over a prefill then decode steps, and
+compares it with transformers' eager attention (copied here) computed in-process. When
+transformers is installed a tiny LlamaForCausalLM also runs through it; otherwise that test is
+skipped saying so.
+
+    PYTHONPATH=build/python tests/client/python/hf_integration_test.py --server build/server/attend-server
+"""
+import argparse
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import unittest
+
+try:
+    import torch
+except ImportError:  # the whole test needs torch: CTest counts exit status 77 as skipped
+    print("skipped: torch is not installed")
+    sys.exit(77)
+
+import attend
+import attend.hf
+
+ARGS = None
+MIN = torch.finfo(torch.float32).min
+
+
+class Server:
+    """attend-server on a free loopback port (no metrics port), stopped with SIGTERM."""
+
+    def __init__(self, *flags):
+        self.log = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen(
+            [ARGS.server, "--address=127.0.0.1:0", "--metrics_address="] + list(flags),
+            stdout=subprocess.PIPE, stderr=self.log, text=True)
+        line = self.proc.stdout.readline()
+        match = re.search(r"listening on [\d.]+:(\d+)", line)
+        if not match:
+            self.proc.kill()
+            self.log.seek(0)
+            raise RuntimeError("server did not start: %r %s" % (line, self.log.read()))
+        self.target = "127.0.0.1:%s" % match.group(1)
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.communicate(timeout=30)
+        self.log.close()
+
+
+# --- transformers' own pieces, as in transformers/models/llama/modeling_llama.py ------------
+
+def rotate_half(x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
+    cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
+    return (q * cos) + (rotate_half(q) * sin), (k * cos) + (rotate_half(k) * sin)
+
+
+def rotary_cos_sin(position_ids, head_dim, theta=10000.0):
+    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+    freqs = position_ids[:, :, None].float() * inv[None, None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos(), emb.sin()
+
+
+def repeat_kv(hidden_states, n_rep):
+    batch, kv_heads, slen, head_dim = hidden_states.shape
+    if n_rep == 1:
+        return hidden_states
+    hidden_states = hidden_states[:, :, None, :, :].expand(batch, kv_heads, n_rep, slen, head_dim)
+    return hidden_states.reshape(batch, kv_heads * n_rep, slen, head_dim)
+
+
+def eager_attention_forward(module, query, key, value, attention_mask, scaling, dropout=0.0,
+                            **kwargs):
+    key_states = repeat_kv(key, module.num_key_value_groups)
+    value_states = repeat_kv(value, module.num_key_value_groups)
+    attn_weights = torch.matmul(query, key_states.transpose(2, 3)) * scaling
+    if attention_mask is not None:
+        attn_weights = attn_weights + attention_mask[:, :, :, : key_states.shape[-2]]
+    attn_weights = torch.nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(
+        query.dtype)
+    attn_output = torch.matmul(attn_weights, value_states)
+    return attn_output.transpose(1, 2).contiguous(), attn_weights
+
+
+class DynamicCache:
+    """transformers' DynamicCache's update(): keeps every layer's keys and values."""
+
+    def __init__(self):
+        self.k, self.v = {}, {}
+
+    def update(self, key_states, value_states, layer_idx, cache_kwargs=None):
+        if layer_idx in self.k:
+            key_states = torch.cat([self.k[layer_idx], key_states], dim=-2)
+            value_states = torch.cat([self.v[layer_idx], value_states], dim=-2)
+        self.k[layer_idx], self.v[layer_idx] = key_states, value_states
+        return key_states, value_states
+
+
+def causal_mask_4d(mask_2d, q_len, past, kind):
+    """transformers' _prepare_4d_causal_attention_mask_with_cache_position: [batch, 1, q_len,
+    past + q_len], 0 where attended and MIN (kind "min"), -inf ("inf") or False ("bool")
+    elsewhere."""
+    target = past + q_len
+    cache_position = torch.arange(past, target)
+    causal = torch.full((q_len, target), MIN).triu(1)
+    causal *= torch.arange(target) > cache_position.reshape(-1, 1)
+    causal = causal[None, None].expand(mask_2d.shape[0], 1, -1, -1).clone()
+    padding = causal + mask_2d[:, None, None, :target].float()
+    causal = causal.masked_fill(padding == 0, MIN)
+    if kind == "bool":
+        return causal == 0
+    if kind == "inf":
+        return causal.masked_fill(causal == MIN, float("-inf"))
+    return causal
+
+
+class StandInAttention(torch.nn.Module):
+    """LlamaAttention.forward's calling sequence, with its attention function pluggable."""
+
+    def __init__(self, layer_idx, hidden, n_head, n_head_kv, head_dim, scaling=None):
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.head_dim = head_dim
+        self.num_key_value_groups = n_head // n_head_kv
+        self.scaling = scaling if scaling is not None else head_dim ** -0.5
+        self.q_proj = torch.nn.Linear(hidden, n_head * head_dim, bias=False)
+        self.k_proj = torch.nn.Linear(hidden, n_head_kv * head_dim, bias=False)
+        self.v_proj = torch.nn.Linear(hidden, n_head_kv * head_dim, bias=False)
+        self.o_proj = torch.nn.Linear(n_head * head_dim, hidden, bias=False)
+        self.attention_interface = eager_attention_forward
+        self.training = False
+
+    def forward(self, hidden_states, position_embeddings, attention_mask, past_key_value=None,
+                **kwargs):
+        input_shape = hidden_states.shape[:-1]
+        hidden_shape = (*input_shape, -1, self.head_dim)
+        query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        key_states = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        cos, sin = position_embeddings
+        query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
+        if past_key_value is not None:
+            key_states, value_states = past_key_value.update(key_states, value_states,
+                                                             self.layer_idx)
+        attn_output, attn_weights = self.attention_interface(
+            self, query_states, key_states, value_states, attention_mask,
+            dropout=0.0, scaling=self.scaling, **kwargs)
+        attn_output = attn_output.reshape(*input_shape, -1).contiguous()
+        return self.o_proj(attn_output), attn_weights
+
+
+class StandInModel(torch.nn.Module):
+    """Layers of StandInAttention with residuals, run the way generate() runs a model."""
+
+    def __init__(self, layers=2, hidden=64, n_head=4, n_head_kv=2, head_dim=16, scaling=None,
+                 seed=0):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.head_dim = head_dim
+        self.config = type("Config", (), {"num_hidden_layers": layers})()
+        self.layers = torch.nn.ModuleList(
+            StandInAttention(i, hidden, n_head, n_head_kv, head_dim, scaling)
+            for i in range(layers))
+
+    def use(self, fn):
+        for layer in self.layers:
+            layer.attention_interface = fn
+
+    def forward(self, x, position_ids, attention_mask, cache):
+        cos_sin = rotary_cos_sin(position_ids, self.head_dim)
+        for layer in self.layers:
+            out, _ = layer(x, cos_sin, attention_mask, cache, position_ids=position_ids)
+            x = x + out
+        return x
+
+    @torch.no_grad()
+    def run(self, prompt, mask_2d, steps, *, cache="dynamic", mask_kind="min",
+            decode_mask_none=False):
+        """Prefill of prompt [batch, len, hidden] (mask_2d [batch, len], 0 = padding), then
+        `steps` decode steps of random inputs: what the layers added to each step's inputs
+        ([batch, len, hidden], the residual stream less the inputs)."""
+        cache = DynamicCache() if cache == "dynamic" else None
+        gen = torch.Generator().manual_seed(99)
+        batch, length, hidden = prompt.shape
+        mask_2d = mask_2d.clone()
+        x, past, outs = prompt, 0, []
+        for step in range(steps + 1):
+            q_len = x.shape[1]
+            position_ids = mask_2d.long().cumsum(-1) - 1
+            position_ids.masked_fill_(mask_2d == 0, 1)
+            position_ids = position_ids[:, -q_len:]
+            mask = causal_mask_4d(mask_2d, q_len, past, mask_kind)
+            if decode_mask_none and step > 0:
+                mask = None
+            outs.append(self(x, position_ids, mask, cache) - x)  # what the layers added
+            past += q_len
+            x = torch.randn((batch, 1, hidden), generator=gen)
+            mask_2d = torch.cat([mask_2d, torch.ones(batch, 1, dtype=mask_2d.dtype)], 1)
+        return outs
+
+
+class Integration(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server("--kv_cache_bytes=256MiB")
+        cls.client = attend.Client(cls.server.target, deadline=60)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        cls.server.stop()
+
+    def assertAllReleased(self):
+        stats = self.client.stats()
+        self.assertEqual((stats.sequences, stats.used_bytes), (0, 0))
+
+    def compare(self, *, kv_dtype="float32", rtol=1e-4, batch=3, length=7, pads=None, steps=4,
+                cache="dynamic", mask_kind="min", decode_mask_none=False, scaling=None):
+        torch.manual_seed(1)
+        model = StandInModel(scaling=scaling)
+        prompt = torch.randn(batch, length, 64)
+        mask_2d = torch.ones(batch, length, dtype=torch.long)
+        for b, p in enumerate(pads or []):
+            mask_2d[b, :p] = 0
+        model.use(eager_attention_forward)
+        want = model.run(prompt, mask_2d, steps)
+        model.use(attend.hf.attention_forward)
+        with attend.hf.offload(model, self.client, kv_dtype=kv_dtype) as session:
+            got = model.run(prompt, mask_2d, steps, cache=cache, mask_kind=mask_kind,
+                            decode_mask_none=decode_mask_none)
+            self.assertEqual(self.client.stats().sequences, batch)
+            self.assertEqual(session.tokens(0), [length + steps - p for p in
+                                                 (pads or [0] * batch)])
+            self.assertEqual(session.calls, 2 * (steps + 1))
+        self.assertAllReleased()
+        valid = mask_2d.bool()
+        for step, (w, g) in enumerate(zip(want, got)):
+            rows = valid if step == 0 else torch.ones(batch, 1, dtype=torch.bool)
+            scale = w[rows].abs().max()
+            err = (w[rows] - g[rows]).abs().max() / scale
+            self.assertLess(err, rtol, "step %d: max |difference| %.3g of max %.3g"
+                            % (step, err * scale, scale))
+            if pads:
+                # Padded positions: zeros from attend's attention (the residual stays).
+                self.assertTrue(torch.isfinite(g).all())
+        return got
+
+    def test_dynamic_cache_f32(self):
+        self.compare()
+
+    def test_noop_cache_inf_mask(self):
+        # Only the new positions in key/value (attend keeps the cache), masks with -inf.
+        self.compare(cache="none", mask_kind="inf")
+
+    def test_bool_mask_and_none_in_decode(self):
+        # sdpa-style masks: boolean in the prompt, None in decode steps (no padding).
+        self.compare(cache="none", mask_kind="bool", decode_mask_none=True)
+
+    def test_left_padding(self):
+        self.compare(pads=[0, 3, 6], mask_kind="min")
+        self.compare(pads=[2, 0, 5], cache="none", mask_kind="bool")
+
+    def test_scaling_and_bf16(self):
+        self.compare(scaling=0.1)
+        # bfloat16 storage: k and v rounded to 8 significant bits (relative error up to 2^-9
+        # each), attention computed in that precision; two layers of that on O(1) activations
+        # stay within a few bf16 ulps (2^-8 ~ 0.004) of the float32 result: 2e-2 is ~5 ulps.
+        self.compare(kv_dtype="bfloat16", rtol=2e-2)
+
+    def test_refusals(self):
+        model = StandInModel()
+        model.use(attend.hf.attention_forward)
+        prompt = torch.randn(2, 5, 64)
+        right = torch.ones(2, 5, dtype=torch.long)
+        right[1, 3:] = 0
+        with attend.hf.offload(model, self.client) as session:
+            with self.assertRaisesRegex(ValueError, "left padding"):
+                model.run(prompt, right, 1)
+            session.reset()
+            mask = causal_mask_4d(torch.ones(2, 5), 5, 0, "min")
+            mask[:, :, 4, 0] = MIN  # a sliding window, say
+            with self.assertRaisesRegex(ValueError, "not causal"):
+                model(prompt, torch.arange(5)[None].expand(2, 5), mask, None)
+            session.reset()
+            mask = causal_mask_4d(torch.ones(2, 5), 5, 0, "min")
+            mask[mask == 0] = 0.5
+            with self.assertRaisesRegex(ValueError, "additive bias"):
+                model(prompt, torch.arange(5)[None].expand(2, 5), mask, None)
+            session.reset()
+            model(prompt, torch.arange(5)[None].expand(2, 5), None, None)
+            with self.assertRaisesRegex(ValueError, "position_ids"):  # a skipped position
+                model(prompt[:, :1], torch.full((2, 1), 6), None, None)
+        self.assertAllReleased()
+        with self.assertRaisesRegex(RuntimeError, "outside"):
+            model(prompt, torch.arange(5)[None].expand(2, 5), None, None)
+
+    def test_released_when_the_block_raises(self):
+        model = StandInModel()
+        model.use(attend.hf.attention_forward)
+        with self.assertRaisesRegex(KeyError, "boom"):
+            with attend.hf.offload(model, self.client):
+                model.run(torch.randn(2, 4, 64), torch.ones(2, 4, dtype=torch.long), 2)
+                self.assertEqual(self.client.stats().sequences, 2)
+                raise KeyError("boom")
+        self.assertAllReleased()
+
+    def test_a_new_generation_in_the_same_session(self):
+        model = StandInModel()
+        model.use(attend.hf.attention_forward)
+        with attend.hf.offload(model, self.client) as session:
+            for cache in ("dynamic", "none", "dynamic"):
+                model.run(torch.randn(2, 4, 64), torch.ones(2, 4, dtype=torch.long), 2,
+                          cache=cache)
+                self.assertEqual(self.client.stats().sequences, 2)
+                self.assertEqual(session.tokens(1), [6, 6])
+        self.assertAllReleased()
+
+    def test_real_transformers_llama(self):
+        try:
+            import transformers
+        except ImportError:
+            self.skipTest("transformers is not installed: the real LlamaForCausalLM part is "
+                          "skipped (the stand-in above calls the function the same way)")
+        config = transformers.LlamaConfig(
+            vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+        torch.manual_seed(0)
+        model = transformers.LlamaForCausalLM(config).eval()
+        model.config._attn_implementation = "eager"
+        ids = torch.randint(0, 128, (2, 6))
+        mask = torch.ones_like(ids)
+        mask[1, :2] = 0
+        kwargs = dict(input_ids=ids, attention_mask=mask, max_new_tokens=5, do_sample=False,
+                      output_scores=True, return_dict_in_generate=True, pad_token_id=0)
+        want = model.generate(**kwargs)
+        with attend.hf.offload(model, self.client, kv_dtype="float32") as session:
+            got = model.generate(**kwargs)
+            got_noop = model.generate(**kwargs, past_key_values=session.cache())
+        self.assertAllReleased()
+        for g in (got, got_noop):
+            self.assertTrue(torch.equal(want.sequences, g.sequences))
+            for a, b in zip(want.scores, g.scores):
+                torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+def main():
+    global ARGS
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--server", required=True)
+    ARGS, rest = parser.parse_known_args()
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+
+
+if __name__ == "__main__":
+    main()
