@@ -15,13 +15,14 @@
 // id for Fork (the fork shares the source's blocks, so it lives beside it: name forks
 // "<source key>/..."); and of the steps' ids for DecodeBatch, AppendBatch and DecodeStream (the
 // first message's, for a stream: the server refuses a later message of another key, so a stream
-// whose batches will mix keys should start with one that mixes them, which sends none). A Fork whose new_id routes by another key, or a batch whose steps do
-// not share one key, sends no key: one server serves it, and through the fleet's proxy the server
-// refuses it with the reason, since no one replica is sure to hold them all. A
-// CreateSequence without an id gets an id generated here ("seq-" and 16 random hex digits), so
-// that it routes like any other. ListSequences and Stats name no sequence, send no key, and
-// describe whichever server the call reached. A key that is not a valid header value (empty,
-// or outside printable ASCII) is not sent; the server refuses such ids anyway.
+// whose batches will mix keys should start with one that mixes them, which sends none). A Fork
+// whose new_id routes by another key, or a batch whose steps do not share one key, sends no key:
+// one server serves it, and through the fleet's proxy the server refuses it with the reason, since
+// no one replica is sure to hold them all. A CreateSequence without an id gets an id generated here
+// ("seq-" and 16 random hex digits), so that it routes like any other. ListSequences and Stats name
+// no sequence, send no key, and describe whichever server the call reached. A key that is not a
+// valid header value (empty, or outside printable ASCII) is not sent; the server refuses such ids
+// anyway.
 //
 // Retries. Only the idempotent reads GetSequence, ListSequences (each page) and Stats are
 // retried, and only on UNAVAILABLE (the call did not reach a server, or the connection broke),

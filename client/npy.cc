@@ -105,8 +105,8 @@ absl::StatusOr<std::vector<int64_t>> NpyShape(const std::string& shape_text) {
     int64_t dim;
     if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &dim) || dim < 0) {
       // Bounded: the header is the file's, and may hold anything up to 64 KiB.
-      return absl::InvalidArgumentError(absl::StrCat(
-          "npy: bad dimension '", part.substr(0, 32), part.size() > 32 ? "...'" : "'"));
+      return absl::InvalidArgumentError(absl::StrCat("npy: bad dimension '", part.substr(0, 32),
+                                                     part.size() > 32 ? "...'" : "'"));
     }
     shape.push_back(dim);
   }

@@ -367,8 +367,8 @@ namespace {
 // Rows [from, from + count) of a validated rank-3 tensor, viewed in place.
 TensorView Rows(const TensorView& all, int64_t from, int64_t count) {
   const int64_t row = all.dim(1) * all.dim(2) * DTypeSize(all.dtype);
-  return TensorView{all.dtype, {count, all.dim(1), all.dim(2)},
-                    static_cast<const char*>(all.data) + from * row};
+  return TensorView{
+      all.dtype, {count, all.dim(1), all.dim(2)}, static_cast<const char*>(all.data) + from * row};
 }
 
 // OK when `t` is [rows, *, *].
@@ -390,16 +390,16 @@ absl::Status KvCacheService::DoAppendBatch(const v1::AppendBatchRequest& request
     return absl::InvalidArgumentError("sequence_ids: empty; give one id per sequence");
   }
   if (request.token_counts_size() != count) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("token_counts: ", request.token_counts_size(), " counts for ", count,
-                     " sequence_ids; give one count per sequence"));
+    return absl::InvalidArgumentError(absl::StrCat("token_counts: ", request.token_counts_size(),
+                                                   " counts for ", count,
+                                                   " sequence_ids; give one count per sequence"));
   }
   int64_t rows = 0;
   for (int i = 0; i < count; ++i) {
     const int64_t n = request.token_counts(i);
     if (n < 1 || n > max_elements) {
-      return absl::InvalidArgumentError(absl::StrCat("token_counts[", i, "]: ", n,
-                                                     "; must be between 1 and ", max_elements));
+      return absl::InvalidArgumentError(
+          absl::StrCat("token_counts[", i, "]: ", n, "; must be between 1 and ", max_elements));
     }
     rows += n;  // at most count * 2^26 or so: no overflow
     const std::string field = absl::StrCat("sequence_ids[", i, "]");
@@ -486,8 +486,7 @@ grpc::ServerUnaryReactor* KvCacheService::DecodeBatch(grpc::CallbackServerContex
                                                       const v1::DecodeBatchRequest* request,
                                                       v1::DecodeBatchResponse* response) {
   const auto received = std::chrono::steady_clock::now();
-  auto work = [this, request, response, received,
-               route = RouteOf(*context)](const CallWork& call) {
+  auto work = [this, request, response, received, route = RouteOf(*context)](const CallWork& call) {
     absl::Status status = DoDecodeBatch(*request, response, call.cancel, "DecodeBatch", route);
     if (status.ok()) metrics_->DecodeStepDone("DecodeBatch", SecondsSince(received));
     response->mutable_stats()->set_queue_seconds(call.queue_seconds);
@@ -530,69 +529,64 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* KvCacheService::Dec
 grpc::ServerUnaryReactor* KvCacheService::Fork(grpc::CallbackServerContext* context,
                                                const v1::ForkRequest* request,
                                                v1::SequenceInfo* response) {
-  return RunOnPool(context, "Fork", pool_, metrics_, gate_,
-                   [this, request, response,
-                    route = RouteOf(*context)](const CallWork&) -> absl::Status {
-                     ATTEND_RETURN_IF_ERROR(RequireId(request->source_id(), "source_id"));
-                     // The fork's name first: a client that knows the rule sends no key for a
-                     // new_id of another key, and is told how to name the fork.
-                     ATTEND_RETURN_IF_ERROR(
-                         CheckForkId(route, request->source_id(), request->new_id()));
-                     ATTEND_RETURN_IF_ERROR(CheckRoute(route, request->source_id(), "source_id"));
-                     std::optional<int64_t> tokens;
-                     if (request->has_tokens()) tokens = request->tokens();
-                     ATTEND_ASSIGN_OR_RETURN(
-                         const kv::SequenceInfo info,
-                         cache_->Fork(request->source_id(), request->new_id(), tokens));
-                     ToProto(info, response);
-                     return absl::OkStatus();
-                   });
+  return RunOnPool(
+      context, "Fork", pool_, metrics_, gate_,
+      [this, request, response, route = RouteOf(*context)](const CallWork&) -> absl::Status {
+        ATTEND_RETURN_IF_ERROR(RequireId(request->source_id(), "source_id"));
+        // The fork's name first: a client that knows the rule sends no key for a
+        // new_id of another key, and is told how to name the fork.
+        ATTEND_RETURN_IF_ERROR(CheckForkId(route, request->source_id(), request->new_id()));
+        ATTEND_RETURN_IF_ERROR(CheckRoute(route, request->source_id(), "source_id"));
+        std::optional<int64_t> tokens;
+        if (request->has_tokens()) tokens = request->tokens();
+        ATTEND_ASSIGN_OR_RETURN(const kv::SequenceInfo info,
+                                cache_->Fork(request->source_id(), request->new_id(), tokens));
+        ToProto(info, response);
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* KvCacheService::Truncate(grpc::CallbackServerContext* context,
                                                    const v1::TruncateRequest* request,
                                                    v1::SequenceInfo* response) {
-  return RunOnPool(context, "Truncate", pool_, metrics_, gate_,
-                   [this, request, response,
-                    route = RouteOf(*context)](const CallWork&) -> absl::Status {
-                     ATTEND_RETURN_IF_ERROR(RequireId(request->sequence_id(), "sequence_id"));
-                     ATTEND_RETURN_IF_ERROR(CheckRoute(route, request->sequence_id(), "sequence_id"));
-                     ATTEND_ASSIGN_OR_RETURN(
-                         const kv::SequenceInfo info,
-                         cache_->Truncate(request->sequence_id(), request->tokens()));
-                     ToProto(info, response);
-                     return absl::OkStatus();
-                   });
+  return RunOnPool(
+      context, "Truncate", pool_, metrics_, gate_,
+      [this, request, response, route = RouteOf(*context)](const CallWork&) -> absl::Status {
+        ATTEND_RETURN_IF_ERROR(RequireId(request->sequence_id(), "sequence_id"));
+        ATTEND_RETURN_IF_ERROR(CheckRoute(route, request->sequence_id(), "sequence_id"));
+        ATTEND_ASSIGN_OR_RETURN(const kv::SequenceInfo info,
+                                cache_->Truncate(request->sequence_id(), request->tokens()));
+        ToProto(info, response);
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* KvCacheService::Release(grpc::CallbackServerContext* context,
                                                   const v1::ReleaseRequest* request,
                                                   v1::ReleaseResponse* response) {
-  return RunOnPool(context, "Release", pool_, metrics_, gate_,
-                   [this, request, response,
-                    route = RouteOf(*context)](const CallWork&) -> absl::Status {
-                     ATTEND_RETURN_IF_ERROR(RequireId(request->sequence_id(), "sequence_id"));
-                     ATTEND_RETURN_IF_ERROR(CheckRoute(route, request->sequence_id(), "sequence_id"));
-                     ATTEND_ASSIGN_OR_RETURN(const int64_t freed,
-                                             cache_->Release(request->sequence_id()));
-                     response->set_freed_bytes(freed);
-                     return absl::OkStatus();
-                   });
+  return RunOnPool(
+      context, "Release", pool_, metrics_, gate_,
+      [this, request, response, route = RouteOf(*context)](const CallWork&) -> absl::Status {
+        ATTEND_RETURN_IF_ERROR(RequireId(request->sequence_id(), "sequence_id"));
+        ATTEND_RETURN_IF_ERROR(CheckRoute(route, request->sequence_id(), "sequence_id"));
+        ATTEND_ASSIGN_OR_RETURN(const int64_t freed, cache_->Release(request->sequence_id()));
+        response->set_freed_bytes(freed);
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* KvCacheService::GetSequence(grpc::CallbackServerContext* context,
                                                       const v1::GetSequenceRequest* request,
                                                       v1::SequenceInfo* response) {
-  return RunOnPool(context, "GetSequence", pool_, metrics_, gate_,
-                   [this, request, response,
-                    route = RouteOf(*context)](const CallWork&) -> absl::Status {
-                     ATTEND_RETURN_IF_ERROR(RequireId(request->sequence_id(), "sequence_id"));
-                     ATTEND_RETURN_IF_ERROR(CheckRoute(route, request->sequence_id(), "sequence_id"));
-                     ATTEND_ASSIGN_OR_RETURN(const kv::SequenceInfo info,
-                                             cache_->Get(request->sequence_id()));
-                     ToProto(info, response);
-                     return absl::OkStatus();
-                   });
+  return RunOnPool(
+      context, "GetSequence", pool_, metrics_, gate_,
+      [this, request, response, route = RouteOf(*context)](const CallWork&) -> absl::Status {
+        ATTEND_RETURN_IF_ERROR(RequireId(request->sequence_id(), "sequence_id"));
+        ATTEND_RETURN_IF_ERROR(CheckRoute(route, request->sequence_id(), "sequence_id"));
+        ATTEND_ASSIGN_OR_RETURN(const kv::SequenceInfo info, cache_->Get(request->sequence_id()));
+        ToProto(info, response);
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* KvCacheService::ListSequences(grpc::CallbackServerContext* context,

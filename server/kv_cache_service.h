@@ -24,14 +24,13 @@ namespace attend::server {
 // gRPC's own parsing ends a read with the same `false` for a message that does not parse as for
 // a client that closed the stream, so the stream would end OK and the client would never learn
 // that its message was dropped.
-using KvCacheCallbackService =
-    v1::KvCache::WithCallbackMethod_CreateSequence<v1::KvCache::WithCallbackMethod_Append<
-        v1::KvCache::WithCallbackMethod_DecodeBatch<v1::KvCache::WithCallbackMethod_AppendBatch<
-            v1::KvCache::WithRawCallbackMethod_DecodeStream<v1::KvCache::WithCallbackMethod_Fork<
-                v1::KvCache::WithCallbackMethod_Truncate<v1::KvCache::WithCallbackMethod_Release<
-                    v1::KvCache::WithCallbackMethod_GetSequence<
-                        v1::KvCache::WithCallbackMethod_ListSequences<
-                            v1::KvCache::WithCallbackMethod_Stats<v1::KvCache::Service>>>>>>>>>>>;
+using KvCacheCallbackService = v1::KvCache::WithCallbackMethod_CreateSequence<
+    v1::KvCache::WithCallbackMethod_Append<v1::KvCache::WithCallbackMethod_DecodeBatch<
+        v1::KvCache::WithCallbackMethod_AppendBatch<v1::KvCache::WithRawCallbackMethod_DecodeStream<
+            v1::KvCache::WithCallbackMethod_Fork<v1::KvCache::WithCallbackMethod_Truncate<
+                v1::KvCache::WithCallbackMethod_Release<v1::KvCache::WithCallbackMethod_GetSequence<
+                    v1::KvCache::WithCallbackMethod_ListSequences<
+                        v1::KvCache::WithCallbackMethod_Stats<v1::KvCache::Service>>>>>>>>>>>;
 
 class KvCacheService final : public KvCacheCallbackService {
  public:

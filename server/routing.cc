@@ -17,8 +17,7 @@ Route RouteOf(const grpc::CallbackServerContext& context) {
   const auto& metadata = context.client_metadata();
   // An empty key is no key: the proxy cannot route by it (nginx sends it where keyless calls
   // go), so it must not make a generated id, nor pass for a key behind the proxy.
-  if (auto it = metadata.find(kSequenceKeyMetadata);
-      it != metadata.end() && !it->second.empty()) {
+  if (auto it = metadata.find(kSequenceKeyMetadata); it != metadata.end() && !it->second.empty()) {
     route.key = std::string(it->second.data(), it->second.size());
   }
   route.proxied = metadata.find(kProxyMetadata) != metadata.end();
@@ -50,8 +49,8 @@ absl::Status CheckForkId(const Route& route, absl::string_view source, absl::str
   if (RoutingKey(new_id) == want) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
       "new_id: ", Quoted(new_id), " routes by key ", Quoted(RoutingKey(new_id)),
-      ", but a fork lives on its source's replica, which key ", Quoted(want),
-      " reaches; name it '", want, "/...' (or leave new_id empty for a generated one)"));
+      ", but a fork lives on its source's replica, which key ", Quoted(want), " reaches; name it '",
+      want, "/...' (or leave new_id empty for a generated one)"));
 }
 
 absl::Status CheckCreateWithoutId(const Route& route) {

@@ -411,8 +411,8 @@ absl::StatusOr<std::vector<AppendResult>> KvCache::AppendMany(
     auto [it, inserted] = order.emplace(inputs[i].id, i);
     if (!inserted) {
       return absl::InvalidArgumentError(
-          absl::StrCat(items, "[", i, "]: sequence ", QuotedId(inputs[i].id), " appears twice (also ",
-                       items, "[", it->second, "])"));
+          absl::StrCat(items, "[", i, "]: sequence ", QuotedId(inputs[i].id),
+                       " appears twice (also ", items, "[", it->second, "])"));
     }
   }
   std::vector<SequenceRegistry::Lease> leases;
@@ -439,11 +439,11 @@ absl::StatusOr<std::vector<AppendResult>> KvCache::AppendMany(
     s.mu.AssertHeld();
     absl::Status status = CheckAppend(s, layer, inputs[i], decode);
     if (!status.ok()) {
-      return absl::Status(status.code(), absl::StrCat(items, "[", i, "] (sequence ",
-                                                      QuotedId(s.id), "): ", status.message()));
+      return absl::Status(status.code(), absl::StrCat(items, "[", i, "] (sequence ", QuotedId(s.id),
+                                                      "): ", status.message()));
     }
-    for (const Block* block : BlocksToCopy(s.layers[static_cast<size_t>(layer)], s.layout,
-                                           inputs[i].k.dim(0))) {
+    for (const Block* block :
+         BlocksToCopy(s.layers[static_cast<size_t>(layer)], s.layout, inputs[i].k.dim(0))) {
       copies.push_back(block);
     }
   }
@@ -458,7 +458,8 @@ absl::StatusOr<std::vector<AppendResult>> KvCache::AppendMany(
   };
   std::vector<BlockRef> fresh;
   ATTEND_RETURN_IF_ERROR(TakeBlocks(need, copies, &fresh, [&] {
-    if (decode) return absl::StrCat("a decode step of ", inputs.size(), " sequences in layer ", layer);
+    if (decode)
+      return absl::StrCat("a decode step of ", inputs.size(), " sequences in layer ", layer);
     int64_t tokens = 0;
     for (const AppendInput& in : inputs) tokens += in.k.dim(0);
     return absl::StrCat("appending ", tokens, " tokens of ", inputs.size(), " sequences to layer ",
@@ -519,9 +520,8 @@ absl::StatusOr<SequenceInfo> KvCache::Fork(absl::string_view source, absl::strin
     ATTEND_RETURN_IF_ERROR(CheckSequenceId(new_id, "new_id"));
   } else if (absl::Status key = CheckGeneratedKey(RoutingKey(source), "source_id's routing key");
              !key.ok() && CheckSequenceId(source, "").ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("new_id: empty, and a generated one cannot route by its source's key: ",
-                     key.message()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "new_id: empty, and a generated one cannot route by its source's key: ", key.message()));
   }
   // Negative is bad input whatever the source holds (as for Truncate); past its end is not.
   if (tokens && *tokens < 0) {
@@ -571,11 +571,14 @@ absl::StatusOr<SequenceInfo> KvCache::Fork(absl::string_view source, absl::strin
     const bool own_partial = partial >= 0 && layout.blocks_for(from->reserved_tokens) > partial;
     const int64_t copies_needed = own_partial ? static_cast<int64_t>(from->layers.size()) : 0;
     std::vector<BlockRef> copies;
-    ATTEND_RETURN_IF_ERROR(TakeBlocks([copies_needed] { return copies_needed; }, {}, &copies, [&] {
-      return absl::StrCat("forking ", QuotedId(source), " at ", length,
-                          " tokens (a copy of the partly written block the source's reservation "
-                          "covers, in each layer)");
-    }));
+    ATTEND_RETURN_IF_ERROR(
+        TakeBlocks([copies_needed] { return copies_needed; }, {}, &copies,
+                   [&] {
+                     return absl::StrCat(
+                         "forking ", QuotedId(source), " at ", length,
+                         " tokens (a copy of the partly written block the source's reservation "
+                         "covers, in each layer)");
+                   }));
     layers.resize(from->layers.size());
     for (size_t l = 0; l < layers.size(); ++l) {
       const CachedLayer& src = from->layers[l];

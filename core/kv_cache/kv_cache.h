@@ -111,7 +111,7 @@ struct CacheStats {
   int64_t blocks_used = 0;
   int64_t blocks_free = 0;
   int64_t sequences = 0;
-  int64_t tokens = 0;  // over sequences and layers
+  int64_t tokens = 0;                   // over sequences and layers
   int64_t bookkeeping_bytes = 0;        // charged to the sequences (see max_bookkeeping_bytes)
   int64_t bookkeeping_limit_bytes = 0;  // max_bookkeeping_bytes as applied
   int64_t evictions = 0;
@@ -158,8 +158,7 @@ class KvCache {
   // primitives its prefills need (WarmUpPagedAttention: tens of ms, once), so that appends
   // do not.
   absl::StatusOr<SequenceInfo> Create(const SequenceConfig& config, absl::string_view id,
-                                      int64_t reserve_tokens,
-                                      absl::string_view generated_key = {});
+                                      int64_t reserve_tokens, absl::string_view generated_key = {});
 
   // Appends one layer's new tokens to one sequence and returns the attention of its queries.
   // All shapes must match the sequence's config; n >= 1. With `want_weights`, weights larger

@@ -36,9 +36,10 @@ absl::Status CheckSequenceId(absl::string_view id, absl::string_view field) {
   // must not read as a relative path wherever it is written.
   for (absl::string_view part : absl::StrSplit(id, kRoutingKeySeparator)) {
     if (part.empty() || part == "." || part == "..") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, ": '", id.substr(0, 64), "' has an empty, '.' or '..' part between '/'s; the "
-          "part before the first '/' is the id's routing key"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": '", id.substr(0, 64),
+                       "' has an empty, '.' or '..' part between '/'s; the "
+                       "part before the first '/' is the id's routing key"));
     }
   }
   return absl::OkStatus();
@@ -146,12 +147,12 @@ absl::Status SequenceRegistry::CheckRoomLocked(absl::string_view id, int64_t boo
                                                      " sequences, its limit (--max_sequences)"));
   }
   if (bookkeeping_bytes > max_bookkeeping_bytes_ - bookkeeping_bytes_) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        what, " needs ", FormatBytes(static_cast<double>(bookkeeping_bytes)),
-        " of bookkeeping (its layers' block tables); the cache's ", sequences_.size(),
-        " sequences hold ", FormatBytes(static_cast<double>(bookkeeping_bytes_)), " of the ",
-        FormatBytes(static_cast<double>(max_bookkeeping_bytes_)),
-        " bookkeeping limit (--kv_bookkeeping_bytes)"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat(what, " needs ", FormatBytes(static_cast<double>(bookkeeping_bytes)),
+                     " of bookkeeping (its layers' block tables); the cache's ", sequences_.size(),
+                     " sequences hold ", FormatBytes(static_cast<double>(bookkeeping_bytes_)),
+                     " of the ", FormatBytes(static_cast<double>(max_bookkeeping_bytes_)),
+                     " bookkeeping limit (--kv_bookkeeping_bytes)"));
   }
   return absl::OkStatus();
 }

@@ -89,8 +89,8 @@ class SequenceRegistry {
   // Adds `sequence` as `id` (empty: a generated one, stored in sequence->id, which routes by
   // `generated_key` when that is not empty: "<key>/<16 hex digits>"), after checking the room
   // again (for its bookkeeping_bytes, on behalf of `what`). REQUIRES: a generated id would be
-  // valid (CheckGeneratedKey). REQUIRES: the caller holds sequence->mu, so that no operation on the new id can
-  // run before the caller has described it.
+  // valid (CheckGeneratedKey). REQUIRES: the caller holds sequence->mu, so that no operation on the
+  // new id can run before the caller has described it.
   absl::Status Publish(const std::shared_ptr<Sequence>& sequence, absl::string_view id,
                        absl::string_view what, absl::string_view generated_key = {})
       ABSL_LOCKS_EXCLUDED(mu_);

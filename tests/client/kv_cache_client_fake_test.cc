@@ -265,7 +265,7 @@ TEST_F(KvCacheClientFakeTest, EveryCallNamingASequenceSendsItsKey) {
     ASSERT_OK(stream->Write(batch));
     ASSERT_OK(stream->Finish());
   }
-  ASSERT_OK(kv.GetSequence("bad\nid"));  // not a header value: sent without a key
+  ASSERT_OK(kv.GetSequence("bad\nid"));        // not a header value: sent without a key
   ASSERT_OK(kv.GetSequence("family/member"));  // the routing key: up to the first '/'
   ASSERT_OK(kv.Release("family/a/b"));
 
@@ -273,14 +273,22 @@ TEST_F(KvCacheClientFakeTest, EveryCallNamingASequenceSendsItsKey) {
   ASSERT_EQ(generated->sequence_id().size(), 20u) << generated->sequence_id();
   EXPECT_EQ(generated->sequence_id().rfind("seq-", 0), 0u) << generated->sequence_id();
   const std::vector<std::pair<std::string, Key>> expected = {
-      {"CreateSequence", "c-1"},       {"CreateSequence", generated->sequence_id()},
-      {"Append", "a-1"},               {"DecodeBatch", "first"},
-      {"DecodeBatch", std::nullopt},   {"Fork", "source"},
-      {"Fork", "source"},              {"Fork", std::nullopt},
-      {"Truncate", "t-1"},             {"Release", "r-1"},
-      {"GetSequence", "g-1"},          {"ListSequences", std::nullopt},
-      {"Stats", std::nullopt},         {"DecodeStream", "first"},
-      {"GetSequence", std::nullopt},   {"GetSequence", "family"},
+      {"CreateSequence", "c-1"},
+      {"CreateSequence", generated->sequence_id()},
+      {"Append", "a-1"},
+      {"DecodeBatch", "first"},
+      {"DecodeBatch", std::nullopt},
+      {"Fork", "source"},
+      {"Fork", "source"},
+      {"Fork", std::nullopt},
+      {"Truncate", "t-1"},
+      {"Release", "r-1"},
+      {"GetSequence", "g-1"},
+      {"ListSequences", std::nullopt},
+      {"Stats", std::nullopt},
+      {"DecodeStream", "first"},
+      {"GetSequence", std::nullopt},
+      {"GetSequence", "family"},
       {"Release", "family"}};
   const std::vector<FakeKvCache::Call> calls = fake_.calls();
   ASSERT_EQ(calls.size(), expected.size());

@@ -302,9 +302,9 @@ TEST_F(KvCacheServiceTest, AppendBatchPacksRaggedSequencesAndIsAllOrNothing) {
   EXPECT_THAT(response.first_positions(), ::testing::ElementsAre(5, 17, 1));
   out = Floats(response.output());
   for (size_t i = 0; i < ids.size(); ++i) {
-    ExpectNear(std::vector<float>(out.begin() + i * kHeads * kDim,
-                                  out.begin() + (i + 1) * kHeads * kDim),
-               Reference(tokens[i], prompt[i] + 1, prompt[i]), 2e-5);
+    ExpectNear(
+        std::vector<float>(out.begin() + i * kHeads * kDim, out.begin() + (i + 1) * kHeads * kDim),
+        Reference(tokens[i], prompt[i] + 1, prompt[i]), 2e-5);
   }
 }
 

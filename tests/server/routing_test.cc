@@ -145,9 +145,9 @@ TEST_F(RoutingTest, EveryCallIsCheckedAgainstItsKey) {
   int round = 0;
   for (const std::string& shape : {std::string("plain"), std::string("family/member")}) {
     const std::string root = shape == "plain" ? "plain" : "family";
-    const std::vector<Meta> metas = {{std::nullopt, false}, {root, false},       {"other", false},
-                                     {std::nullopt, true},  {root, true},        {"other", true},
-                                     {shape + "x", false},  {"family/member", false}};
+    const std::vector<Meta> metas = {
+        {std::nullopt, false}, {root, false},   {"other", false},     {std::nullopt, true},
+        {root, true},          {"other", true}, {shape + "x", false}, {"family/member", false}};
     for (const Meta& meta : metas) {
       const std::string id = absl::StrCat(shape, "-", round++);
       const std::string key = std::string(RoutingKey(id));
@@ -230,7 +230,8 @@ TEST_F(RoutingTest, GeneratedIdsRouteByTheCallsKey) {
   ASSERT_TRUE(Create("", {}, &info).ok());
   EXPECT_TRUE(absl::StartsWith(info.sequence_id(), "seq-")) << info.sequence_id();
   // A key that cannot start an id: refused, naming it.
-  for (const std::string& bad : {std::string("a/b"), std::string(112, 'k'), std::string("sp ace")}) {
+  for (const std::string& bad :
+       {std::string("a/b"), std::string(112, 'k'), std::string("sp ace")}) {
     const grpc::Status status = Create("", {bad, false});
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << bad;
   }

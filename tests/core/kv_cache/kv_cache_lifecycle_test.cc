@@ -409,8 +409,9 @@ void MakeSharedPartialBlock(KvCache& cache, const Input& input) {
   SequenceConfig config = Config(kRaceLayers, 2, 1, 4, DType::kFloat32);
   ASSERT_TRUE(cache.Create(config, "P", 64).ok());
   for (int64_t l = 0; l < kRaceLayers; ++l) {
-    ASSERT_TRUE(cache.Append(l, input.Make("P", 61, 2, 1, 4, /*with_q=*/false), Precision::kFloat32,
-                             false, nullptr)
+    ASSERT_TRUE(cache
+                    .Append(l, input.Make("P", 61, 2, 1, 4, /*with_q=*/false), Precision::kFloat32,
+                            false, nullptr)
                     .ok());
   }
   ASSERT_TRUE(cache.Fork("P", "S", std::nullopt).ok());

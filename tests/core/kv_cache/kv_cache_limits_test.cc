@@ -156,8 +156,9 @@ TEST(KvCacheLimits, BookkeepingPerSequenceIsBounded) {
     }
     ASSERT_LE(cache.Stats().bookkeeping_bytes, options.max_bookkeeping_bytes);
   }
-  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kResourceExhausted,
-                                {"bookkeeping", "4096 layers", "--kv_bookkeeping_bytes", "8.00 MiB"}));
+  EXPECT_THAT(refused,
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       {"bookkeeping", "4096 layers", "--kv_bookkeeping_bytes", "8.00 MiB"}));
   // Each sequence of 4096 layers needs at least 4096 block tables.
   EXPECT_LE(created * 4096 * int64_t{24}, options.max_bookkeeping_bytes);
   EXPECT_GT(created, 0);

@@ -287,8 +287,8 @@ TEST(KvCache, Int8StorageRoundsHalfToEven) {
 // stores the values as given, must accept all of them.
 TEST(KvCache, WhatAnAppendAcceptsCanBeReadBack) {
   const float big = std::numeric_limits<float>::max();
-  const std::vector<float> extremes = {big, -big, std::nextafter(big, 0.0f), 3.0e38f, 0x1p127f,
-                                       1.0e38f, -2.9e38f};
+  const std::vector<float> extremes = {
+      big, -big, std::nextafter(big, 0.0f), 3.0e38f, 0x1p127f, 1.0e38f, -2.9e38f};
   const std::vector<float> q = {0.1f, -0.2f, 0.3f, 0.05f, -0.7f, 0.4f, 0.2f, -0.1f};
   const std::vector<float> plain = {0.1f, 0.2f, 0.3f, 0.4f};
   for (const Shape& shape : {Shape{1, 1, 4}, Shape{2, 1, 4}}) {
@@ -380,12 +380,14 @@ TEST(KvCache, AppendBatchEqualsSeparateAppends) {
       fresh.push_back(1 + static_cast<int64_t>(rng() % (rng() % 2 ? 1 : 300)));
       tokens.push_back(MakeTokens(cached[s] + fresh[s], shape, 1000 * round + s));
       ids.push_back(absl::StrCat("seq", s));
-      const DType dtype = s % 3 == 0 ? DType::kFloat32 : s % 3 == 1 ? DType::kBFloat16 : DType::kInt8;
+      const DType dtype = s % 3 == 0   ? DType::kFloat32
+                          : s % 3 == 1 ? DType::kBFloat16
+                                       : DType::kInt8;
       for (KvCache* cache : {&batched, &separate}) {
         ASSERT_OK(cache->Create(Config(shape, dtype, 2), ids[s], 0));
         if (cached[s] > 0) {
-          ASSERT_OK(cache->Append(1, tokens[s].Input(ids[s], 0, cached[s]), Precision::kAuto,
-                                  false, nullptr));
+          ASSERT_OK(cache->Append(1, tokens[s].Input(ids[s], 0, cached[s]), Precision::kAuto, false,
+                                  nullptr));
         }
       }
     }
@@ -430,27 +432,27 @@ TEST(KvCache, AppendBatchIsAllOrNothing) {
     }
     EXPECT_EQ(cache.Stats().used_bytes, used);
   };
-  EXPECT_THAT(cache.AppendBatch(0, {t.Input("a", 0, 5), t.Input("a", 5, 3)}, Precision::kAuto,
-                                nullptr),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       {"sequence_ids[1]", "appears twice", "sequence_ids[0]"}));
+  EXPECT_THAT(
+      cache.AppendBatch(0, {t.Input("a", 0, 5), t.Input("a", 5, 3)}, Precision::kAuto, nullptr),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               {"sequence_ids[1]", "appears twice", "sequence_ids[0]"}));
   unchanged();
-  EXPECT_THAT(cache.AppendBatch(0, {t.Input("a", 0, 5), t.Input("nobody", 5, 3)},
-                                Precision::kAuto, nullptr),
+  EXPECT_THAT(cache.AppendBatch(0, {t.Input("a", 0, 5), t.Input("nobody", 5, 3)}, Precision::kAuto,
+                                nullptr),
               StatusIs(absl::StatusCode::kNotFound, {"sequence_ids[1]", "'nobody'"}));
   unchanged();
-  EXPECT_THAT(cache.AppendBatch(0, {t.Input("a", 0, 5), t.Input("wide", 5, 3)},
-                              Precision::kAuto, nullptr),
-              StatusIs(absl::StatusCode::kInvalidArgument, {"sequence_ids[1]", "'wide'"}));
+  EXPECT_THAT(
+      cache.AppendBatch(0, {t.Input("a", 0, 5), t.Input("wide", 5, 3)}, Precision::kAuto, nullptr),
+      StatusIs(absl::StatusCode::kInvalidArgument, {"sequence_ids[1]", "'wide'"}));
   unchanged();
-  EXPECT_THAT(cache.AppendBatch(2, {t.Input("a", 0, 5), t.Input("b", 5, 3)}, Precision::kAuto,
-                                nullptr),
-              StatusIs(absl::StatusCode::kInvalidArgument, {"sequence_ids[0]", "layer 2"}));
+  EXPECT_THAT(
+      cache.AppendBatch(2, {t.Input("a", 0, 5), t.Input("b", 5, 3)}, Precision::kAuto, nullptr),
+      StatusIs(absl::StatusCode::kInvalidArgument, {"sequence_ids[0]", "layer 2"}));
   unchanged();
   EXPECT_THAT(cache.AppendBatch(0, {}, Precision::kAuto, nullptr),
               StatusIs(absl::StatusCode::kInvalidArgument, {"sequence_ids: empty"}));
-  ASSERT_OK(cache.AppendBatch(0, {t.Input("a", 0, 5), t.Input("b", 5, 3)}, Precision::kAuto,
-                              nullptr));
+  ASSERT_OK(
+      cache.AppendBatch(0, {t.Input("a", 0, 5), t.Input("b", 5, 3)}, Precision::kAuto, nullptr));
   EXPECT_EQ(cache.Get("a")->layer_tokens[0], 5);
   EXPECT_EQ(cache.Get("b")->layer_tokens[0], 3);
 }
