@@ -62,6 +62,13 @@ inline int64_t BookkeepingBytes(int64_t layers, int64_t block_refs) {
          block_refs * static_cast<int64_t>(sizeof(BlockRef));
 }
 
+// The bookkeeping (BookkeepingBytes) a block table gains going from `before` to `after` slots
+// (negative when it shrinks).
+inline int64_t SlotBytes(size_t after, size_t before) {
+  return (static_cast<int64_t>(after) - static_cast<int64_t>(before)) *
+         static_cast<int64_t>(sizeof(BlockRef));
+}
+
 }  // namespace attend::kv
 
 #endif  // ATTEND_CORE_KV_CACHE_SEQUENCE_H_
