@@ -117,13 +117,26 @@ absl::StatusOr<Precision> DecodePrecision(v1::Precision precision) {
 
 void EncodeTensor(absl::Span<const float> values, absl::Span<const int64_t> shape, bool as_values,
                   DType dtype, v1::Tensor* out) {
+  const absl::Span<const float> parts[] = {values};
+  EncodeTensorParts(parts, shape, as_values, dtype, out);
+}
+
+void EncodeTensorParts(absl::Span<const absl::Span<const float>> parts,
+                       absl::Span<const int64_t> shape, bool as_values, DType dtype,
+                       v1::Tensor* out) {
   out->Clear();
   out->mutable_shape()->Add(shape.begin(), shape.end());
+  size_t elements = 0;
+  for (absl::Span<const float> part : parts) elements += part.size();
   if (as_values) {
     out->set_dtype(v1::FLOAT32);
     auto* dst = out->mutable_values();
-    dst->Resize(static_cast<int>(values.size()), 0.0f);
-    std::memcpy(dst->mutable_data(), values.data(), values.size() * sizeof(float));
+    dst->Resize(static_cast<int>(elements), 0.0f);
+    float* at = dst->mutable_data();
+    for (absl::Span<const float> part : parts) {
+      if (!part.empty()) std::memcpy(at, part.data(), part.size() * sizeof(float));
+      at += part.size();
+    }
     return;
   }
   switch (dtype) {
@@ -139,7 +152,9 @@ void EncodeTensor(absl::Span<const float> values, absl::Span<const int64_t> shap
     case DType::kInt8:  // storage only: never an output dtype
       break;
   }
-  AppendEncoded(values, dtype, out->mutable_data());
+  std::string* data = out->mutable_data();
+  data->reserve(elements * static_cast<size_t>(DTypeSize(dtype)));
+  for (absl::Span<const float> part : parts) AppendEncoded(part, dtype, data);
 }
 
 int64_t EncodedBytes(int64_t elements, bool as_values, DType dtype) {

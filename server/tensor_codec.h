@@ -41,6 +41,12 @@ absl::StatusOr<Precision> DecodePrecision(v1::Precision precision);
 // little-endian `dtype` bytes.
 void EncodeTensor(absl::Span<const float> values, absl::Span<const int64_t> shape, bool as_values,
                   DType dtype, v1::Tensor* out);
+// As EncodeTensor, for values held in several parts (one per sequence of a batch), written one
+// after the other straight into `out`: a batch's output is not gathered into one buffer first
+// (for a prompt chunk that copy was megabytes a call).
+void EncodeTensorParts(absl::Span<const absl::Span<const float>> parts,
+                       absl::Span<const int64_t> shape, bool as_values, DType dtype,
+                       v1::Tensor* out);
 
 // OK when every value fits `dtype` (float16 holds up to 65504); INVALID_ARGUMENT naming `field`,
 // the element and what to ask for instead otherwise, so that no answer carries an infinity.

@@ -1,5 +1,6 @@
 // attend.v1.KvCache through a real channel: cached attention, batches and streams, forks,
 // budgets, eviction, metrics, and bad input that changes nothing.
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <thread>
@@ -306,6 +307,74 @@ TEST_F(KvCacheServiceTest, AppendBatchPacksRaggedSequencesAndIsAllOrNothing) {
         std::vector<float>(out.begin() + i * kHeads * kDim, out.begin() + (i + 1) * kHeads * kDim),
         Reference(tokens[i], prompt[i] + 1, prompt[i]), 2e-5);
   }
+}
+
+// ComputeStats' phases say where the server's time on a call went: each is a duration (>= 0),
+// the engine's writes show as cache time, and together with the queue and the compute they fit
+// inside what the client waited, for every call that carries them.
+TEST_F(KvCacheServiceTest, CallPhasesFitInsideTheClientsWait) {
+  v1::SequenceInfo info;
+  ASSERT_TRUE(Create("ph-0", &info).ok());
+  ASSERT_TRUE(Create("ph-1", &info).ok());
+  const Tokens t = Make(40, 7);
+  const auto check = [](const std::string& what, const v1::ComputeStats& s, double waited,
+                        bool computed) {
+    SCOPED_TRACE(what);
+    EXPECT_GE(s.prepare_seconds(), 0.0);
+    EXPECT_GT(s.cache_seconds(), 0.0);  // the new tokens were written
+    EXPECT_GE(s.respond_seconds(), 0.0);
+    EXPECT_EQ(s.compute_seconds() > 0.0, computed);
+    EXPECT_LE(s.queue_seconds() + s.prepare_seconds() + s.cache_seconds() + s.compute_seconds() +
+                  s.respond_seconds(),
+              waited);
+  };
+  const auto timed = [](const auto& call) {
+    const auto start = std::chrono::steady_clock::now();
+    const grpc::Status status = call();
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+
+  v1::AppendResponse append;
+  double waited = timed([&] { return Append(AppendOf("ph-0", 0, t, 0, 32), &append); });
+  check("Append", append.stats(), waited, true);
+
+  v1::AppendBatchRequest batch;
+  batch.set_layer(0);
+  batch.add_sequence_ids("ph-1");
+  batch.add_token_counts(32);
+  *batch.mutable_k() = F32Data({32, kKvHeads, kDim}, Slice(t.k, 0, 32, kKvHeads * kDim));
+  *batch.mutable_v() = F32Data({32, kKvHeads, kDim}, Slice(t.v, 0, 32, kKvHeads * kDim));
+  v1::AppendBatchResponse appended;
+  waited = timed([&] {
+    grpc::ClientContext context;
+    return stub_->AppendBatch(&context, batch, &appended);
+  });
+  check("AppendBatch without q", appended.stats(), waited, false);
+
+  batch.set_layer(1);
+  *batch.mutable_q() = F32Data({32, kHeads, kDim}, Slice(t.q, 0, 32, kHeads * kDim));
+  waited = timed([&] {
+    grpc::ClientContext context;
+    return stub_->AppendBatch(&context, batch, &appended);
+  });
+  check("AppendBatch", appended.stats(), waited, true);
+
+  v1::DecodeBatchRequest decode;
+  decode.set_layer(0);
+  for (const std::string id : {"ph-0", "ph-1"}) {
+    v1::DecodeStep* step = decode.add_steps();
+    step->set_sequence_id(id);
+    *step->mutable_q() = F32Data({1, kHeads, kDim}, Slice(t.q, 32, 1, kHeads * kDim));
+    *step->mutable_k() = F32Data({1, kKvHeads, kDim}, Slice(t.k, 32, 1, kKvHeads * kDim));
+    *step->mutable_v() = F32Data({1, kKvHeads, kDim}, Slice(t.v, 32, 1, kKvHeads * kDim));
+  }
+  v1::DecodeBatchResponse decoded;
+  waited = timed([&] {
+    grpc::ClientContext context;
+    return stub_->DecodeBatch(&context, decode, &decoded);
+  });
+  check("DecodeBatch", decoded.stats(), waited, true);
 }
 
 TEST_F(KvCacheServiceTest, DecodeStreamAnswersInOrderAndSurvivesBadMessages) {

@@ -24,7 +24,8 @@ from .tensors import (dtype_enum, encode, from_proto, precision_enum,
                       serialize_with_tensors, tensor_field_bytes, element_bytes)
 from .v1 import kv_cache_pb2, tensor_pb2
 
-__all__ = ["KvCacheMixin", "AppendResult", "AppendBatchResult", "DecodeBatchResult",
+__all__ = ["KvCacheMixin", "AppendResult", "AppendBatchResult", "PendingAppendBatch",
+           "DecodeBatchResult",
            "DecodeMessage", "DecodeStreamReply", "DecodeStream", "generate_sequence_id"]
 
 _SERVICE = "/attend.v1.KvCache/"
@@ -74,6 +75,69 @@ class AppendBatchResult:
         return ("AppendBatchResult(output=%s, first_positions=%s, layer_tokens=%s, calls=%d)"
                 % (_shape_text(self.output), self.first_positions, self.layer_tokens,
                    self.calls))
+
+
+class PendingAppendBatch:
+    """An append_batch in flight (append_batch_async). result(timeout=None) waits and returns
+    the AppendBatchResult or raises the call's attend.errors.Error (DeadlineExceeded when
+    `timeout` seconds pass first: the call goes on); done() says whether it finished;
+    cancel() cancels a call that has not finished (the server may have applied it: read the
+    sequences' layer_tokens before sending the tokens again)."""
+
+    def __init__(self, future=None, finish=None, again=None, worker=None):
+        self._future = future
+        self._finish = finish
+        self._again = again
+        self._worker = worker
+        self._result = None
+        self._error = None
+        self._settled = False
+
+    def done(self):
+        return self._settled or (self._future or self._worker).done()
+
+    def cancel(self):
+        return False if self._settled else (self._future or self._worker).cancel()
+
+    def result(self, timeout=None):
+        if not self._settled:
+            self._settle(timeout)
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+    def _settle(self, timeout):
+        import concurrent.futures
+        try:
+            if self._worker is not None:
+                try:
+                    self._result = self._worker.result(timeout)
+                except concurrent.futures.TimeoutError:
+                    raise _WaitTimedOut() from None
+            else:
+                try:
+                    response = self._future.result(timeout)
+                except grpc.FutureTimeoutError:
+                    raise _WaitTimedOut() from None
+                except grpc.FutureCancelledError:
+                    raise concurrent.futures.CancelledError() from None
+                except grpc.RpcError as e:
+                    self._result = self._again(errors.from_rpc_error(e))
+                else:
+                    self._result = self._finish(response)
+        except _WaitTimedOut:
+            # The wait ran out, not the call: it goes on, and result() may be asked again.
+            raise errors.DeadlineExceeded("append_batch_async: no answer within %g s; the call "
+                                          "goes on" % timeout) from None
+        except concurrent.futures.CancelledError:
+            self._error = errors.Cancelled("append_batch_async: cancelled by the client")
+        except errors.Error as e:
+            self._error = e
+        self._settled = True
+
+
+class _WaitTimedOut(Exception):
+    pass
 
 
 class DecodeBatchResult:
@@ -148,6 +212,9 @@ def _sum_stats(stats):
         total.attention_flops += s.attention_flops
         total.compute_seconds += s.compute_seconds
         total.queue_seconds += s.queue_seconds
+        total.prepare_seconds += s.prepare_seconds
+        total.cache_seconds += s.cache_seconds
+        total.respond_seconds += s.respond_seconds
         if s.engine and s.engine not in engines:
             engines.append(s.engine)
     total.engine = ",".join(engines)
@@ -335,6 +402,28 @@ class KvCacheMixin:
 
     def append_batch(self, layer, sequence_ids, q, k, v, counts=None, *, precision=None,
                      output_dtype=None):
+        return self._append_batch(layer, sequence_ids, q, k, v, counts, precision,
+                                  output_dtype, wait=True)
+
+    def append_batch_async(self, layer, sequence_ids, q, k, v, counts=None, *, precision=None,
+                           output_dtype=None):
+        """append_batch, started and not waited for: returns a PendingAppendBatch at once,
+        whose result() is the AppendBatchResult (or raises what append_batch would have).
+
+        For overlap: a model keeps one half of its batch's layer call in flight while the
+        accelerator works on the other half (attend.llama's generate(overlap=True) does so).
+        The arguments are checked and the request is encoded before this returns, so q, k and
+        v may be changed afterwards. A batch that fits one message is one asynchronous gRPC
+        call (no thread); a batch that must be split runs its calls in order on a worker thread
+        of the client. Calls started together run together in the server when they name
+        different sequences; two in flight for the same sequence and layer append in the order
+        the server receives them, which is not defined: wait for one before starting the other.
+        """
+        return self._append_batch(layer, sequence_ids, q, k, v, counts, precision,
+                                  output_dtype, wait=False)
+
+    def _append_batch(self, layer, sequence_ids, q, k, v, counts, precision, output_dtype,
+                      wait):
         """Appends one layer's new tokens of several sequences and returns an AppendBatchResult.
 
         The tokens are packed: sequence i's rows are [sum(counts[:i]), sum(counts[:i+1])) of q,
@@ -398,9 +487,54 @@ class KvCacheMixin:
                                       % (len(response.first_positions), len(pieces)))
             return response, list(response.first_positions), list(response.layer_tokens)
 
-        output, first, tokens, stats, calls = self._split_calls(
-            ids, counts, qe, ke, ve, out_dtype, send, "AppendBatch", layer=layer)
-        return AppendBatchResult(output, first, tokens, stats, calls)
+        def run():
+            output, first, tokens, stats, calls = self._split_calls(
+                ids, counts, qe, ke, ve, out_dtype, send, "AppendBatch", layer=layer)
+            return AppendBatchResult(output, first, tokens, stats, calls)
+
+        if wait:
+            return run()
+        conn = self._connection
+        request_row = sum(e.nbytes // max(e.shape[0], 1) for e in (qe, ke, ve) if e is not None)
+        response_row = (qe.shape[1] * ve.shape[2] * element_bytes(out_dtype)
+                        if qe is not None else 0)
+        plan = plan_calls(counts, [len(sid.encode()) for sid in ids], request_row, response_row,
+                          conn.effective_message_limit())
+        if len(plan) > 1:
+            return PendingAppendBatch(worker=self._async_worker().submit(run))
+        request.sequence_ids.extend(ids)
+        request.token_counts.extend(counts)
+        body = serialize_with_tensors(request, {4: qe, 5: ke, 6: ve})
+        future = method.future(body, timeout=conn.deadline, metadata=key_metadata(key))
+
+        def finish(response):
+            if len(response.first_positions) != len(ids) or \
+                    len(response.layer_tokens) != len(ids):
+                raise errors.Internal("AppendBatch: %d positions for %d sequences"
+                                      % (len(response.first_positions), len(ids)))
+            output = from_proto(response.output, qe.like) if qe is not None else None
+            return AppendBatchResult(output, list(response.first_positions),
+                                     list(response.layer_tokens), response.stats, 1)
+
+        def again(error):
+            # Refused for its size before anything was applied: the limit is learnt, and the
+            # batch goes again in calls that fit, now, on the caller's thread.
+            if conn.learn_limit(error):
+                request.ClearField("sequence_ids")
+                request.ClearField("token_counts")
+                return run()
+            raise error
+
+        return PendingAppendBatch(future=future, finish=finish, again=again)
+
+    def _async_worker(self):
+        """The client's worker threads for asynchronous calls that need several RPCs."""
+        worker = getattr(self, "_async_pool", None)
+        if worker is None:
+            import concurrent.futures
+            worker = self._async_pool = concurrent.futures.ThreadPoolExecutor(
+                max_workers=4, thread_name_prefix="attend-async")
+        return worker
 
     def _split_calls(self, ids, counts, qe, ke, ve, out_dtype, send, rpc, layer=None):
         """Sends a packed batch in as many calls as the message limit needs (attend.batching):

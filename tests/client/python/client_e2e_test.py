@@ -449,6 +449,101 @@ class AppendBatch(unittest.TestCase):
                     small.release(info.sequence_id)
 
 
+class AppendBatchAsync(unittest.TestCase):
+    """append_batch_async: the calls of two halves of a batch in flight together answer as
+    append_batch does; a split batch (worker thread), a batch the server refuses for its size
+    (learnt limit, sent again) and failures come back through result()."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server("--kv_cache_bytes=512MiB")
+        cls.small = Server("--kv_cache_bytes=512MiB", "--max_message_bytes=1MiB")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+        cls.small.stop()
+
+    def test_halves_in_flight_together_match_one_synchronous_call(self):
+        rng = np.random.default_rng(21)
+        with attend.Client(self.server.target) as c:
+            for trial in range(3):
+                shape = dict(layers=2, n_head=4, n_head_kv=2, head_dim=16, kv_dtype="float32")
+                n = int(rng.integers(2, 7))
+                sync_ids = ["as%d-s/%d" % (trial, i) for i in range(n)]
+                async_ids = ["as%d-a/%d" % (trial, i) for i in range(n)]
+                for sid in sync_ids + async_ids:
+                    c.create_sequence(sid, **shape)
+                for layer in (0, 1, 0):  # prompts, then more tokens to the same layer
+                    counts = [int(rng.integers(1, 30)) for _ in range(n)]
+                    rows = sum(counts)
+                    q, k, v = (rand(rng, (rows, h, 16)) for h in (4, 2, 2))
+                    want = c.append_batch(layer, sync_ids, q, k, v, counts=counts)
+                    half = n // 2
+                    cut = sum(counts[:half])
+                    first = c.append_batch_async(layer, async_ids[:half], q[:cut], k[:cut],
+                                                 v[:cut], counts=counts[:half])
+                    second = c.append_batch_async(layer, async_ids[half:], q[cut:], k[cut:],
+                                                  v[cut:], counts=counts[half:])
+                    # The arrays may change once the calls are started.
+                    q[:] = 0
+                    got = [second.result(), first.result()]
+                    self.assertTrue(first.done() and second.done())
+                    np.testing.assert_allclose(
+                        np.concatenate([got[1].output, got[0].output]), want.output,
+                        rtol=1e-5, atol=1e-6)
+                    self.assertEqual(got[1].layer_tokens + got[0].layer_tokens,
+                                     want.layer_tokens)
+                    self.assertEqual(got[1].first_positions + got[0].first_positions,
+                                     want.first_positions)
+                    self.assertGreater(got[0].stats.compute_seconds, 0)
+                for sid in sync_ids + async_ids:
+                    c.release(sid)
+
+    def test_split_and_refused_batches_and_failures(self):
+        shape = dict(layers=1, n_head=8, n_head_kv=2, head_dim=64, kv_dtype="float32")
+        rng = np.random.default_rng(22)
+        counts = [500, 300]  # 3 KiB a token: more than a 1 MiB message
+        q, k, v = (rand(rng, (800, h, 64)) for h in (8, 2, 2))
+        with attend.Client(self.server.target) as big:
+            for sid in ("ref/0", "ref/1"):
+                big.create_sequence(sid, **shape)
+            want = big.append_batch(0, ["ref/0", "ref/1"], q, k, v, counts=counts)
+            for sid in ("ref/0", "ref/1"):
+                big.release(sid)
+        # The client knows the limit: the batch is split, on the client's worker thread.
+        with attend.Client(self.small.target, max_message_bytes=1 << 20) as c:
+            for sid in ("split/0", "split/1"):
+                c.create_sequence(sid, **shape)
+            pending = c.append_batch_async(0, ["split/0", "split/1"], q, k, v, counts=counts)
+            got = pending.result(timeout=120)
+            self.assertGreater(got.calls, 2)
+            np.testing.assert_allclose(got.output, want.output, rtol=1e-4, atol=1e-5)
+            for sid in ("split/0", "split/1"):
+                c.release(sid)
+        # The client does not know it: one call, refused for its size, sent again split.
+        with attend.Client(self.small.target) as c:
+            for sid in ("learn/0", "learn/1"):
+                c.create_sequence(sid, **shape)
+            got = c.append_batch_async(0, ["learn/0", "learn/1"], q, k, v,
+                                       counts=counts).result()
+            self.assertGreater(got.calls, 2)
+            self.assertEqual(got.layer_tokens, counts)
+            np.testing.assert_allclose(got.output, want.output, rtol=1e-4, atol=1e-5)
+            # Failures: raised by result(), every time it is asked, and nothing applied.
+            failing = c.append_batch_async(0, ["learn/0", "nobody"], q[:2], k[:2], v[:2])
+            for _ in range(2):
+                with self.assertRaises(attend.NotFound) as caught:
+                    failing.result()
+                self.assertIn("nobody", str(caught.exception))
+            self.assertEqual(list(c.get_sequence("learn/0").layer_tokens), [500])
+            # Bad arguments fail at once, before any call.
+            with self.assertRaises(attend.InvalidArgument):
+                c.append_batch_async(0, ["learn/0", "learn/0"], q[:2], k[:2], v[:2])
+            for sid in ("learn/0", "learn/1"):
+                c.release(sid)
+
+
 class Security(unittest.TestCase):
     """Mutual TLS and a bearer token, with the client's options."""
 
