@@ -11,7 +11,8 @@ Without --target it starts its own attend-server (build/server/attend-server, or
 free loopback port and stops it at the end. The defaults are small enough for a 2-core machine.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/offload_step.py --layers 2 --batch 2 \\
-        --prompt 64 --steps 4 [--kv_dtype bf16|f32] [--device cpu|cuda] [--target host:port]
+        --prompt 64 --steps 4 [--kv_dtype bf16|f32] [--device cpu|cuda] [--overlap] \\
+        [--target host:port]
 """
 import argparse
 import os
@@ -47,6 +48,9 @@ def parse_args():
     p.add_argument("--server_flag", action="append", default=[],
                    help="extra flag for the server this script starts (repeatable)")
     p.add_argument("--kv_dtype", choices=["bf16", "f32"], default="bf16")
+    p.add_argument("--overlap", action="store_true",
+                   help="also run (a) overlapped: two halves of the batch pipelined, one half's "
+                        "attention call in flight while the other half's dense layers run")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                    help="where the model runs for (a) and (c); cuda when available")
     return p.parse_args()
@@ -120,10 +124,11 @@ def main():
                                      args.device, target, " (started here)" if server else "",
                                      torch.__version__, torch.get_num_threads()))
 
-    def measure(model, make_attention):
+    def measure(model, make_attention, overlap=False):
         runs = []
         for i in range(args.repeats + 1):
-            r = model.generate(prompts, args.steps, teacher, attention=make_attention())
+            r = model.generate(prompts, args.steps, teacher, attention=make_attention(),
+                               overlap=overlap)
             if i:
                 runs.append(r)
         return best(runs)
@@ -132,6 +137,10 @@ def main():
         with attend.Client(target, deadline=600) as client:
             results = [("(a) attend", measure(
                 model_dev, lambda: llama.AttendAttention(client, kv_dtype=kv_dtype)))]
+            if args.overlap:
+                results.append(("(a) attend, overlapped", measure(
+                    model_dev, lambda: llama.AttendAttention(client, kv_dtype=kv_dtype),
+                    overlap=True)))
             left = client.stats()
         results.append(("(b) in-process CPU", measure(model_cpu, llama.LocalAttention)))
         if args.device == "cuda":
@@ -144,7 +153,7 @@ def main():
 
     for name, r in results:
         print(describe(name, r, args.steps))
-    a, b = results[0][1], results[1][1]
+    a, b = results[0][1], results[-2 if args.device == "cuda" else -1][1]
     diff = max(float((x - y).abs().max()) for x, y in zip(a.logits, b.logits))
     scale = max(float(y.abs().max()) for y in b.logits)
     print("logits (a) vs (b): max |difference| %.3g (max |logit| %.3g, relative %.2g)"

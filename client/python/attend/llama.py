@@ -139,31 +139,77 @@ class LlamaModel(torch.nn.Module):
     def device(self):
         return self.embed.weight.device
 
-    def forward(self, tokens, positions, counts, attention):
+    def forward(self, tokens, positions, counts, attention, overlap=False):
         """Logits [n, vocab] of the packed tokens [n] at positions [n]: sequence i's rows are
-        the counts[i] after the previous sequences'. attention(layer, q, k, v, counts) appends
-        k/v to each sequence's cache and returns the causal attention [n, n_head, head_dim]."""
-        c = self.config
-        n = tokens.shape[0]
+        the counts[i] after the previous sequences'. attention.start(layer, q, k, v, counts,
+        first) appends k/v to the caches of sequences first, first + 1, ... and returns a
+        handle whose result() is the causal attention [n, n_head, head_dim].
+
+        overlap: run the batch as two halves (sequences [0, m) and [m, batch)) pipelined so
+        that one half's attention call is always in flight while the other half's dense layers
+        run: layer L's attention of half 0 overlaps half 1's projections, and half 1's
+        overlaps half 0's output projection, MLP and next layer's projections. The same math
+        row by row as without overlap."""
         x = self.embed(tokens.to(self.device))
-        for layer, b in enumerate(self.blocks):
-            h = b.attn_norm(x)
-            q = rotary(b.wq(h).view(n, c.n_head, c.head_dim), positions, c.rope_theta)
-            k = rotary(b.wk(h).view(n, c.n_head_kv, c.head_dim), positions, c.rope_theta)
-            v = b.wv(h).view(n, c.n_head_kv, c.head_dim)
-            o = attention(layer, q.contiguous(), k.contiguous(), v.contiguous(), counts)
-            x = x + b.wo(o.reshape(n, c.n_head * c.head_dim).to(x.dtype))
-            h = b.mlp_norm(x)
-            x = x + b.w_down(F.silu(b.w_gate(h)) * b.w_up(h))
-        return self.lm_head(self.norm(x)).float()
+        if not overlap or len(counts) < 2:
+            for layer, b in enumerate(self.blocks):
+                o = self._start(b, layer, x, positions, counts, 0, attention).result()
+                x = self._finish(b, x, o)
+            return self.lm_head(self.norm(x)).float()
+        m = (len(counts) + 1) // 2
+        cut = sum(counts[:m])
+        parts = [(x[:cut], positions[:cut], counts[:m], 0),
+                 (x[cut:], positions[cut:], counts[m:], m)]
+        xs = [p[0] for p in parts]
+        pending = [None, None]
+        try:
+            for layer, b in enumerate(self.blocks):
+                for i, (_, pos, part_counts, first) in enumerate(parts):
+                    if pending[i] is not None:
+                        # The previous layer's output of this half; the other half's call is
+                        # still in flight meanwhile.
+                        done, pending[i] = pending[i], None
+                        xs[i] = self._finish(self.blocks[layer - 1], xs[i], done.result())
+                    pending[i] = self._start(b, layer, xs[i], pos, part_counts, first, attention)
+            for i in range(2):
+                done, pending[i] = pending[i], None
+                xs[i] = self._finish(self.blocks[-1], xs[i], done.result())
+        except BaseException:
+            # No call is left running unobserved behind a failed forward.
+            for p in pending:
+                if p is not None and hasattr(p, "cancel"):
+                    p.cancel()
+            raise
+        return self.lm_head(self.norm(torch.cat(xs))).float()
+
+    def _start(self, b, layer, x, positions, counts, first, attention):
+        """Block b's projections of x and the start of its attention call."""
+        c = self.config
+        n = x.shape[0]
+        h = b.attn_norm(x)
+        q = rotary(b.wq(h).view(n, c.n_head, c.head_dim), positions, c.rope_theta)
+        k = rotary(b.wk(h).view(n, c.n_head_kv, c.head_dim), positions, c.rope_theta)
+        v = b.wv(h).view(n, c.n_head_kv, c.head_dim)
+        return attention.start(layer, q.contiguous(), k.contiguous(), v.contiguous(), counts,
+                               first)
+
+    def _finish(self, b, x, o):
+        """Block b's output projection of the attention o, residual, and MLP."""
+        c = self.config
+        x = x + b.wo(o.reshape(x.shape[0], c.n_head * c.head_dim).to(x.dtype))
+        h = b.mlp_norm(x)
+        return x + b.w_down(F.silu(b.w_gate(h)) * b.w_up(h))
 
     @torch.no_grad()
-    def generate(self, prompt_token_lists, steps, teacher_forced_tokens=None, attention=None):
+    def generate(self, prompt_token_lists, steps, teacher_forced_tokens=None, attention=None,
+                 overlap=False):
         """Runs the prompts (one packed forward; lists of different lengths) then steps - 1
         decode forwards (one token per sequence each), and returns a GenerateResult with
         `steps` logits. teacher_forced_tokens[i][t]: the t-th token fed to sequence i (else the
         argmax). attention: a LocalAttention (the default) or AttendAttention; its sequences
-        are created here and released at the end, also when a step fails."""
+        are created here and released at the end, also when a step fails. overlap: every
+        forward runs as two pipelined halves (see forward); it pays where the attention runs
+        elsewhere than the dense layers (AttendAttention with the model on an accelerator)."""
         attention = attention if attention is not None else LocalAttention()
         prompts = [list(p) for p in prompt_token_lists]
         if not prompts or any(len(p) < 1 for p in prompts):
@@ -179,7 +225,8 @@ class LlamaModel(torch.nn.Module):
             last = torch.tensor(lengths).cumsum(0) - 1
             sync()
             start = time.perf_counter()
-            logits = self.forward(tokens, positions, lengths, attention)[last.to(self.device)]
+            logits = self.forward(tokens, positions, lengths, attention,
+                                  overlap)[last.to(self.device)]
             sync()
             result.prompt_seconds = time.perf_counter() - start
             result.prompt_attention_seconds = attention.seconds
@@ -193,7 +240,8 @@ class LlamaModel(torch.nn.Module):
                 positions = torch.tensor(lengths) + t
                 sync()
                 start = time.perf_counter()
-                logits = self.forward(torch.tensor(chosen), positions, [1] * batch, attention)
+                logits = self.forward(torch.tensor(chosen), positions, [1] * batch, attention,
+                                      overlap)
                 sync()
                 result.step_seconds.append(time.perf_counter() - start)
                 result.logits.append(logits.cpu())
@@ -236,7 +284,11 @@ class LocalAttention:
     def release(self):
         self._cache = None
 
-    def __call__(self, layer, q, k, v, counts):
+    def start(self, layer, q, k, v, counts, first=0):
+        """Computes at once (on the model's device, in this thread) and returns a Done."""
+        return Done(self(layer, q, k, v, counts, first))
+
+    def __call__(self, layer, q, k, v, counts, first=0):
         self._sync()
         start = time.perf_counter()
         c = self._config
@@ -246,7 +298,7 @@ class LocalAttention:
         scale = 1.0 / math.sqrt(c.head_dim)
         outputs, row = [], 0
         caches = self._cache[layer]
-        for i, n in enumerate(counts):
+        for i, n in enumerate(counts, start=first):
             kn, vn = k[row:row + n], v[row:row + n]
             if caches[i] is not None:
                 kn, vn = torch.cat([caches[i][0], kn]), torch.cat([caches[i][1], vn])
@@ -258,6 +310,18 @@ class LocalAttention:
         self.seconds += time.perf_counter() - start
         self.calls += 1
         return out
+
+
+class Done:
+    """A result already computed, with the handle interface of a call in flight."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def result(self):
+        return self.value
 
 
 def _attention(q, k, v, group, scale):
@@ -325,12 +389,35 @@ class AttendAttention:
         if failure is not None:
             raise failure
 
-    def __call__(self, layer, q, k, v, counts):
+    def __call__(self, layer, q, k, v, counts, first=0):
+        return self.start(layer, q, k, v, counts, first).result()
+
+    def start(self, layer, q, k, v, counts, first=0):
+        """Starts the append_batch of sequences first, first + 1, ... (append_batch_async) and
+        returns a handle whose result() is the output. seconds counts the time spent in start
+        and in result(): what the model waited, which overlap hides."""
         self._sync()
-        start = time.perf_counter()
-        r = self.client.append_batch(layer, self.ids, q, k, v, counts=counts,
-                                     precision=self.precision)
-        self.seconds += time.perf_counter() - start
-        self.server_seconds += r.stats.compute_seconds
-        self.calls += r.calls
+        begin = time.perf_counter()
+        pending = self.client.append_batch_async(layer, self.ids[first:first + len(counts)], q,
+                                                 k, v, counts=counts, precision=self.precision)
+        self.seconds += time.perf_counter() - begin
+        return _AttendCall(self, pending)
+
+
+class _AttendCall:
+    __slots__ = ("owner", "pending")
+
+    def __init__(self, owner, pending):
+        self.owner, self.pending = owner, pending
+
+    def cancel(self):
+        return self.pending.cancel()
+
+    def result(self):
+        begin = time.perf_counter()
+        r = self.pending.result()
+        owner = self.owner
+        owner.seconds += time.perf_counter() - begin
+        owner.server_seconds += r.stats.compute_seconds
+        owner.calls += r.calls
         return r.output

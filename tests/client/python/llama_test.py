@@ -2,7 +2,8 @@
 """attend.llama, the small Llama-shaped reference model, generating teacher-forced through attend
 (one append_batch per layer, prompts of different lengths packed in one call) against its own
 in-process attention, with float32 and bfloat16 KV storage; every sequence released afterwards,
-also when a step fails.
+also when a step fails; and the overlapped forward (two pipelined halves, one call in flight
+while the other half computes) against the plain one.
 
     PYTHONPATH=build/python tests/client/python/llama_test.py --server build/server/attend-server
 """
@@ -120,17 +121,79 @@ class Llama(unittest.TestCase):
         class Failing(llama.AttendAttention):
             calls = 0
 
-            def __call__(self, *args):
+            def start(self, *args):
                 self.calls += 1
                 if self.calls == 3:  # the first decode step's first layer
                     raise RuntimeError("injected failure")
-                return super().__call__(*args)
+                return super().start(*args)
 
         failing = Failing(self.client, kv_dtype="float32")
         with self.assertRaisesRegex(RuntimeError, "injected"):
             self.model.generate(PROMPTS, STEPS, TEACHER, attention=failing)
         self.assertEqual(failing.calls, 3)
         self.assertAllReleased()
+
+
+class Overlap(unittest.TestCase):
+    """generate(overlap=True): the batch runs as two pipelined halves, one half's attention
+    call in flight while the other half's dense layers run; the logits are those of the
+    plain forward."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server("--kv_cache_bytes=256MiB")
+        cls.client = attend.Client(cls.server.target, deadline=60)
+        cls.model = llama.LlamaModel(llama.LlamaConfig(
+            layers=3, n_head=4, n_head_kv=2, head_dim=16, vocab_size=256, seed=3))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        cls.server.stop()
+
+    def test_in_process_overlap_is_the_same_math(self):
+        for prompts in (PROMPTS, PROMPTS[:2], PROMPTS + [[9, 8, 7, 6]], PROMPTS[:1]):
+            teacher = TEACHER[:len(prompts)] + [[1] * STEPS] * (len(prompts) - len(TEACHER))
+            plain = self.model.generate(prompts, STEPS, teacher)
+            split = self.model.generate(prompts, STEPS, teacher, overlap=True)
+            for a, b in zip(split.logits, plain.logits):
+                torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+    def test_through_attend_the_calls_overlap_and_agree(self):
+        events = []
+
+        class Recording(llama.AttendAttention):
+            def start(self, layer, q, k, v, counts, first=0):
+                handle = super().start(layer, q, k, v, counts, first)
+                events.append(("start", layer, first))
+
+                class Handle:
+                    def result(self):
+                        events.append(("result", layer, first))
+                        return handle.result()
+                return Handle()
+
+        reference = self.model.generate(PROMPTS, STEPS, TEACHER)
+        out = self.model.generate(PROMPTS, STEPS, TEACHER, overlap=True,
+                                  attention=Recording(self.client, kv_dtype="float32"))
+        self.assertLess(max_relative_difference(out, reference), 1e-4)
+        layers = self.model.config.layers
+        self.assertEqual(out.attention_calls, 2 * layers * STEPS)  # two halves a layer
+        stats = self.client.stats()
+        self.assertEqual((stats.sequences, stats.used_bytes), (0, 0))
+        # In every forward, half 1's call of a layer starts before half 0's result is asked
+        # for, and half 0's next layer starts before half 1's result: one call always in
+        # flight while the other half's dense work runs. Halves: sequences [0, 2) and [2, 3).
+        per_forward = 4 * layers
+        self.assertEqual(len(events), per_forward * STEPS)
+        for f in range(STEPS):
+            forward = events[f * per_forward:(f + 1) * per_forward]
+            at = {e: i for i, e in enumerate(forward)}
+            for layer in range(layers):
+                self.assertLess(at[("start", layer, 2)], at[("result", layer, 0)], forward)
+                if layer + 1 < layers:
+                    self.assertLess(at[("start", layer + 1, 0)], at[("result", layer, 2)],
+                                    forward)
 
 
 def main():
