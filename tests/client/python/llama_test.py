@@ -8,6 +8,9 @@ while the other half computes) against the plain one.
     PYTHONPATH=build/python tests/client/python/llama_test.py --server build/server/attend-server
 """
 import argparse
+import contextlib
+import io
+import os
 import re
 import signal
 import subprocess
@@ -194,6 +197,30 @@ class Overlap(unittest.TestCase):
                 if layer + 1 < layers:
                     self.assertLess(at[("start", layer + 1, 0)], at[("result", layer, 2)],
                                     forward)
+
+
+class ReadmeExample(unittest.TestCase):
+    """The README's attend.llama example, run as written against a test server."""
+
+    def test_readme_llama_example_runs(self):
+        readme = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..",
+                              "README.md")
+        with open(readme) as f:
+            blocks = re.findall(r"```python\n(.*?)```", f.read(), re.S)
+        examples = [b for b in blocks if "attend.llama" in b and "generate(" in b]
+        self.assertEqual(len(examples), 1, "the README's attend.llama example")
+        server = Server("--kv_cache_bytes=256MiB")
+        try:
+            code = examples[0].replace("localhost:50051", server.target)
+            printed = io.StringIO()
+            with contextlib.redirect_stdout(printed):
+                exec(compile(code, "README.md", "exec"), {})
+            tokens = printed.getvalue().split("]")[0]
+            self.assertRegex(tokens, r"^\[\d+, \d+$")  # the last tokens of the two sequences
+            with attend.Client(server.target) as c:
+                self.assertEqual(c.stats().sequences, 0)  # released at the end
+        finally:
+            server.stop()
 
 
 def main():
