@@ -14,6 +14,10 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-grpcio python3-numpy python3-protobuf
   python3-torch  # the Python package's torch paths, and the offload tests' Llama-shaped model
+  # Debian's torch takes its matmuls from whatever libblas.so.3 is installed, the reference BLAS
+  # by default: 1.6 GFLOP/s, which made the in-process peer and the model's dense layers in
+  # bench/offload_step.py 18x slower than with OpenBLAS (a 1024x512x1376 linear: 442 ms, 25 ms).
+  libopenblas0-pthread
   openssl
   clang libclang-rt-14-dev libomp-14-dev  # scripts/fuzz.sh: libFuzzer, and OpenMP for clang
   nginx prometheus python3-yaml  # deploy/: the local fleet's proxy, promtool, config tests
