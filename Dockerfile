@@ -18,7 +18,7 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       cmake g++ make pkg-config \
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler grpc-proto \
-      libabsl-dev libdnnl-dev ocl-icd-opencl-dev prometheus-cpp-dev \
+      libabsl-dev libdnnl-dev ocl-icd-opencl-dev prometheus-cpp-dev libxxhash-dev \
  && apt-get clean && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /src
@@ -57,7 +57,7 @@ LABEL org.opencontainers.image.title="attend" \
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       libgrpc++1.51 libprotobuf32 libdnnl2 libabsl20220623 libgomp1 \
-      libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 \
+      libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libxxhash0 \
  && apt-get clean && rm -rf /var/lib/apt/lists/*
 
 # A fixed uid outside the system range, so that mounted files and Kubernetes' runAsUser can name it.

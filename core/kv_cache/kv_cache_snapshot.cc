@@ -1,0 +1,286 @@
+// KvCache::Save and KvCache::Load: a sequence to and from the snapshot format
+// (snapshot_format.h). A row is moved between the block layout (head-major inside a block) and
+// the snapshot's token-major rows byte for byte, so nothing is converted and nothing rounds.
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/base/status_macros.h"
+#include "core/kv_cache/kv_cache.h"
+#include "core/kv_cache/sequence.h"
+#include "core/kv_cache/sequence_registry.h"
+#include "core/kv_cache/snapshot_format.h"
+#include "core/kv_cache/token_storage.h"
+
+namespace attend::kv {
+namespace {
+
+// The pieces of one token's row inside a block, in the row's order: for each head its key and
+// value, then (int8) its key and value scales. Calls f(offset in block, bytes) in row order.
+template <typename F>
+void ForEachRowPiece(const BlockLayout& layout, int64_t slot, F&& f) {
+  const int64_t e = layout.element_bytes();
+  for (int64_t g = 0; g < layout.n_head_kv; ++g) {
+    f(layout.key_offset(g, slot), layout.head_dim * e);
+    f(layout.value_offset(g, slot), layout.head_dim_v * e);
+    if (layout.quantized()) {
+      f(layout.key_scale_offset(g, slot), int64_t{4});
+      f(layout.value_scale_offset(g, slot), int64_t{4});
+    }
+  }
+}
+
+void ReadRow(const BlockLayout& layout, const char* block, int64_t slot, char* row) {
+  ForEachRowPiece(layout, slot, [&](int64_t offset, int64_t bytes) {
+    std::memcpy(row, block + offset, static_cast<size_t>(bytes));
+    row += bytes;
+  });
+}
+
+void WriteRow(const BlockLayout& layout, const char* row, int64_t slot, char* block) {
+  ForEachRowPiece(layout, slot, [&](int64_t offset, int64_t bytes) {
+    std::memcpy(block + offset, row, static_cast<size_t>(bytes));
+    row += bytes;
+  });
+}
+
+bool SameRow(const BlockLayout& layout, const char* row, int64_t slot, const char* block) {
+  bool same = true;
+  ForEachRowPiece(layout, slot, [&](int64_t offset, int64_t bytes) {
+    same = same && std::memcmp(block + offset, row, static_cast<size_t>(bytes)) == 0;
+    row += bytes;
+  });
+  return same;
+}
+
+bool SameLayout(const BlockLayout& a, const BlockLayout& b) {
+  return a.n_head_kv == b.n_head_kv && a.head_dim == b.head_dim && a.head_dim_v == b.head_dim_v &&
+         a.dtype == b.dtype && a.tokens_per_block == b.tokens_per_block;
+}
+
+// A sequence's tables as of one moment: holding the block references keeps the rows they had
+// (a writer copies a block that others hold before writing into it).
+struct TableCopy {
+  SnapshotHeader header;
+  BlockLayout layout;
+  std::vector<std::vector<BlockRef>> blocks;  // per layer
+};
+
+}  // namespace
+
+absl::Status KvCache::Save(absl::string_view id,
+                           const std::function<absl::Status(absl::string_view)>& sink,
+                           absl::string_view attend_version, bool share_with_source) {
+  const auto copy_tables = [this](absl::string_view name) -> absl::StatusOr<TableCopy> {
+    ATTEND_ASSIGN_OR_RETURN(std::shared_ptr<Sequence> s, registry_->Find(name));
+    MutexLock lock(&s->mu);
+    ATTEND_RETURN_IF_ERROR(CheckNotReleased(*s));
+    TableCopy copy;
+    SnapshotHeader& h = copy.header;
+    h.id = s->id;
+    h.forked_from = s->forked_from;
+    h.config = s->config;
+    h.created_ms = s->created_ms;
+    h.reserved_tokens = s->reserved_tokens;
+    copy.layout = s->layout;
+    const int64_t tpb = s->layout.tokens_per_block;
+    for (const CachedLayer& layer : s->layers) {
+      // A sliding window releases the blocks no later query can see: the rows stored start at
+      // the first block still held.
+      int64_t first_block = 0;
+      while (first_block < static_cast<int64_t>(layer.blocks.size()) &&
+             first_block * tpb < layer.tokens && !layer.blocks[static_cast<size_t>(first_block)]) {
+        ++first_block;
+      }
+      h.layer_tokens.push_back(layer.tokens);
+      h.first_stored.push_back(std::min(layer.tokens, first_block * tpb));
+      copy.blocks.push_back(layer.blocks);
+    }
+    return copy;
+  };
+  ATTEND_ASSIGN_OR_RETURN(TableCopy copy, copy_tables(id));
+  SnapshotHeader& header = copy.header;
+  header.attend_version = std::string(attend_version);
+  if (share_with_source && !header.forked_from.empty()) {
+    // The source's tables, taken under its own lock after this sequence's was let go (one
+    // sequence lock at a time): equal block pointers mean equal rows, since a shared block is
+    // copied before anyone writes into it.
+    absl::StatusOr<TableCopy> source = copy_tables(header.forked_from);
+    if (source.ok() && SameLayout(source->layout, copy.layout)) {
+      const int64_t tpb = copy.layout.tokens_per_block;
+      int64_t shared = std::numeric_limits<int64_t>::max();
+      for (size_t l = 0; l < copy.blocks.size(); ++l) {
+        const std::vector<BlockRef>& mine = copy.blocks[l];
+        const std::vector<BlockRef>& theirs = source->blocks[l];
+        size_t same = 0;
+        while (same < mine.size() && same < theirs.size() && mine[same] &&
+               mine[same] == theirs[same]) {
+          ++same;
+        }
+        shared = std::min({shared, static_cast<int64_t>(same) * tpb, header.layer_tokens[l],
+                           source->header.layer_tokens[l]});
+      }
+      header.shared_tokens = shared == std::numeric_limits<int64_t>::max() ? 0 : shared;
+    }
+  }
+
+  SnapshotWriter writer(sink);
+  ATTEND_RETURN_IF_ERROR(writer.WriteHeader(header));
+  const BlockLayout& layout = copy.layout;
+  const int64_t tpb = layout.tokens_per_block;
+  const int64_t row_bytes = header.row_bytes();
+  const int64_t per_chunk = SnapshotWriter::RowsPerChunk(header);
+  std::string rows;
+  for (int64_t l = 0; l < header.config.layers; ++l) {
+    const std::vector<BlockRef>& blocks = copy.blocks[static_cast<size_t>(l)];
+    const int64_t end = header.layer_tokens[static_cast<size_t>(l)];
+    for (int64_t first = header.first_stored[static_cast<size_t>(l)]; first < end;
+         first += per_chunk) {
+      const int64_t count = std::min(per_chunk, end - first);
+      rows.resize(static_cast<size_t>(count * row_bytes));
+      for (int64_t t = 0; t < count; ++t) {
+        const int64_t position = first + t;
+        ReadRow(layout, blocks[static_cast<size_t>(position / tpb)]->data, position % tpb,
+                rows.data() + t * row_bytes);
+      }
+      ATTEND_RETURN_IF_ERROR(writer.WriteChunk(l, first, count, rows));
+    }
+  }
+  return writer.Finish();
+}
+
+absl::StatusOr<SequenceInfo> KvCache::Load(SnapshotReader& reader, absl::string_view id,
+                                           bool share_with_source) {
+  ATTEND_ASSIGN_OR_RETURN(const SnapshotHeader header, reader.ReadHeader());
+  const std::string name = id.empty() ? header.id : std::string(id);
+  ATTEND_RETURN_IF_ERROR(CheckSequenceId(name, id.empty() ? "the snapshot's sequence id" : "id"));
+  ATTEND_ASSIGN_OR_RETURN(const BlockLayout layout, LayoutFor(header.config));
+  const SequenceConfig& config = header.config;
+  const int64_t tpb = layout.tokens_per_block;
+  const int64_t reserved_blocks = layout.blocks_for(header.reserved_tokens);
+  const size_t layers = static_cast<size_t>(config.layers);
+
+  // Whole blocks shared with the source again, when it is here with the same block layout and
+  // still holds them; their rows are compared as they are read.
+  std::vector<std::vector<BlockRef>> shared(layers);
+  int64_t shared_blocks = 0;
+  if (share_with_source && header.shared_tokens >= tpb) {
+    absl::StatusOr<std::shared_ptr<Sequence>> source = registry_->Find(header.forked_from);
+    if (source.ok()) {
+      MutexLock lock(&(*source)->mu);
+      const Sequence& s = **source;
+      if (!s.released && SameLayout(s.layout, layout) && s.layers.size() == layers) {
+        shared_blocks = header.shared_tokens / tpb;
+        for (size_t l = 0; l < layers; ++l) {
+          const CachedLayer& from = s.layers[l];
+          if (from.tokens < shared_blocks * tpb ||
+              static_cast<int64_t>(from.blocks.size()) < shared_blocks) {
+            shared_blocks = 0;
+            break;
+          }
+          for (int64_t b = 0; b < shared_blocks; ++b) {
+            if (!from.blocks[static_cast<size_t>(b)]) shared_blocks = 0;
+          }
+        }
+        for (size_t l = 0; l < layers && shared_blocks > 0; ++l) {
+          shared[l].assign(s.layers[l].blocks.begin(), s.layers[l].blocks.begin() + shared_blocks);
+        }
+      }
+    }
+  }
+
+  // Every layer's table: shared blocks, then fresh ones where rows will be written or the
+  // reservation keeps them; null before a window's first stored row.
+  std::vector<std::vector<bool>> fresh_at(layers);
+  int64_t fresh_count = 0, refs = 0;
+  for (size_t l = 0; l < layers; ++l) {
+    const int64_t tokens = header.layer_tokens[l];
+    const int64_t table = std::max(layout.blocks_for(tokens), reserved_blocks);
+    const int64_t first_block = header.first_stored[l] / tpb;
+    fresh_at[l].resize(static_cast<size_t>(table));
+    for (int64_t b = shared_blocks; b < table; ++b) {
+      const bool held = b < reserved_blocks || (b >= first_block && b * tpb < tokens);
+      fresh_at[l][static_cast<size_t>(b)] = held;
+      fresh_count += held ? 1 : 0;
+    }
+    refs += table;
+  }
+  const std::string what =
+      absl::StrCat("loading sequence ", QuotedId(name), " (", config.layers, " layers, ",
+                   header.stored_rows(), " stored tokens) from snapshot ", reader.name());
+  auto sequence = std::make_shared<Sequence>();
+  sequence->bookkeeping_bytes = BookkeepingBytes(config.layers, refs);
+  if (absl::Status room = registry_->CheckRoom(name, sequence->bookkeeping_bytes, what);
+      !room.ok()) {
+    if (room.code() == absl::StatusCode::kResourceExhausted) rejections_++;
+    return room;
+  }
+  std::vector<BlockRef> fresh;
+  if (absl::Status taken =
+          TakeBlocks([fresh_count] { return fresh_count; }, {}, &fresh, [&] { return what; });
+      !taken.ok()) {
+    return taken;
+  }
+  std::vector<CachedLayer> tables(layers);
+  for (size_t l = 0; l < layers; ++l) {
+    std::vector<BlockRef>& blocks = tables[l].blocks;
+    blocks = std::move(shared[l]);
+    blocks.resize(fresh_at[l].size());
+    for (size_t b = 0; b < fresh_at[l].size(); ++b) {
+      if (fresh_at[l][b]) {
+        blocks[b] = std::move(fresh.back());
+        fresh.pop_back();
+      }
+    }
+    tables[l].tokens = header.layer_tokens[l];
+  }
+
+  // The rows, into the blocks (or compared with the shared ones).
+  while (true) {
+    ATTEND_ASSIGN_OR_RETURN(std::optional<SnapshotReader::Chunk> chunk, reader.Next());
+    if (!chunk) break;
+    const std::vector<BlockRef>& blocks = tables[static_cast<size_t>(chunk->layer)].blocks;
+    const int64_t row_bytes = header.row_bytes();
+    for (int64_t t = 0; t < chunk->count; ++t) {
+      const int64_t position = chunk->first_token + t;
+      const int64_t b = position / tpb;
+      const char* row = chunk->rows.data() + t * row_bytes;
+      if (b < shared_blocks) {
+        if (!SameRow(layout, row, position % tpb, blocks[static_cast<size_t>(b)]->data)) {
+          return absl::FailedPreconditionError(
+              absl::StrCat(what, ": layer ", chunk->layer, " token ", position,
+                           " differs from the same token of ", QuotedId(header.forked_from),
+                           ", which the snapshot shared; load it without sharing"));
+        }
+        continue;
+      }
+      WriteRow(layout, row, position % tpb, blocks[static_cast<size_t>(b)]->data);
+    }
+  }
+
+  sequence->config = config;
+  sequence->layout = layout;
+  sequence->created_ms = header.created_ms;
+  sequence->last_used_ms = options_.clock();
+  sequence->forked_from = header.forked_from;
+  int64_t total = 0;
+  for (const CachedLayer& layer : tables) total += layer.tokens;
+  sequence->total_tokens = total;
+  // Held until the sequence is described (see Create).
+  MutexLock lock(&sequence->mu);
+  sequence->layers = std::move(tables);
+  sequence->reserved_tokens = header.reserved_tokens;
+  for (CachedLayer& layer : sequence->layers) {
+    DropOutsideWindow(config.window, reserved_blocks, layout, &layer);
+  }
+  absl::Status published = registry_->Publish(sequence, name, what);
+  if (published.code() == absl::StatusCode::kResourceExhausted) rejections_++;
+  ATTEND_RETURN_IF_ERROR(published);
+  return Describe(*sequence);
+}
+
+}  // namespace attend::kv

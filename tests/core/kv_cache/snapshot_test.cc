@@ -1,0 +1,338 @@
+// KV-cache snapshots: a saved and loaded sequence decodes bit-identically to the original (f32,
+// bf16 and int8, sliding windows, forks, reservations, layers of different lengths, generated
+// cases), forks share their blocks again after a load, and a snapshot that is torn, truncated,
+// corrupted, foreign, from a newer format or spliced from another snapshot is refused by name
+// and adds nothing. Also run under ThreadSanitizer (a save racing appends).
+#include <atomic>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/kv_cache/kv_cache.h"
+#include "core/kv_cache/snapshot_format.h"
+#include "tests/test_util.h"
+
+namespace attend::kv {
+namespace {
+
+using ::attend::testing::RandomFloats;
+using ::attend::testing::StatusIs;
+
+KvCacheOptions Options(int64_t block_bytes, int64_t capacity = int64_t{256} << 20) {
+  KvCacheOptions options;
+  options.capacity_bytes = capacity;
+  options.block_bytes = block_bytes;
+  options.compute_threads = 1;
+  return options;
+}
+
+struct Shape {
+  SequenceConfig config;
+  int64_t reserve = 0;
+};
+
+// Appends n random tokens (with queries) to `layer` of `id`; returns the output.
+std::vector<float> Append(KvCache& cache, const std::string& id, const SequenceConfig& c,
+                          int64_t layer, int64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const std::vector<float> q = RandomFloats(rng, n * c.n_head * c.head_dim);
+  const std::vector<float> k = RandomFloats(rng, n * c.n_head_kv * c.head_dim);
+  const std::vector<float> v = RandomFloats(rng, n * c.n_head_kv * c.head_dim_v);
+  AppendInput in;
+  in.id = id;
+  in.q = TensorView{DType::kFloat32, {n, c.n_head, c.head_dim}, q.data()};
+  in.k = TensorView{DType::kFloat32, {n, c.n_head_kv, c.head_dim}, k.data()};
+  in.v = TensorView{DType::kFloat32, {n, c.n_head_kv, c.head_dim_v}, v.data()};
+  AttentionStats stats;
+  absl::StatusOr<AppendResult> r = cache.Append(layer, in, Precision::kFloat32, false, &stats);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? r->output : std::vector<float>{};
+}
+
+std::string Save(KvCache& cache, const std::string& id) {
+  std::string bytes;
+  const absl::Status saved = cache.Save(id, StringSink(&bytes), "test");
+  EXPECT_TRUE(saved.ok()) << saved;
+  return bytes;
+}
+
+absl::StatusOr<SequenceInfo> Load(KvCache& cache, absl::string_view bytes, bool share = true,
+                                  absl::string_view id = {}) {
+  SnapshotReader reader(StringSource(bytes), "test.attnsnap");
+  return cache.Load(reader, id, share);
+}
+
+// A generated shape: storage dtype, GQA, head sizes, window and reservation vary.
+Shape RandomShape(std::mt19937_64& rng) {
+  Shape s;
+  SequenceConfig& c = s.config;
+  const DType dtypes[] = {DType::kFloat32, DType::kBFloat16, DType::kInt8};
+  c.layers = 1 + static_cast<int64_t>(rng() % 3);
+  c.n_head_kv = 1 + static_cast<int64_t>(rng() % 2);
+  c.n_head = c.n_head_kv * (1 + static_cast<int64_t>(rng() % 3));
+  c.head_dim = 8 * (1 + static_cast<int64_t>(rng() % 4));
+  c.head_dim_v = rng() % 2 ? c.head_dim : 8;
+  c.kv_dtype = dtypes[rng() % 3];
+  c.window = rng() % 3 == 0 ? 5 + static_cast<int64_t>(rng() % 20) : 0;
+  s.reserve = rng() % 3 == 0 ? static_cast<int64_t>(rng() % 40) : 0;
+  return s;
+}
+
+// The next decode step of every layer, on both caches, must be the same bits.
+void ExpectSameNextSteps(KvCache& a, const std::string& id_a, KvCache& b, const std::string& id_b,
+                         const SequenceConfig& c, uint64_t seed, bool exact = true) {
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const std::vector<float> x = Append(a, id_a, c, l, 2, seed + static_cast<uint64_t>(l));
+    const std::vector<float> y = Append(b, id_b, c, l, 2, seed + static_cast<uint64_t>(l));
+    ASSERT_EQ(x.size(), y.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (exact) {
+        ASSERT_EQ(std::memcmp(&x[i], &y[i], 4), 0)
+            << "layer " << l << " element " << i << ": " << x[i] << " vs " << y[i];
+      } else {
+        ASSERT_NEAR(x[i], y[i], 1e-5) << "layer " << l << " element " << i;
+      }
+    }
+  }
+}
+
+TEST(Snapshot, GeneratedSequencesRoundTripBitIdentical) {
+  std::mt19937_64 rng(11);
+  int ran = 0, windowed = 0, int8 = 0, reserved = 0;
+  for (int trial = 0; trial < 24; ++trial) {
+    SCOPED_TRACE(absl::StrCat("trial ", trial));
+    // Small blocks, so that sequences span several of them and windows release some.
+    const int64_t block = 256 * (1 + static_cast<int64_t>(rng() % 8));
+    KvCache original(Options(block));
+    const Shape shape = RandomShape(rng);
+    const SequenceConfig& c = shape.config;
+    if (!original.LayoutFor(c).ok() || original.LayoutFor(c)->tokens_per_block < 1) continue;
+    const std::string id = absl::StrCat("chat-", trial, "/a");
+    ASSERT_TRUE(original.Create(c, id, shape.reserve).ok());
+    for (int64_t l = 0; l < c.layers; ++l) {  // layers of different lengths
+      const int64_t n = 1 + static_cast<int64_t>(rng() % 60);
+      Append(original, id, c, l, n, rng());
+    }
+    const std::string bytes = Save(original, id);
+    {
+      SnapshotReader reader(StringSource(bytes), "header");
+      absl::StatusOr<SnapshotHeader> header = reader.ReadHeader();
+      ASSERT_TRUE(header.ok()) << header.status();
+      ++ran;
+      for (int64_t first : header->first_stored) windowed += first > 0 ? 1 : 0;
+      int8 += c.kv_dtype == DType::kInt8 ? 1 : 0;
+      reserved += shape.reserve > 0 ? 1 : 0;
+    }
+    // The same block size: bit-identical; another one: the same rows, summed in other tiles.
+    for (const int64_t load_block : {block, int64_t{4096}}) {
+      KvCache loaded(Options(load_block));
+      absl::StatusOr<SequenceInfo> info = Load(loaded, bytes);
+      ASSERT_TRUE(info.ok()) << info.status();
+      absl::StatusOr<SequenceInfo> want = original.Get(id);
+      ASSERT_TRUE(want.ok());
+      EXPECT_EQ(info->layer_tokens, want->layer_tokens);
+      EXPECT_EQ(info->reserved_tokens, want->reserved_tokens);
+      EXPECT_EQ(info->created_ms, want->created_ms);
+      EXPECT_EQ(info->config.kv_dtype, c.kv_dtype);
+      EXPECT_EQ(info->config.window, c.window);
+      ASSERT_TRUE(loaded.CheckConsistency().ok()) << loaded.CheckConsistency();
+      KvCache twin(Options(block));  // a second load, to decode against without changing it
+      ASSERT_TRUE(Load(twin, bytes).ok());
+      ExpectSameNextSteps(twin, id, loaded, id, c, 100 + trial, load_block == block);
+    }
+    // And the original itself decodes as its load does.
+    KvCache loaded(Options(block));
+    ASSERT_TRUE(Load(loaded, bytes).ok());
+    ExpectSameNextSteps(original, id, loaded, id, c, 200 + trial);
+    ASSERT_TRUE(original.CheckConsistency().ok());
+  }
+  // The cases cover what they are meant to: windows that released blocks, int8, reservations.
+  EXPECT_GE(ran, 20);
+  EXPECT_GE(windowed, 2);
+  EXPECT_GE(int8, 3);
+  EXPECT_GE(reserved, 3);
+}
+
+// A fork saved with its source loads sharing the source's blocks again (same block size), and
+// alone or with another block size it loads with blocks of its own; either way it decodes as
+// the original fork does.
+TEST(Snapshot, ForksShareTheirBlocksAgain) {
+  SequenceConfig c;
+  c.layers = 2;
+  c.n_head = 4;
+  c.n_head_kv = 2;
+  c.head_dim = 16;
+  c.head_dim_v = 16;
+  c.kv_dtype = DType::kBFloat16;
+  const int64_t block = 2048;  // 16 tokens a block
+  KvCache original(Options(block));
+  ASSERT_TRUE(original.Create(c, "doc", 0).ok());
+  for (int64_t l = 0; l < 2; ++l) Append(original, "doc", c, l, 100, 5 + l);
+  ASSERT_TRUE(original.Fork("doc", "doc/alt", std::nullopt).ok());
+  for (int64_t l = 0; l < 2; ++l) Append(original, "doc/alt", c, l, 7, 9 + l);
+  const std::string source = Save(original, "doc");
+  const std::string fork = Save(original, "doc/alt");
+
+  KvCache loaded(Options(block));
+  ASSERT_TRUE(Load(loaded, source).ok());
+  const int64_t alone = loaded.Stats().used_bytes;
+  absl::StatusOr<SequenceInfo> info = Load(loaded, fork);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->forked_from, "doc");
+  EXPECT_EQ(info->shared_blocks, 2 * 6);  // 96 of the 100 shared tokens: 6 whole blocks a layer
+  EXPECT_EQ(loaded.Stats().used_bytes - alone, 2 * block);  // block 6 of each layer, its own
+  ASSERT_TRUE(loaded.CheckConsistency().ok());
+  ExpectSameNextSteps(original, "doc/alt", loaded, "doc/alt", c, 31);
+  ExpectSameNextSteps(original, "doc", loaded, "doc", c, 32);  // writes copied, not shared
+
+  // Without its source, or without sharing: its own blocks, the same rows.
+  for (const bool with_source : {false, true}) {
+    KvCache apart(Options(block));
+    if (with_source) ASSERT_TRUE(Load(apart, source).ok());
+    absl::StatusOr<SequenceInfo> own = Load(apart, fork, /*share=*/false);
+    ASSERT_TRUE(own.ok()) << own.status();
+    EXPECT_EQ(own->shared_blocks, 0);
+    KvCache twin(Options(block));
+    ASSERT_TRUE(Load(twin, fork, false).ok());
+    ExpectSameNextSteps(twin, "doc/alt", apart, "doc/alt", c, 33);
+  }
+  // The source changed since the save: sharing would load other rows, so it is refused.
+  KvCache changed(Options(block));
+  ASSERT_TRUE(changed.Create(c, "doc", 0).ok());
+  for (int64_t l = 0; l < 2; ++l) Append(changed, "doc", c, l, 100, 77 + l);
+  EXPECT_THAT(Load(changed, fork), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                            {"differs from the same token of 'doc'"}));
+  EXPECT_TRUE(absl::IsNotFound(changed.Get("doc/alt").status()));
+  ASSERT_TRUE(changed.CheckConsistency().ok());
+  ASSERT_TRUE(Load(changed, fork, /*share=*/false).ok());
+}
+
+// Every damaged file is refused, with what is wrong, and the cache stays as it was.
+TEST(Snapshot, DamagedSnapshotsAreRefusedAndAddNothing) {
+  SequenceConfig c;
+  c.layers = 2;
+  c.n_head = 2;
+  c.n_head_kv = 1;
+  c.head_dim = 8;
+  c.head_dim_v = 8;
+  c.kv_dtype = DType::kInt8;
+  KvCache original(Options(1024));
+  for (const std::string id : {"one", "two"}) {
+    ASSERT_TRUE(original.Create(c, id, 0).ok());
+    for (int64_t l = 0; l < 2; ++l) Append(original, id, c, l, 300, id[0] + l);
+  }
+  const std::string good = Save(original, "one");
+  const std::string other = Save(original, "two");
+  ASSERT_EQ(good.size(), other.size());
+
+  KvCache cache(Options(1024));
+  const auto refused = [&](absl::string_view bytes, absl::StatusCode code,
+                           absl::string_view fragment, const std::string& what) {
+    SCOPED_TRACE(what);
+    EXPECT_THAT(Load(cache, bytes), StatusIs(code, {std::string(fragment)}));
+    EXPECT_EQ(cache.Stats().sequences, 0);
+    EXPECT_EQ(cache.Stats().used_bytes, 0);
+  };
+  // Every byte flipped in turn (a sample of positions through the whole file).
+  std::mt19937_64 rng(3);
+  for (int i = 0; i < 400; ++i) {
+    std::string bad = good;
+    const size_t at = i < 64 ? static_cast<size_t>(i) : rng() % bad.size();
+    bad[at] = static_cast<char>(bad[at] ^ (1 << (rng() % 8)));
+    absl::StatusOr<SequenceInfo> loaded = Load(cache, bad);
+    EXPECT_FALSE(loaded.ok()) << "byte " << at << " flipped was loaded";
+    EXPECT_EQ(cache.Stats().used_bytes, 0) << "byte " << at;
+  }
+  // Cut anywhere.
+  for (size_t cut = 0; cut < good.size(); cut += 1 + rng() % 97) {
+    refused(good.substr(0, cut), absl::StatusCode::kDataLoss, "truncated",
+            absl::StrCat("cut at ", cut));
+  }
+  // A whole chunk of the same shape from another snapshot (its own hash with it), spliced in:
+  // the chunk hashes are seeded with their header's.
+  const size_t first_chunk = good.find("CHNK");
+  ASSERT_NE(first_chunk, std::string::npos);
+  const size_t second_chunk = good.find("CHNK", first_chunk + 4);  // layer 1's
+  const size_t trailer = good.rfind("DONE");
+  ASSERT_LT(second_chunk, trailer);
+  std::string spliced = good;
+  spliced.replace(second_chunk, trailer - second_chunk,
+                  other.substr(second_chunk, trailer - second_chunk));
+  ASSERT_NE(spliced, good);
+  refused(spliced, absl::StatusCode::kDataLoss, "checksum does not match", "spliced chunk");
+  refused(good + "x", absl::StatusCode::kDataLoss, "bytes follow the trailer", "extra byte");
+  refused("GGUF" + good.substr(4), absl::StatusCode::kInvalidArgument, "not an attend snapshot",
+          "foreign");
+  std::string future = good;
+  future[8] = 2;  // the format version
+  refused(future, absl::StatusCode::kFailedPrecondition, "newer than this attend's", "future");
+  // The chunk that ends the file dropped with the trailer recomputed cannot be made without the
+  // header's hash; dropping the trailer alone is a truncation.
+  refused(good.substr(0, good.rfind("DONE")), absl::StatusCode::kDataLoss, "truncated",
+          "no trailer");
+
+  // The good one still loads, once; a second time is ALREADY_EXISTS, under another id not.
+  ASSERT_TRUE(Load(cache, good).ok());
+  EXPECT_THAT(Load(cache, good), StatusIs(absl::StatusCode::kAlreadyExists));
+  ASSERT_TRUE(Load(cache, good, true, "one-copy").ok());
+  EXPECT_THAT(Load(cache, good, true, "bad id!"), StatusIs(absl::StatusCode::kInvalidArgument));
+  ASSERT_TRUE(cache.CheckConsistency().ok());
+}
+
+// A cache without room refuses the load and keeps what it had.
+TEST(Snapshot, ALoadThatDoesNotFitChangesNothing) {
+  SequenceConfig c;
+  c.layers = 4;
+  c.n_head = 4;
+  c.n_head_kv = 4;
+  c.head_dim = 64;
+  c.head_dim_v = 64;
+  c.kv_dtype = DType::kFloat32;
+  KvCache big(Options(int64_t{1} << 16));
+  ASSERT_TRUE(big.Create(c, "long", 0).ok());
+  for (int64_t l = 0; l < 4; ++l) Append(big, "long", c, l, 512, l);
+  const std::string bytes = Save(big, "long");
+  KvCache small(Options(int64_t{1} << 16, int64_t{1} << 20));  // 16 blocks; it needs 32
+  EXPECT_THAT(Load(small, bytes), StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_EQ(small.Stats().used_bytes, 0);
+  EXPECT_EQ(small.Stats().sequences, 0);
+}
+
+// Saves race appends to the same sequence: each snapshot is one moment of it (every layer's
+// tokens a prefix of what was appended), loads, and no block is left owned by nothing.
+TEST(Snapshot, SavesRacingAppendsAreConsistent) {
+  SequenceConfig c;
+  c.layers = 2;
+  c.n_head = 2;
+  c.n_head_kv = 2;
+  c.head_dim = 16;
+  c.head_dim_v = 16;
+  c.kv_dtype = DType::kBFloat16;
+  KvCache cache(Options(1024, int64_t{64} << 20));
+  ASSERT_TRUE(cache.Create(c, "live", 0).ok());
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    for (int i = 0; i < 200 && !stop; ++i) {
+      for (int64_t l = 0; l < 2; ++l) Append(cache, "live", c, l, 3, static_cast<uint64_t>(i));
+    }
+  });
+  for (int i = 0; i < 40; ++i) {
+    const std::string bytes = Save(cache, "live");
+    KvCache loaded(Options(1024, int64_t{64} << 20));
+    absl::StatusOr<SequenceInfo> info = Load(loaded, bytes);
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_EQ(info->layer_tokens[0] % 3, 0);
+    EXPECT_LE(info->layer_tokens[1], info->layer_tokens[0]);
+  }
+  stop = true;
+  writer.join();
+  ASSERT_TRUE(cache.CheckConsistency().ok()) << cache.CheckConsistency();
+  ASSERT_TRUE(cache.Release("live").ok());
+  EXPECT_EQ(cache.Stats().used_bytes, 0);
+}
+
+}  // namespace
+}  // namespace attend::kv
