@@ -22,7 +22,7 @@ seconds=${ATTEND_FUZZ_SECONDS:-30}
 parallel=${ATTEND_FUZZ_PARALLEL:-2}
 build_dir=${ATTEND_FUZZ_BUILD_DIR:-build-fuzz}
 jobs=${ATTEND_JOBS:-2}
-all_targets=(attention_service kv_cache_service planner_service kv_cache hf_config gguf
+all_targets=(attention_service kv_cache_service planner_service kv_cache snapshot hf_config gguf
   json_input npy)
 read -r -a targets <<<"${ATTEND_FUZZ_TARGETS:-${all_targets[*]}}"
 

@@ -164,6 +164,24 @@ absl::StatusOr<SequenceInfo> KvCache::Load(SnapshotReader& reader, absl::string_
   const int64_t reserved_blocks = layout.blocks_for(header.reserved_tokens);
   const size_t layers = static_cast<size_t>(config.layers);
 
+  // The block tables' references, counted before any table is built: a small file may declare
+  // a huge one (a sliding window's layer of 2^40 tokens stores few rows), which the bookkeeping
+  // limit refuses. At most 2^16 layers of 2^40 references each: no overflow.
+  int64_t refs = 0;
+  for (size_t l = 0; l < layers; ++l) {
+    refs += std::max(layout.blocks_for(header.layer_tokens[l]), reserved_blocks);
+  }
+  const std::string what =
+      absl::StrCat("loading sequence ", QuotedId(name), " (", config.layers, " layers, ",
+                   header.stored_rows(), " stored tokens) from snapshot ", reader.name());
+  auto sequence = std::make_shared<Sequence>();
+  sequence->bookkeeping_bytes = BookkeepingBytes(config.layers, refs);
+  if (absl::Status room = registry_->CheckRoom(name, sequence->bookkeeping_bytes, what);
+      !room.ok()) {
+    if (room.code() == absl::StatusCode::kResourceExhausted) rejections_++;
+    return room;
+  }
+
   // Whole blocks shared with the source again, when it is here with the same block layout and
   // still holds them; their rows are compared as they are read.
   std::vector<std::vector<BlockRef>> shared(layers);
@@ -196,7 +214,7 @@ absl::StatusOr<SequenceInfo> KvCache::Load(SnapshotReader& reader, absl::string_
   // Every layer's table: shared blocks, then fresh ones where rows will be written or the
   // reservation keeps them; null before a window's first stored row.
   std::vector<std::vector<bool>> fresh_at(layers);
-  int64_t fresh_count = 0, refs = 0;
+  int64_t fresh_count = 0;
   for (size_t l = 0; l < layers; ++l) {
     const int64_t tokens = header.layer_tokens[l];
     const int64_t table = std::max(layout.blocks_for(tokens), reserved_blocks);
@@ -207,17 +225,6 @@ absl::StatusOr<SequenceInfo> KvCache::Load(SnapshotReader& reader, absl::string_
       fresh_at[l][static_cast<size_t>(b)] = held;
       fresh_count += held ? 1 : 0;
     }
-    refs += table;
-  }
-  const std::string what =
-      absl::StrCat("loading sequence ", QuotedId(name), " (", config.layers, " layers, ",
-                   header.stored_rows(), " stored tokens) from snapshot ", reader.name());
-  auto sequence = std::make_shared<Sequence>();
-  sequence->bookkeeping_bytes = BookkeepingBytes(config.layers, refs);
-  if (absl::Status room = registry_->CheckRoom(name, sequence->bookkeeping_bytes, what);
-      !room.ok()) {
-    if (room.code() == absl::StatusCode::kResourceExhausted) rejections_++;
-    return room;
   }
   std::vector<BlockRef> fresh;
   if (absl::Status taken =

@@ -138,6 +138,17 @@ std::optional<std::string> HeaderProblem(const SnapshotHeader& h) {
     if (tokens < 0 || tokens > kMaxTokens || first < 0 || first > tokens) {
       return absl::StrCat("layer ", l, ": ", tokens, " tokens from ", first);
     }
+    // Rows are only missing where a sliding window released their blocks: never those the next
+    // query sees (from tokens - window + 1 on), nor a reservation's (which stays held).
+    if (first > 0 &&
+        (c.window == 0 || first > tokens - c.window + 1 || h.reserved_tokens > first)) {
+      return absl::StrCat(
+          "layer ", l, " stores no rows before token ", first, ", which ",
+          c.window == 0 ? "a sequence without a sliding window needs"
+          : h.reserved_tokens > first
+              ? absl::StrCat("its reservation of ", h.reserved_tokens, " tokens holds")
+              : absl::StrCat("its window of ", c.window, " tokens needs at ", tokens, " tokens"));
+    }
     common = std::min(common, tokens);
   }
   if (h.shared_tokens < 0 || h.shared_tokens > common ||

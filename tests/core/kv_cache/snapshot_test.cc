@@ -14,6 +14,7 @@
 #include "core/kv_cache/kv_cache.h"
 #include "core/kv_cache/snapshot_format.h"
 #include "tests/test_util.h"
+#include "xxhash.h"
 
 namespace attend::kv {
 namespace {
@@ -299,6 +300,118 @@ TEST(Snapshot, ALoadThatDoesNotFitChangesNothing) {
   EXPECT_THAT(Load(small, bytes), StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_EQ(small.Stats().used_bytes, 0);
   EXPECT_EQ(small.Stats().sequences, 0);
+}
+
+// The checksums of `bytes` recomputed after its header was edited, as a writer that does not
+// check what it writes would: the header's, each chunk's (rows of `row_bytes`) and the trailer's.
+std::string Rehashed(std::string bytes, int64_t row_bytes) {
+  uint32_t length = 0;
+  std::memcpy(&length, bytes.data() + 12, 4);
+  const uint64_t header = XXH3_64bits_withSeed(bytes.data() + 16, length, 0);
+  size_t at = 16 + length;
+  std::memcpy(bytes.data() + at, &header, 8);
+  at += 8;
+  while (bytes.compare(at, 4, "CHNK") == 0) {
+    uint32_t count = 0;
+    std::memcpy(&count, bytes.data() + at + 16, 4);
+    const size_t end = at + 20 + count * static_cast<size_t>(row_bytes);
+    const uint64_t hash = XXH3_64bits_withSeed(bytes.data() + at, end - at, header);
+    std::memcpy(bytes.data() + end, &hash, 8);
+    at = end + 8;
+  }
+  const uint64_t hash = XXH3_64bits_withSeed(bytes.data() + at, 12, header);
+  std::memcpy(bytes.data() + at + 12, &hash, 8);
+  return bytes;
+}
+
+// A layer that stores its rows from token 64 on, whose header says it has no sliding window (or
+// one that needs earlier rows): the blocks before would be null in a sequence whose next query
+// reads them. Found reading Load while writing tests/fuzz/snapshot_fuzz.cc: the load was accepted
+// and the next append read the missing blocks.
+TEST(Snapshot, RowsMissingBeforeTheWindowAreRefused) {
+  SequenceConfig c;
+  c.layers = 1;
+  c.n_head = 1;
+  c.n_head_kv = 1;
+  c.head_dim = 4;
+  c.head_dim_v = 4;
+  c.kv_dtype = DType::kFloat32;
+  c.window = 8;
+  KvCache original(Options(1024));  // 32 rows of 32 bytes a block
+  ASSERT_TRUE(original.Create(c, "w", 0).ok());
+  Append(original, "w", c, 0, 100, 1);
+  const std::string good = Save(original, "w");
+  {
+    SnapshotReader reader(StringSource(good), "header");
+    absl::StatusOr<SnapshotHeader> header = reader.ReadHeader();
+    ASSERT_TRUE(header.ok());
+    ASSERT_EQ(header->first_stored[0], 64);
+  }
+  // The window is the header body's last field before the layers' counts.
+  const size_t window_at = 16 + 3 * 4 + 1 + 0 + 4 + 3 * 8 + 5 * 8 + 2 + 4;
+  int64_t window = 0;
+  std::memcpy(&window, good.data() + window_at, 8);
+  ASSERT_EQ(window, 8);
+  for (const int64_t edited : {int64_t{0}, int64_t{64}}) {
+    SCOPED_TRACE(absl::StrCat("window ", edited));
+    std::string bad = good;
+    std::memcpy(bad.data() + window_at, &edited, 8);
+    bad = Rehashed(bad, 32);
+    KvCache cache(Options(1024));
+    absl::StatusOr<SequenceInfo> loaded = Load(cache, bad);
+    EXPECT_THAT(loaded, StatusIs(absl::StatusCode::kDataLoss, {"before token 64"}));
+    if (loaded.ok()) Append(cache, "w", c, 0, 1, 2);  // reads the missing rows
+    EXPECT_EQ(cache.Stats().used_bytes, 0);
+  }
+  // The writer refuses such a header too.
+  SnapshotHeader h;
+  h.id = "w";
+  h.config = c;
+  h.config.window = 0;
+  h.layer_tokens = {100};
+  h.first_stored = {64};
+  std::string out;
+  SnapshotWriter writer(StringSink(&out));
+  EXPECT_THAT(writer.WriteHeader(h), StatusIs(absl::StatusCode::kInvalidArgument));
+  // The unedited snapshot loads.
+  KvCache cache(Options(1024));
+  EXPECT_TRUE(Load(cache, good).ok());
+}
+
+// A sliding-window layer that stores no rows but counts 2^40 tokens: a tiny file whose block
+// table would have 2^35 entries. The load is refused by the bookkeeping limit before any table
+// is built (it allocated gigabytes of table and looped over them first).
+TEST(Snapshot, AHugeTableIsRefusedBeforeItIsBuilt) {
+  SnapshotHeader h;
+  h.id = "huge";
+  h.config.layers = 2;
+  h.config.n_head = 1;
+  h.config.n_head_kv = 1;
+  h.config.head_dim = 4;
+  h.config.head_dim_v = 4;
+  h.config.kv_dtype = DType::kFloat32;
+  h.config.window = 1;
+  h.layer_tokens = {int64_t{1} << 40, int64_t{1} << 40};
+  h.first_stored = h.layer_tokens;
+  std::string bytes;
+  SnapshotWriter writer(StringSink(&bytes));
+  ASSERT_TRUE(writer.WriteHeader(h).ok());
+  ASSERT_TRUE(writer.Finish().ok());
+  EXPECT_LT(bytes.size(), 200u);
+  KvCache cache(Options(1024, int64_t{1} << 20));
+  EXPECT_THAT(Load(cache, bytes), StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_EQ(cache.Stats().sequences, 0);
+  // And a reservation of 2^40 tokens likewise.
+  h.config.window = 0;
+  h.layer_tokens = {0, 0};
+  h.first_stored = {0, 0};
+  h.reserved_tokens = int64_t{1} << 40;
+  bytes.clear();
+  SnapshotWriter reserving(StringSink(&bytes));
+  ASSERT_TRUE(reserving.WriteHeader(h).ok());
+  ASSERT_TRUE(reserving.Finish().ok());
+  EXPECT_THAT(Load(cache, bytes), StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_EQ(cache.Stats().used_bytes, 0);
 }
 
 // Saves race appends to the same sequence: each snapshot is one moment of it (every layer's
