@@ -16,6 +16,7 @@
 #include "server/metrics.h"
 #include "server/routing.h"
 #include "server/service_support.h"
+#include "server/snapshot_store.h"
 #include "server/worker_pool.h"
 
 namespace attend::server {
@@ -30,13 +31,20 @@ using KvCacheCallbackService = v1::KvCache::WithCallbackMethod_CreateSequence<
             v1::KvCache::WithCallbackMethod_Fork<v1::KvCache::WithCallbackMethod_Truncate<
                 v1::KvCache::WithCallbackMethod_Release<v1::KvCache::WithCallbackMethod_GetSequence<
                     v1::KvCache::WithCallbackMethod_ListSequences<
-                        v1::KvCache::WithCallbackMethod_Stats<v1::KvCache::Service>>>>>>>>>>>;
+                        v1::KvCache::WithCallbackMethod_Stats<
+                            v1::KvCache::WithCallbackMethod_SaveSequence<
+                                v1::KvCache::WithCallbackMethod_LoadSequence<
+                                    v1::KvCache::Service>>>>>>>>>>>>>;
 
 class KvCacheService final : public KvCacheCallbackService {
  public:
   // The collaborators must outlive the service. At most `max_streams` DecodeStreams are open.
   KvCacheService(const ServiceLimits& limits, kv::KvCache* cache, WorkerPool* pool,
                  Metrics* metrics, CallGate* gate, int64_t max_streams);
+
+  // Where SaveSequence and LoadSequence put and find files; without one they answer
+  // FAILED_PRECONDITION. REQUIRES: `store` outlives the service; set before serving.
+  void SetSnapshotStore(const SnapshotStore* store) { snapshots_ = store; }
 
   grpc::ServerUnaryReactor* CreateSequence(grpc::CallbackServerContext* context,
                                            const v1::CreateSequenceRequest* request,
@@ -71,6 +79,12 @@ class KvCacheService final : public KvCacheCallbackService {
   grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* context,
                                   const v1::StatsRequest* request,
                                   v1::CacheStats* response) override;
+  grpc::ServerUnaryReactor* SaveSequence(grpc::CallbackServerContext* context,
+                                         const v1::SaveSequenceRequest* request,
+                                         v1::SaveSequenceResponse* response) override;
+  grpc::ServerUnaryReactor* LoadSequence(grpc::CallbackServerContext* context,
+                                         const v1::LoadSequenceRequest* request,
+                                         v1::SequenceInfo* response) override;
 
   // The work of one DecodeBatch (also one DecodeStream message), counted in the attend_*
   // metrics under grpc_method=`method` ("DecodeBatch" or "DecodeStream"). Every step's
@@ -101,6 +115,7 @@ class KvCacheService final : public KvCacheCallbackService {
   CallGate* gate_;
   const int64_t max_streams_;
   std::atomic<int64_t> open_streams_{0};
+  const SnapshotStore* snapshots_ = nullptr;
 };
 
 }  // namespace attend::server

@@ -2,7 +2,8 @@
 //
 // Every flag also reads the environment variable ATTEND_<FLAG> (e.g. ATTEND_ADDRESS); a flag
 // given on the command line wins over the environment. SIGTERM or SIGINT drains: health turns
-// NOT_SERVING, new calls are refused, in-flight calls get --shutdown_grace to finish, exit 0.
+// NOT_SERVING, new calls are refused, in-flight calls get --shutdown_grace to finish, then with
+// --snapshot_dir every sequence is saved (for up to --snapshot_grace), exit 0.
 #include <unistd.h>
 
 #include <csignal>
@@ -66,6 +67,13 @@ ABSL_FLAG(int64_t, max_score_elements, int64_t{1} << 32,
           "Largest n_head x n_q x n_kv of one attention call");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(10),
           "Time in-flight calls get to finish after SIGTERM");
+ABSL_FLAG(std::string, snapshot_dir, "",
+          "Directory for KV-cache snapshots: every sequence is saved there after the drain on "
+          "SIGTERM and restored at the next start, before the port opens; SaveSequence and "
+          "LoadSequence use it. Empty: sequences end with the process");
+ABSL_FLAG(absl::Duration, snapshot_grace, absl::Seconds(60),
+          "Time the save after the drain may take (with --snapshot_dir); sequences it has no "
+          "time for are named in the log and lost");
 ABSL_FLAG(attend::ByteSize, kv_cache_bytes, attend::ByteSize{0},
           "KV-cache capacity (bytes, or with a unit: 10GiB); 0 = half of physical memory, or of "
           "the cgroup's memory "
@@ -171,6 +179,11 @@ absl::StatusOr<attend::server::ServerOptions> OptionsFromFlags() {
       kv_cache_bytes > 0 ? kv_cache_bytes : attend::server::DefaultKvCacheBytes();
   options.kv_cache.block_bytes = absl::GetFlag(FLAGS_kv_block_bytes).bytes;
   options.kv_cache.huge_pages = absl::GetFlag(FLAGS_kv_huge_pages);
+  options.snapshot_dir = absl::GetFlag(FLAGS_snapshot_dir);
+  options.snapshot_grace = absl::GetFlag(FLAGS_snapshot_grace);
+  if (options.snapshot_grace < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--snapshot_grace must not be negative");
+  }
   options.kv_cache.max_sequences = absl::GetFlag(FLAGS_max_sequences);
   options.kv_cache.max_bookkeeping_bytes = absl::GetFlag(FLAGS_kv_bookkeeping_bytes).bytes;
   if (options.kv_cache.max_bookkeeping_bytes < 0) {
@@ -299,6 +312,28 @@ void LogStart(const attend::server::ServerOptions& options,
             << std::endl;
 }
 
+// What a restore (at start) or a snapshot (at shutdown) did: one line, then one line per
+// sequence or file skipped, naming it and why.
+void LogSnapshot(const char* event, const attend::server::SnapshotReport& report) {
+  std::cout << "attend-server: " << event << ": " << report.sequences << " sequences, "
+            << absl::StrFormat("%.1f MiB in %.2f s", static_cast<double>(report.bytes) / (1 << 20),
+                               report.seconds)
+            << (report.generation.empty() ? "" : absl::StrCat(" (", report.generation, ")"))
+            << (report.skipped.empty() ? "" : absl::StrCat(", ", report.skipped.size(), " skipped"))
+            << std::endl;
+  std::cout << attend::server::LogLine(
+                   event, {{"sequences", absl::StrCat(report.sequences)},
+                           {"bytes", absl::StrCat(report.bytes)},
+                           {"seconds", absl::StrFormat("%.3f", report.seconds)},
+                           {"generation", report.generation.empty() ? "none" : report.generation},
+                           {"skipped", absl::StrCat(report.skipped.size())}})
+            << std::endl;
+  for (const std::string& skipped : report.skipped) {
+    std::cout << attend::server::LogLine(absl::StrCat(event, "_skipped"), {{"what", skipped}})
+              << std::endl;
+  }
+}
+
 // The start-up line: where the server listens, its security, and what it runs on. Scripts and
 // tests read the ports from it.
 void PrintStartupLine(const attend::server::ServerOptions& options,
@@ -358,6 +393,7 @@ int main(int argc, char** argv) {
   }
   PrintStartupLine(*options, **server);
   LogStart(*options, **server);
+  if (const auto& restored = (*server)->restored()) LogSnapshot("restore", *restored);
   const absl::Time started = absl::Now();
   std::optional<attend::server::StatsLogger> stats;
   if (const absl::Duration interval = absl::GetFlag(FLAGS_stats_interval);
@@ -380,19 +416,33 @@ int main(int argc, char** argv) {
             << std::endl;
   (*server)->Shutdown(grace);
   const attend::server::StatsSample last = (*server)->SampleStats();
+  int64_t dropped = last.kv.sequences;
+  if (const auto& saved = (*server)->saved()) {
+    if (saved->ok()) {
+      LogSnapshot("snapshot", **saved);
+      dropped = static_cast<int64_t>((*saved)->skipped.size());
+    } else {
+      std::cout << "attend-server: snapshot failed, nothing will be restored: "
+                << saved->status().message() << std::endl;
+      std::cout << attend::server::LogLine("snapshot_failed",
+                                           {{"error", std::string(saved->status().message())}})
+                << std::endl;
+    }
+  }
   std::cout << "attend-server: stopped" << std::endl;
   std::cout << attend::server::LogLine(
                    "stop", {{"uptime_seconds",
                              absl::StrFormat("%.1f", absl::ToDoubleSeconds(absl::Now() - started))},
                             {"requests", absl::StrCat(last.handled)},
                             {"failed", absl::StrCat(last.failed)},
-                            {"sequences_dropped", absl::StrCat(last.kv.sequences)}})
+                            {"sequences_dropped", absl::StrCat(dropped)}})
             << std::endl;
   // Every call has ended and gRPC has stopped: nothing is left to finish or to save. Exit now
   // rather than tear down piece by piece, since stopping the metrics HTTP server alone takes up
   // to 2 s (civetweb polls its listening socket every 2 s) and a background measurement of the
   // local hardware profile may be running, either of which would break the promise that the
-  // process is gone within --shutdown_grace plus a second.
+  // process is gone within --shutdown_grace (plus --snapshot_grace with --snapshot_dir) plus a
+  // second.
   std::fflush(nullptr);
 #if ATTEND_HAS_LSAN
   // _Exit skips LeakSanitizer's check at exit; run it here so that the end-to-end tests of a

@@ -218,6 +218,10 @@ struct AttendServer::Parts {
   std::unique_ptr<ReflectionServices> reflection;
   std::unique_ptr<grpc::Server> server;
   std::once_flag shut_down;
+  std::optional<SnapshotStore> snapshots;
+  absl::Duration snapshot_grace;
+  std::optional<SnapshotReport> restored;
+  std::optional<absl::StatusOr<SnapshotReport>> saved;
 };
 
 AttendServer::AttendServer() : parts_(std::make_unique<Parts>()) {}
@@ -259,6 +263,13 @@ absl::StatusOr<std::unique_ptr<AttendServer>> AttendServer::Start(const ServerOp
   cache_options.limits = options.limits.attention;
   if (cache_options.capacity_bytes <= 0) cache_options.capacity_bytes = DefaultKvCacheBytes();
   p.cache = std::make_unique<kv::KvCache>(cache_options);
+  if (!options.snapshot_dir.empty()) {
+    // Restored before the port opens: no call sees the cache half loaded.
+    ATTEND_ASSIGN_OR_RETURN(SnapshotStore store, SnapshotStore::Open(options.snapshot_dir));
+    p.restored = store.RestoreAll(*p.cache);
+    p.snapshots.emplace(std::move(store));
+    p.snapshot_grace = options.snapshot_grace;
+  }
   p.cache_collector = std::make_shared<KvCacheCollector>(p.cache.get());
   p.matmul_collector = std::make_shared<MatmulCacheCollector>();
   onednn::SetMatmulCacheCapacity(options.matmul_cache_entries);
@@ -288,6 +299,7 @@ absl::StatusOr<std::unique_ptr<AttendServer>> AttendServer::Start(const ServerOp
   p.kv_cache =
       std::make_unique<KvCacheService>(options.limits, p.cache.get(), p.pool.get(), p.metrics.get(),
                                        p.gate.get(), options.max_concurrent_streams);
+  if (p.snapshots) p.kv_cache->SetSnapshotStore(&*p.snapshots);
   if (cache_options.eviction == kv::EvictionPolicy::kTtl) {
     p.sweeper = std::make_unique<TtlSweeper>(p.cache.get(), cache_options.idle_ttl_ms);
   }
@@ -339,7 +351,18 @@ void AttendServer::Shutdown(absl::Duration grace) {
     // it noticed the GOAWAY.
     p.server->Shutdown(std::chrono::system_clock::now());
     p.server->Wait();
+    // Every call has ended: the cache holds what the clients were answered.
+    if (p.snapshots) {
+      p.saved = p.snapshots->SaveAll(
+          *p.cache, std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(p.snapshot_grace));
+    }
   });
+}
+
+const std::optional<SnapshotReport>& AttendServer::restored() const { return parts_->restored; }
+
+const std::optional<absl::StatusOr<SnapshotReport>>& AttendServer::saved() const {
+  return parts_->saved;
 }
 
 void AttendServer::Wait() { parts_->server->Wait(); }

@@ -8,12 +8,14 @@
 // Lifecycle: Start() binds and serves; Shutdown() marks every service NOT_SERVING (health keeps
 // answering), refuses new attend calls with UNAVAILABLE, lets the calls in flight finish until
 // the grace period ends, then cancels what is left (its work stops between tiles) and closes
-// every connection. Thread-safety: Shutdown() and Wait() may be called from any thread.
+// every connection; with a snapshot directory it then saves the KV cache, which Start restores
+// (server/snapshot_store.h). Thread-safety: Shutdown() and Wait() may be called from any thread.
 #ifndef ATTEND_SERVER_SERVER_H_
 #define ATTEND_SERVER_SERVER_H_
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +26,7 @@
 #include "grpcpp/grpcpp.h"
 #include "server/auth.h"
 #include "server/service_support.h"
+#include "server/snapshot_store.h"
 #include "server/stats_log.h"
 
 namespace attend::server {
@@ -45,6 +48,11 @@ struct ServerOptions {
   TlsServerOptions tls;
   // Accepted bearer tokens; empty: no token is asked for. Needs TLS. Health stays open.
   std::vector<std::string> auth_tokens;
+  // KV-cache persistence (server/snapshot_store.h); empty: none. With it, Start restores the
+  // last clean shutdown's sequences before the port opens, Shutdown saves every sequence after
+  // the drain, in at most `snapshot_grace`, and SaveSequence / LoadSequence work.
+  std::string snapshot_dir;
+  absl::Duration snapshot_grace = absl::Seconds(60);
 };
 
 // Half of the memory this process may use (physical memory, or its cgroup's limit when lower,
@@ -73,8 +81,14 @@ class AttendServer {
   // The counters of the periodic stats line (server/stats_log.h). Thread-safe.
   StatsSample SampleStats() const;
 
+  // Drains (see the file comment), then, with a snapshot_dir, saves every sequence.
   void Shutdown(absl::Duration grace);
   void Wait();
+
+  // With a snapshot_dir: what Start restored, and what Shutdown saved (its error when the new
+  // generation could not be made current); empty before then, or without a snapshot_dir.
+  const std::optional<SnapshotReport>& restored() const;
+  const std::optional<absl::StatusOr<SnapshotReport>>& saved() const;
 
  private:
   AttendServer();

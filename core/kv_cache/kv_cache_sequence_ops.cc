@@ -83,6 +83,7 @@ absl::StatusOr<SequenceInfo> KvCache::Fork(absl::string_view source, absl::strin
       const CachedLayer& src = from->layers[l];
       layers[l].blocks.assign(src.blocks.begin(), src.blocks.begin() + blocks);
       layers[l].tokens = length;
+      layers[l].first_kept = length > 0 ? src.first_kept : 0;
       if (own_partial) {
         BlockRef copy = std::move(copies[l]);
         std::memcpy(copy->data, src.blocks[static_cast<size_t>(partial)]->data,
@@ -127,6 +128,7 @@ absl::StatusOr<SequenceInfo> KvCache::Truncate(absl::string_view id, int64_t tok
   for (CachedLayer& layer : sequence->layers) {
     sequence->total_tokens -= layer.tokens - tokens;
     layer.tokens = tokens;
+    if (tokens == 0) layer.first_kept = 0;  // emptied: no row before it is missing
     if (layer.blocks.size() > keep) {
       dropped += layer.blocks.size() - keep;
       layer.blocks.resize(keep);

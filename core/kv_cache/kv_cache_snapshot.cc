@@ -89,15 +89,17 @@ absl::Status KvCache::Save(absl::string_view id,
     copy.layout = s->layout;
     const int64_t tpb = s->layout.tokens_per_block;
     for (const CachedLayer& layer : s->layers) {
-      // A sliding window releases the blocks no later query can see: the rows stored start at
-      // the first block still held.
+      // A sliding window releases the blocks no later query can see: the rows stored start
+      // after the last released block before the end (a reservation's blocks before it stay
+      // held, but no query reads them any more), or where the layer's rows start.
       int64_t first_block = 0;
-      while (first_block < static_cast<int64_t>(layer.blocks.size()) &&
-             first_block * tpb < layer.tokens && !layer.blocks[static_cast<size_t>(first_block)]) {
-        ++first_block;
+      for (int64_t b = 0; b < static_cast<int64_t>(layer.blocks.size()) && b * tpb < layer.tokens;
+           ++b) {
+        if (!layer.blocks[static_cast<size_t>(b)]) first_block = b + 1;
       }
       h.layer_tokens.push_back(layer.tokens);
-      h.first_stored.push_back(std::min(layer.tokens, first_block * tpb));
+      h.first_stored.push_back(
+          std::min(layer.tokens, std::max(first_block * tpb, layer.first_kept)));
       copy.blocks.push_back(layer.blocks);
     }
     return copy;
@@ -244,6 +246,8 @@ absl::StatusOr<SequenceInfo> KvCache::Load(SnapshotReader& reader, absl::string_
       }
     }
     tables[l].tokens = header.layer_tokens[l];
+    // Rows before the first stored one inside its block are not the sequence's.
+    if (header.first_stored[l] % tpb != 0) tables[l].first_kept = header.first_stored[l];
   }
 
   // The rows, into the blocks (or compared with the shared ones).

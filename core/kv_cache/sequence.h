@@ -24,6 +24,10 @@ namespace attend::kv {
 struct CachedLayer {
   std::vector<BlockRef> blocks;
   int64_t tokens = 0;
+  // The first token whose row the layer holds when that is inside a held block: a snapshot
+  // loaded with bigger blocks than it was saved with starts its window's rows there, and the
+  // rows before it in that block are not the sequence's. 0 otherwise.
+  int64_t first_kept = 0;
 };
 
 struct Sequence {

@@ -190,6 +190,13 @@ absl::Status CheckWindowKept(absl::Span<const CachedLayer> layers, int64_t windo
             window, " moved on; the shortest length possible is ", kept_from * tpb + window - 1));
       }
     }
+    if (tokens > 0 && first_needed < layer.first_kept) {
+      return absl::OutOfRangeError(
+          absl::StrCat(what, " ", tokens, " tokens: layer ", l, " of sequence ", sequence,
+                       " holds no keys before token ", layer.first_kept, " (its sliding window of ",
+                       window, " had moved on when it was saved); the shortest length possible is ",
+                       layer.first_kept + window - 1));
+    }
   }
   return absl::OkStatus();
 }

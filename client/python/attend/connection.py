@@ -228,11 +228,16 @@ class Connection:
         return m
 
     def call(self, method, request, key=None, timeout=None):
-        """Runs a unary call with the deadline and `key`'s routing metadata; Error on failure."""
+        """Runs a unary call with the deadline and `key`'s routing metadata; Error on failure
+        (Cancelled when the client was closed first)."""
         try:
             return method(request, timeout=timeout or self.deadline, metadata=key_metadata(key))
         except grpc.RpcError as e:
             raise errors.from_rpc_error(e) from None
+        except ValueError as e:  # grpc's "Cannot invoke RPC on closed channel!"
+            if "closed channel" not in str(e):
+                raise
+            raise errors.Cancelled("the client was closed: no call can be made on it") from None
 
     def call_retried(self, method, request, key=None):
         """call() for idempotent reads: retried on UNAVAILABLE under the RetryPolicy, all

@@ -20,7 +20,7 @@ import numpy as np
 from . import errors
 from .batching import Piece, plan_calls
 from .routing import common_key, fork_key, key_metadata, routing_key
-from .tensors import (dtype_enum, encode, from_proto, precision_enum,
+from .tensors import (Encoded, dtype_enum, encode, from_proto, precision_enum,
                       serialize_with_tensors, tensor_field_bytes, element_bytes)
 from .v1 import kv_cache_pb2, tensor_pb2
 
@@ -84,11 +84,14 @@ class PendingAppendBatch:
     cancel() cancels a call that has not finished (the server may have applied it: read the
     sequences' layer_tokens before sending the tokens again)."""
 
-    def __init__(self, future=None, finish=None, again=None, worker=None):
+    def __init__(self, future=None, finish=None, again=None, worker=None, stop=None):
+        import threading
         self._future = future
         self._finish = finish
         self._again = again
         self._worker = worker
+        self._stop = stop
+        self._lock = threading.Lock()
         self._result = None
         self._error = None
         self._settled = False
@@ -97,11 +100,21 @@ class PendingAppendBatch:
         return self._settled or (self._future or self._worker).done()
 
     def cancel(self):
-        return False if self._settled else (self._future or self._worker).cancel()
+        """Cancels the call: True when it had not finished. A batch of one call is cancelled
+        in flight; a split batch sends none of its calls after the one in flight, and result()
+        raises Cancelled whose `partial` says what the earlier calls appended."""
+        if self._settled or self.done():
+            return False
+        if self._stop is not None:
+            self._stop.set()
+            self._worker.cancel()  # when it has not started yet
+            return True
+        return self._future.cancel()
 
     def result(self, timeout=None):
-        if not self._settled:
-            self._settle(timeout)
+        with self._lock:
+            if not self._settled:
+                self._settle(timeout)
         if self._error is not None:
             raise self._error
         return self._result
@@ -133,6 +146,12 @@ class PendingAppendBatch:
             self._error = errors.Cancelled("append_batch_async: cancelled by the client")
         except errors.Error as e:
             self._error = e
+        except ValueError as e:  # grpc's "Cannot invoke RPC on closed channel!"
+            if "closed channel" not in str(e):
+                raise
+            self._error = errors.Cancelled("append_batch_async: the client was closed before "
+                                           "the call finished; read the sequences' "
+                                           "layer_tokens to see what was appended")
         self._settled = True
 
 
@@ -246,6 +265,15 @@ def _check_ids(ids, what="sequence_ids"):
     return ids
 
 
+def _check_layer(layer):
+    """The layer as an int, or InvalidArgument (an int32 field on the wire)."""
+    if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or \
+            not 0 <= int(layer) < 2 ** 31:
+        raise errors.InvalidArgument("layer: %r; must be an integer between 0 and 2^31 - 1"
+                                     % (layer,))
+    return int(layer)
+
+
 def _check_3d(e, what):
     if e is not None and len(e.shape) != 3:
         raise errors.InvalidArgument("%s: shape %s; expected 3 dimensions [tokens, heads, dim]"
@@ -318,6 +346,25 @@ class KvCacheMixin:
         a fork are freed by their last user)."""
         return self._kv_call("Release", kv_cache_pb2.ReleaseRequest(sequence_id=sequence_id),
                              kv_cache_pb2.ReleaseResponse, routing_key(sequence_id)).freed_bytes
+
+    def save_sequence(self, sequence_id, name=None):
+        """SaveSequence: writes the sequence to the server's snapshot directory as `name`
+        (default: the id), whole and checksummed; it keeps serving meanwhile. Returns the
+        SaveSequenceResponse (name, bytes, seconds). FailedPrecondition when the server runs
+        without --snapshot_dir."""
+        return self._kv_call("SaveSequence", kv_cache_pb2.SaveSequenceRequest(
+            sequence_id=sequence_id, name=name or ""), kv_cache_pb2.SaveSequenceResponse,
+            routing_key(sequence_id))
+
+    def load_sequence(self, name, sequence_id=None):
+        """LoadSequence: adds the sequence saved as `name`, exactly as saved, under
+        `sequence_id` (default: the id it was saved from). Returns its SequenceInfo. NotFound
+        without such a file, DataLoss for a damaged one, AlreadyExists, ResourceExhausted.
+        The call routes by sequence_id's key; through a fleet's proxy give sequence_id (a call
+        without a key is refused there: the saved id is only known once the file is read)."""
+        return self._kv_call("LoadSequence", kv_cache_pb2.LoadSequenceRequest(
+            name=name, sequence_id=sequence_id or ""), kv_cache_pb2.SequenceInfo,
+            routing_key(sequence_id) if sequence_id else None)
 
     def get_sequence(self, sequence_id):
         """The sequence's SequenceInfo (layer_tokens, blocks, ...). NotFound for an unknown or
@@ -402,6 +449,26 @@ class KvCacheMixin:
 
     def append_batch(self, layer, sequence_ids, q, k, v, counts=None, *, precision=None,
                      output_dtype=None):
+        """Appends one layer's new tokens of several sequences and returns an AppendBatchResult.
+
+        The tokens are packed: sequence i's rows are [sum(counts[:i]), sum(counts[:i+1])) of q,
+        k and v (q [sum, n_head, head_dim], k [sum, n_head_kv, head_dim], v [sum, n_head_kv,
+        head_dim_v]); prompts of different lengths and decode steps may share a call. counts
+        default to one token per sequence. Every sequence has the same head shape and appears
+        once. q may be None to only append (then output is None). output_dtype: default q's.
+
+        One AppendBatch call is all or nothing. A batch over the message limit (the client's
+        max_message_bytes, or the server's lower one once a refusal revealed it) is split into
+        several calls: whole sequences per call where they fit, and a sequence too long for
+        one call into consecutive chunks appended in order (chunked prefill, exact for causal
+        attention). Before a split batch the client checks that every sequence exists and has
+        the tensors' shape, so that those mistakes fail before anything is appended; if a later
+        call still fails (the cache ran out of room, a sequence was released meanwhile), the
+        error's `partial` says what the earlier calls appended, which stays appended.
+
+        InvalidArgument (before any call) for a sequence named twice, counts that do not add
+        up to the tensors' rows, or tensors that are not 3-D; NotFound for an unknown sequence.
+        """
         return self._append_batch(layer, sequence_ids, q, k, v, counts, precision,
                                   output_dtype, wait=True)
 
@@ -424,26 +491,8 @@ class KvCacheMixin:
 
     def _append_batch(self, layer, sequence_ids, q, k, v, counts, precision, output_dtype,
                       wait):
-        """Appends one layer's new tokens of several sequences and returns an AppendBatchResult.
-
-        The tokens are packed: sequence i's rows are [sum(counts[:i]), sum(counts[:i+1])) of q,
-        k and v (q [sum, n_head, head_dim], k [sum, n_head_kv, head_dim], v [sum, n_head_kv,
-        head_dim_v]); prompts of different lengths and decode steps may share a call. counts
-        default to one token per sequence. Every sequence has the same head shape and appears
-        once. q may be None to only append (then output is None). output_dtype: default q's.
-
-        One AppendBatch call is all or nothing. A batch over the message limit (the client's
-        max_message_bytes, or the server's lower one once a refusal revealed it) is split into
-        several calls: whole sequences per call where they fit, and a sequence too long for
-        one call into consecutive chunks appended in order (chunked prefill, exact for causal
-        attention). Before a split batch the client checks that every sequence exists and has
-        the tensors' shape, so that those mistakes fail before anything is appended; if a later
-        call still fails (the cache ran out of room, a sequence was released meanwhile), the
-        error's `partial` says what the earlier calls appended, which stays appended.
-
-        InvalidArgument (before any call) for a sequence named twice, counts that do not add
-        up to the tensors' rows, or tensors that are not 3-D; NotFound for an unknown sequence.
-        """
+        """append_batch and append_batch_async (wait=False)."""
+        layer = _check_layer(layer)
         ids = _check_ids(sequence_ids)
         qe = encode(q, "q") if q is not None else None
         ke, ve = encode(k, "k"), encode(v, "v")
@@ -473,23 +522,37 @@ class KvCacheMixin:
                                          kv_cache_pb2.AppendBatchResponse)
         key = common_key(ids)
 
+        # The tensors the calls read: the caller's, or (asynchronous) copies of them.
+        source = [qe, ke, ve]
+
         def send(pieces, r0, r1):
             request.ClearField("sequence_ids")
             request.ClearField("token_counts")
             request.sequence_ids.extend(ids[p.index] for p in pieces)
             request.token_counts.extend(p.count for p in pieces)
+            q_, k_, v_ = source
             response = self._connection.call(method, serialize_with_tensors(request, {
-                4: qe.rows(r0, r1) if qe is not None else None, 5: ke.rows(r0, r1),
-                6: ve.rows(r0, r1)}), key)
+                4: q_.rows(r0, r1) if q_ is not None else None, 5: k_.rows(r0, r1),
+                6: v_.rows(r0, r1)}), key)
             if len(response.first_positions) != len(pieces) or \
                     len(response.layer_tokens) != len(pieces):
                 raise errors.Internal("AppendBatch: %d positions for %d sequences"
                                       % (len(response.first_positions), len(pieces)))
             return response, list(response.first_positions), list(response.layer_tokens)
 
-        def run():
+        def run(tensors=(qe, ke, ve), stop=None):
+            q_, k_, v_ = tensors
+            source[:] = tensors
+            sender = send
+            if stop is not None:
+                def sender(pieces, r0, r1):
+                    # Between the calls of a split batch: cancel() stops the rest.
+                    if stop.is_set():
+                        raise errors.Cancelled("append_batch_async: cancelled by the client "
+                                               "between the calls of a split batch")
+                    return send(pieces, r0, r1)
             output, first, tokens, stats, calls = self._split_calls(
-                ids, counts, qe, ke, ve, out_dtype, send, "AppendBatch", layer=layer)
+                ids, counts, q_, k_, v_, out_dtype, sender, "AppendBatch", layer=layer)
             return AppendBatchResult(output, first, tokens, stats, calls)
 
         if wait:
@@ -501,7 +564,14 @@ class KvCacheMixin:
         plan = plan_calls(counts, [len(sid.encode()) for sid in ids], request_row, response_row,
                           conn.effective_message_limit())
         if len(plan) > 1:
-            return PendingAppendBatch(worker=self._async_worker().submit(run))
+            # The calls go out after this returns: they read copies, so that the caller may
+            # change its arrays at once, as for a batch of one call.
+            private = tuple(None if e is None else Encoded(e.dtype, e.shape, e.array.copy(),
+                                                           e.like) for e in (qe, ke, ve))
+            import threading
+            stop = threading.Event()
+            return PendingAppendBatch(
+                worker=self._async_worker().submit(run, private, stop), stop=stop)
         request.sequence_ids.extend(ids)
         request.token_counts.extend(counts)
         body = serialize_with_tensors(request, {4: qe, 5: ke, 6: ve})
@@ -518,11 +588,16 @@ class KvCacheMixin:
 
         def again(error):
             # Refused for its size before anything was applied: the limit is learnt, and the
-            # batch goes again in calls that fit, now, on the caller's thread.
+            # batch goes again in calls that fit, now, on the caller's thread, from the bytes
+            # that were sent (the caller's arrays may have changed since).
             if conn.learn_limit(error):
+                sent = kv_cache_pb2.AppendBatchRequest.FromString(body)
                 request.ClearField("sequence_ids")
                 request.ClearField("token_counts")
-                return run()
+                return run(tuple(
+                    None if e is None else Encoded(e.dtype, e.shape,
+                                                   from_proto(getattr(sent, name)), e.like)
+                    for e, name in ((qe, "q"), (ke, "k"), (ve, "v"))))
             raise error
 
         return PendingAppendBatch(future=future, finish=finish, again=again)

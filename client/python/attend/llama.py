@@ -98,7 +98,8 @@ class Block(torch.nn.Module):
 class GenerateResult:
     """What generate returns. logits: `steps` float32 CPU tensors [batch, vocab] (logits[0] from
     the prompt's last token, logits[t] after the t-th generated token was fed); tokens: the
-    tokens chosen (teacher-forced or argmax), [batch] lists; prompt_seconds: the prompt's
+    tokens fed after the prompt (teacher-forced or argmax), steps - 1 lists of [batch] (the
+    last logits' argmax is not fed, so not listed); prompt_seconds: the prompt's
     forward; step_seconds: each decode forward's; attention_seconds / server_seconds /
     attention_calls: what the attention backend spent (see its fields), over the whole run."""
 
@@ -148,8 +149,9 @@ class LlamaModel(torch.nn.Module):
         overlap: run the batch as two halves (sequences [0, m) and [m, batch)) pipelined so
         that one half's attention call is always in flight while the other half's dense layers
         run: layer L's attention of half 0 overlaps half 1's projections, and half 1's
-        overlaps half 0's output projection, MLP and next layer's projections. The same math
-        row by row as without overlap."""
+        overlaps half 0's output projection, MLP and next layer's projections. The same
+        computation row by row as without overlap (the last bits may differ where a matmul
+        blocks a half's rows otherwise than the whole batch's)."""
         x = self.embed(tokens.to(self.device))
         if not overlap or len(counts) < 2:
             for layer, b in enumerate(self.blocks):
@@ -212,8 +214,24 @@ class LlamaModel(torch.nn.Module):
         elsewhere than the dense layers (AttendAttention with the model on an accelerator)."""
         attention = attention if attention is not None else LocalAttention()
         prompts = [list(p) for p in prompt_token_lists]
-        if not prompts or any(len(p) < 1 for p in prompts):
+        if not prompts:
+            raise ValueError("generate: no prompts; give at least one")
+        if any(len(p) < 1 for p in prompts):
             raise ValueError("generate: every prompt needs at least one token")
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ValueError("generate: steps %r; the logits to make, at least 1" % (steps,))
+        vocab = self.config.vocab_size
+        if any(not 0 <= int(t) < vocab for p in prompts for t in p):
+            raise ValueError("generate: a prompt token is outside the vocabulary [0, %d)" % vocab)
+        if teacher_forced_tokens is not None:
+            if len(teacher_forced_tokens) != len(prompts) or any(
+                    len(row) < steps - 1 for row in teacher_forced_tokens):
+                raise ValueError("generate: teacher_forced_tokens needs %d rows of at least %d "
+                                 "tokens (one per decode step)" % (len(prompts), steps - 1))
+            if any(not 0 <= int(t) < vocab for row in teacher_forced_tokens
+                   for t in row[:steps - 1]):
+                raise ValueError("generate: a teacher-forced token is outside the vocabulary "
+                                 "[0, %d)" % vocab)
         batch = len(prompts)
         result = GenerateResult()
         sync = _sync_for(self.device)

@@ -544,6 +544,89 @@ class AppendBatchAsync(unittest.TestCase):
                 c.release(sid)
 
 
+class AppendBatchAsyncFaults(unittest.TestCase):
+    """What an outside tester found: a split batch read the caller's arrays after
+    append_batch_async returned, cancel() did not stop a split batch, and closing the client
+    with calls in flight raised ValueError."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.small = Server("--kv_cache_bytes=512MiB", "--max_message_bytes=1MiB")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.small.stop()
+
+    SHAPE = dict(layers=1, n_head=8, n_head_kv=2, head_dim=64, kv_dtype="float32")
+
+    def batch(self, seed, counts):
+        rng = np.random.default_rng(seed)
+        rows = sum(counts)
+        return [rand(rng, (rows, h, 64)) for h in (8, 2, 2)]
+
+    def test_a_split_batch_reads_what_the_call_was_given(self):
+        counts = [700, 600, 500]  # 3 KiB a token: several 1 MiB calls
+        for client_limit in (1 << 20, None):  # the client knows the limit / learns it
+            with attend.Client(self.small.target, **(
+                    {"max_message_bytes": client_limit} if client_limit else {})) as c:
+                ids = ["copy%s/%d" % (client_limit, i) for i in range(3)]
+                twins = ["twin%s/%d" % (client_limit, i) for i in range(3)]
+                for sid in ids + twins:
+                    c.create_sequence(sid, **self.SHAPE)
+                q, k, v = self.batch(31, counts)
+                want = c.append_batch(0, twins, q, k, v, counts=counts)
+                pending = c.append_batch_async(0, ids, q, k, v, counts=counts)
+                for a in (q, k, v):
+                    a[:] = 0  # allowed once the call returned
+                got = pending.result(timeout=120)
+                self.assertGreater(got.calls, 1)
+                np.testing.assert_array_equal(got.output, want.output)
+                for sid in ids + twins:
+                    c.release(sid)
+
+    def test_cancel_stops_a_split_batch_between_its_calls(self):
+        counts = [1500] * 12  # about 55 calls of 1 MiB
+        with attend.Client(self.small.target, max_message_bytes=1 << 20) as c:
+            ids = ["cancel/%d" % i for i in range(len(counts))]
+            for sid in ids:
+                c.create_sequence(sid, **self.SHAPE)
+            q, k, v = self.batch(32, counts)
+            pending = c.append_batch_async(0, ids, q, k, v, counts=counts)
+            finished = pending.done()
+            cancelled = pending.cancel()
+            self.assertTrue(cancelled or finished, "cancel() left a running batch running")
+            if cancelled:
+                with self.assertRaises(attend.Cancelled) as caught:
+                    pending.result(timeout=120)
+                held = {sid: c.get_sequence(sid).layer_tokens[0] for sid in ids}
+                self.assertLess(sum(held.values()), sum(counts))
+                self.assertEqual({s: n for s, n in held.items() if n},
+                                 getattr(caught.exception, "partial", None) or {})
+            for sid in ids:
+                c.release(sid)
+
+    def test_closing_the_client_with_calls_in_flight(self):
+        c = attend.Client(self.small.target)
+        ids = ["closing/%d" % i for i in range(4)]
+        for sid in ids:
+            c.create_sequence(sid, **self.SHAPE)
+        q, k, v = self.batch(33, [200] * 4)
+        pending = [c.append_batch_async(0, [sid], q[i * 200:(i + 1) * 200],
+                                        k[i * 200:(i + 1) * 200], v[i * 200:(i + 1) * 200],
+                                        counts=[200]) for i, sid in enumerate(ids)]
+        c.close()
+        for p in pending:
+            try:
+                p.result(timeout=60)
+            except attend.Cancelled:
+                pass  # not ValueError
+        with self.assertRaises(attend.Cancelled):
+            c.get_sequence(ids[0])
+        with attend.Client(self.small.target) as again:
+            for sid in ids:
+                again.release(sid)
+
+
 class Security(unittest.TestCase):
     """Mutual TLS and a bearer token, with the client's options."""
 

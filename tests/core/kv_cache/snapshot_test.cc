@@ -449,3 +449,70 @@ TEST(Snapshot, SavesRacingAppendsAreConsistent) {
 
 }  // namespace
 }  // namespace attend::kv
+
+namespace attend::kv {
+namespace {
+
+// A reservation keeps its blocks while a sliding window releases the ones after it: the table
+// has held blocks, then released ones, then held ones again. The snapshot stores the rows from
+// the last held run on, the load holds the reservation again, and the next steps agree.
+TEST(Snapshot, AReservationBeforeReleasedWindowBlocks) {
+  SequenceConfig c;
+  c.layers = 1;
+  c.n_head = 2;
+  c.n_head_kv = 1;
+  c.head_dim = 8;
+  c.head_dim_v = 8;
+  c.kv_dtype = DType::kFloat32;
+  c.window = 24;
+  KvCache original(Options(1024));                   // 16 tokens a block
+  ASSERT_TRUE(original.Create(c, "held", 40).ok());  // blocks 0-2 reserved
+  Append(original, "held", c, 0, 300, 1);
+  const std::string bytes = Save(original, "held");
+  for (const int64_t block : {int64_t{1024}, int64_t{4096}}) {
+    KvCache loaded(Options(block));
+    absl::StatusOr<SequenceInfo> info = Load(loaded, bytes);
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_EQ(info->reserved_tokens, 40);
+    ASSERT_TRUE(loaded.CheckConsistency().ok()) << loaded.CheckConsistency();
+    KvCache twin(Options(1024));
+    ASSERT_TRUE(Load(twin, bytes).ok());
+    ExpectSameNextSteps(twin, "held", loaded, "held", c, 7, block == 1024);
+  }
+}
+
+// Loaded into bigger blocks, a window's first stored row falls inside a block: the rows before
+// it there are not the sequence's, so a truncate or fork that would need them is refused as in
+// the original, and a save of the load stores from the same row.
+TEST(Snapshot, AWindowStartingInsideABlockKeepsItsLimit) {
+  SequenceConfig c;
+  c.layers = 1;
+  c.n_head = 2;
+  c.n_head_kv = 1;
+  c.head_dim = 8;
+  c.head_dim_v = 8;
+  c.kv_dtype = DType::kFloat32;
+  c.window = 20;
+  KvCache original(Options(1024));  // 16 tokens a block
+  ASSERT_TRUE(original.Create(c, "w", 0).ok());
+  Append(original, "w", c, 0, 200, 2);  // rows stored from 176 (blocks 11 and 12)
+  const std::string bytes = Save(original, "w");
+  KvCache loaded(Options(4096));  // 64 tokens a block: 176 is inside block 2
+  ASSERT_TRUE(Load(loaded, bytes).ok());
+  for (const int64_t length : {int64_t{150}, int64_t{190}}) {
+    SCOPED_TRACE(length);
+    EXPECT_EQ(original.Truncate("w", length).status().code(), absl::StatusCode::kOutOfRange);
+    EXPECT_EQ(loaded.Truncate("w", length).status().code(), absl::StatusCode::kOutOfRange);
+    EXPECT_EQ(loaded.Fork("w", "w/f", length).status().code(), absl::StatusCode::kOutOfRange);
+  }
+  std::string again;
+  ASSERT_TRUE(loaded.Save("w", StringSink(&again), "test").ok());
+  SnapshotReader reader(StringSource(again), "again");
+  absl::StatusOr<SnapshotHeader> header = reader.ReadHeader();
+  ASSERT_TRUE(header.ok());
+  EXPECT_EQ(header->first_stored[0], 176);
+  ASSERT_TRUE(loaded.Truncate("w", 196).ok());  // what the window still holds
+}
+
+}  // namespace
+}  // namespace attend::kv

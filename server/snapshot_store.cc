@@ -1,0 +1,402 @@
+#include "server/snapshot_store.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <set>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/strip.h"
+#include "common/version.h"
+#include "core/base/status_macros.h"
+#include "core/kv_cache/sequence_registry.h"
+#include "core/kv_cache/snapshot_format.h"
+
+namespace attend::server {
+namespace {
+
+constexpr char kSuffix[] = ".attnsnap";
+constexpr char kCurrent[] = "CURRENT";
+constexpr char kGenerationPrefix[] = "gen-";
+constexpr size_t kWriteBuffer = size_t{8} << 20;
+
+using Clock = std::chrono::steady_clock;
+
+absl::Status Errno(absl::string_view what, const std::string& path) {
+  return absl::InternalError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
+}
+
+// Closes a file descriptor when it goes out of scope.
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd_ >= 0) close(fd_);
+  }
+  int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
+
+ private:
+  int fd_;
+};
+
+absl::Status SyncDir(const std::string& dir) {
+  Fd fd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (fd.get() < 0) return Errno("open directory", dir);
+  if (fsync(fd.get()) != 0) return Errno("fsync directory", dir);
+  return absl::OkStatus();
+}
+
+absl::Status MakeDir(const std::string& dir) {
+  if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return Errno("mkdir", dir);
+  struct stat st;
+  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(dir, " is not a directory"));
+  }
+  return absl::OkStatus();
+}
+
+// Writes dir/name through `produce` (which gets a sink) as dir/name.tmp, fsync, rename, fsync
+// of dir. On any failure the .tmp file is removed and nothing is renamed. Returns the bytes.
+absl::StatusOr<int64_t> WriteAtomically(
+    const std::string& dir, const std::string& name,
+    const std::function<absl::Status(const kv::ByteSink&)>& produce) {
+  const std::string path = absl::StrCat(dir, "/", name);
+  const std::string tmp = path + ".tmp";
+  Fd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (fd.get() < 0) return Errno("create", tmp);
+  std::string buffer;
+  buffer.reserve(kWriteBuffer);
+  int64_t bytes = 0;
+  const auto flush = [&]() -> absl::Status {
+    size_t done = 0;
+    while (done < buffer.size()) {
+      const ssize_t n = write(fd.get(), buffer.data() + done, buffer.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return Errno("write", tmp);
+      done += static_cast<size_t>(n);
+    }
+    buffer.clear();
+    return absl::OkStatus();
+  };
+  const kv::ByteSink sink = [&](absl::string_view piece) -> absl::Status {
+    bytes += static_cast<int64_t>(piece.size());
+    if (buffer.size() + piece.size() > kWriteBuffer) ATTEND_RETURN_IF_ERROR(flush());
+    if (piece.size() >= kWriteBuffer) {
+      buffer.assign(piece.data(), piece.size());
+      return flush();
+    }
+    buffer.append(piece.data(), piece.size());
+    return absl::OkStatus();
+  };
+  absl::Status status = produce(sink);
+  if (status.ok()) status = flush();
+  if (status.ok() && fsync(fd.get()) != 0) status = Errno("fsync", tmp);
+  if (status.ok() && close(fd.release()) != 0) status = Errno("close", tmp);
+  if (status.ok() && rename(tmp.c_str(), path.c_str()) != 0) status = Errno("rename", tmp);
+  if (status.ok()) status = SyncDir(dir);
+  if (!status.ok()) {
+    unlink(tmp.c_str());
+    return status;
+  }
+  return bytes;
+}
+
+// A ByteSource reading an open file; counts the bytes read.
+kv::ByteSource FileSource(int fd, int64_t* bytes) {
+  return [fd, bytes](char* dst, size_t n) -> absl::StatusOr<size_t> {
+    while (true) {
+      const ssize_t got = read(fd, dst, n);
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0) return absl::InternalError(absl::StrCat("read: ", std::strerror(errno)));
+      *bytes += got;
+      return static_cast<size_t>(got);
+    }
+  };
+}
+
+std::vector<std::string> ListDir(const std::string& dir) {
+  std::vector<std::string> names;
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return names;
+  while (const dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name != "." && name != "..") names.push_back(name);
+  }
+  closedir(d);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// The generation number of "gen-000007", or -1.
+int64_t GenerationNumber(absl::string_view name) {
+  int64_t n = -1;
+  if (!absl::ConsumePrefix(&name, kGenerationPrefix) || name.empty() ||
+      !absl::SimpleAtoi(name, &n)) {
+    return -1;
+  }
+  return n;
+}
+
+std::string ReadCurrent(const std::string& dir) {
+  Fd fd(open(absl::StrCat(dir, "/", kCurrent).c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return "";
+  char text[64];
+  const ssize_t n = read(fd.get(), text, sizeof(text));
+  if (n <= 0) return "";
+  std::string name(text, static_cast<size_t>(n));
+  while (!name.empty() && (name.back() == '\n' || name.back() == '\r')) name.pop_back();
+  return GenerationNumber(name) >= 0 ? name : "";
+}
+
+void RemoveGeneration(const std::string& path) {
+  for (const std::string& name : ListDir(path)) unlink(absl::StrCat(path, "/", name).c_str());
+  rmdir(path.c_str());
+}
+
+struct Opened {
+  explicit Opened(int file) : fd(file) {}
+  Fd fd;
+  int64_t bytes = 0;
+  std::unique_ptr<kv::SnapshotReader> reader;
+};
+
+absl::StatusOr<std::unique_ptr<Opened>> OpenSnapshot(const std::string& path) {
+  auto opened = std::make_unique<Opened>(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (opened->fd.get() < 0) {
+    if (errno == ENOENT) return absl::NotFoundError(absl::StrCat("no snapshot file ", path));
+    return Errno("open", path);
+  }
+  opened->reader =
+      std::make_unique<kv::SnapshotReader>(FileSource(opened->fd.get(), &opened->bytes), path);
+  return opened;
+}
+
+// Loads the file at `path`, sharing with its source when it can; a source that changed since
+// the save (FAILED_PRECONDITION) means loading it again on blocks of its own.
+absl::StatusOr<kv::SequenceInfo> LoadFile(kv::KvCache& cache, const std::string& path,
+                                          absl::string_view id, int64_t* bytes) {
+  for (const bool share : {true, false}) {
+    ATTEND_ASSIGN_OR_RETURN(std::unique_ptr<Opened> opened, OpenSnapshot(path));
+    absl::StatusOr<kv::SequenceInfo> info = cache.Load(*opened->reader, id, share);
+    *bytes += opened->bytes;
+    if (share && info.status().code() == absl::StatusCode::kFailedPrecondition &&
+        absl::StrContains(info.status().message(), "load it without sharing")) {
+      continue;
+    }
+    return info;
+  }
+  return absl::InternalError("unreachable");
+}
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+}  // namespace
+
+std::string SnapshotStore::FileNameOf(absl::string_view id) {
+  return absl::StrCat(absl::StrReplaceAll(id, {{"/", "+"}}), kSuffix);
+}
+
+absl::StatusOr<SnapshotStore> SnapshotStore::Open(const std::string& dir) {
+  if (dir.empty()) return absl::InvalidArgumentError("--snapshot_dir: empty");
+  std::string path = dir;
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  // The parent first (one level), so that a fresh volume's subdirectory works.
+  const size_t slash = path.rfind('/');
+  if (slash != std::string::npos && slash > 0) (void)MakeDir(path.substr(0, slash));
+  if (absl::Status made = MakeDir(path); !made.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--snapshot_dir ", dir, ": ", made.message()));
+  }
+  if (access(path.c_str(), W_OK | X_OK) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--snapshot_dir ", dir, ": not writable: ", std::strerror(errno)));
+  }
+  // Leftovers of a save that was killed: never read, removed now.
+  for (const std::string& name : ListDir(path)) {
+    if (absl::EndsWith(name, ".tmp")) unlink(absl::StrCat(path, "/", name).c_str());
+  }
+  return SnapshotStore(path);
+}
+
+absl::StatusOr<SnapshotReport> SnapshotStore::SaveAll(kv::KvCache& cache,
+                                                      Clock::time_point deadline) const {
+  const auto start = Clock::now();
+  SnapshotReport report;
+  int64_t next = 0;
+  for (const std::string& name : ListDir(dir_)) {
+    next = std::max(next, GenerationNumber(name) + 1);
+  }
+  report.generation = absl::StrFormat("%s%06d", kGenerationPrefix, next);
+  const std::string gen_dir = absl::StrCat(dir_, "/", report.generation);
+  ATTEND_RETURN_IF_ERROR(MakeDir(gen_dir));
+  std::vector<std::string> ids;
+  for (std::string token;;) {
+    absl::StatusOr<kv::ListPage> page = cache.List(1000, token);
+    if (!page.ok()) break;
+    for (const kv::SequenceInfo& info : page->sequences) ids.push_back(info.id);
+    if (page->next_page_token.empty()) break;
+    token = page->next_page_token;
+  }
+  const std::string version = VersionLine("attend-server");
+  for (const std::string& id : ids) {
+    if (Clock::now() >= deadline) {
+      report.skipped.push_back(absl::StrCat(id, ": not saved, the shutdown grace ran out"));
+      continue;
+    }
+    absl::StatusOr<int64_t> bytes =
+        WriteAtomically(gen_dir, FileNameOf(id), [&](const kv::ByteSink& sink) {
+          // Past the deadline the save stops mid-file: the sequence is skipped, not torn.
+          const kv::ByteSink bounded = [&](absl::string_view piece) {
+            if (Clock::now() >= deadline) {
+              return absl::DeadlineExceededError("the shutdown grace ran out while it was saved");
+            }
+            return sink(piece);
+          };
+          return cache.Save(id, bounded, version);
+        });
+    if (!bytes.ok()) {
+      // Released meanwhile is no loss; anything else is named.
+      if (!absl::IsNotFound(bytes.status())) {
+        report.skipped.push_back(absl::StrCat(id, ": ", bytes.status().message()));
+      }
+      continue;
+    }
+    report.sequences++;
+    report.bytes += *bytes;
+  }
+  // The new generation becomes CURRENT even when sequences were skipped: an older generation
+  // holds older states of the sequences, and restoring one would hand clients a cache behind
+  // what they sent, without a word. When CURRENT cannot be written, nothing is restored.
+  absl::Status committed = SyncDir(gen_dir);
+  if (committed.ok()) {
+    committed = WriteAtomically(dir_, kCurrent, [&](const kv::ByteSink& sink) {
+                  return sink(absl::StrCat(report.generation, "\n"));
+                }).status();
+  }
+  if (!committed.ok()) {
+    unlink(absl::StrCat(dir_, "/", kCurrent).c_str());
+    (void)SyncDir(dir_);
+    RemoveGeneration(gen_dir);
+    return committed;
+  }
+  for (const std::string& name : ListDir(dir_)) {
+    if (GenerationNumber(name) >= 0 && name != report.generation) {
+      RemoveGeneration(absl::StrCat(dir_, "/", name));
+    }
+  }
+  report.seconds = SecondsSince(start);
+  return report;
+}
+
+SnapshotReport SnapshotStore::RestoreAll(kv::KvCache& cache) const {
+  const auto start = Clock::now();
+  SnapshotReport report;
+  report.generation = ReadCurrent(dir_);
+  if (report.generation.empty()) return report;
+  const std::string gen_dir = absl::StrCat(dir_, "/", report.generation);
+  // Headers first: sources load before their forks, so that forks share their blocks again.
+  struct File {
+    std::string path, id, forked_from;
+  };
+  std::vector<File> files;
+  for (const std::string& name : ListDir(gen_dir)) {
+    if (!absl::EndsWith(name, kSuffix)) continue;
+    const std::string path = absl::StrCat(gen_dir, "/", name);
+    absl::StatusOr<std::unique_ptr<Opened>> opened = OpenSnapshot(path);
+    absl::StatusOr<kv::SnapshotHeader> header =
+        opened.ok() ? (*opened)->reader->ReadHeader() : opened.status();
+    if (!header.ok()) {
+      report.skipped.push_back(absl::StrCat(name, ": ", header.status().message()));
+      continue;
+    }
+    files.push_back({path, header->id, header->forked_from});
+  }
+  // The load order: a file after the file of its source when that is in this generation. A
+  // cycle (only a corrupted set has one) is broken by taking the rest as they come.
+  std::set<std::string> here, placed;
+  for (const File& f : files) here.insert(f.id);
+  std::vector<size_t> order;
+  std::vector<bool> taken(files.size(), false);
+  while (order.size() < files.size()) {
+    bool progress = false;
+    for (size_t i = 0; i < files.size(); ++i) {
+      const File& f = files[i];
+      if (taken[i] || (!f.forked_from.empty() && here.count(f.forked_from) > 0 &&
+                       placed.count(f.forked_from) == 0)) {
+        continue;
+      }
+      taken[i] = true;
+      placed.insert(f.id);
+      order.push_back(i);
+      progress = true;
+    }
+    if (!progress) {
+      for (size_t i = 0; i < files.size(); ++i) {
+        if (!taken[i]) {
+          taken[i] = true;
+          order.push_back(i);
+        }
+      }
+    }
+  }
+  // Restored once: the generation is what the sequences were at the last clean shutdown, and a
+  // crash from here on must not bring that back behind what clients have sent since. Its files
+  // stay until the next save, unread.
+  if (unlink(absl::StrCat(dir_, "/", kCurrent).c_str()) == 0) (void)SyncDir(dir_);
+  for (const size_t i : order) {
+    absl::StatusOr<kv::SequenceInfo> info = LoadFile(cache, files[i].path, {}, &report.bytes);
+    if (!info.ok()) {
+      report.skipped.push_back(absl::StrCat(files[i].id, ": ", info.status().message()));
+      continue;
+    }
+    report.sequences++;
+  }
+  report.seconds = SecondsSince(start);
+  return report;
+}
+
+absl::StatusOr<int64_t> SnapshotStore::SaveOne(kv::KvCache& cache, absl::string_view id,
+                                               absl::string_view name) const {
+  const absl::string_view file = name.empty() ? id : name;
+  ATTEND_RETURN_IF_ERROR(kv::CheckSequenceId(file, name.empty() ? "sequence_id" : "name"));
+  const std::string saved = absl::StrCat(dir_, "/saved");
+  ATTEND_RETURN_IF_ERROR(MakeDir(saved));
+  // The sequence is looked up first, so that an unknown id is NOT_FOUND and writes nothing.
+  ATTEND_RETURN_IF_ERROR(cache.Get(id).status());
+  const std::string version = VersionLine("attend-server");
+  return WriteAtomically(saved, FileNameOf(file), [&](const kv::ByteSink& sink) {
+    // Saved alone: a file that a load elsewhere needs nothing else for (no shared prefix).
+    return cache.Save(id, sink, version, /*share_with_source=*/false);
+  });
+}
+
+absl::StatusOr<kv::SequenceInfo> SnapshotStore::LoadOne(kv::KvCache& cache, absl::string_view name,
+                                                        absl::string_view id) const {
+  ATTEND_RETURN_IF_ERROR(kv::CheckSequenceId(name, "name"));
+  int64_t bytes = 0;
+  return LoadFile(cache, absl::StrCat(dir_, "/saved/", FileNameOf(name)), id, &bytes);
+}
+
+absl::StatusOr<std::string> SnapshotStore::SavedId(absl::string_view name) const {
+  ATTEND_RETURN_IF_ERROR(kv::CheckSequenceId(name, "name"));
+  ATTEND_ASSIGN_OR_RETURN(std::unique_ptr<Opened> opened,
+                          OpenSnapshot(absl::StrCat(dir_, "/saved/", FileNameOf(name))));
+  ATTEND_ASSIGN_OR_RETURN(const kv::SnapshotHeader header, opened->reader->ReadHeader());
+  return header.id;
+}
+
+}  // namespace attend::server

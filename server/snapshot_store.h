@@ -1,0 +1,89 @@
+// Where the KV cache's snapshots live on disk (--snapshot_dir), and the two moments they are
+// used: a warm restart (every sequence saved after the drain, restored before the port opens)
+// and SaveSequence / LoadSequence on request.
+//
+//   <dir>/CURRENT           names the complete generation to restore ("gen-000007")
+//   <dir>/gen-000007/       one file per sequence, <id with '/' as '+'>.attnsnap
+//   <dir>/saved/            SaveSequence's files, <name>.attnsnap
+//
+// Crash safety: every file is written as <name>.tmp, fsynced, renamed and its directory fsynced.
+// A shutdown writes a new generation next to the current one and switches CURRENT (the same
+// way) only once every file of it is on disk, then removes the older generations. A kill at any
+// moment leaves CURRENT naming a generation whose files are all complete: the new one or the
+// previous one. Files in a generation that CURRENT does not name are never read.
+//
+// Never stale: a restore removes CURRENT before it loads (a crash after it restores nothing
+// rather than the state of the shutdown before, which the clients have moved past), and a save
+// that skipped sequences (out of time, an error) still becomes CURRENT, without them.
+//
+// Thread-safety: SaveAll and RestoreAll are for start-up and shutdown (one thread, no calls in
+// flight); SaveOne and LoadOne may run concurrently with each other and with calls (two saves to
+// one name: the last rename wins, each file whole).
+#ifndef ATTEND_SERVER_SNAPSHOT_STORE_H_
+#define ATTEND_SERVER_SNAPSHOT_STORE_H_
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "core/kv_cache/kv_cache.h"
+
+namespace attend::server {
+
+struct SnapshotReport {
+  int64_t sequences = 0;  // saved or restored
+  int64_t bytes = 0;      // file bytes written or read
+  double seconds = 0.0;
+  // Sequences not saved (the grace ran out, an error) or files not restored, each "<what>:
+  // <why>", in the order met.
+  std::vector<std::string> skipped;
+  std::string generation;  // the generation written or read ("" when none)
+};
+
+class SnapshotStore {
+ public:
+  // Creates `dir` (and its parent) when missing. INVALID_ARGUMENT when it cannot be made or is
+  // not a writable directory.
+  static absl::StatusOr<SnapshotStore> Open(const std::string& dir);
+
+  // Saves every sequence of `cache` as a new generation and makes it CURRENT, in the time left
+  // until `deadline`: sequences it has no time for are skipped (and named), the ones written are
+  // kept. Each sequence is saved whole or not at all. An error when the generation could not be
+  // made CURRENT (then there is no CURRENT: nothing is restored).
+  absl::StatusOr<SnapshotReport> SaveAll(kv::KvCache& cache,
+                                         std::chrono::steady_clock::time_point deadline) const;
+
+  // Loads CURRENT's generation into `cache` (empty when there is none) and removes CURRENT:
+  // sources before their forks, so that forks share their blocks again. A file that cannot be
+  // loaded (damaged, refused by the cache) is skipped with its reason; the others load.
+  SnapshotReport RestoreAll(kv::KvCache& cache) const;
+
+  // SaveSequence: `id` to saved/<name>.attnsnap (name empty: the id). Returns the file's bytes.
+  // INVALID_ARGUMENT for a bad name; the cache's NOT_FOUND; INTERNAL for I/O errors.
+  absl::StatusOr<int64_t> SaveOne(kv::KvCache& cache, absl::string_view id,
+                                  absl::string_view name) const;
+  // LoadSequence: saved/<name>.attnsnap into `cache` as `id` (empty: the saved id). NOT_FOUND
+  // when there is no such file; the load's errors otherwise.
+  absl::StatusOr<kv::SequenceInfo> LoadOne(kv::KvCache& cache, absl::string_view name,
+                                           absl::string_view id) const;
+
+  // The id a SaveSequence file `name` was saved from (its header's), or the errors of LoadOne.
+  absl::StatusOr<std::string> SavedId(absl::string_view name) const;
+
+  const std::string& dir() const { return dir_; }
+
+  // The file name a sequence id or a save name gets ('/' -> '+', then ".attnsnap"), and back.
+  static std::string FileNameOf(absl::string_view id);
+
+ private:
+  explicit SnapshotStore(std::string dir) : dir_(std::move(dir)) {}
+  std::string dir_;
+};
+
+}  // namespace attend::server
+
+#endif  // ATTEND_SERVER_SNAPSHOT_STORE_H_
