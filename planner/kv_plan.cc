@@ -23,14 +23,24 @@ struct LayerGroup {
   int64_t layers = 0;
 };
 
-// Which cached rows a LayerGroup counts: both (the cache), or only the keys or the values.
-enum class KvHalf { kBoth, kKeys, kValues };
+// Which cached rows a LayerGroup counts: both (the cache), only the keys (indexers included) or
+// the values, or only the indexers' keys.
+enum class KvHalf { kBoth, kKeys, kValues, kIndexer };
 
 struct GroupOptions {
   int64_t kv_override = 0;  // > 0: every KV layer's n_head_kv, latent layers expanded
   KvHalf half = KvHalf::kBoth;
-  bool expand_latent = false;  // latent layers as their n_head_kv expanded heads
+  bool expand_latent = false;            // latent layers as their n_head_kv expanded heads
+  std::optional<KvDType> indexer_dtype;  // nullopt: as published (IndexerRowBytes)
 };
+
+// A latent layer's indexer bytes per token under `o`. REQUIRES: canonical `l` (index_head_dim
+// <= kMaxHeadDim, so no overflow).
+int64_t IndexerBytes(const LayerSpec& l, const GroupOptions& o) {
+  if (l.kind != LayerKind::kLatentAttention || l.index_head_dim == 0) return 0;
+  if (o.half == KvHalf::kValues) return 0;
+  return *IndexerRowBytes(l.index_head_dim, o.indexer_dtype);
+}
 
 // One layer's bytes per token and its fixed state bytes. REQUIRES: canonical `l`, rows that
 // StorageBytes could size (checked by GroupLayers).
@@ -38,23 +48,27 @@ std::pair<int64_t, int64_t> LayerBytes(const LayerSpec& l, KvDType dtype, KvDTyp
                                        int64_t k_row, int64_t v_row, const GroupOptions& o) {
   if (HoldsState(l.kind)) {
     // A state is neither half of the key/value rows: the halves carry no fixed bytes.
-    if (o.half != KvHalf::kBoth) return {0, 0};
+    if (o.half != KvHalf::kBoth) return {0, 0};  // nor an indexer
     // Bounded by CanonicalModel: 2 x 2^36 values x 4 bytes.
     return {0, *StorageBytes(state_dtype, l.conv_state_values) +
                    *StorageBytes(state_dtype, l.recurrent_state_values)};
   }
   if (!HoldsKv(l.kind)) return {0, 0};
+  const int64_t indexer = IndexerBytes(l, o);  // <= 65536 x 4 + scales
+  if (o.half == KvHalf::kIndexer) return {indexer, 0};
   if (l.kind == LayerKind::kLatentAttention && o.kv_override == 0 && !o.expand_latent) {
     // <= 2 x 65536 values x 4 bytes.
     return {
-        o.half == KvHalf::kValues ? 0 : *StorageBytes(dtype, l.kv_lora_rank + l.qk_rope_head_dim),
+        (o.half == KvHalf::kValues ? 0
+                                   : *StorageBytes(dtype, l.kv_lora_rank + l.qk_rope_head_dim)) +
+            indexer,
         0};
   }
   const int64_t kv = o.kv_override > 0 ? o.kv_override : l.n_head_kv;
   const int64_t k = o.half == KvHalf::kValues ? 0 : k_row;
   const int64_t v = o.half == KvHalf::kKeys ? 0 : v_row;
   // Bounded by CanonicalModel: 65536 heads x 2 x 65536 values x 4 bytes = 2^35.
-  return {kv * (k + v), 0};
+  return {kv * (k + v) + indexer, 0};
 }
 
 // REQUIRES: `model` is canonical.
@@ -401,6 +415,7 @@ absl::StatusOr<std::vector<VariantRow>> PlanVariants(const ModelSpec& m, const K
     row.is_model = uniform && kv == m.n_head_kv;
     GroupOptions options;
     options.kv_override = kv;
+    options.indexer_dtype = plan.indexer_dtype;
     ATTEND_ASSIGN_OR_RETURN(const std::vector<LayerGroup> g,
                             GroupLayers(m, plan.kv_dtype, plan.state_dtype, options));
     row.bytes_per_token = BytesPerToken(g, false);
@@ -429,7 +444,8 @@ absl::StatusOr<std::vector<LayerGroupPlan>> PlanLayerGroups(const ModelSpec& m,
       return o.kind == l.kind && o.n_head_kv == l.n_head_kv && o.window_tokens == l.window_tokens &&
              o.kv_lora_rank == l.kv_lora_rank && o.qk_rope_head_dim == l.qk_rope_head_dim &&
              o.conv_state_values == l.conv_state_values &&
-             o.recurrent_state_values == l.recurrent_state_values;
+             o.recurrent_state_values == l.recurrent_state_values &&
+             o.index_head_dim == l.index_head_dim;
     });
     if (it != out.end()) {
       it->layer_indices.push_back(i);
@@ -441,12 +457,19 @@ absl::StatusOr<std::vector<LayerGroupPlan>> PlanLayerGroups(const ModelSpec& m,
     LayerGroupPlan g;
     g.layer = l;
     g.layer_indices = {i};
+    GroupOptions options;
+    options.indexer_dtype = plan.indexer_dtype;
     ATTEND_ASSIGN_OR_RETURN(const std::vector<LayerGroup> groups,
-                            GroupLayers(one, plan.kv_dtype, plan.state_dtype));
-    GroupOptions expanded;
+                            GroupLayers(one, plan.kv_dtype, plan.state_dtype, options));
+    GroupOptions expanded = options;
     expanded.expand_latent = true;
     ATTEND_ASSIGN_OR_RETURN(const std::vector<LayerGroup> expanded_groups,
                             GroupLayers(one, plan.kv_dtype, plan.state_dtype, expanded));
+    GroupOptions indexer = options;
+    indexer.half = KvHalf::kIndexer;
+    ATTEND_ASSIGN_OR_RETURN(const std::vector<LayerGroup> indexer_groups,
+                            GroupLayers(one, plan.kv_dtype, plan.state_dtype, indexer));
+    g.indexer_bytes_per_token = BytesPerToken(indexer_groups, false);
     g.bytes_per_token = BytesPerToken(groups, false);
     g.expanded_bytes_per_token = BytesPerToken(expanded_groups, false);
     g.state_bytes_per_sequence = StateBytes(groups);
@@ -512,6 +535,7 @@ absl::StatusOr<KvPlan> PlanKvCache(const ModelSpec& model, const KvPlanRequest& 
                                            std::numeric_limits<int64_t>::max()));
   plan.kv_dtype = request.kv_dtype;
   plan.state_dtype = request.state_dtype.value_or(request.kv_dtype);
+  plan.indexer_dtype = request.indexer_dtype;
   plan.context_tokens = request.context_tokens > 0 ? request.context_tokens : m.max_context_tokens;
   if (plan.context_tokens == 0) {
     return absl::InvalidArgumentError(
@@ -521,11 +545,13 @@ absl::StatusOr<KvPlan> PlanKvCache(const ModelSpec& model, const KvPlanRequest& 
   plan.batch = request.batch > 0 ? request.batch : 1;
   plan.bytes_per_value = BytesPerValue(request.kv_dtype);
 
+  GroupOptions base;
+  base.indexer_dtype = plan.indexer_dtype;
   ATTEND_ASSIGN_OR_RETURN(const std::vector<LayerGroup> groups,
-                          GroupLayers(m, plan.kv_dtype, plan.state_dtype));
+                          GroupLayers(m, plan.kv_dtype, plan.state_dtype, base));
   plan.bytes_per_token = BytesPerToken(groups, false);
   plan.full_attention_bytes_per_token = BytesPerToken(groups, true);
-  GroupOptions expanded;
+  GroupOptions expanded = base;
   expanded.expand_latent = true;
   ATTEND_ASSIGN_OR_RETURN(const std::vector<LayerGroup> expanded_groups,
                           GroupLayers(m, plan.kv_dtype, plan.state_dtype, expanded));
@@ -547,13 +573,23 @@ absl::StatusOr<KvPlan> PlanKvCache(const ModelSpec& model, const KvPlanRequest& 
   // The halves are counted by the same functions as the total, over rows of one half, so the
   // windows and block padding apply to each exactly as to the whole. Each half is at most the
   // total, so none of these overflows once the total has not.
-  GroupOptions keys, values;
+  GroupOptions keys = base, values = base, indexers = base;
   keys.half = KvHalf::kKeys;
   values.half = KvHalf::kValues;
+  indexers.half = KvHalf::kIndexer;
   ATTEND_ASSIGN_OR_RETURN(const std::vector<LayerGroup> k_groups,
                           GroupLayers(m, plan.kv_dtype, plan.state_dtype, keys));
   ATTEND_ASSIGN_OR_RETURN(const std::vector<LayerGroup> v_groups,
                           GroupLayers(m, plan.kv_dtype, plan.state_dtype, values));
+  ATTEND_ASSIGN_OR_RETURN(const std::vector<LayerGroup> i_groups,
+                          GroupLayers(m, plan.kv_dtype, plan.state_dtype, indexers));
+  plan.indexer_bytes_per_token = BytesPerToken(i_groups, false);
+  plan.indexer_bytes_per_sequence = SequenceBytes(i_groups, plan.context_tokens, 0).value_or(0);
+  plan.indexer_total_bytes = plan.indexer_bytes_per_sequence * plan.batch;
+  if (plan.indexer_bytes_per_token > 0) {
+    plan.indexer_format = plan.indexer_dtype ? std::string(DTypeName(*plan.indexer_dtype))
+                                             : "fp8 + float32 scale per 128 values (as published)";
+  }
   plan.k_bytes_per_token = BytesPerToken(k_groups, false);
   plan.v_bytes_per_token = BytesPerToken(v_groups, false);
   plan.k_bytes_per_sequence = SequenceBytes(k_groups, plan.context_tokens, 0).value_or(0);

@@ -32,7 +32,15 @@
 // request's, default the KV dtype), whatever the context. The state is part of every
 // per-sequence figure (bytes_per_sequence, totals, budgets, the fleet) and is also reported on
 // its own; it is not paged, since a sequence's state is one fixed allocation. A feed-forward
-// layer holds nothing.
+// layer holds nothing. Lightning-attention (MiniMax-M1) and Kimi-delta-attention (Kimi Linear)
+// layers are recurrent like linear attention: their state is sized the same way.
+//
+// A latent layer with a sparse-attention indexer (index_head_dim > 0: DeepSeek-V3.2, GLM-5)
+// also caches the indexer's key of every token, IndexerRowBytes(index_head_dim,
+// request.indexer_dtype) bytes (132 for 128 values as published: fp8 values and one float32
+// scale), beside its latent row. The indexer is a key cache, so it is counted in the key half;
+// it is also reported on its own (indexer_bytes_*), and paged with the latent, in the same
+// blocks.
 //
 // All byte counts are int64 with overflow checks; an input whose answer would overflow is
 // INVALID_ARGUMENT.
@@ -60,6 +68,10 @@ struct KvPlanRequest {
   // Type of the recurrent layers' state; default kv_dtype. Engines differ (llama.cpp keeps it in
   // float32, vLLM in the model's dtype unless told otherwise), so the plan says which it used.
   std::optional<KvDType> state_dtype;
+  // Type of the sparse-attention indexer's cached keys; nullopt: as published (fp8 values plus
+  // one float32 scale per 128, IndexerRowBytes). Engines that keep it in the KV type ask for
+  // that type here.
+  std::optional<KvDType> indexer_dtype;
   int64_t context_tokens = 0;  // per sequence; 0: the model's max_context_tokens
   int64_t batch = 1;           // concurrent sequences; 0: 1
   int64_t block_tokens = 0;    // paged allocation block; 0: no paging
@@ -137,12 +149,14 @@ struct LayerGroupPlan {
   int64_t expanded_bytes_per_token = 0;
   int64_t state_bytes_per_sequence = 0;  // one layer
   int64_t bytes_per_sequence = 0;        // every layer of the group, at context_tokens, state too
+  int64_t indexer_bytes_per_token = 0;   // one layer's indexer part of bytes_per_token
 };
 
 struct KvPlan {
   ModelSpec model;  // canonical
   KvDType kv_dtype = KvDType::kFloat16;
   KvDType state_dtype = KvDType::kFloat16;  // after the default
+  std::optional<KvDType> indexer_dtype;     // the request's (nullopt: as published)
   int64_t context_tokens = 0;               // after defaults
   int64_t batch = 0;
   double bytes_per_value = 0.0;
@@ -170,6 +184,12 @@ struct KvPlan {
   int64_t v_bytes_per_sequence = 0;
   int64_t k_total_bytes = 0;
   int64_t v_total_bytes = 0;
+  // The sparse-attention indexers' part of the key half (0 without indexers), and how it is
+  // stored: "fp8 + float32 scale per 128 values" or a DTypeName.
+  int64_t indexer_bytes_per_token = 0;
+  int64_t indexer_bytes_per_sequence = 0;
+  int64_t indexer_total_bytes = 0;
+  std::string indexer_format;
   // Wq, Wk, Wv and Wo of one layer per distinct n_head_kv (planner/parameter_counts.h); empty
   // when d_model is unknown.
   std::vector<LayerProjectionKind> projections;
@@ -188,14 +208,16 @@ struct KvPlan {
 // The variant rows replace every KV layer's n_head_kv by n_head (MHA), the model's n_head_kv
 // (GQA; for a multi-head or multi-query model, n_head / g for the smallest group size g >= 4
 // that divides n_head, else the smallest g >= 2; omitted when n_head has no proper divisor) and
-// 1 (MQA), keeping the windows and the state; a latent layer counts as expanded heads there, so
-// the MHA row of an MLA model is its multi-head cache. No rows for a model without KV layers.
+// 1 (MQA), keeping the windows, the state and the indexers; a latent layer counts as expanded
+// heads there, so the MHA row of an MLA model is its multi-head cache. No rows for a model without
+// KV layers.
 absl::StatusOr<KvPlan> PlanKvCache(const ModelSpec& model, const KvPlanRequest& request);
 
 // Bytes the cache of one sequence of `context_tokens` needs (block_tokens 0) or is allocated at
 // that length (block_tokens > 0: whole blocks per KV layer, as above), the state of recurrent
 // layers (in `state_dtype`, default kv_dtype) included. INVALID_ARGUMENT for an invalid model or
 // context, or on overflow.
+// Indexers are counted as published (IndexerRowBytes with no dtype).
 absl::StatusOr<int64_t> KvBytesPerSequence(const ModelSpec& model, KvDType kv_dtype,
                                            int64_t context_tokens, int64_t block_tokens = 0,
                                            std::optional<KvDType> state_dtype = std::nullopt);

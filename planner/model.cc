@@ -89,13 +89,16 @@ absl::Status CheckLayer(const ModelSpec& m, const std::string& layer, LayerSpec*
     ATTEND_RETURN_IF_ERROR(CheckRange(layer, "kv_lora_rank", l->kv_lora_rank, 1, kMaxHeadDim));
     ATTEND_RETURN_IF_ERROR(
         CheckRange(layer, "qk_rope_head_dim", l->qk_rope_head_dim, 0, m.head_dim));
+    ATTEND_RETURN_IF_ERROR(CheckRange(layer, "index_head_dim", l->index_head_dim, 0, kMaxHeadDim));
   } else {
     ATTEND_RETURN_IF_ERROR(must_be_zero("kv_lora_rank", l->kv_lora_rank, "latent_attention"));
     ATTEND_RETURN_IF_ERROR(
         must_be_zero("qk_rope_head_dim", l->qk_rope_head_dim, "latent_attention"));
+    ATTEND_RETURN_IF_ERROR(must_be_zero("index_head_dim", l->index_head_dim, "latent_attention"));
   }
   if (!HoldsState(l->kind)) {
-    constexpr char kRecurrent[] = "linear_attention and state_space";
+    constexpr char kRecurrent[] =
+        "linear_attention, state_space, lightning_attention and kimi_delta_attention";
     ATTEND_RETURN_IF_ERROR(must_be_zero("conv_state_values", l->conv_state_values, kRecurrent));
     return must_be_zero("recurrent_state_values", l->recurrent_state_values, kRecurrent);
   }
@@ -126,6 +129,10 @@ absl::string_view LayerKindName(LayerKind kind) {
       return "state_space";
     case LayerKind::kFeedForward:
       return "feed_forward";
+    case LayerKind::kLightningAttention:
+      return "lightning_attention";
+    case LayerKind::kKimiDeltaAttention:
+      return "kimi_delta_attention";
   }
   return "unknown";
 }
@@ -136,7 +143,16 @@ bool HoldsKv(LayerKind kind) {
 }
 
 bool HoldsState(LayerKind kind) {
-  return kind == LayerKind::kLinearAttention || kind == LayerKind::kStateSpace;
+  return kind == LayerKind::kLinearAttention || kind == LayerKind::kStateSpace ||
+         kind == LayerKind::kLightningAttention || kind == LayerKind::kKimiDeltaAttention;
+}
+
+std::optional<int64_t> IndexerRowBytes(int64_t index_head_dim, std::optional<KvDType> dtype) {
+  if (index_head_dim < 0) return std::nullopt;
+  if (dtype) return StorageBytes(*dtype, index_head_dim);
+  // One float32 scale per block of 128 fp8 values (DeepSeek's block_size).
+  const int64_t scales = index_head_dim / 128 + (index_head_dim % 128 != 0 ? 1 : 0);
+  return CheckedAdd(index_head_dim, scales * 4);
 }
 
 absl::string_view DTypeName(KvDType dtype) {

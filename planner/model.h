@@ -64,10 +64,13 @@ enum class LayerKind {
   kLinearAttention,   // a convolution and a recurrent state per sequence (gated delta-net)
   kStateSpace,        // the same for Mamba / Mamba-2 mixers
   kFeedForward,       // an MLP or MoE block without a mixer (Nemotron-H's '-' and 'E')
+  // Added after the kinds above, so that their numbers (and the proto's) stay as they were.
+  kLightningAttention,  // a recurrent state per sequence, no convolution (MiniMax-M1)
+  kKimiDeltaAttention,  // a convolution and a recurrent state per sequence (Kimi Linear's KDA)
 };
 
 // "attention", "chunked_attention", "latent_attention", "linear_attention", "state_space",
-// "feed_forward".
+// "feed_forward", "lightning_attention", "kimi_delta_attention".
 absl::string_view LayerKindName(LayerKind kind);
 // Whether layers of `kind` cache rows per token (and take part in paging and attention FLOPs).
 bool HoldsKv(LayerKind kind);
@@ -90,7 +93,18 @@ struct LayerSpec {
   // model's definition (planner/import/hf_layers.h says which formula for which family).
   int64_t conv_state_values = 0;
   int64_t recurrent_state_values = 0;
+  // Latent attention only: the key size of a DeepSeek sparse-attention ("lightning") indexer
+  // beside the latent (DeepSeek-V3.2, GLM-5), cached per token; 0 without one. Its bytes per
+  // token follow IndexerRowBytes.
+  int64_t index_head_dim = 0;
 };
+
+// Bytes one token adds to a layer's indexer cache of `index_head_dim` keys. nullopt `dtype`:
+// as DeepSeek-V3.2's reference (inference/model.py, Indexer: k_cache in float8_e4m3fn plus
+// k_scale_cache of one float32 per 128 values) and vLLM store it, index_head_dim fp8 bytes plus
+// 4 bytes per started 128 values (128 -> 132); otherwise StorageBytes(*dtype, index_head_dim).
+// nullopt on overflow.
+std::optional<int64_t> IndexerRowBytes(int64_t index_head_dim, std::optional<KvDType> dtype);
 
 // Mirrors attend.v1.ModelSpec. Zero means "not given" for the optional counts.
 struct ModelSpec {
@@ -124,9 +138,10 @@ struct ModelSpec {
 // weights_dtype canonical name) after checking every field against the bounds above: layers,
 // heads and head sizes >= 1 (heads and head sizes may be 0 when no layer holds KV, as in
 // Mamba); n_head_kv divides n_head (per layer too); layer_specs empty or one per layer;
-// windows >= 0, chunks >= 1; latent layers with kv_lora_rank in [1, kMaxHeadDim] and
-// qk_rope_head_dim in [0, head_dim]; recurrent layers with no heads or window, state parts in
-// [0, kMaxStateValues] and some state; fields of other kinds 0; counts >= 0; active parameters
+// windows >= 0, chunks >= 1; latent layers with kv_lora_rank in [1, kMaxHeadDim],
+// qk_rope_head_dim in [0, head_dim] and index_head_dim in [0, kMaxHeadDim]; recurrent layers with
+// no heads or window, state parts in [0, kMaxStateValues] and some state; fields of other kinds 0;
+// counts >= 0; active parameters
 // <= parameters; name/source lengths.
 // INVALID_ARGUMENT names the field by its path under `field_prefix` (FieldPath), e.g.
 // "n_head_kv: 3 does not divide n_head 32", or with field_prefix "model.spec",
