@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "planner/catalog_hybrid.h"
+#include "planner/catalog_recent.h"
 #include "planner/parameter_counts.h"
 
 namespace attend::planner {
@@ -194,6 +195,7 @@ std::vector<ModelSpec> BuildCatalog() {
   std::vector<ModelSpec> c;
   for (const PresetRow& p : kPresets) c.push_back(ToModelSpec(p));
   for (ModelSpec& m : HybridPresets()) c.push_back(std::move(m));
+  for (ModelSpec& m : RecentPresets()) c.push_back(std::move(m));
   return c;
 }
 

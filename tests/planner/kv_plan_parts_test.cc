@@ -164,10 +164,17 @@ TEST(PlanKvCache, HalvesSumToTheTotalForEveryPresetAndDType) {
         if (!HasKvLayers(p.model)) {
           EXPECT_EQ(p.k_bytes_per_sequence, 0);
           EXPECT_EQ(p.v_bytes_per_sequence, 0);
-        } else if (m.name == "deepseek-v3") {
-          // A latent row is counted in the key half (kv_plan.h).
+        } else if (std::any_of(m.layer_specs.begin(), m.layer_specs.end(), [](const LayerSpec& l) {
+                     return l.kind == LayerKind::kLatentAttention;
+                   })) {
+          // A latent row (and an indexer's key) is counted in the key half (kv_plan.h); the
+          // latent presets' KV layers are all latent.
           EXPECT_GT(p.k_bytes_per_sequence, 0);
           EXPECT_EQ(p.v_bytes_per_sequence, 0);
+        } else if (p.model.head_dim_v != p.model.head_dim) {
+          // MiMo-V2-Flash: keys of 192, values of 128.
+          EXPECT_GT(p.k_bytes_per_sequence, p.v_bytes_per_sequence);
+          EXPECT_GT(p.v_bytes_per_sequence, 0);
         } else {
           // Every other preset has head_dim_v == head_dim, so the halves are equal.
           EXPECT_GT(p.k_bytes_per_sequence, 0);
