@@ -157,6 +157,22 @@ absl::Status ReadGgufLayerKinds(const GgufInts& md, const std::string& arch,
     // latent layers are not.
     return Missing(a + "attention.kv_lora_rank", "for architecture 'deepseek2'");
   }
+  // DeepSeek sparse attention's indexer (llama.cpp's LLM_KV_ATTENTION_INDEXER_KEY_LENGTH,
+  // written for glm-dsa): a key per token beside each latent row.
+  ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> index_dim,
+                          md.scalar(a + "attention.indexer.key_length", 1, kMaxHeadDim));
+  if (index_dim) {
+    if (!md.has(a + "attention.kv_lora_rank")) {
+      return Bad(a + "attention.indexer.key_length",
+                 "a sparse-attention indexer without latent attention (attention.kv_lora_rank) "
+                 "is not modelled");
+    }
+    for (LayerSpec& l : m->layer_specs) {
+      if (l.kind == LayerKind::kLatentAttention) l.index_head_dim = *index_dim;
+    }
+  } else if (arch == "glm-dsa") {
+    return Missing(a + "attention.indexer.key_length", "for architecture 'glm-dsa'");
+  }
   if (arch == "llama4") {
     ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> window,
                             md.scalar(a + "attention.sliding_window", 0, kMaxContextTokens));

@@ -7,6 +7,11 @@
 //     (and key_length = kv_lora_rank + rope, head_count_kv 1); older ones wrote them as
 //     key_length / value_length with head_count_kv heads. Either way the model's head_dim /
 //     head_dim_v and n_head_kv become the expanded ones.
+//   - <arch>.attention.indexer.key_length (glm-dsa, GLM-5; llama.cpp's
+//     LLM_KV_ATTENTION_INDEXER_KEY_LENGTH): every latent layer also caches a sparse-attention
+//     indexer key per token (LayerSpec::index_head_dim); required for glm-dsa, refused without
+//     kv_lora_rank. (llama.cpp writes no keys for lightning attention, Kimi Delta Attention or
+//     per-layer-kind head counts beyond the per-layer head_count_kv array, which is read.)
 //   - Recurrent layers, as llama.cpp's llm_arch loaders mark them: every layer of mamba and
 //     mamba2; a layer with head_count_kv 0 of jamba, plamo2 and granitehybrid; of nemotron_h a
 //     layer with head_count_kv 0 and feed_forward_length 0 (with feed_forward_length > 0 it is

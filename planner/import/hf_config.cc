@@ -179,8 +179,9 @@ absl::Status ReadExperts(const ConfigReader& r, ModelSpec* m) {
     m->experts_active = m->experts;
     return absl::OkStatus();
   }
-  ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> per_token,
-                          r.Int("num_experts_per_tok", 1, m->experts));
+  // Kimi Linear spells it num_experts_per_token.
+  const std::string per_token_key = KeyOrAlias(r, "num_experts_per_tok", "num_experts_per_token");
+  ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> per_token, r.Int(per_token_key, 1, m->experts));
   if (!per_token) {
     return absl::InvalidArgumentError(absl::StrCat(
         r.Field("num_experts_per_tok"), " is missing for a model with ", m->experts, " experts"));
@@ -258,6 +259,16 @@ absl::StatusOr<ModelSpec> ImportHfConfig(absl::string_view text, absl::string_vi
   m.source = given_type.empty()
                  ? "Hugging Face config.json"
                  : absl::StrCat("Hugging Face config.json (model_type ", given_type, ")");
+  if (!prefix.empty()) {
+    // A multimodal wrapper: say that the plan is its text model's, whose layers hold the cache.
+    ATTEND_ASSIGN_OR_RETURN(std::optional<std::string> wrapper, top.String("model_type"));
+    m.source =
+        absl::StrCat("Hugging Face config.json",
+                     wrapper ? absl::StrCat(" (model_type ", SanitizeText(*wrapper), ")") : "",
+                     ", planned from its text_config",
+                     given_type.empty() ? "" : absl::StrCat(" (model_type ", given_type, ")"),
+                     "; the other towers hold no KV cache");
+  }
   return FinishImportedModel(std::move(m));
 }
 

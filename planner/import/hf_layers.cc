@@ -1,5 +1,6 @@
 #include "planner/import/hf_layers.h"
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -78,11 +79,18 @@ absl::StatusOr<std::vector<LayerSpec>> FromLayerTypes(const ConfigReader& r, con
       specs.push_back(l);
     } else if (t == "linear_attention") {
       specs.push_back(OfKind(LayerKind::kLinearAttention));
+    } else if (t == "deepseek_sparse_attention" && r.Get("kv_lora_rank") != nullptr &&
+               r.Get("index_head_dim") != nullptr) {
+      // GLM-5 (GlmMoeDsaConfig) writes this for every layer: latent attention with an indexer,
+      // which ReadLayerLayout adds to every attention layer.
+      specs.push_back(Attention(m.n_head_kv));
     } else {
       return Invalid(field, absl::StrCat(QuoteForError(t),
                                          " is not modelled (expected full_attention, "
-                                         "sliding_attention, chunked_attention or "
-                                         "linear_attention); the architecture is not supported"));
+                                         "sliding_attention, chunked_attention, "
+                                         "linear_attention, or deepseek_sparse_attention with "
+                                         "kv_lora_rank and index_head_dim); the architecture is "
+                                         "not supported"));
     }
   }
   return specs;
@@ -240,6 +248,118 @@ absl::StatusOr<std::vector<LayerSpec>> FromChunks(const ConfigReader& r, const M
   return specs;
 }
 
+// The elements of an array of exactly `layers` integers, each in [lo, hi].
+absl::StatusOr<std::vector<int64_t>> IntList(const ConfigReader& r, absl::string_view key,
+                                             int64_t layers, int64_t lo, int64_t hi) {
+  const json::Value* v = r.Get(key);
+  if (!v->is_array() || (v->size() > 0 && !v->all_numbers())) {
+    return Invalid(r.Field(key), "expected an array of integers, one per layer");
+  }
+  if (static_cast<int64_t>(v->size()) != layers) {
+    return Invalid(r.Field(key), absl::StrCat(v->size(), " entries for ", layers, " layers"));
+  }
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < v->size(); ++i) {
+    const double x = v->numbers()[i];
+    if (x != static_cast<double>(static_cast<int64_t>(x)) || x < static_cast<double>(lo) ||
+        x > static_cast<double>(hi)) {
+      return Invalid(absl::StrCat(r.Field(key), "[", i, "]"),
+                     absl::StrCat(x, "; must be an integer in [", lo, ", ", hi, "]"));
+    }
+    out.push_back(static_cast<int64_t>(x));
+  }
+  return out;
+}
+
+// MiniMax-M1 / MiniMax-Text-01: attn_type_list, 0 = lightning attention, 1 = softmax attention
+// (vLLM's and SGLang's MiniMaxText01 read it so; MiniMax-M2 lists only 1s).
+absl::StatusOr<std::vector<LayerSpec>> FromAttnTypeList(const ConfigReader& r, const ModelSpec& m) {
+  ATTEND_ASSIGN_OR_RETURN(const std::vector<int64_t> types,
+                          IntList(r, "attn_type_list", m.layers, 0, 1));
+  std::vector<LayerSpec> specs;
+  for (int64_t t : types) {
+    specs.push_back(t == 1 ? Attention(m.n_head_kv) : OfKind(LayerKind::kLightningAttention));
+  }
+  return specs;
+}
+
+// MiMo-V2-Flash: hybrid_layer_pattern, 0 = full attention, 1 = sliding window (sliding_window);
+// the sliding layers' key/value heads are set by ReadLayerLayout (swa_num_key_value_heads).
+absl::StatusOr<std::vector<LayerSpec>> FromHybridPattern(const ConfigReader& r,
+                                                         const ModelSpec& m) {
+  ATTEND_ASSIGN_OR_RETURN(const std::vector<int64_t> pattern,
+                          IntList(r, "hybrid_layer_pattern", m.layers, 0, 1));
+  ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> window,
+                          r.Int("sliding_window", 0, kMaxContextTokens));
+  std::vector<LayerSpec> specs;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] == 1 && window.value_or(0) == 0) {
+      return Invalid(
+          absl::StrCat(r.Field("hybrid_layer_pattern"), "[", i, "]"),
+          absl::StrCat("1 (sliding window) but ", r.Field("sliding_window"), " is not set"));
+    }
+    specs.push_back(Attention(m.n_head_kv, pattern[i] == 1 ? *window : 0));
+  }
+  return specs;
+}
+
+// The 1-based layer numbers of linear_attn_config[key] (Kimi Linear: "kda_layers",
+// "full_attn_layers"), checked against the layer count.
+absl::StatusOr<std::vector<int64_t>> OneBasedLayers(const json::Value& config,
+                                                    const std::string& field, int64_t layers) {
+  const json::Value* v = config.Find(field.substr(field.rfind('.') + 1));
+  if (v == nullptr || v->is_null()) return std::vector<int64_t>();
+  if (!v->is_array() || (v->size() > 0 && !v->all_numbers())) {
+    return Invalid(field, "expected an array of layer numbers (1-based)");
+  }
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < v->size(); ++i) {
+    const double x = v->numbers()[i];
+    if (x != static_cast<double>(static_cast<int64_t>(x)) || x < 1 ||
+        x > static_cast<double>(layers)) {
+      return Invalid(absl::StrCat(field, "[", i, "]"),
+                     absl::StrCat(x, "; layers are numbered 1 to ", layers));
+    }
+    out.push_back(static_cast<int64_t>(x));
+  }
+  return out;
+}
+
+// Kimi Linear: linear_attn_config.kda_layers and full_attn_layers, 1-based (KimiLinearConfig's
+// is_kda_layer tests layer_idx + 1), must name every layer exactly once. Full layers are MLA
+// (latent, made so by ReadLayerLayout with kv_lora_rank).
+absl::StatusOr<std::vector<LayerSpec>> FromLinearAttnConfig(const ConfigReader& r,
+                                                            const ModelSpec& m) {
+  const json::Value* c = r.Get("linear_attn_config");
+  if (!c->is_object()) {
+    return Invalid(r.Field("linear_attn_config"),
+                   absl::StrCat("expected an object, got ", c->type_name()));
+  }
+  const std::string base = r.Field("linear_attn_config");
+  ATTEND_ASSIGN_OR_RETURN(const std::vector<int64_t> kda,
+                          OneBasedLayers(*c, base + ".kda_layers", m.layers));
+  ATTEND_ASSIGN_OR_RETURN(const std::vector<int64_t> full,
+                          OneBasedLayers(*c, base + ".full_attn_layers", m.layers));
+  std::vector<int> seen(static_cast<size_t>(m.layers), 0);
+  std::vector<LayerSpec> specs(static_cast<size_t>(m.layers));
+  for (int64_t n : kda) {
+    ++seen[static_cast<size_t>(n - 1)];
+    specs[static_cast<size_t>(n - 1)] = OfKind(LayerKind::kKimiDeltaAttention);
+  }
+  for (int64_t n : full) {
+    ++seen[static_cast<size_t>(n - 1)];
+    specs[static_cast<size_t>(n - 1)] = Attention(m.n_head_kv);
+  }
+  for (size_t i = 0; i < seen.size(); ++i) {
+    if (seen[i] != 1) {
+      return Invalid(base, absl::StrCat("layer ", i + 1, " (1-based) is named ", seen[i],
+                                        " times by kda_layers and full_attn_layers; each layer "
+                                        "must be named once"));
+    }
+  }
+  return specs;
+}
+
 // The layers' kinds (and windows) by the precedence in hf_layers.h.
 absl::StatusOr<std::vector<LayerSpec>> LayerKinds(const ConfigReader& r,
                                                   const std::string& model_type,
@@ -254,6 +374,9 @@ absl::StatusOr<std::vector<LayerSpec>> LayerKinds(const ConfigReader& r,
       model_type == "jamba") {
     return FromPeriod(r, m);
   }
+  if (r.Get("attn_type_list") != nullptr) return FromAttnTypeList(r, m);
+  if (r.Get("linear_attn_config") != nullptr) return FromLinearAttnConfig(r, m);
+  if (r.Get("hybrid_layer_pattern") != nullptr) return FromHybridPattern(r, m);
   if (r.Get("layer_types") != nullptr) {
     ATTEND_ASSIGN_OR_RETURN(std::vector<LayerSpec> specs, FromLayerTypes(r, m));
     // Both given (Qwen3.5 writes both): they must describe the same layers.
@@ -350,6 +473,28 @@ absl::Status DeltaNetState(const ConfigReader& r, LayerSpec* l) {
   return SetState(r, "linear_conv_kernel_dim", kernel, 2 * nk * dk + nv * dv, nv * dk * dv, l);
 }
 
+// Lightning attention (MiniMax-M1): one num_attention_heads x head_dim x head_dim recurrent
+// state per sequence and no convolution (SGLang's MiniMaxText01Config.state_shape, vLLM's
+// MiniMaxText01LinearAttention).
+absl::Status LightningState(const ConfigReader& r, const ModelSpec& m, LayerSpec* l) {
+  if (m.n_head > kMaxStateFactor || m.head_dim > kMaxStateFactor) {
+    return Invalid(r.Field("head_dim"), "too large for a lightning-attention state");
+  }
+  return SetState(r, "head_dim", 1, 0, m.n_head * m.head_dim * m.head_dim, l);
+}
+
+// Kimi Delta Attention (Kimi Linear; vLLM's kda_state_shape): short convolutions of q, k and v,
+// each (short_conv_kernel_size - 1) x num_heads x head_dim, and a num_heads x head_dim x head_dim
+// recurrent state, all from linear_attn_config.
+absl::Status KdaState(const ConfigReader& r, LayerSpec* l) {
+  const ConfigReader c(*r.Get("linear_attn_config"), r.Field("linear_attn_config."));
+  ATTEND_ASSIGN_OR_RETURN(const int64_t heads, c.RequiredInt("num_heads", 1, kMaxStateFactor));
+  ATTEND_ASSIGN_OR_RETURN(const int64_t dim, c.RequiredInt("head_dim", 1, kMaxStateFactor));
+  ATTEND_ASSIGN_OR_RETURN(const int64_t kernel,
+                          c.RequiredInt("short_conv_kernel_size", 1, kMaxStateFactor));
+  return SetState(c, "short_conv_kernel_size", kernel, 3 * heads * dim, heads * dim * dim, l);
+}
+
 // Multi-head latent attention: the expanded head sizes on the model, the latent on each layer.
 absl::Status LatentAttention(const ConfigReader& r, ModelSpec* m) {
   ATTEND_ASSIGN_OR_RETURN(const int64_t rank, r.RequiredInt("kv_lora_rank", 1, kMaxHeadDim));
@@ -367,6 +512,95 @@ absl::Status LatentAttention(const ConfigReader& r, ModelSpec* m) {
     l.kind = LayerKind::kLatentAttention;
     l.kv_lora_rank = rank;
     l.qk_rope_head_dim = rope;
+  }
+  return absl::OkStatus();
+}
+
+// MiMo-V2-Flash-style sliding layers with their own key/value heads: swa_num_key_value_heads on
+// every sliding-window attention layer. The query heads and head sizes of the sliding layers must
+// be the model's (the planner has one head size per model): a config where they differ is
+// refused, naming the key.
+absl::Status SlidingLayerHeads(const ConfigReader& r, ModelSpec* m) {
+  ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> kv,
+                          r.Int("swa_num_key_value_heads", 1, kMaxHeads));
+  const struct {
+    const char* key;
+    int64_t model;
+    const char* model_key;
+  } same[] = {{"swa_num_attention_heads", m->n_head, "num_attention_heads"},
+              {"swa_head_dim", m->head_dim, "head_dim"}};
+  for (const auto& s : same) {
+    ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> v, r.Int(s.key, 1, kMaxHeadDim));
+    if (v && *v != s.model) {
+      return Invalid(r.Field(s.key), absl::StrCat(*v, " differs from ", s.model_key, " ", s.model,
+                                                  "; sliding layers with their own query heads "
+                                                  "or head size are not modelled"));
+    }
+  }
+  if (r.Get("swa_v_head_dim") != nullptr) {
+    ATTEND_ASSIGN_OR_RETURN(const int64_t sv, r.RequiredInt("swa_v_head_dim", 1, kMaxHeadDim));
+    ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> v, r.Int("v_head_dim", 1, kMaxHeadDim));
+    if (sv != v.value_or(m->head_dim)) {
+      return Invalid(r.Field("swa_v_head_dim"),
+                     absl::StrCat(sv, " differs from v_head_dim ", v.value_or(m->head_dim),
+                                  "; sliding layers with their own value head size are not "
+                                  "modelled"));
+    }
+  }
+  if (!kv) return absl::OkStatus();
+  if (*kv > m->n_head || m->n_head % *kv != 0) {
+    return Invalid(r.Field("swa_num_key_value_heads"),
+                   absl::StrCat(*kv, " does not divide num_attention_heads ", m->n_head));
+  }
+  bool any = false;
+  for (LayerSpec& l : m->layer_specs) {
+    if (l.kind == LayerKind::kAttention && l.window_tokens > 0) {
+      l.n_head_kv = *kv;
+      any = true;
+    }
+  }
+  if (!any && *kv != m->n_head_kv) {
+    return Invalid(r.Field("swa_num_key_value_heads"),
+                   "given, but no layer slides (hybrid_layer_pattern or layer_types)");
+  }
+  return absl::OkStatus();
+}
+
+// DeepSeek sparse attention (DeepSeek-V3.2, GLM-5): index_head_dim on every latent layer. Only
+// with latent attention, and only when every layer runs its own indexer: GLM-5.2-style
+// IndexShare layers ("shared" indexer_types, index_topk_freq > 1) reuse another layer's
+// selection, and whether they cache indexer keys is not modelled.
+absl::Status Indexer(const ConfigReader& r, ModelSpec* m) {
+  ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> dim, r.Int("index_head_dim", 1, kMaxHeadDim));
+  // Query heads of the indexer: not cached, read for their bound only.
+  ATTEND_RETURN_IF_ERROR(r.Int("index_n_heads", 1, kMaxHeads).status());
+  ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> freq, r.Int("index_topk_freq", 1, kMaxLayers));
+  if (freq.value_or(1) != 1) {
+    return Invalid(r.Field("index_topk_freq"),
+                   absl::StrCat(*freq,
+                                ": layers that share another layer's indexer selection "
+                                "are not modelled (only 1, every layer its own indexer)"));
+  }
+  if (r.Get("indexer_types") != nullptr) {
+    ATTEND_ASSIGN_OR_RETURN(const std::vector<std::string> types,
+                            StringList(r, "indexer_types", m->layers));
+    for (size_t i = 0; i < types.size(); ++i) {
+      if (types[i] != "full") {
+        return Invalid(absl::StrCat(r.Field("indexer_types"), "[", i, "]"),
+                       absl::StrCat(QuoteForError(types[i]),
+                                    " is not modelled (only 'full': every layer its own "
+                                    "indexer)"));
+      }
+    }
+  }
+  if (!dim) return absl::OkStatus();
+  if (r.Get("kv_lora_rank") == nullptr) {
+    return Invalid(r.Field("index_head_dim"),
+                   "a sparse-attention indexer without latent attention (kv_lora_rank) is not "
+                   "modelled");
+  }
+  for (LayerSpec& l : m->layer_specs) {
+    if (l.kind == LayerKind::kLatentAttention) l.index_head_dim = *dim;
   }
   return absl::OkStatus();
 }
@@ -402,6 +636,14 @@ absl::Status RequireLayoutFields(const ConfigReader& r, const std::string& model
       {"kimi_k2", "kv_lora_rank", nullptr, "the latent attention's rank"},
       {"nemotron_h", "hybrid_override_pattern", "layers_block_type", "which layers are Mamba"},
       {"gpt_oss", "layer_types", nullptr, "which layers slide"},
+      {"deepseek_v32", "kv_lora_rank", nullptr, "the latent attention's rank"},
+      {"deepseek_v32", "index_head_dim", nullptr, "the sparse-attention indexer's key size"},
+      {"glm_moe_dsa", "kv_lora_rank", nullptr, "the latent attention's rank"},
+      {"glm_moe_dsa", "index_head_dim", nullptr, "the sparse-attention indexer's key size"},
+      {"minimax_m1", "attn_type_list", nullptr, "which layers are lightning attention"},
+      {"minimax_text_01", "attn_type_list", nullptr, "which layers are lightning attention"},
+      {"kimi_linear", "linear_attn_config", nullptr, "which layers are Kimi Delta Attention"},
+      {"mimo_v2_flash", "hybrid_layer_pattern", nullptr, "which layers slide"},
   };
   for (const Required& q : kRequired) {
     if (model_type != q.model_type || r.Get(q.field) != nullptr) continue;
@@ -427,15 +669,27 @@ absl::Status ReadLayerLayout(const ConfigReader& r, const std::string& model_typ
                                 window ? absl::StrCat(*window) : "(not set)"));
   }
   ATTEND_ASSIGN_OR_RETURN(m->layer_specs, LayerKinds(r, model_type, *m));
-  if (r.Get("kv_lora_rank") != nullptr) ATTEND_RETURN_IF_ERROR(LatentAttention(r, m));
-  // Every recurrent layer of a model has the same mixer, so its state is sized once.
-  std::optional<LayerSpec> state;
+  ATTEND_RETURN_IF_ERROR(SlidingLayerHeads(r, m));
+  if (r.Get("kv_lora_rank") != nullptr) {
+    ATTEND_RETURN_IF_ERROR(LatentAttention(r, m));
+  } else if (r.Get("v_head_dim") != nullptr) {
+    // Without a latent, v_head_dim is the value heads' size (MiMo-V2-Flash: 192 / 128).
+    ATTEND_ASSIGN_OR_RETURN(m->head_dim_v, r.RequiredInt("v_head_dim", 1, kMaxHeadDim));
+  }
+  ATTEND_RETURN_IF_ERROR(Indexer(r, m));
+  // Every recurrent layer of one kind has the same mixer, so its state is sized once per kind.
+  std::map<LayerKind, LayerSpec> states;
   for (LayerSpec& l : m->layer_specs) {
     if (!HoldsState(l.kind)) continue;
-    if (!state) {
+    auto it = states.find(l.kind);
+    if (it == states.end()) {
       LayerSpec s = l;
       if (l.kind == LayerKind::kLinearAttention) {
         ATTEND_RETURN_IF_ERROR(DeltaNetState(r, &s));
+      } else if (l.kind == LayerKind::kLightningAttention) {
+        ATTEND_RETURN_IF_ERROR(LightningState(r, *m, &s));
+      } else if (l.kind == LayerKind::kKimiDeltaAttention) {
+        ATTEND_RETURN_IF_ERROR(KdaState(r, &s));
       } else if (model_type == "mamba2" || model_type == "nemotron_h" ||
                  r.Get("hybrid_override_pattern") != nullptr ||
                  r.Get("layers_block_type") != nullptr) {
@@ -443,9 +697,9 @@ absl::Status ReadLayerLayout(const ConfigReader& r, const std::string& model_typ
       } else {
         ATTEND_RETURN_IF_ERROR(MambaState(r, *m, !IsStateSpaceOnly(model_type), &s));
       }
-      state = s;
+      it = states.emplace(l.kind, s).first;
     }
-    l = *state;
+    l = it->second;
   }
   return absl::OkStatus();
 }

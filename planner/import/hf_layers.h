@@ -7,8 +7,14 @@
 //     E MoE) or layers_block_type ("mamba", "attention", "mlp", "moe").
 //   - attn_layer_period / attn_layer_offset (Jamba): layer i attends when i % period == offset,
 //     the others are Mamba mixers (transformers' JambaConfig.layers_block_type).
+//   - attn_type_list (MiniMax-M1, MiniMax-Text-01; MiniMax-M2 lists only 1s): 0 = lightning
+//     attention, 1 = softmax attention.
+//   - linear_attn_config (Kimi Linear): kda_layers and full_attn_layers, 1-based, naming every
+//     layer once; the full layers are latent (MLA) with kv_lora_rank.
+//   - hybrid_layer_pattern (MiMo-V2-Flash): 0 = full attention, 1 = sliding window.
 //   - layer_types: "full_attention", "sliding_attention" (sliding_window), "chunked_attention"
-//     (attention_chunk_size), "linear_attention" (gated delta-net).
+//     (attention_chunk_size), "linear_attention" (gated delta-net), "deepseek_sparse_attention"
+//     (GLM-5: latent attention with an indexer; needs kv_lora_rank and index_head_dim).
 //   - full_attention_interval (Qwen3-Next, Qwen3.5; default 4 for their model_types): layer i is
 //     full attention when (i + 1) % interval == 0, else linear attention (Qwen3NextConfig).
 //   - attention_chunk_size (Llama 4): chunked, except the NoPE layers (no_rope_layers[i] == 0,
@@ -16,7 +22,13 @@
 //   - otherwise the sliding-window rules of hf_config.h.
 // With kv_lora_rank (DeepSeek-V2/V3, Kimi K2) every attention layer is latent: it caches
 // kv_lora_rank + qk_rope_head_dim values per token, and head_dim / head_dim_v become the
-// expanded qk_nope_head_dim + qk_rope_head_dim and v_head_dim (DeepseekV3Attention).
+// expanded qk_nope_head_dim + qk_rope_head_dim and v_head_dim (DeepseekV3Attention). Without
+// it, v_head_dim is the value heads' size. With index_head_dim (DeepSeek-V3.2, GLM-5) every
+// latent layer also caches a sparse-attention indexer key per token (LayerSpec::index_head_dim);
+// index_head_dim without kv_lora_rank, index_topk_freq > 1 and indexer_types other than "full"
+// (layers sharing another's selection) are refused.
+// swa_num_key_value_heads (MiMo-V2-Flash) gives every sliding-window layer its own key/value
+// head count; swa_num_attention_heads, swa_head_dim and swa_v_head_dim must equal the model's.
 //
 // State sizes per sequence and layer, from the models' definitions. The convolution keeps
 // kernel - 1 columns, as llama.cpp (llama_hparams::n_embd_r) and vLLM do; transformers' caches
@@ -32,6 +44,12 @@
 //     linear_num_key_heads x linear_key_head_dim, value_dim = linear_num_value_heads x
 //     linear_value_head_dim; conv (linear_conv_kernel_dim - 1) x (2 x key_dim + value_dim);
 //     recurrent linear_num_value_heads x linear_key_head_dim x linear_value_head_dim.
+//   - Lightning attention (SGLang's MiniMaxText01Config.state_shape, vLLM's
+//     MiniMaxText01LinearAttention): no convolution; recurrent num_attention_heads x head_dim x
+//     head_dim.
+//   - Kimi Delta Attention (vLLM's kda_state_shape): conv (short_conv_kernel_size - 1) x 3 x
+//     num_heads x head_dim (q, k and v), recurrent num_heads x head_dim x head_dim, all from
+//     linear_attn_config.
 // Every count is read with its bound, and hostile layouts (an interval or period of 0, an offset
 // past the layer count, a pattern or list of the wrong length, an unknown layer type) are
 // INVALID_ARGUMENT naming the field.

@@ -1,0 +1,283 @@
+// ImportHfConfig on the 2025-2026 releases that need the planner's newer layer kinds and fields
+// (tests/planner/recent_model_files.h names each file's source): DeepSeek sparse attention's
+// indexer (DeepSeek-V3.2, GLM-5), lightning attention (MiniMax-M1), Kimi Delta Attention mixed
+// with MLA (Kimi Linear), per-layer key/value heads (MiMo-V2-Flash), gated delta-net with an
+// explicit layer list and an output gate (Qwen3.5), and a multimodal wrapper around a modelled
+// text model (Kimi-K2.5). Each is planned in bfloat16 and checked against bytes computed by hand
+// in the comment above it (formulas: planner/import/hf_layers.h, planner/kv_plan.h).
+#include <optional>
+#include <set>
+#include <string>
+#include <tuple>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_replace.h"
+#include "core/base/status_macros.h"
+#include "planner/catalog.h"
+#include "planner/import/hf_config.h"
+#include "planner/import/hf_fields.h"
+#include "planner/kv_plan.h"
+#include "planner/model.h"
+#include "tests/planner/hybrid_model_files.h"
+#include "tests/planner/recent_model_files.h"
+#include "tests/test_util.h"
+
+namespace attend::planner {
+namespace {
+
+using ::attend::testing::StatusIs;
+using ::testing::HasSubstr;
+namespace files = ::attend::planner::testing;
+
+constexpr auto kInvalid = absl::StatusCode::kInvalidArgument;
+
+absl::StatusOr<KvPlan> Plan(const std::string& json, int64_t context,
+                            std::optional<KvDType> indexer = std::nullopt,
+                            KvDType kv = KvDType::kBFloat16) {
+  ATTEND_ASSIGN_OR_RETURN(const ModelSpec m, ImportHfConfig(json, ""));
+  KvPlanRequest r;
+  r.kv_dtype = kv;
+  r.context_tokens = context;
+  r.indexer_dtype = indexer;
+  return PlanKvCache(m, r);
+}
+
+KvPlan PlanBf16(const std::string& json, int64_t context) {
+  absl::StatusOr<KvPlan> p = Plan(json, context);
+  EXPECT_TRUE(p.ok()) << p.status();
+  return p.ok() ? *p : KvPlan{};
+}
+
+int64_t CountKind(const ModelSpec& m, LayerKind kind) {
+  int64_t n = 0;
+  for (const LayerSpec& l : m.layer_specs) n += l.kind == kind ? 1 : 0;
+  return n;
+}
+
+// The imported model has the catalog preset's layers (the preset is built from the same file).
+void ExpectPresetLayers(const KvPlan& imported, const std::string& preset) {
+  absl::StatusOr<ModelSpec> p = FindModel(preset);
+  ASSERT_TRUE(p.ok()) << p.status();
+  absl::StatusOr<ModelSpec> c = CanonicalModel(*p);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(imported.model.layer_specs.size(), c->layer_specs.size());
+  for (size_t i = 0; i < c->layer_specs.size(); ++i) {
+    const LayerSpec& a = imported.model.layer_specs[i];
+    const LayerSpec& b = c->layer_specs[i];
+    EXPECT_EQ(a.kind, b.kind) << i;
+    EXPECT_EQ(a.n_head_kv, b.n_head_kv) << i;
+    EXPECT_EQ(a.window_tokens, b.window_tokens) << i;
+    EXPECT_EQ(a.kv_lora_rank, b.kv_lora_rank) << i;
+    EXPECT_EQ(a.qk_rope_head_dim, b.qk_rope_head_dim) << i;
+    EXPECT_EQ(a.index_head_dim, b.index_head_dim) << i;
+    EXPECT_EQ(a.conv_state_values, b.conv_state_values) << i;
+    EXPECT_EQ(a.recurrent_state_values, b.recurrent_state_values) << i;
+  }
+  EXPECT_EQ(imported.model.head_dim, c->head_dim);
+  EXPECT_EQ(imported.model.head_dim_v, c->head_dim_v);
+  EXPECT_EQ(imported.model.n_head, c->n_head);
+}
+
+// DeepSeek-V3.2: each of the 61 latent layers caches 512 + 64 = 576 bf16 values (1,152 bytes)
+// and the indexer's key, 128 fp8 values + one float32 scale = 132 bytes: 1,284 bytes per layer,
+// 61 x 1,284 = 78,324 per token, of which 61 x 132 = 8,052 are the indexer's. The indexer is a
+// key cache: the key half is all of it. In the KV type asked for (bf16): 128 x 2 = 256 bytes,
+// 61 x (1,152 + 256) = 85,888. With fp8 latents and the published indexer: 61 x (576 + 132) =
+// 43,188. Expanded heads: 61 x (128 x (192 + 128) x 2 + 132) = 61 x 82,052 = 5,005,172.
+TEST(ImportHfRecent, DeepSeekV32CachesTheIndexerBesideTheLatent) {
+  const KvPlan p = PlanBf16(files::kDeepSeekV32, 4096);
+  EXPECT_EQ(p.bytes_per_token, 78324);
+  EXPECT_EQ(p.indexer_bytes_per_token, 8052);
+  EXPECT_EQ(p.indexer_bytes_per_sequence, 8052 * 4096);
+  EXPECT_EQ(p.k_bytes_per_token, 78324);
+  EXPECT_EQ(p.v_bytes_per_token, 0);
+  EXPECT_EQ(p.expanded_bytes_per_token, 5005172);
+  EXPECT_EQ(p.bytes_per_sequence, 78324 * 4096);
+  EXPECT_THAT(p.indexer_format, HasSubstr("fp8"));
+  EXPECT_EQ(p.model.architecture, "deepseek_v32");
+  EXPECT_EQ(CountKind(p.model, LayerKind::kLatentAttention), 61);
+  EXPECT_EQ(p.model.layer_specs[0].index_head_dim, 128);
+  // The breakdown shows the indexer part of each layer.
+  ASSERT_EQ(p.layer_groups.size(), 1u);
+  EXPECT_EQ(p.layer_groups[0].bytes_per_token, 1284);
+  EXPECT_EQ(p.layer_groups[0].indexer_bytes_per_token, 132);
+
+  absl::StatusOr<KvPlan> kv_typed = Plan(files::kDeepSeekV32, 4096, KvDType::kBFloat16);
+  ASSERT_TRUE(kv_typed.ok()) << kv_typed.status();
+  EXPECT_EQ(kv_typed->bytes_per_token, 85888);
+  EXPECT_EQ(kv_typed->indexer_bytes_per_token, 61 * 256);
+  EXPECT_EQ(kv_typed->indexer_format, "bfloat16");
+  absl::StatusOr<KvPlan> fp8 = Plan(files::kDeepSeekV32, 4096, std::nullopt, KvDType::kFp8);
+  ASSERT_TRUE(fp8.ok()) << fp8.status();
+  EXPECT_EQ(fp8->bytes_per_token, 43188);
+  // DeepSeek-V3 (no indexer) is unchanged: 70,272.
+  EXPECT_EQ(PlanBf16(files::kDeepSeekV3, 4096).bytes_per_token, 70272);
+  EXPECT_EQ(PlanBf16(files::kDeepSeekV3, 4096).indexer_bytes_per_token, 0);
+  ExpectPresetLayers(p, "deepseek-v3.2");
+}
+
+// GLM-5 (GlmMoeDsaConfig's defaults): 78 latent layers of 576 bf16 values (1,152 bytes) plus the
+// 132-byte indexer key: 78 x 1,284 = 100,152 bytes per token; 78 x 132 = 10,296 the indexer's.
+TEST(ImportHfRecent, Glm5DefaultsPlanEveryLayerWithItsIndexer) {
+  const KvPlan p = PlanBf16(files::Glm5Defaults(), 8192);
+  EXPECT_EQ(p.bytes_per_token, 100152);
+  EXPECT_EQ(p.indexer_bytes_per_token, 10296);
+  EXPECT_EQ(p.model.head_dim, 256);
+  EXPECT_EQ(p.model.head_dim_v, 256);
+  EXPECT_EQ(CountKind(p.model, LayerKind::kLatentAttention), 78);
+  ExpectPresetLayers(p, "glm-5");
+  // GLM-5.2-style IndexShare (layers reusing another's selection) is refused, naming the field.
+  const std::string shared = absl::StrReplaceAll(
+      files::Glm5Defaults(), {{R"("indexer_types": ["full", "full", "full", "full")",
+                               R"("indexer_types": ["full", "full", "full", "shared")"}});
+  EXPECT_THAT(ImportHfConfig(shared, "").status(), StatusIs(kInvalid, {"indexer_types[3]"}));
+  const std::string freq = absl::StrReplaceAll(
+      files::Glm5Defaults(),
+      {{R"("index_topk": 2048,)", R"("index_topk": 2048, "index_topk_freq": 4,)"}});
+  EXPECT_THAT(ImportHfConfig(freq, "").status(), StatusIs(kInvalid, {"index_topk_freq"}));
+}
+
+// MiniMax-M1: 10 softmax layers (every eighth) x 8 KV heads x (128 + 128) x 2 bytes = 40,960
+// bytes per token. 70 lightning layers hold 64 heads x 128 x 128 = 1,048,576 recurrent values
+// and no convolution: 2,097,152 bytes each in bf16, 70 x 2,097,152 = 146,800,640 per sequence
+// (293,601,280 in float32, as SGLang keeps it). At 4,096 tokens: 40,960 x 4,096 + 146,800,640 =
+// 314,572,800.
+TEST(ImportHfRecent, MiniMaxM1LightningLayersHoldARecurrentState) {
+  const KvPlan p = PlanBf16(files::kMiniMaxM1, 4096);
+  EXPECT_EQ(p.bytes_per_token, 40960);
+  EXPECT_EQ(p.state_bytes_per_sequence, 146800640);
+  EXPECT_EQ(p.bytes_per_sequence, 314572800);
+  EXPECT_EQ(CountKind(p.model, LayerKind::kLightningAttention), 70);
+  EXPECT_EQ(p.model.layer_specs[7].kind, LayerKind::kAttention);
+  EXPECT_EQ(p.model.layer_specs[0].conv_state_values, 0);
+  EXPECT_EQ(p.model.layer_specs[0].recurrent_state_values, 1048576);
+  ASSERT_EQ(p.layer_groups.size(), 2u);
+  EXPECT_EQ(p.layer_groups[0].layer.kind, LayerKind::kLightningAttention);
+  EXPECT_EQ(p.layer_groups[0].state_bytes_per_sequence, 2097152);
+  EXPECT_EQ(p.layer_groups[0].bytes_per_sequence + p.layer_groups[1].bytes_per_sequence,
+            p.bytes_per_sequence);
+  ModelSpec m = *ImportHfConfig(files::kMiniMaxM1, "");
+  EXPECT_EQ(*StateBytesPerSequence(m, KvDType::kFloat32), 293601280);
+  ExpectPresetLayers(p, "minimax-m1");
+}
+
+// Kimi Linear 48B-A3B: the 1-based full_attn_layers 4, 8, ..., 24, 27 are MLA, 7 x (512 + 64) x 2
+// = 8,064 bytes per token. The 20 KDA layers: conv 3 (q, k, v) x (4 - 1) x 32 x 128 = 36,864
+// values, recurrent 32 x 128 x 128 = 524,288; 561,152 x 2 = 1,122,304 bytes each, 20 x
+// 1,122,304 = 22,446,080 per sequence.
+TEST(ImportHfRecent, KimiLinearMixesKdaWithLatentLayers) {
+  const KvPlan p = PlanBf16(files::kKimiLinear, 4096);
+  EXPECT_EQ(p.bytes_per_token, 8064);
+  EXPECT_EQ(p.state_bytes_per_sequence, 22446080);
+  EXPECT_EQ(CountKind(p.model, LayerKind::kKimiDeltaAttention), 20);
+  EXPECT_EQ(CountKind(p.model, LayerKind::kLatentAttention), 7);
+  EXPECT_EQ(p.model.layer_specs[3].kind, LayerKind::kLatentAttention);  // layer 4, 1-based
+  EXPECT_EQ(p.model.layer_specs[26].kind, LayerKind::kLatentAttention);
+  EXPECT_EQ(p.model.layer_specs[0].conv_state_values, 36864);
+  EXPECT_EQ(p.model.layer_specs[0].recurrent_state_values, 524288);
+  EXPECT_EQ(p.model.experts_active, 8);  // num_experts_per_token
+  ExpectPresetLayers(p, "kimi-linear-48b");
+  // A layer named twice, or by neither list, is refused.
+  const std::string twice =
+      absl::StrReplaceAll(files::kKimiLinear, {{"[1, 2, 3,", "[1, 2, 3, 4,"}});
+  EXPECT_THAT(ImportHfConfig(twice, "").status(),
+              StatusIs(kInvalid, {"layer 4 (1-based) is named 2 times"}));
+  const std::string past = absl::StrReplaceAll(files::kKimiLinear, {{"24, 27]", "24, 28]"}});
+  EXPECT_THAT(ImportHfConfig(past, "").status(),
+              StatusIs(kInvalid, {"linear_attn_config.full_attn_layers[6]"}));
+}
+
+// MiMo-V2-Flash: 9 full layers with 4 KV heads of (192 + 128) x 2 bytes = 2,560 bytes per token
+// each (23,040), 39 sliding layers of 128 tokens with 8 KV heads, 5,120 each (199,680): 222,720
+// bytes per token within the window, 23,040 past it. At 4,096 tokens: 23,040 x 4,096 + 199,680 x
+// 128 = 94,371,840 + 25,559,040 = 119,930,880.
+TEST(ImportHfRecent, MimoV2FlashSlidingLayersHaveTheirOwnKvHeads) {
+  const KvPlan p = PlanBf16(files::kMiMoV2Flash, 4096);
+  EXPECT_EQ(p.bytes_per_token, 222720);
+  EXPECT_EQ(p.full_attention_bytes_per_token, 23040);
+  EXPECT_EQ(p.bytes_per_sequence, 119930880);
+  EXPECT_EQ(p.model.head_dim_v, 128);
+  EXPECT_EQ(p.model.layer_specs[0].n_head_kv, 4);
+  EXPECT_EQ(p.model.layer_specs[1].n_head_kv, 8);
+  EXPECT_EQ(p.model.layer_specs[1].window_tokens, 128);
+  EXPECT_EQ(p.model.layer_specs[5].n_head_kv, 4);
+  ASSERT_EQ(p.layer_groups.size(), 2u);
+  EXPECT_EQ(p.layer_groups[0].layer_indices.size(), 9u);
+  EXPECT_EQ(p.layer_groups[0].bytes_per_token, 2560);
+  EXPECT_EQ(p.layer_groups[1].layer_indices.size(), 39u);
+  EXPECT_EQ(p.layer_groups[1].bytes_per_token, 5120);
+  ExpectPresetLayers(p, "mimo-v2-flash");
+  // Sliding layers with their own head size are not modelled: refused, naming the key.
+  const std::string other = absl::StrReplaceAll(
+      files::kMiMoV2Flash, {{R"("swa_head_dim": 192)", R"("swa_head_dim": 128)"}});
+  EXPECT_THAT(ImportHfConfig(other, "").status(), StatusIs(kInvalid, {"swa_head_dim"}));
+}
+
+// Qwen3.5-35B-A3B: layer_types lists every fourth layer as full attention, 10 x 2 KV heads x 256
+// x 2 x 2 = 20,480 bytes per token; the 30 gated delta-net layers hold 1,097,728 bytes each (as
+// Qwen3-Next's, hf_hybrid_test.cc), 32,931,840 per sequence. attn_output_gate and the MTP layer
+// do not change the cache.
+TEST(ImportHfRecent, Qwen35ListsItsLayersAndGatesItsOutput) {
+  const KvPlan p = PlanBf16(files::kQwen35MoeA3B, 4096);
+  EXPECT_EQ(p.bytes_per_token, 20480);
+  EXPECT_EQ(p.state_bytes_per_sequence, 32931840);
+  EXPECT_EQ(CountKind(p.model, LayerKind::kLinearAttention), 30);
+  EXPECT_EQ(p.model.architecture, "qwen3_5_moe_text");
+  EXPECT_THAT(p.model.source, HasSubstr("planned from its text_config"));
+}
+
+// Kimi-K2.5-style: the wrapper is planned from its kimi_k2 text_config, as Kimi K2 itself:
+// 61 x 576 x 2 = 70,272 bytes per token; transformers' nested defaults are ignored while off.
+TEST(ImportHfRecent, MultimodalWrapperPlansFromItsTextConfig) {
+  const KvPlan p = PlanBf16(files::kKimiK25Style, 4096);
+  EXPECT_EQ(p.bytes_per_token, 70272);
+  EXPECT_EQ(p.model.architecture, "kimi_k2");
+  EXPECT_THAT(p.model.source, HasSubstr("model_type kimi_k25"));
+  EXPECT_THAT(p.model.source, HasSubstr("planned from its text_config (model_type kimi_k2)"));
+  // Set, they would change the layout: refused, naming the key.
+  for (const auto& [from, to, field] :
+       {std::tuple<const char*, const char*, const char*>{R"("add_cross_attention": false)",
+                                                          R"("add_cross_attention": true)",
+                                                          "'text_config.add_cross_attention'"},
+        {R"("pruned_heads": {})", R"("pruned_heads": {"0": [1]})", "'text_config.pruned_heads'"}}) {
+    const std::string set = absl::StrReplaceAll(files::kKimiK25Style, {{from, to}});
+    EXPECT_THAT(ImportHfConfig(set, "").status(), StatusIs(kInvalid, {field}));
+  }
+}
+
+// Every ignored key has a reason, no key is both read and ignored, and none is listed twice.
+TEST(ImportHfRecent, IgnoredKeysAreDocumented) {
+  std::set<std::string> seen;
+  for (const IgnoredHfField& f : IgnoredHfFields()) {
+    EXPECT_FALSE(f.reason.empty()) << f.key;
+    EXPECT_FALSE(IsReadHfField(f.key)) << f.key;
+    EXPECT_TRUE(seen.insert(std::string(f.key)).second) << f.key;
+  }
+  for (const char* key : {"mtp_num_hidden_layers", "mtp_transformer_layers",
+                          "num_nextn_predict_layers", "attn_output_gate", "add_cross_attention"}) {
+    EXPECT_TRUE(IsIgnoredHfField(key)) << key;
+  }
+}
+
+// Still refused: keys that may change the layout and that nothing reads.
+TEST(ImportHfRecent, UnknownLayoutKeysAreStillRefused) {
+  const std::string unknown = absl::StrReplaceAll(
+      files::kMiniMaxM1, {{R"("postnorm": true,)", R"("postnorm": true, "kv_share_layers": 2,)"}});
+  EXPECT_THAT(ImportHfConfig(unknown, "").status(),
+              StatusIs(kInvalid, {"'kv_share_layers': not understood"}));
+  // A sub-config that names attention is judged, not skipped as another tower's.
+  const std::string sub = absl::StrReplaceAll(
+      files::kMiniMaxM1,
+      {{R"("postnorm": true,)", R"("postnorm": true, "sparse_attn_config": {},)"}});
+  EXPECT_THAT(ImportHfConfig(sub, "").status(), StatusIs(kInvalid, {"sparse_attn_config"}));
+  // An indexer needs latent attention; attn_type_list needs one 0 or 1 per layer.
+  const std::string bad_list = absl::StrReplaceAll(
+      files::kMiniMaxM1, {{"\"attn_type_list\": [\n    0,", "\"attn_type_list\": [\n    2,"}});
+  EXPECT_THAT(ImportHfConfig(bad_list, "").status(), StatusIs(kInvalid, {"attn_type_list[0]"}));
+  const std::string no_list =
+      absl::StrReplaceAll(files::kMiniMaxM1, {{"\"attn_type_list\"", "\"attn_type_list_\""}});
+  EXPECT_FALSE(ImportHfConfig(no_list, "").ok());
+}
+
+}  // namespace
+}  // namespace attend::planner
