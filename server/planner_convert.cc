@@ -38,10 +38,10 @@ absl::StatusOr<pl::ModelSpec> FromProto(const v1::ModelSpec& spec, absl::string_
   for (int i = 0; i < spec.layer_specs_size(); ++i) {
     const v1::LayerSpec& l = spec.layer_specs(i);
     // Proto3 enums are open: any int32 arrives.
-    if (l.kind() < v1::LAYER_ATTENTION || l.kind() > v1::LAYER_FEED_FORWARD) {
+    if (l.kind() < v1::LAYER_ATTENTION || l.kind() > v1::LAYER_KIMI_DELTA_ATTENTION) {
       return absl::InvalidArgumentError(
           absl::StrCat(pl::FieldPath(field_prefix, absl::StrCat("layer_specs[", i, "].kind")), ": ",
-                       static_cast<int>(l.kind()), " is not a LayerKind (0 to 5)"));
+                       static_cast<int>(l.kind()), " is not a LayerKind (0 to 7)"));
     }
     pl::LayerSpec layer{l.n_head_kv(), l.window_tokens()};
     layer.kind = static_cast<pl::LayerKind>(l.kind());
@@ -49,6 +49,7 @@ absl::StatusOr<pl::ModelSpec> FromProto(const v1::ModelSpec& spec, absl::string_
     layer.qk_rope_head_dim = l.qk_rope_head_dim();
     layer.conv_state_values = l.conv_state_values();
     layer.recurrent_state_values = l.recurrent_state_values();
+    layer.index_head_dim = l.index_head_dim();
     m.layer_specs.push_back(layer);
   }
   m.max_context_tokens = spec.max_context_tokens();
@@ -92,6 +93,7 @@ void ToProto(const pl::LayerSpec& l, v1::LayerSpec* out) {
   out->set_qk_rope_head_dim(static_cast<int32_t>(l.qk_rope_head_dim));
   out->set_conv_state_values(l.conv_state_values);
   out->set_recurrent_state_values(l.recurrent_state_values);
+  out->set_index_head_dim(static_cast<int32_t>(l.index_head_dim));
 }
 
 void ToProto(const pl::LayerGroupPlan& g, v1::LayerGroupPlan* out) {
@@ -101,6 +103,7 @@ void ToProto(const pl::LayerGroupPlan& g, v1::LayerGroupPlan* out) {
   out->set_expanded_bytes_per_token(g.expanded_bytes_per_token);
   out->set_state_bytes_per_sequence(g.state_bytes_per_sequence);
   out->set_bytes_per_sequence(g.bytes_per_sequence);
+  out->set_indexer_bytes_per_token(g.indexer_bytes_per_token);
 }
 
 absl::StatusOr<pl::KvDType> FromProto(v1::KvDType value, absl::string_view field) {
@@ -162,6 +165,9 @@ absl::StatusOr<pl::KvPlanRequest> FromProto(const v1::PlanKvCacheRequest& reques
   if (request.state_dtype() != v1::KV_DTYPE_UNSPECIFIED) {
     ATTEND_ASSIGN_OR_RETURN(r.state_dtype, FromProto(request.state_dtype(), "state_dtype"));
   }
+  if (request.indexer_dtype() != v1::KV_DTYPE_UNSPECIFIED) {
+    ATTEND_ASSIGN_OR_RETURN(r.indexer_dtype, FromProto(request.indexer_dtype(), "indexer_dtype"));
+  }
   r.context_tokens = request.context_tokens();
   r.batch = request.batch();
   r.block_tokens = request.block_tokens();
@@ -199,6 +205,10 @@ void ToProto(const pl::KvPlan& plan, v1::PlanKvCacheResponse* out) {
   out->set_state_dtype(ToProto(plan.state_dtype));
   out->set_expanded_bytes_per_token(plan.expanded_bytes_per_token);
   for (const pl::LayerGroupPlan& g : plan.layer_groups) ToProto(g, out->add_layer_groups());
+  out->set_indexer_bytes_per_token(plan.indexer_bytes_per_token);
+  out->set_indexer_bytes_per_sequence(plan.indexer_bytes_per_sequence);
+  out->set_indexer_total_bytes(plan.indexer_total_bytes);
+  out->set_indexer_format(plan.indexer_format);
 }
 
 void ToProto(const pl::LayerProjectionKind& kind, v1::ProjectionParameters* out) {

@@ -368,6 +368,14 @@ int RunPlan(Context& c) {
   absl::StatusOr<v1::KvDType> dtype = ParseKvDType(c.args.GetString("kv_dtype"));
   if (!dtype.ok()) return UsageError(c, dtype.status());
   request.set_kv_dtype(*dtype);
+  if (c.args.Has("indexer_dtype")) {
+    // "kv" keeps the indexer in the KV type; otherwise a type name. Without the flag the
+    // server sizes it as published (fp8 values and a float32 scale).
+    const std::string name = c.args.GetString("indexer_dtype");
+    absl::StatusOr<v1::KvDType> indexer = name == "kv" ? *dtype : ParseKvDType(name);
+    if (!indexer.ok()) return UsageError(c, indexer.status());
+    request.set_indexer_dtype(*indexer);
+  }
   if (c.args.Has("budget")) {
     absl::StatusOr<int64_t> budget = ParseByteSize(c.args.GetString("budget"), "--budget");
     if (!budget.ok()) return UsageError(c, budget.status());
@@ -426,6 +434,10 @@ Command PlanCommand() {
       {"batch", "concurrent sequences", false, "1"},
       {"kv_dtype", "f16, bf16, f32, fp8, int8, q8_0 or q4_0", false, "f16"},
       {"block_tokens", "paged allocation block size (0 = no paging)", false, "0"},
+      {"indexer_dtype",
+       "type of sparse-attention indexer keys (DeepSeek-V3.2, GLM-5): 'kv' (the KV type) or a "
+       "type name",
+       false, "fp8 + scale, as published"},
       {"budget", "memory for the cache, e.g. 80GiB, 80GB, 512MiB, 1e9"},
       {"subtract_weights", "take the weights out of the budget first", true},
       {"weights_dtype", "type of the weights to subtract", false, "the model's"},

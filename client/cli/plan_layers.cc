@@ -66,9 +66,15 @@ std::string LayerKindLabel(const v1::LayerSpec& l) {
     case v1::LAYER_CHUNKED_ATTENTION:
       return absl::StrCat("chunked ", Count(l.window_tokens()));
     case v1::LAYER_LATENT_ATTENTION:
-      return absl::StrCat("latent ", l.kv_lora_rank(), " + ", l.qk_rope_head_dim());
+      return absl::StrCat(
+          "latent ", l.kv_lora_rank(), " + ", l.qk_rope_head_dim(),
+          l.index_head_dim() > 0 ? absl::StrCat(", indexer ", l.index_head_dim()) : "");
     case v1::LAYER_LINEAR_ATTENTION:
       return "linear attention";
+    case v1::LAYER_LIGHTNING_ATTENTION:
+      return "lightning attention";
+    case v1::LAYER_KIMI_DELTA_ATTENTION:
+      return "kimi delta attention";
     case v1::LAYER_STATE_SPACE:
       return "state space";
     case v1::LAYER_FEED_FORWARD:
@@ -84,6 +90,12 @@ void AddPlanStateFields(const v1::PlanKvCacheResponse& p, Fields* f) {
     f->Add("  expanded (multi-head)",
            absl::StrCat(BytesWithCount(p.expanded_bytes_per_token()),
                         " per token if the latent layers cached every head"));
+  }
+  if (p.indexer_bytes_per_token() > 0) {
+    // Part of the keys above: the indexer caches a key of every token.
+    f->Add("  sparse-attention indexer",
+           absl::StrCat(BytesWithCount(p.indexer_bytes_per_token()), " per token, ",
+                        p.indexer_format(), " (in the keys above)"));
   }
   if (p.state_bytes_per_sequence() == 0) return;
   f->Add("state per sequence",

@@ -563,4 +563,26 @@ TEST_F(PlannerCliTest, PlanLayersShowsTheBreakdownAndTheState) {
   EXPECT_EQ(out_.str().find("per layer ("), std::string::npos) << out_.str();
 }
 
+// The 2025-26 layer kinds in the per-layer breakdown (docs/planner.md): DeepSeek-V3.2's latent
+// layers carry a 132-byte indexer key (61 x 132 = 8,052 bytes per token; 61 x 128 x 2 = 15,616
+// in bf16 with --indexer_dtype kv), MiniMax-M1 has lightning layers, Kimi Linear KDA layers.
+TEST_F(PlannerCliTest, PlanShowsTheNewLayerKinds) {
+  ASSERT_EQ(Run({"plan", "deepseek-v3.2", "--context", "4096", "--kv_dtype", "bf16", "--layers"}),
+            cli::kExitOk)
+      << err_.str();
+  ExpectOut({"latent 512 + 64, indexer 128", "sparse-attention indexer",
+             "7.86 KiB (8,052 bytes) per token, fp8 + float32 scale per 128 values"});
+  ASSERT_EQ(Run({"plan", "deepseek-v3.2", "--context", "4096", "--kv_dtype", "bf16",
+                 "--indexer_dtype", "kv"}),
+            cli::kExitOk)
+      << err_.str();
+  ExpectOut({"15.25 KiB (15,616 bytes) per token, bfloat16"});
+  ASSERT_EQ(Run({"plan", "minimax-m1", "--context", "4096", "--layers"}), cli::kExitOk)
+      << err_.str();
+  ExpectOut({"70: ", "lightning attention"});
+  ASSERT_EQ(Run({"plan", "kimi-linear-48b", "--context", "4096", "--layers"}), cli::kExitOk)
+      << err_.str();
+  ExpectOut({"kimi delta attention", "latent 512 + 64"});
+}
+
 }  // namespace attend
