@@ -53,6 +53,7 @@ bool IsModelKey(absl::string_view key) {
       ".attention.kv_lora_rank",
       ".attention.key_length_mla",
       ".attention.value_length_mla",
+      ".attention.indexer.key_length",  // DeepSeek sparse attention's indexer (glm-dsa)
       ".rope.dimension_count",
       ".ssm.conv_kernel",
       ".ssm.inner_size",
