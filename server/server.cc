@@ -265,7 +265,8 @@ absl::StatusOr<std::unique_ptr<AttendServer>> AttendServer::Start(const ServerOp
   p.cache = std::make_unique<kv::KvCache>(cache_options);
   if (!options.snapshot_dir.empty()) {
     // Restored before the port opens: no call sees the cache half loaded.
-    ATTEND_ASSIGN_OR_RETURN(SnapshotStore store, SnapshotStore::Open(options.snapshot_dir));
+    ATTEND_ASSIGN_OR_RETURN(SnapshotStore store,
+                            SnapshotStore::Open(options.snapshot_dir, compute_threads));
     p.restored = store.RestoreAll(*p.cache);
     p.snapshots.emplace(std::move(store));
     p.snapshot_grace = options.snapshot_grace;

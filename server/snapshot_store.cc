@@ -6,9 +6,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <set>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -211,7 +213,7 @@ std::string SnapshotStore::FileNameOf(absl::string_view id) {
   return absl::StrCat(absl::StrReplaceAll(id, {{"/", "+"}}), kSuffix);
 }
 
-absl::StatusOr<SnapshotStore> SnapshotStore::Open(const std::string& dir) {
+absl::StatusOr<SnapshotStore> SnapshotStore::Open(const std::string& dir, int threads) {
   if (dir.empty()) return absl::InvalidArgumentError("--snapshot_dir: empty");
   std::string path = dir;
   while (path.size() > 1 && path.back() == '/') path.pop_back();
@@ -229,7 +231,7 @@ absl::StatusOr<SnapshotStore> SnapshotStore::Open(const std::string& dir) {
   for (const std::string& name : ListDir(path)) {
     if (absl::EndsWith(name, ".tmp")) unlink(absl::StrCat(path, "/", name).c_str());
   }
-  return SnapshotStore(path);
+  return SnapshotStore(path, threads);
 }
 
 absl::StatusOr<SnapshotReport> SnapshotStore::SaveAll(kv::KvCache& cache,
@@ -252,31 +254,45 @@ absl::StatusOr<SnapshotReport> SnapshotStore::SaveAll(kv::KvCache& cache,
     token = page->next_page_token;
   }
   const std::string version = VersionLine("attend-server");
-  for (const std::string& id : ids) {
+  // Each sequence's file on its own thread (up to threads_): the writes' fsyncs wait on the
+  // disk while other sequences are read out and hashed.
+  std::vector<absl::StatusOr<int64_t>> results(ids.size(), int64_t{0});
+  const auto save = [&](size_t i) {
+    const std::string& id = ids[i];
     if (Clock::now() >= deadline) {
-      report.skipped.push_back(absl::StrCat(id, ": not saved, the shutdown grace ran out"));
-      continue;
+      results[i] = absl::DeadlineExceededError("not saved, the shutdown grace ran out");
+      return;
     }
-    absl::StatusOr<int64_t> bytes =
-        WriteAtomically(gen_dir, FileNameOf(id), [&](const kv::ByteSink& sink) {
-          // Past the deadline the save stops mid-file: the sequence is skipped, not torn.
-          const kv::ByteSink bounded = [&](absl::string_view piece) {
-            if (Clock::now() >= deadline) {
-              return absl::DeadlineExceededError("the shutdown grace ran out while it was saved");
-            }
-            return sink(piece);
-          };
-          return cache.Save(id, bounded, version);
-        });
-    if (!bytes.ok()) {
+    results[i] = WriteAtomically(gen_dir, FileNameOf(id), [&](const kv::ByteSink& sink) {
+      // Past the deadline the save stops mid-file: the sequence is skipped, not torn.
+      const kv::ByteSink bounded = [&](absl::string_view piece) {
+        if (Clock::now() >= deadline) {
+          return absl::DeadlineExceededError("the shutdown grace ran out while it was saved");
+        }
+        return sink(piece);
+      };
+      return cache.Save(id, bounded, version);
+    });
+  };
+  std::atomic<size_t> next_id{0};
+  std::vector<std::thread> threads;
+  for (size_t w = 1; w < std::min<size_t>(ids.size(), std::max(1, threads_)); ++w) {
+    threads.emplace_back([&] {
+      for (size_t k; (k = next_id.fetch_add(1)) < ids.size();) save(k);
+    });
+  }
+  for (size_t k; (k = next_id.fetch_add(1)) < ids.size();) save(k);
+  for (std::thread& t : threads) t.join();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (!results[i].ok()) {
       // Released meanwhile is no loss; anything else is named.
-      if (!absl::IsNotFound(bytes.status())) {
-        report.skipped.push_back(absl::StrCat(id, ": ", bytes.status().message()));
+      if (!absl::IsNotFound(results[i].status())) {
+        report.skipped.push_back(absl::StrCat(ids[i], ": ", results[i].status().message()));
       }
       continue;
     }
     report.sequences++;
-    report.bytes += *bytes;
+    report.bytes += *results[i];
   }
   // The new generation becomes CURRENT even when sequences were skipped: an older generation
   // holds older states of the sequences, and restoring one would hand clients a cache behind
@@ -357,10 +373,34 @@ SnapshotReport SnapshotStore::RestoreAll(kv::KvCache& cache) const {
   // crash from here on must not bring that back behind what clients have sent since. Its files
   // stay until the next save, unread.
   if (unlink(absl::StrCat(dir_, "/", kCurrent).c_str()) == 0) (void)SyncDir(dir_);
+  // Sequences whose source is not in the set load first, on several threads: a restart's
+  // loads are mostly the kernel faulting the pool's fresh pages in, which runs in parallel
+  // (one thread loaded 0.2-0.4 GB/s on a 2-vCPU VM). Forks follow, in order, sharing again.
+  std::vector<size_t> roots, forks;
   for (const size_t i : order) {
-    absl::StatusOr<kv::SequenceInfo> info = LoadFile(cache, files[i].path, {}, &report.bytes);
-    if (!info.ok()) {
-      report.skipped.push_back(absl::StrCat(files[i].id, ": ", info.status().message()));
+    const File& f = files[i];
+    (f.forked_from.empty() || here.count(f.forked_from) == 0 ? roots : forks).push_back(i);
+  }
+  std::vector<absl::Status> results(files.size());
+  std::vector<int64_t> bytes(files.size(), 0);
+  const auto load = [&](size_t i) {
+    results[i] = LoadFile(cache, files[i].path, {}, &bytes[i]).status();
+  };
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> threads;
+  const size_t workers = std::min<size_t>(roots.size(), std::max(1, threads_));
+  for (size_t w = 1; w < workers; ++w) {
+    threads.emplace_back([&] {
+      for (size_t k; (k = next.fetch_add(1)) < roots.size();) load(roots[k]);
+    });
+  }
+  for (size_t k; (k = next.fetch_add(1)) < roots.size();) load(roots[k]);
+  for (std::thread& t : threads) t.join();
+  for (const size_t i : forks) load(i);
+  for (const size_t i : order) {
+    report.bytes += bytes[i];
+    if (!results[i].ok()) {
+      report.skipped.push_back(absl::StrCat(files[i].id, ": ", results[i].message()));
       continue;
     }
     report.sequences++;

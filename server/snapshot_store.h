@@ -47,8 +47,8 @@ struct SnapshotReport {
 class SnapshotStore {
  public:
   // Creates `dir` (and its parent) when missing. INVALID_ARGUMENT when it cannot be made or is
-  // not a writable directory.
-  static absl::StatusOr<SnapshotStore> Open(const std::string& dir);
+  // not a writable directory. A restore loads on up to `threads` threads.
+  static absl::StatusOr<SnapshotStore> Open(const std::string& dir, int threads = 1);
 
   // Saves every sequence of `cache` as a new generation and makes it CURRENT, in the time left
   // until `deadline`: sequences it has no time for are skipped (and named), the ones written are
@@ -80,8 +80,9 @@ class SnapshotStore {
   static std::string FileNameOf(absl::string_view id);
 
  private:
-  explicit SnapshotStore(std::string dir) : dir_(std::move(dir)) {}
+  SnapshotStore(std::string dir, int threads) : dir_(std::move(dir)), threads_(threads) {}
   std::string dir_;
+  int threads_ = 1;
 };
 
 }  // namespace attend::server
