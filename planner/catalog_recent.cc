@@ -73,7 +73,8 @@ ModelSpec DeepSeekV32() {
 }
 
 // GlmMoeDsaConfig's defaults (transformers, checkpoint zai-org/GLM-5): no published config.json
-// was at hand, so the configuration class's values are used, as its docstring names them.
+// was at hand, so the configuration class's values are used, as its docstring names them; the
+// technical report's architecture table (arXiv:2602.15763) agrees on every cache-relevant one.
 ModelSpec Glm5() {
   ModelSpec m = Make(
       "glm-5", "GLM-5",
@@ -81,7 +82,10 @@ ModelSpec Glm5() {
       "kv_lora_rank 512, qk_rope_head_dim 64, 64 heads of 256/256, index_head_dim 128 on every "
       "layer (indexer_types all 'full')",
       "glm_moe_dsa", {78, 64, 64, 256, 256, 6144, 154880, 2048, 256, 8, 744000000000, 40000000000},
-      "published: Z.ai's GLM-5 announcement (744B total, 40B active)", 202752, "bfloat16");
+      "published: the GLM-5 technical report (arXiv:2602.15763), its architecture table: 744B "
+      "total, 40B activated, 3 dense + 75 MoE layers, KV LoRA 512, indexer 32 heads of 128, as "
+      "the configuration class's defaults have them",
+      202752, "bfloat16");
   m.layer_specs.assign(78, Latent(64, 512, 64, 128));
   return m;
 }
