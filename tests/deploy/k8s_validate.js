@@ -50,12 +50,30 @@ function readDockerfile(repo) {
   return {uid: Number(uid[1]), ports: expose[1].trim().split(/\s+/).map((p) => Number(p.split('/')[0]))};
 }
 
-// attend-server's --shutdown_grace default, from server/main.cc's ABSL_FLAG.
-function defaultShutdownGrace(repo) {
+// attend-server's default of a duration flag (shutdown_grace, snapshot_grace), from
+// server/main.cc's ABSL_FLAG.
+function defaultDurationFlag(repo, name) {
   const text = fs.readFileSync(path.join(repo, 'server', 'main.cc'), 'utf8');
-  const m = /ABSL_FLAG\(\s*absl::Duration\s*,\s*shutdown_grace\s*,\s*absl::(Seconds|Milliseconds|Minutes)\((\d+)\)/.exec(text);
-  if (!m) throw new Error('server/main.cc: no shutdown_grace flag with a literal default');
+  const m = new RegExp(`ABSL_FLAG\\(\\s*absl::Duration\\s*,\\s*${name}\\s*,\\s*absl::(Seconds|Milliseconds|Minutes)\\((\\d+)\\)`).exec(text);
+  if (!m) throw new Error(`server/main.cc: no ${name} flag with a literal default`);
   return Number(m[2]) * {Seconds: 1, Milliseconds: 0.001, Minutes: 60}[m[1]];
+}
+
+function defaultShutdownGrace(repo) {
+  return defaultDurationFlag(repo, 'shutdown_grace');
+}
+
+// A flag's value in a container: its --flag=value argument, else its ATTEND_<FLAG> variable,
+// else undefined.
+function flagValue(c, name) {
+  let value;
+  const env = (c.env || []).find((e) => e.name === `ATTEND_${name.toUpperCase()}`);
+  if (env && env.value !== undefined) value = env.value;
+  for (const a of [...(c.command || []).slice(1), ...(c.args || [])]) {
+    const m = new RegExp(`^--?${name}=(.*)$`).exec(a);
+    if (m) value = m[1];
+  }
+  return value;
 }
 
 // An absl::Duration flag value ("10s", "1m30s", "500ms", "1.5s") in seconds.
@@ -287,11 +305,11 @@ function checkWorkload(d, docs, docker, opts, err) {
     for (const probe of ['livenessProbe', 'readinessProbe']) {
       if (!c[probe]) cerr(`no ${probe}`);
     }
-    if (isAttend(c)) checkAttendContainer(c, pod, docker, opts, cerr);
+    if (isAttend(c)) checkAttendContainer(c, pod, docker, opts, cerr, doc);
   }
 }
 
-function checkAttendContainer(c, pod, docker, opts, cerr) {
+function checkAttendContainer(c, pod, docker, opts, cerr, workload) {
   const ports = Object.fromEntries((c.ports || []).map((p) => [p.name, p.containerPort]));
   for (const [name, number] of Object.entries(ports)) {
     if (!docker.ports.includes(number)) cerr(`port ${name} ${number} is not EXPOSEd by the Dockerfile (${docker.ports})`);
@@ -321,6 +339,29 @@ function checkAttendContainer(c, pod, docker, opts, cerr) {
   if (!Number.isInteger(termination)) cerr('terminationGracePeriodSeconds is not set');
   else if (!(termination > grace)) {
     cerr(`terminationGracePeriodSeconds ${termination} leaves no margin over --shutdown_grace ${grace}s`);
+  }
+  // With --snapshot_dir the save after the drain must fit in the grace too, and the directory
+  // must be on a volume that outlives the pod, or the snapshots end with it.
+  const snapshotDir = flagValue(c, 'snapshot_dir');
+  if (snapshotDir) {
+    const given = flagValue(c, 'snapshot_grace');
+    const snapshotGrace = given !== undefined ? parseDuration(given) : defaultDurationFlag(opts.repo, 'snapshot_grace');
+    if (Number.isNaN(snapshotGrace)) cerr('--snapshot_grace is not a duration');
+    else if (Number.isInteger(termination) && !(termination > grace + snapshotGrace)) {
+      cerr(`terminationGracePeriodSeconds ${termination} leaves no margin over --shutdown_grace ${grace}s ` +
+           `+ --snapshot_grace ${snapshotGrace}s`);
+    }
+    const under = (m) => snapshotDir === m.mountPath || snapshotDir.startsWith(m.mountPath.replace(/\/$/, '') + '/');
+    const mount = (c.volumeMounts || []).filter(under).sort((a, b) => b.mountPath.length - a.mountPath.length)[0];
+    const claims = (((workload || {}).spec || {}).volumeClaimTemplates || []).map((t) => (t.metadata || {}).name);
+    const volume = mount && (pod.volumes || []).find((v) => v.name === mount.name);
+    const persistent = mount && (claims.includes(mount.name) || (volume && volume.persistentVolumeClaim));
+    if (!persistent) {
+      cerr(`--snapshot_dir ${snapshotDir} is not on a persistent volume (a volumeClaimTemplates or ` +
+           'persistentVolumeClaim mount): the snapshots would end with the pod');
+    } else if (mount.readOnly) {
+      cerr(`--snapshot_dir ${snapshotDir} is on a read-only mount`);
+    }
   }
   // The KV cache must fit in the memory limit with room to spare: flag, else ATTEND_ env (the
   // default, half of the limit, always fits but is not a sizing decision).
