@@ -190,6 +190,15 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
     tokens_decoded_->Add({{"grpc_method", method}});
     decode_step_seconds_->Add({{"grpc_method", method}}, StepBuckets());
   }
+  const auto gauge = [this](const char* name, const char* help) {
+    return &prometheus::BuildGauge().Name(name).Help(help).Register(*registry_).Add({});
+  };
+  restored_sequences_ = gauge("attend_snapshot_restored_sequences",
+                              "Sequences restored from --snapshot_dir at start");
+  restore_skipped_ = gauge("attend_snapshot_restore_skipped_files",
+                           "Snapshot files not restored at start (damaged, refused; see the log)");
+  restored_bytes_ = gauge("attend_snapshot_restored_bytes", "Snapshot bytes read at start");
+  restore_seconds_ = gauge("attend_snapshot_restore_seconds", "Time the start-up restore took");
   prometheus::BuildGauge()
       .Name("attend_build_info")
       .Help("Version, git commit, the CPU features the engine uses and its decode kernel set")
@@ -263,6 +272,13 @@ void Metrics::QueueWaited(absl::string_view method, double seconds) {
 void Metrics::TokensAppended(absl::string_view method, int64_t tokens) {
   tokens_appended_->Add({{"grpc_method", std::string(method)}})
       .Increment(static_cast<double>(tokens));
+}
+
+void Metrics::SnapshotRestored(int64_t sequences, int64_t skipped, int64_t bytes, double seconds) {
+  restored_sequences_->Set(static_cast<double>(sequences));
+  restore_skipped_->Set(static_cast<double>(skipped));
+  restored_bytes_->Set(static_cast<double>(bytes));
+  restore_seconds_->Set(seconds);
 }
 
 void Metrics::TokensDecoded(absl::string_view method, int64_t steps) {

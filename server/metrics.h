@@ -31,6 +31,9 @@
 //                                   handler to its reply (queue wait included); failed steps are
 //                                   left out so that fast refusals do not flatter the latency
 //   attend_build_info{version,commit,cpu_isa,bf16_matmul}                      gauge = 1
+//   attend_snapshot_restored_sequences / _skipped_files / _bytes / _seconds   gauges: what the
+//                                   start-up restore of --snapshot_dir did (0 without one; the
+//                                   skipped files and why are in the start-up log)
 //
 // Thread-safety: all methods are thread-safe.
 #ifndef ATTEND_SERVER_METRICS_H_
@@ -79,6 +82,8 @@ class Metrics {
   void TokensAppended(absl::string_view method, int64_t tokens);
   void TokensDecoded(absl::string_view method, int64_t steps);
   void DecodeStepDone(absl::string_view method, double seconds);
+  // What the start-up restore did (server/snapshot_store.h).
+  void SnapshotRestored(int64_t sequences, int64_t skipped, int64_t bytes, double seconds);
 
   // A factory for the interceptor that feeds RpcStarted/RpcHandled; the server owns it.
   std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> NewInterceptorFactory();
@@ -107,6 +112,10 @@ class Metrics {
   prometheus::Family<prometheus::Counter>* tokens_appended_;
   prometheus::Family<prometheus::Counter>* tokens_decoded_;
   prometheus::Family<prometheus::Histogram>* decode_step_seconds_;
+  prometheus::Gauge* restored_sequences_;
+  prometheus::Gauge* restore_skipped_;
+  prometheus::Gauge* restored_bytes_;
+  prometheus::Gauge* restore_seconds_;
 
   Mutex mu_;  // attend::Mutex: visible to TSan (core/base/mutex.h)
   absl::flat_hash_map<std::string, MethodSeries> series_ ABSL_GUARDED_BY(mu_);

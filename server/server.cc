@@ -268,6 +268,9 @@ absl::StatusOr<std::unique_ptr<AttendServer>> AttendServer::Start(const ServerOp
     ATTEND_ASSIGN_OR_RETURN(SnapshotStore store,
                             SnapshotStore::Open(options.snapshot_dir, compute_threads));
     p.restored = store.RestoreAll(*p.cache);
+    p.metrics->SnapshotRestored(p.restored->sequences,
+                                static_cast<int64_t>(p.restored->skipped.size()), p.restored->bytes,
+                                p.restored->seconds);
     p.snapshots.emplace(std::move(store));
     p.snapshot_grace = options.snapshot_grace;
   }

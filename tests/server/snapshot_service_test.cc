@@ -166,10 +166,17 @@ TEST(SnapshotService, WarmRestartRestoresEverySequenceBitIdentical) {
   // Two restarts in a row: the second restores what the first one saved again.
   for (int restart = 0; restart < 2; ++restart) {
     SCOPED_TRACE(absl::StrCat("restart ", restart));
-    auto started = server::AttendServer::Start(Options(dir));
+    server::ServerOptions options = Options(dir);
+    options.metrics_address = "127.0.0.1:0";
+    auto started = server::AttendServer::Start(options);
     ASSERT_TRUE(started.ok()) << started.status();
     const server::SnapshotReport& restored = *(*started)->restored();
     EXPECT_EQ(restored.sequences, static_cast<int64_t>(before.size()));
+    const std::string metrics = ::attend::testing::ScrapeMetrics((*started)->metrics_port());
+    EXPECT_NE(metrics.find(absl::StrCat("attend_snapshot_restored_sequences ", before.size())),
+              std::string::npos)
+        << metrics.substr(0, 200);
+    EXPECT_NE(metrics.find("attend_snapshot_restore_skipped_files 0"), std::string::npos);
     EXPECT_TRUE(restored.skipped.empty()) << restored.skipped.front();
     EXPECT_GT(restored.bytes, 0);
     Client c(**started);
