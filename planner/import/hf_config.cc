@@ -42,6 +42,89 @@ absl::StatusOr<int64_t> FalconKvHeads(const ConfigReader& r, absl::string_view m
   return multi_query.value_or(true) ? 1 : n_head;
 }
 
+// Whether two JSON values are the same (numbers by value, objects by members in any order).
+bool SameValue(const json::Value& a, const json::Value& b) {
+  if (a.type() != b.type()) return false;
+  switch (a.type()) {
+    case json::Value::Type::kNull:
+      return true;
+    case json::Value::Type::kBool:
+      return a.bool_value() == b.bool_value();
+    case json::Value::Type::kNumber:
+      return a.number_value() == b.number_value();
+    case json::Value::Type::kString:
+      return a.string_value() == b.string_value();
+    case json::Value::Type::kArray:
+      if (a.size() != b.size()) return false;
+      if (a.all_numbers() || b.all_numbers()) {
+        return a.all_numbers() && b.all_numbers() && a.numbers() == b.numbers();
+      }
+      for (size_t i = 0; i < a.size(); ++i) {
+        if (!SameValue(a.items()[i], b.items()[i])) return false;
+      }
+      return true;
+    case json::Value::Type::kObject:
+      if (a.members().size() != b.members().size()) return false;
+      for (const json::Value::Member& m : a.members()) {
+        const json::Value* other = b.Find(m.first);
+        if (other == nullptr || !SameValue(m.second, *other)) return false;
+      }
+      return true;
+  }
+  return false;
+}
+
+// A value for an error message: a number or short string as written, else its type.
+std::string Shown(const json::Value& v) {
+  if (v.is_number()) return v.number_text();
+  if (v.is_string()) return QuoteForError(v.string_value());
+  if (v.is_bool()) return v.bool_value() ? "true" : "false";
+  return std::string(v.type_name());
+}
+
+// Whether a key at a wrapper's top level may describe the text model's attention: a key the
+// importer reads that shapes the cache, or an attention sub-config or key it does not read
+// (sparse_attn_config).
+bool DescribesTextLayout(absl::string_view key) {
+  if (ShapesCacheHfField(key)) return true;
+  if (IsReadHfField(key) || IsIgnoredHfField(key)) return false;
+  return absl::StrContains(key, "attn") || absl::StrContains(key, "attention");
+}
+
+// A multimodal config that gives its text model's layout twice, once at the top level and once
+// in text_config. Planned from text_config (`from_text`), a layout key at the top level that
+// text_config does not repeat with the same value would be ignored: refused, naming it. Planned
+// from the top level, a key that both give with different values is refused, naming both.
+absl::Status CheckWrapperLayout(const json::Value& root, const json::Value& text_config,
+                                bool from_text) {
+  const json::Value& other = from_text ? root : text_config;
+  const json::Value& planned = from_text ? text_config : root;
+  for (const json::Value::Member& member : other.members()) {
+    const std::string& key = member.first;
+    if (key == "text_config" || member.second.is_null() || !DescribesTextLayout(key)) continue;
+    const json::Value* same = planned.Find(key);
+    const bool given = same != nullptr && !same->is_null();
+    if (given && SameValue(*same, member.second)) continue;
+    if (from_text) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          QuoteForError(key), ": ", Shown(member.second),
+          " at the top level of a multimodal config that is planned from its text_config (",
+          QuoteForError(absl::StrCat("text_config.", key)),
+          given ? absl::StrCat(" is ", Shown(*same)) : std::string(" is not set"),
+          "); a layout key beside text_config is not modelled"));
+    }
+    if (!given)
+      continue;  // the top level is what is planned; a key only text_config has is
+                 // text_config's default for it, judged nowhere else
+    return absl::InvalidArgumentError(absl::StrCat(
+        QuoteForError(key), " (", Shown(*same), ") and ",
+        QuoteForError(absl::StrCat("text_config.", key)), " (", Shown(member.second),
+        ") disagree: the config describes its text model twice, differently; which one holds "
+        "the cache is not modelled"));
+  }
+  return absl::OkStatus();
+}
+
 // The parsed text, which must be an object. Parser errors keep their position and say that they
 // are about config.json.
 absl::StatusOr<json::Value> ParseConfig(absl::string_view text) {
@@ -232,6 +315,9 @@ absl::StatusOr<ModelSpec> ImportHfConfig(absl::string_view text, absl::string_vi
       text_config->is_object()) {
     config = text_config;
     prefix = "text_config.";
+  }
+  if (text_config != nullptr && text_config->is_object()) {
+    ATTEND_RETURN_IF_ERROR(CheckWrapperLayout(root, *text_config, config == text_config));
   }
   const ConfigReader r(*config, prefix);
   const ConfigReader top(root, "");

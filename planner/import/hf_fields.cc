@@ -363,6 +363,27 @@ bool IsOff(const json::Value& v) {
 
 bool IsReadHfField(absl::string_view key) { return In(key, kRead); }
 bool IsIgnoredHfField(absl::string_view key) { return FindIgnored(key) != nullptr; }
+bool ShapesCacheHfField(absl::string_view key) {
+  // Read keys that name, type or weigh the model but do not change what a layer caches.
+  static constexpr absl::string_view kNotLayout[] = {
+      "model_type",
+      "_name_or_path",
+      "text_config",
+      "torch_dtype",
+      "dtype",
+      "tie_word_embeddings",
+      "vocab_size",
+      "intermediate_size",
+      "ffn_hidden_size",
+      "max_position_embeddings",
+      "num_local_experts",
+      "num_experts",
+      "n_routed_experts",
+      "num_experts_per_tok",
+      "num_experts_per_token",
+  };
+  return (IsReadHfField(key) && !In(key, kNotLayout)) || In(key, kIndexerKeys);
+}
 absl::Span<const IgnoredHfField> IgnoredHfFields() { return kIgnored; }
 
 absl::Status CheckHfFields(const json::Value& config, absl::string_view prefix,

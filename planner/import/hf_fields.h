@@ -34,6 +34,11 @@ struct IgnoredHfField {
 // routing details, kernel switches, multi-token-prediction heads, ...).
 bool IsReadHfField(absl::string_view key);
 bool IsIgnoredHfField(absl::string_view key);
+// Whether `key` is one the importer reads that shapes the cache: every read key but the names,
+// types, context and the widths that only weigh the weights (vocab_size, intermediate_size,
+// the expert counts). A multimodal config may not give one both at its top level and in
+// text_config with different values (ImportHfConfig).
+bool ShapesCacheHfField(absl::string_view key);
 // Every ignored key, in the order of the table (grouped by reason).
 absl::Span<const IgnoredHfField> IgnoredHfFields();
 

@@ -5,12 +5,14 @@
 // explicit layer list and an output gate (Qwen3.5), and a multimodal wrapper around a modelled
 // text model (Kimi-K2.5). Each is planned in bfloat16 and checked against bytes computed by hand
 // in the comment above it (formulas: planner/import/hf_layers.h, planner/kv_plan.h).
+#include <initializer_list>
 #include <optional>
 #include <set>
 #include <string>
 #include <tuple>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "core/base/status_macros.h"
 #include "planner/catalog.h"
@@ -277,6 +279,59 @@ TEST(ImportHfRecent, UnknownLayoutKeysAreStillRefused) {
   const std::string no_list =
       absl::StrReplaceAll(files::kMiniMaxM1, {{"\"attn_type_list\"", "\"attn_type_list_\""}});
   EXPECT_FALSE(ImportHfConfig(no_list, "").ok());
+}
+
+// Breaker finding 1: a multimodal wrapper is planned from its text_config, so a layout key at
+// its top level would be silently ignored: refused, naming the key, unless text_config says the
+// same.
+TEST(ImportHfRecent, WrapperTopLevelLayoutKeysAreRefused) {
+  for (const auto& [add, field] : std::initializer_list<std::pair<const char*, const char*>>{
+           {R"("index_head_dim": 128,)", "'index_head_dim'"},
+           {R"("sparse_attn_config": {"topk": 2048},)", "'sparse_attn_config'"},
+           {R"("sliding_window": 4096,)", "'sliding_window'"},
+           {R"("layer_types": ["sliding_attention"],)", "'layer_types'"},
+           {R"("kv_lora_rank": 256,)", "'kv_lora_rank'"},
+           {R"("num_key_value_heads": 8,)", "'num_key_value_heads'"}}) {
+    const std::string set = absl::StrReplaceAll(
+        files::kKimiK25Style,
+        {{R"("vision_config": {},)", absl::StrCat(R"("vision_config": {},)", add)}});
+    EXPECT_THAT(ImportHfConfig(set, "").status(),
+                StatusIs(kInvalid, {field, "planned from its text_config"}))
+        << add;
+  }
+  // The same value as text_config's is a copy, not a second layout.
+  const std::string copy = absl::StrReplaceAll(
+      files::kKimiK25Style,
+      {{R"("vision_config": {},)", R"("vision_config": {}, "kv_lora_rank": 512,)"}});
+  EXPECT_EQ(PlanBf16(copy, 4096).bytes_per_token, 70272);
+}
+
+// The Kimi-K2.5-style text_config's members, as the text of an object's members.
+std::string KimiK2TextMembers() {
+  const std::string s = files::kKimiK25Style;
+  const size_t begin = s.find("\"text_config\": {") + std::string("\"text_config\": {").size();
+  const size_t end = s.rfind('}', s.rfind('}') - 1);
+  return s.substr(begin, end - begin);
+}
+
+// Breaker finding 2: a wrapper with its own num_hidden_layers is planned from its top level; a
+// text_config that disagrees with it is refused, naming both keys. One that agrees is accepted.
+TEST(ImportHfRecent, WrapperTopLevelDisagreeingWithTextConfigIsRefused) {
+  const std::string members = KimiK2TextMembers();
+  const std::string agree = absl::StrCat("{", members, R"(, "text_config": {)", members, "}}");
+  EXPECT_EQ(PlanBf16(agree, 4096).bytes_per_token, 70272);
+  const std::string disagree = absl::StrCat(
+      R"({"model_type": "kimi_k25", "num_hidden_layers": 10, "hidden_size": 1024,
+          "num_attention_heads": 8, "text_config": {)",
+      members, "}}");
+  EXPECT_THAT(
+      ImportHfConfig(disagree, "").status(),
+      StatusIs(kInvalid, {"'hidden_size' (1024) and 'text_config.hidden_size' (7168) disagree"}));
+  const std::string layers = absl::StrCat(
+      R"({"model_type": "kimi_k25", "num_hidden_layers": 10, "text_config": {)", members, "}}");
+  EXPECT_THAT(
+      ImportHfConfig(layers, "").status(),
+      StatusIs(kInvalid, {"'num_hidden_layers' (10) and 'text_config.num_hidden_layers' (61)"}));
 }
 
 }  // namespace
