@@ -3,6 +3,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -61,6 +62,14 @@ absl::StatusOr<std::vector<LayerSpec>> FromLayerTypes(const ConfigReader& r, con
   for (size_t i = 0; i < types.size(); ++i) {
     const std::string field = absl::StrCat(r.Field("layer_types"), "[", i, "]");
     const std::string& t = types[i];
+    if (r.Get("index_head_dim") != nullptr && t != "deepseek_sparse_attention") {
+      // GLM-5 writes deepseek_sparse_attention for every layer; whether a layer of another type
+      // keeps the sparse-attention indexer is not modelled, so a mix is refused.
+      return Invalid(field, absl::StrCat(QuoteForError(t), " beside ", r.Field("index_head_dim"),
+                                         ": whether this layer keeps the sparse-attention indexer "
+                                         "is not modelled (only deepseek_sparse_attention layers, "
+                                         "every one with its indexer)"));
+    }
     if (t == "full_attention") {
       specs.push_back(Attention(m.n_head_kv));
     } else if (t == "sliding_attention") {
@@ -360,6 +369,62 @@ absl::StatusOr<std::vector<LayerSpec>> FromLinearAttnConfig(const ConfigReader& 
   return specs;
 }
 
+// A layer's kind and window, for messages.
+std::string Describe(const LayerSpec& l) {
+  return l.window_tokens > 0 ? absl::StrCat(LayerKindName(l.kind), ", window ", l.window_tokens)
+                             : std::string(LayerKindName(l.kind));
+}
+
+// Two per-layer lists given at once must describe the same layers (kinds and windows).
+absl::Status SameLayers(const ConfigReader& r, absl::string_view first,
+                        const std::vector<LayerSpec>& a, absl::string_view second,
+                        const std::vector<LayerSpec>& b) {
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    if (a[i].kind == b[i].kind && a[i].window_tokens == b[i].window_tokens) continue;
+    return absl::InvalidArgumentError(
+        absl::StrCat(QuoteForError(r.Field(second)), " and ", QuoteForError(r.Field(first)),
+                     " describe different layers (layer ", i, ": ", Describe(b[i]), " and ",
+                     Describe(a[i]), "); only one would be read, so the pair is not modelled"));
+  }
+  return absl::OkStatus();
+}
+
+// The layouts of attn_type_list (MiniMax) and linear_attn_config (Kimi Linear) read no window:
+// their references (vLLM's MiniMaxText01Attention keeps sliding_window but does not pass it to
+// its Attention; Kimi Linear's MLA layers have none) attend over the whole context. A window set
+// beside them is refused rather than dropped (transformers' own `minimax` model would apply it).
+absl::Status NoWindow(const ConfigReader& r, absl::string_view layout) {
+  ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> window,
+                          r.Int("sliding_window", 0, kMaxContextTokens));
+  ATTEND_ASSIGN_OR_RETURN(std::optional<bool> use, r.Bool("use_sliding_window"));
+  if (use.value_or(false)) {
+    return Invalid(r.Field("use_sliding_window"),
+                   absl::StrCat("true, but the layout of ", layout,
+                                " has no sliding-window layers; not modelled"));
+  }
+  if (window.value_or(0) != 0) {
+    return Invalid(r.Field("sliding_window"),
+                   absl::StrCat(*window, ", but the layout of ", layout,
+                                " has no sliding-window layers (its reference attends over the "
+                                "whole context); not modelled"));
+  }
+  return absl::OkStatus();
+}
+
+using LayoutReader = absl::StatusOr<std::vector<LayerSpec>> (*)(const ConfigReader&,
+                                                                const ModelSpec&);
+struct ListedLayout {
+  const char* key;
+  LayoutReader read;
+};
+// The per-layer lists, in order of precedence (hf_layers.h).
+constexpr ListedLayout kListedLayouts[] = {
+    {"attn_type_list", FromAttnTypeList},
+    {"linear_attn_config", FromLinearAttnConfig},
+    {"hybrid_layer_pattern", FromHybridPattern},
+    {"layer_types", FromLayerTypes},
+};
+
 // The layers' kinds (and windows) by the precedence in hf_layers.h.
 absl::StatusOr<std::vector<LayerSpec>> LayerKinds(const ConfigReader& r,
                                                   const std::string& model_type,
@@ -374,21 +439,36 @@ absl::StatusOr<std::vector<LayerSpec>> LayerKinds(const ConfigReader& r,
       model_type == "jamba") {
     return FromPeriod(r, m);
   }
-  if (r.Get("attn_type_list") != nullptr) return FromAttnTypeList(r, m);
-  if (r.Get("linear_attn_config") != nullptr) return FromLinearAttnConfig(r, m);
-  if (r.Get("hybrid_layer_pattern") != nullptr) return FromHybridPattern(r, m);
-  if (r.Get("layer_types") != nullptr) {
-    ATTEND_ASSIGN_OR_RETURN(std::vector<LayerSpec> specs, FromLayerTypes(r, m));
-    // Both given (Qwen3.5 writes both): they must describe the same layers.
+  // Per-layer lists: the first one given is the layout; any other given must describe the same
+  // layers, or the config says two different things and one would be ignored.
+  const char* listed = nullptr;
+  std::vector<LayerSpec> specs;
+  for (const ListedLayout& l : kListedLayouts) {
+    if (r.Get(l.key) == nullptr) continue;
+    ATTEND_ASSIGN_OR_RETURN(std::vector<LayerSpec> these, l.read(r, m));
+    if (listed == nullptr) {
+      listed = l.key;
+      specs = std::move(these);
+      continue;
+    }
+    ATTEND_RETURN_IF_ERROR(SameLayers(r, listed, specs, l.key, these));
+  }
+  if (listed != nullptr) {
+    // Both given (Qwen3.5 writes layer_types and the interval): they must describe the same
+    // layers.
     if (r.Get("full_attention_interval") != nullptr) {
       ATTEND_ASSIGN_OR_RETURN(const std::vector<LayerSpec> every, FromInterval(r, m));
       for (size_t i = 0; i < specs.size(); ++i) {
         if (HoldsKv(specs[i].kind) != HoldsKv(every[i].kind)) {
           return Invalid(r.Field("full_attention_interval"),
-                         absl::StrCat("disagrees with layer_types at layer ", i, " (",
+                         absl::StrCat("disagrees with ", listed, " at layer ", i, " (",
                                       LayerKindName(specs[i].kind), ")"));
         }
       }
+    }
+    if (absl::string_view(listed) == "attn_type_list" ||
+        absl::string_view(listed) == "linear_attn_config") {
+      ATTEND_RETURN_IF_ERROR(NoWindow(r, listed));
     }
     return specs;
   }

@@ -334,5 +334,105 @@ TEST(ImportHfRecent, WrapperTopLevelDisagreeingWithTextConfigIsRefused) {
       StatusIs(kInvalid, {"'num_hidden_layers' (10) and 'text_config.num_hidden_layers' (61)"}));
 }
 
+// `n` copies of `item`, comma-separated, in brackets.
+std::string JsonList(absl::string_view item, int n) {
+  std::string out = "[";
+  for (int i = 0; i < n; ++i) absl::StrAppend(&out, i == 0 ? "" : ", ", item);
+  return absl::StrCat(out, "]");
+}
+
+// `json` (an object's text) with `members` added after its opening brace.
+std::string With(absl::string_view json, absl::string_view members) {
+  return absl::StrCat("{", members, ",", json.substr(json.find('{') + 1));
+}
+
+// Breaker finding 3: two layout keys that describe different layers, of which only one would be
+// read, are refused naming both; two that describe the same layers are accepted.
+TEST(ImportHfRecent, TwoDifferentLayoutsAreRefused) {
+  // Qwen3.5's layer_types (30 linear, 10 full) beside an all-full MiMo pattern, an all-lightning
+  // attn_type_list, or a linear_attn_config.
+  const std::string q35 = files::kQwen35MoeA3B;
+  const auto in_text = [&](absl::string_view members) {
+    return absl::StrReplaceAll(
+        q35, {{R"("text_config": {)", absl::StrCat(R"("text_config": {)", members, ",")}});
+  };
+  for (const auto& [members, key] : std::initializer_list<std::pair<std::string, const char*>>{
+           {absl::StrCat(R"("hybrid_layer_pattern": )", JsonList("0", 40)),
+            "'text_config.hybrid_layer_pattern'"},
+           {absl::StrCat(R"("attn_type_list": )", JsonList("0", 40)),
+            "'text_config.attn_type_list'"},
+           {R"("linear_attn_config": {"kda_layers": [], "full_attn_layers": [)"
+            R"(1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,)"
+            R"(30,31,32,33,34,35,36,37,38,39,40], "num_heads": 1, "head_dim": 1,)"
+            R"( "short_conv_kernel_size": 1})",
+            "'text_config.linear_attn_config'"}}) {
+    EXPECT_THAT(ImportHfConfig(in_text(members), "").status(),
+                StatusIs(kInvalid, {key, "'text_config.layer_types'"}))
+        << members;
+  }
+  // MiniMax-M1 with layer_types all sliding; MiMo-V2-Flash with layer_types all full.
+  const std::string minimax_window = absl::StrReplaceAll(
+      files::kMiniMaxM1, {{R"("sliding_window": null)", R"("sliding_window": 4096)"}});
+  EXPECT_THAT(
+      ImportHfConfig(With(minimax_window, absl::StrCat(R"("layer_types": )",
+                                                       JsonList("\"sliding_attention\"", 80))),
+                     "")
+          .status(),
+      StatusIs(kInvalid, {"'attn_type_list'", "'layer_types'"}));
+  EXPECT_THAT(
+      ImportHfConfig(With(files::kMiMoV2Flash,
+                          absl::StrCat(R"("layer_types": )", JsonList("\"full_attention\"", 48))),
+                     "")
+          .status(),
+      StatusIs(kInvalid, {"'hybrid_layer_pattern'", "'layer_types'"}));
+  // The same layers twice: MiMo's pattern spelled as layer_types too.
+  std::string mimo_types = "[";
+  const std::string mimo = files::kMiMoV2Flash;
+  const size_t at = mimo.find('[', mimo.find("\"hybrid_layer_pattern\""));
+  for (size_t i = at + 1; mimo[i] != ']'; ++i) {
+    if (mimo[i] == '0' || mimo[i] == '1') {
+      absl::StrAppend(&mimo_types, mimo_types.size() > 1 ? ", " : "",
+                      mimo[i] == '0' ? "\"full_attention\"" : "\"sliding_attention\"");
+    }
+  }
+  mimo_types += "]";
+  EXPECT_EQ(
+      PlanBf16(With(mimo, absl::StrCat(R"("layer_types": )", mimo_types)), 4096).bytes_per_token,
+      222720);
+}
+
+// Breaker finding 4: MiniMax-M1 and Kimi Linear read no sliding_window (their references apply
+// none to their softmax / MLA layers); a window set on them is refused, not dropped.
+TEST(ImportHfRecent, SlidingWindowOnFamiliesThatReadNoneIsRefused) {
+  const std::string minimax = absl::StrReplaceAll(
+      files::kMiniMaxM1, {{R"("sliding_window": null)", R"("sliding_window": 4096)"}});
+  ASSERT_NE(minimax, files::kMiniMaxM1);
+  EXPECT_THAT(ImportHfConfig(minimax, "").status(), StatusIs(kInvalid, {"sliding_window"}));
+  EXPECT_THAT(ImportHfConfig(With(files::kKimiLinear, R"("sliding_window": 4096)"), "").status(),
+              StatusIs(kInvalid, {"sliding_window"}));
+  EXPECT_THAT(
+      ImportHfConfig(With(files::kKimiLinear, R"("use_sliding_window": true)"), "").status(),
+      StatusIs(kInvalid, {"use_sliding_window"}));
+  // Off, it is accepted (MiniMax-M1's published file says null).
+  EXPECT_EQ(
+      PlanBf16(With(files::kKimiLinear, R"("sliding_window": null, "use_sliding_window": false)"),
+               4096)
+          .bytes_per_token,
+      8064);
+}
+
+// Breaker finding 6: GLM-5's layer_types mixing full_attention with deepseek_sparse_attention
+// (whether those layers keep an indexer is not modelled) is refused, naming the layer.
+TEST(ImportHfRecent, Glm5MixedLayerTypesAreRefused) {
+  std::string glm = files::Glm5Defaults();
+  const size_t at = glm.find("\"deepseek_sparse_attention\"");
+  glm.replace(at, std::string("\"deepseek_sparse_attention\"").size(), "\"full_attention\"");
+  EXPECT_THAT(ImportHfConfig(glm, "").status(),
+              StatusIs(kInvalid, {"layer_types[0]", "full_attention"}));
+  const std::string all_full = absl::StrReplaceAll(
+      files::Glm5Defaults(), {{"\"deepseek_sparse_attention\"", "\"full_attention\""}});
+  EXPECT_THAT(ImportHfConfig(all_full, "").status(), StatusIs(kInvalid, {"layer_types[0]"}));
+}
+
 }  // namespace
 }  // namespace attend::planner
