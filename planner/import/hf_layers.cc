@@ -345,6 +345,26 @@ absl::StatusOr<std::vector<LayerSpec>> FromLinearAttnConfig(const ConfigReader& 
                    absl::StrCat("expected an object, got ", c->type_name()));
   }
   const std::string base = r.Field("linear_attn_config");
+  // Fail closed inside the sub-config too: every key it holds is read here or by KdaState (the
+  // layer lists, and the KDA state's heads, head size and kernel); any other (a head_k_dim or
+  // num_kv_heads of its own) could change the state, and is refused.
+  static constexpr absl::string_view kReadInLinearAttnConfig[] = {
+      "kda_layers",              // which layers are KDA (1-based)
+      "full_attn_layers",        // which layers are MLA (1-based)
+      "num_heads",               // the KDA state's heads
+      "head_dim",                // the KDA state's head size (keys and values alike)
+      "short_conv_kernel_size",  // the short convolutions' kernel
+  };
+  for (const json::Value::Member& member : c->members()) {
+    bool read = false;
+    for (absl::string_view k : kReadInLinearAttnConfig) read = read || k == member.first;
+    if (!read) {
+      return Invalid(QuoteForError(absl::StrCat(base, ".", member.first)),
+                     "not understood; it may change the Kimi Delta Attention state, which is "
+                     "sized from kda_layers, full_attn_layers, num_heads, head_dim and "
+                     "short_conv_kernel_size only");
+    }
+  }
   ATTEND_ASSIGN_OR_RETURN(const std::vector<int64_t> kda,
                           OneBasedLayers(*c, base + ".kda_layers", m.layers));
   ATTEND_ASSIGN_OR_RETURN(const std::vector<int64_t> full,

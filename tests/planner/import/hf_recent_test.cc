@@ -434,5 +434,18 @@ TEST(ImportHfRecent, Glm5MixedLayerTypesAreRefused) {
   EXPECT_THAT(ImportHfConfig(all_full, "").status(), StatusIs(kInvalid, {"layer_types[0]"}));
 }
 
+// Breaker finding 5: keys inside linear_attn_config that are not read are refused, naming
+// linear_attn_config.<key> (head_k_dim or num_kv_heads would change the state).
+TEST(ImportHfRecent, UnknownLinearAttnConfigKeysAreRefused) {
+  for (const char* key : {"num_kv_heads", "head_k_dim", "foo"}) {
+    const std::string set = absl::StrReplaceAll(
+        files::kKimiLinear,
+        {{R"("head_dim": 128,)", absl::StrCat(R"("head_dim": 128, ")", key, R"(": 16,)")}});
+    ASSERT_NE(set, files::kKimiLinear);
+    EXPECT_THAT(ImportHfConfig(set, "").status(),
+                StatusIs(kInvalid, {absl::StrCat("'linear_attn_config.", key, "'")}));
+  }
+}
+
 }  // namespace
 }  // namespace attend::planner
