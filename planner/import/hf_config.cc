@@ -284,6 +284,27 @@ absl::StatusOr<std::string> ReadLabel(const ConfigReader& top, const std::string
   return label;
 }
 
+// MiMo-V2-Flash's routed experts are moe_intermediate_size wide, narrower than its dense
+// layers' intermediate_size, and some layers are dense (moe_layer_freq): ComputeParameters, which
+// sizes every expert at intermediate_size, would count 2.48T parameters for a 309B model. Its
+// count is reported as unknown (0) instead, as for the other 2025-26 families (whose layers the
+// shape rules do not describe). Earlier families keep their computed counts unchanged.
+absl::Status UnknownWhenExpertsAreNarrower(const ConfigReader& r, ModelSpec* m) {
+  if (m->architecture != "mimo_v2_flash" || m->parameters == 0 || m->experts <= 1) {
+    return absl::OkStatus();
+  }
+  ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> moe,
+                          r.Int("moe_intermediate_size", 0, kMaxIntermediate));
+  if (!moe || *moe == m->intermediate_size) return absl::OkStatus();
+  m->parameters = 0;
+  m->active_parameters = 0;
+  m->parameters_source =
+      absl::StrCat("unknown: the experts are ", r.Field("moe_intermediate_size"), " ", *moe,
+                   " wide, not intermediate_size ", m->intermediate_size,
+                   ", and the shape rules size every expert at intermediate_size");
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 json::Limits HfConfigJsonLimits() {
@@ -355,7 +376,9 @@ absl::StatusOr<ModelSpec> ImportHfConfig(absl::string_view text, absl::string_vi
                      given_type.empty() ? "" : absl::StrCat(" (model_type ", given_type, ")"),
                      "; the other towers hold no KV cache");
   }
-  return FinishImportedModel(std::move(m));
+  ATTEND_ASSIGN_OR_RETURN(ModelSpec done, FinishImportedModel(std::move(m)));
+  ATTEND_RETURN_IF_ERROR(UnknownWhenExpertsAreNarrower(r, &done));
+  return done;
 }
 
 }  // namespace attend::planner

@@ -447,5 +447,28 @@ TEST(ImportHfRecent, UnknownLinearAttnConfigKeysAreRefused) {
   }
 }
 
+// Breaker finding 7: MiMo-V2-Flash's experts are moe_intermediate_size (2048) wide, not
+// intermediate_size (16384, its dense layer's): the shape rules would count 2.48T parameters, so
+// the import reports the count as unknown (0), as for the other new families; the preset keeps
+// the published 309B / 15B.
+TEST(ImportHfRecent, MimoV2FlashParameterCountIsUnknownNotWrong) {
+  absl::StatusOr<ModelSpec> m = ImportHfConfig(files::kMiMoV2Flash, "");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->parameters, 0);
+  EXPECT_EQ(m->active_parameters, 0);
+  EXPECT_THAT(m->parameters_source, HasSubstr("moe_intermediate_size"));
+  absl::StatusOr<ModelSpec> preset = FindModel("mimo-v2-flash");
+  ASSERT_TRUE(preset.ok()) << preset.status();
+  EXPECT_GT(preset->parameters, int64_t{300'000'000'000});
+  // The other new families' imports report unknown too (their layers are not plain attention).
+  for (const std::string& json :
+       {std::string(files::kDeepSeekV32), files::Glm5Defaults(), std::string(files::kMiniMaxM1),
+        std::string(files::kKimiLinear), std::string(files::kQwen35MoeA3B)}) {
+    absl::StatusOr<ModelSpec> other = ImportHfConfig(json, "");
+    ASSERT_TRUE(other.ok()) << other.status();
+    EXPECT_EQ(other->parameters, 0) << other->architecture;
+  }
+}
+
 }  // namespace
 }  // namespace attend::planner
