@@ -54,6 +54,9 @@ bool IsModelKey(absl::string_view key) {
       ".attention.key_length_mla",
       ".attention.value_length_mla",
       ".attention.indexer.key_length",  // DeepSeek sparse attention's indexer (glm-dsa)
+      ".attention.indexer.head_count",  // kept to refuse it without indexer.key_length
+      ".attention.key_length_swa",      // sliding layers' head sizes (mimo2): refused when they
+      ".attention.value_length_swa",    // differ from the model's
       ".rope.dimension_count",
       ".ssm.conv_kernel",
       ".ssm.inner_size",

@@ -1,5 +1,7 @@
 #include "planner/import/gguf_layers.h"
 
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "core/base/status_macros.h"
 
@@ -132,6 +134,18 @@ bool GgufArchIsStateSpaceOnly(const std::string& arch) {
 absl::Status ReadGgufLayerKinds(const GgufInts& md, const std::string& arch,
                                 const std::vector<int64_t>& kv, ModelSpec* m) {
   const std::string a = arch + ".";
+  // llama.cpp's head sizes of the sliding-window layers (mimo2): the planner has one head size
+  // per model, so sliding layers with their own are refused (as config.json's swa_head_dim is).
+  for (const auto& [key, model_value] :
+       {std::pair<const char*, int64_t>{"attention.key_length_swa", m->head_dim},
+        {"attention.value_length_swa", m->head_dim_v}}) {
+    ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> swa, md.scalar(a + key, 1, kMaxHeadDim));
+    if (swa && *swa != model_value) {
+      return Bad(a + key, absl::StrCat(*swa, " differs from the model's ", model_value,
+                                       "; sliding layers with their own head size are not "
+                                       "modelled"));
+    }
+  }
   bool recurrent = false;
   ATTEND_RETURN_IF_ERROR(MarkRecurrent(md, arch, kv, m, &recurrent));
   if (!recurrent) {
@@ -172,6 +186,13 @@ absl::Status ReadGgufLayerKinds(const GgufInts& md, const std::string& arch,
     }
   } else if (arch == "glm-dsa") {
     return Missing(a + "attention.indexer.key_length", "for architecture 'glm-dsa'");
+  } else if (md.has(a + "attention.indexer.head_count")) {
+    // An indexer whose key size is not given could not be sized: refused, as config.json's
+    // index_n_heads without index_head_dim is.
+    return Missing(a + "attention.indexer.key_length",
+                   absl::StrCat("beside ", a,
+                                "attention.indexer.head_count (the indexer's "
+                                "cached key size)"));
   }
   if (arch == "llama4") {
     ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> window,

@@ -4,6 +4,7 @@
 // are GLM-5's as GlmMoeDsaConfig gives them (tests/planner/recent_model_files.h), in the layout
 // llama.cpp's DeepSeek-style converters write: MQA over the latent, expanded sizes under *_mla.
 #include <cstdint>
+#include <string>
 
 #include "planner/import/gguf.h"
 #include "planner/import/gguf_format.h"
@@ -17,23 +18,24 @@ namespace {
 using ::attend::planner::testing::GgufWriter;
 using ::attend::testing::StatusIs;
 
-GgufWriter GlmDsa(bool indexer) {
+GgufWriter GlmDsa(bool indexer, const std::string& arch = "glm-dsa") {
+  const std::string a = arch + ".";
   GgufWriter w;
-  w.Str("general.architecture", "glm-dsa")
-      .U32("glm-dsa.block_count", 78)
-      .U32("glm-dsa.embedding_length", 6144)
-      .U32("glm-dsa.attention.head_count", 64)
-      .U32("glm-dsa.attention.head_count_kv", 1)
-      .U32("glm-dsa.attention.kv_lora_rank", 512)
-      .U32("glm-dsa.rope.dimension_count", 64)
-      .U32("glm-dsa.attention.key_length", 576)
-      .U32("glm-dsa.attention.value_length", 512)
-      .U32("glm-dsa.attention.key_length_mla", 256)
-      .U32("glm-dsa.attention.value_length_mla", 256);
+  w.Str("general.architecture", arch)
+      .U32(a + "block_count", 78)
+      .U32(a + "embedding_length", 6144)
+      .U32(a + "attention.head_count", 64)
+      .U32(a + "attention.head_count_kv", 1)
+      .U32(a + "attention.kv_lora_rank", 512)
+      .U32(a + "rope.dimension_count", 64)
+      .U32(a + "attention.key_length", 576)
+      .U32(a + "attention.value_length", 512)
+      .U32(a + "attention.key_length_mla", 256)
+      .U32(a + "attention.value_length_mla", 256);
   if (indexer) {
-    w.U32("glm-dsa.attention.indexer.head_count", 32)
-        .U32("glm-dsa.attention.indexer.key_length", 128)
-        .U32("glm-dsa.attention.indexer.top_k", 2048);
+    w.U32(a + "attention.indexer.head_count", 32)
+        .U32(a + "attention.indexer.key_length", 128)
+        .U32(a + "attention.indexer.top_k", 2048);
   }
   return w;
 }
@@ -56,6 +58,42 @@ TEST(ImportGgufRecent, GlmDsaCarriesTheIndexer) {
   EXPECT_THAT(
       ImportGguf(GlmDsa(false).Build(), "").status(),
       StatusIs(absl::StatusCode::kInvalidArgument, {"glm-dsa.attention.indexer.key_length"}));
+}
+
+// Breaker finding 8: the indexer's head count without its key size is refused (as config.json
+// refuses index_n_heads without index_head_dim), naming the missing key.
+TEST(ImportGgufRecent, IndexerHeadCountWithoutKeyLengthIsRefused) {
+  GgufWriter w = GlmDsa(false, "deepseek2");
+  w.U32("deepseek2.attention.indexer.head_count", 64);
+  EXPECT_THAT(ImportGguf(w.Build(), "").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       {"deepseek2.attention.indexer.key_length", "indexer.head_count"}));
+  EXPECT_TRUE(ImportGguf(GlmDsa(false, "deepseek2").Build(), "").ok());
+}
+
+// Breaker finding 8: attention.key_length_swa / value_length_swa (llama.cpp's head sizes of the
+// sliding layers, MiMo-V2-Flash's mimo2) differing from the model's are refused, not ignored;
+// equal ones are accepted.
+TEST(ImportGgufRecent, SlidingLayersOwnHeadSizesAreRefused) {
+  const auto header = [](int64_t swa_key, int64_t swa_value) {
+    GgufWriter w;
+    w.Str("general.architecture", "mimo2")
+        .U32("mimo2.block_count", 4)
+        .U32("mimo2.embedding_length", 1024)
+        .U32("mimo2.attention.head_count", 8)
+        .U32("mimo2.attention.head_count_kv", 4)
+        .U32("mimo2.attention.key_length", 192)
+        .U32("mimo2.attention.value_length", 128)
+        .U32("mimo2.attention.sliding_window", 128)
+        .U32("mimo2.attention.key_length_swa", static_cast<uint32_t>(swa_key))
+        .U32("mimo2.attention.value_length_swa", static_cast<uint32_t>(swa_value));
+    return ImportGguf(w.Build(), "");
+  };
+  EXPECT_THAT(header(128, 128).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, {"mimo2.attention.key_length_swa"}));
+  EXPECT_THAT(header(192, 192).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, {"mimo2.attention.value_length_swa"}));
+  EXPECT_TRUE(header(192, 128).ok()) << header(192, 128).status();
 }
 
 }  // namespace
