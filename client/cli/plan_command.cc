@@ -372,7 +372,15 @@ int RunPlan(Context& c) {
     // "kv" keeps the indexer in the KV type; otherwise a type name. Without the flag the
     // server sizes it as published (fp8 values and a float32 scale).
     const std::string name = c.args.GetString("indexer_dtype");
-    absl::StatusOr<v1::KvDType> indexer = name == "kv" ? *dtype : ParseKvDType(name);
+    if (name.empty()) {
+      // ParseKvDType reads empty as float16, which is neither the default nor "kv".
+      return UsageError(c, absl::InvalidArgumentError(
+                               "--indexer_dtype: empty; use 'kv' (the KV type) or a type name "
+                               "(f16, bf16, f32, fp8, int8, q8_0 or q4_0), or leave the flag out "
+                               "for fp8 + scale, as published"));
+    }
+    absl::StatusOr<v1::KvDType> indexer =
+        name == "kv" ? *dtype : ParseKvDType(name, "--indexer_dtype");
     if (!indexer.ok()) return UsageError(c, indexer.status());
     request.set_indexer_dtype(*indexer);
   }

@@ -27,7 +27,7 @@ absl::StatusOr<std::string> ReadFilePrefix(const std::string& path, int64_t max_
 
 }  // namespace
 
-absl::StatusOr<v1::KvDType> ParseKvDType(const std::string& text) {
+absl::StatusOr<v1::KvDType> ParseKvDType(const std::string& text, absl::string_view flag) {
   const std::string t = absl::AsciiStrToLower(text);
   if (t.empty() || t == "f16" || t == "fp16" || t == "float16" || t == "half") {
     return v1::KV_FLOAT16;
@@ -39,7 +39,7 @@ absl::StatusOr<v1::KvDType> ParseKvDType(const std::string& text) {
   if (t == "q8_0" || t == "q8") return v1::KV_Q8_0;
   if (t == "q4_0" || t == "q4") return v1::KV_Q4_0;
   return absl::InvalidArgumentError(absl::StrCat(
-      "--kv_dtype: '", text, "' is not a KV type; use f16, bf16, f32, fp8, int8, q8_0 or q4_0"));
+      flag, ": '", text, "' is not a KV type; use f16, bf16, f32, fp8, int8, q8_0 or q4_0"));
 }
 
 int ResolveModel(Context& c, const client::PlannerClient& planner, v1::ModelRef* ref) {

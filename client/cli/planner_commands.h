@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "attend/v1/planner.pb.h"
 #include "client/cli/args.h"
 #include "client/cli/command.h"
@@ -23,8 +24,9 @@ namespace attend::cli {
 
 // A --kv_dtype value, case-insensitive: a short name (f16, bf16, f32, fp8, int8, q8_0, q4_0,
 // with aliases such as fp16 or q4) or the planner's long one (float16, bfloat16, ...); empty is
-// float16. INVALID_ARGUMENT naming the flag and the short names otherwise.
-absl::StatusOr<v1::KvDType> ParseKvDType(const std::string& text);
+// float16. INVALID_ARGUMENT naming `flag` and the short names otherwise.
+absl::StatusOr<v1::KvDType> ParseKvDType(const std::string& text,
+                                         absl::string_view flag = "--kv_dtype");
 
 // The model a planner command is about: a catalog name (the positional argument), or a model
 // imported through the server from --config / --gguf (the positional argument then names it).

@@ -585,4 +585,15 @@ TEST_F(PlannerCliTest, PlanShowsTheNewLayerKinds) {
   ExpectOut({"kimi delta attention", "latent 512 + 64"});
 }
 
+// Breaker finding 11: --indexer_dtype's errors name --indexer_dtype, and an empty value is a
+// usage error (it was read as float16).
+TEST_F(PlannerCliTest, IndexerDtypeErrorsNameTheFlag) {
+  EXPECT_EQ(Run({"plan", "deepseek-v3.2", "--indexer_dtype", "nope"}), cli::kExitUsage);
+  EXPECT_NE(err_.str().find("--indexer_dtype: 'nope' is not"), std::string::npos) << err_.str();
+  EXPECT_EQ(err_.str().find("--kv_dtype"), std::string::npos) << err_.str();
+  EXPECT_EQ(Run({"plan", "deepseek-v3.2", "--kv_dtype", "fp8", "--indexer_dtype", ""}),
+            cli::kExitUsage);
+  EXPECT_NE(err_.str().find("--indexer_dtype"), std::string::npos) << err_.str();
+}
+
 }  // namespace attend
