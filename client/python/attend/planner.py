@@ -30,14 +30,14 @@ def _kv_dtype(value):
 
 def _request(request_class, request, fields):
     """`request` as is, or a request_class made from `fields` (model: a name, ModelSpec or
-    ModelRef; kv_dtype and state_dtype: a KvDType or its name)."""
+    ModelRef; kv_dtype, state_dtype and indexer_dtype: a KvDType or its name)."""
     if request is not None:
         if fields:
             raise TypeError("give a request or its fields, not both")
         return request
     if "model" in fields:
         fields["model"] = model_ref(fields["model"])
-    for name in ("kv_dtype", "state_dtype"):
+    for name in ("kv_dtype", "state_dtype", "indexer_dtype"):
         if name in fields:
             fields[name] = _kv_dtype(fields[name])
     return request_class(**fields)

@@ -240,6 +240,19 @@ class Errors(unittest.TestCase):
                               ValueError)
 
 
+class PlannerRequests(unittest.TestCase):
+    def test_every_dtype_field_takes_the_same_names(self):
+        # Breaker finding 12: indexer_dtype took only enum labels ("KV_FP8").
+        from attend import planner
+        from attend.v1 import planner_pb2
+        for field in ("kv_dtype", "state_dtype", "indexer_dtype"):
+            for name, value in (("fp8", planner_pb2.KV_FP8), ("bfloat16", planner_pb2.KV_BFLOAT16),
+                                ("KV_Q8_0", planner_pb2.KV_Q8_0)):
+                r = planner._request(planner_pb2.PlanKvCacheRequest, None,
+                                     {"model": "deepseek-v3.2", field: name})
+                self.assertEqual(getattr(r, field), value, (field, name))
+
+
 class Routing(unittest.TestCase):
     def test_keys_follow_common_sequence_key_h(self):
         self.assertEqual(routing.routing_key("chat-1"), "chat-1")
