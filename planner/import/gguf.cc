@@ -30,6 +30,13 @@ constexpr size_t kMaxKeptKeys = 256;
 constexpr uint64_t kMaxKeptArray = static_cast<uint64_t>(kMaxLayers);
 constexpr uint64_t kMaxTensorCount = uint64_t{1} << 24;
 
+// "a uint32", "an array", "an int8": a GGUF value type for messages.
+std::string TypeWithArticle(uint32_t type) {
+  const absl::string_view name = gguf::ValueTypeName(type);
+  const bool vowel = name == "array" || name == "unknown" || absl::StartsWith(name, "int");
+  return absl::StrCat(vowel ? "an " : "a ", name);
+}
+
 // Whether the importer may read `key`: only these are kept, so the memory held per key/value
 // does not scale with the number of key/values in the input.
 bool IsModelKey(absl::string_view key) {
@@ -303,7 +310,7 @@ class GgufMetadata {
     if (v == nullptr) return std::optional<int64_t>();
     // A bool is stored as an integer, but a count given as one is a malformed header.
     if (v->type == gguf::kArray || v->type == gguf::kBool || !gguf::IsInteger(v->type)) {
-      return Bad(key, absl::StrCat("is a ", gguf::ValueTypeName(v->type), "; expected an integer"));
+      return Bad(key, absl::StrCat("is ", TypeWithArticle(v->type), "; expected an integer"));
     }
     if (v->integer_too_large) {
       return Bad(key,
@@ -351,7 +358,7 @@ class GgufMetadata {
     const GgufValue* v = Find(key);
     if (v == nullptr) return std::optional<std::string>();
     if (v->type != gguf::kString) {
-      return Bad(key, absl::StrCat("is a ", gguf::ValueTypeName(v->type), "; expected a string"));
+      return Bad(key, absl::StrCat("is ", TypeWithArticle(v->type), "; expected a string"));
     }
     if (!v->text) return Bad(key, absl::StrCat("is longer than ", kMaxKeptString, " bytes"));
     return v->text;

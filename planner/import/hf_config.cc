@@ -332,6 +332,26 @@ absl::StatusOr<ModelSpec> ImportHfConfig(absl::string_view text, absl::string_vi
   if (text_config != nullptr && !text_config->is_null() && !text_config->is_object()) {
     return absl::InvalidArgumentError("text_config: expected an object (the text model's keys)");
   }
+  const bool has_layers =
+      root.Find("num_hidden_layers") != nullptr || root.Find("n_layer") != nullptr ||
+      root.Find("hybrid_override_pattern") != nullptr || root.Find("layers_block_type") != nullptr;
+  if (!has_layers && text_config != nullptr && text_config->is_null()) {
+    return absl::InvalidArgumentError(
+        "text_config: null, and the top level has no num_hidden_layers: the config holds no "
+        "text model to plan (a multimodal wrapper is planned from a text_config object)");
+  }
+  if (!has_layers && text_config == nullptr) {
+    // InternVL (llm_config), DeepSeek-VL2 (language_config): wrappers of another form.
+    for (const char* key : {"llm_config", "language_config"}) {
+      const json::Value* v = root.Find(key);
+      if (v != nullptr && v->is_object()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(QuoteForError(key), ": a multimodal config whose text model is in ", key,
+                         " is not modelled (only text_config is read, and the top level has no "
+                         "num_hidden_layers)"));
+      }
+    }
+  }
   if (root.Find("num_hidden_layers") == nullptr && text_config != nullptr &&
       text_config->is_object()) {
     config = text_config;
@@ -351,6 +371,9 @@ absl::StatusOr<ModelSpec> ImportHfConfig(absl::string_view text, absl::string_vi
   // Every Falcon config is one architecture, "falcon" as in Transformers and GGUF, so that the
   // parameter count applies Falcon's rules (HasGatedMlp) whichever model_type it was saved with.
   const bool falcon = IsFalconModelType(given_type);
+  // A family's required layout key is named as missing before its siblings (index_n_heads
+  // without index_head_dim) are judged as unknown.
+  ATTEND_RETURN_IF_ERROR(RequireLayoutFields(r, given_type));
   ATTEND_RETURN_IF_ERROR(CheckHfFields(*config, prefix, given_type));
   ModelSpec m;
   m.architecture = falcon ? "falcon" : given_type;

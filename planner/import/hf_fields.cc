@@ -396,7 +396,7 @@ absl::Status CheckHfFields(const json::Value& config, absl::string_view prefix,
     if (const IgnoredHfField* ignored = known ? FindIgnored(key) : nullptr; ignored != nullptr) {
       if (ignored->when == IgnoreWhen::kAlways || IsOff(member.second)) continue;
       return absl::InvalidArgumentError(absl::StrCat(
-          QuoteForError(absl::StrCat(prefix, key)), ": set (a ", member.second.type_name(),
+          QuoteForError(absl::StrCat(prefix, key)), ": set (", member.second.type_name(),
           " that is not off) where only off is understood: ", ignored->reason, "; architecture ",
           QuoteForError(model_type.empty() ? "(no model_type)" : model_type),
           " is not modelled with it"));
@@ -413,11 +413,13 @@ absl::Status CheckHfFields(const json::Value& config, absl::string_view prefix,
     if (key == "ssm_cfg" && member.second.is_object() && member.second.members().empty()) continue;
     for (absl::string_view word : kLayoutWords) {
       if (absl::StrContains(key, word)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(QuoteForError(absl::StrCat(prefix, key)),
-                         ": not understood; it may change the attention layout, and architecture ",
-                         QuoteForError(model_type.empty() ? "(no model_type)" : model_type),
-                         " is not modelled"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            QuoteForError(absl::StrCat(prefix, key)),
+            ": not understood; it may change the attention layout, and architecture ",
+            QuoteForError(model_type.empty() ? "(no model_type)" : model_type), " is not modelled",
+            In(key, kIndexerKeys) ? " (the sparse-attention indexer's keys are read only beside "
+                                    "index_head_dim, its cached key size)"
+                                  : ""));
       }
     }
   }

@@ -452,6 +452,15 @@ absl::StatusOr<std::vector<LayerSpec>> LayerKinds(const ConfigReader& r,
   if (IsStateSpaceOnly(model_type)) {
     return std::vector<LayerSpec>(static_cast<size_t>(m.layers), OfKind(LayerKind::kStateSpace));
   }
+  if (model_type == "minimax" && r.Get("layer_types") != nullptr) {
+    // transformers' own MiniMax (MiniMaxConfig) calls its lightning-attention layers
+    // "linear_attention", which layer_types otherwise reads as gated DeltaNet.
+    return Invalid(r.Field("layer_types"),
+                   "model_type 'minimax' (transformers' MiniMax) writes its lightning-attention "
+                   "layers as 'linear_attention', which layer_types reads as gated DeltaNet; this "
+                   "format is not modelled (MiniMax's own config.json, model_type minimax_m1 or "
+                   "minimax_text_01 with attn_type_list, is)");
+  }
   if (r.Get("hybrid_override_pattern") != nullptr || r.Get("layers_block_type") != nullptr) {
     return FromPattern(r, m);
   }

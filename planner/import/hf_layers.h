@@ -75,6 +75,11 @@ bool IsStateSpaceOnly(absl::string_view model_type);
 // hybrid_override_pattern or layers_block_type); nullopt when it gives neither.
 std::optional<int64_t> PatternLayers(const ConfigReader& r);
 
+// INVALID_ARGUMENT naming the key when `model_type` is one of the architectures whose layout
+// comes from one key (kv_lora_rank, index_head_dim, attn_type_list, ...) and the config lacks
+// it: "index_head_dim: missing or null; model_type 'glm_moe_dsa' needs it ...".
+absl::Status RequireLayoutFields(const ConfigReader& r, const std::string& model_type);
+
 // Sets m->layer_specs (one per layer) and, for latent attention, m->head_dim and m->head_dim_v.
 // REQUIRES: m->layers, and for models with attention m->n_head_kv, are read.
 absl::Status ReadLayerLayout(const ConfigReader& r, const std::string& model_type, ModelSpec* m);

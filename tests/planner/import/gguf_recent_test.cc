@@ -5,6 +5,7 @@
 // llama.cpp's DeepSeek-style converters write: MQA over the latent, expanded sizes under *_mla.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "planner/import/gguf.h"
 #include "planner/import/gguf_format.h"
@@ -94,6 +95,14 @@ TEST(ImportGgufRecent, SlidingLayersOwnHeadSizesAreRefused) {
   EXPECT_THAT(header(192, 192).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, {"mimo2.attention.value_length_swa"}));
   EXPECT_TRUE(header(192, 128).ok()) << header(192, 128).status();
+}
+
+// Breaker finding 14: type errors read "is an array", not "is a array".
+TEST(ImportGgufRecent, TypeErrorsReadWell) {
+  GgufWriter w = GlmDsa(false);
+  w.Array("glm-dsa.attention.indexer.key_length", gguf::kU32, std::vector<uint32_t>{128, 128});
+  const absl::Status s = ImportGguf(w.Build(), "").status();
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument, {"is an array"}));
 }
 
 }  // namespace

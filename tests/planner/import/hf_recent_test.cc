@@ -470,5 +470,57 @@ TEST(ImportHfRecent, MimoV2FlashParameterCountIsUnknownNotWrong) {
   }
 }
 
+// Breaker finding 9: a family's required key is named as missing even when its sibling keys
+// (the indexer's index_n_heads, index_topk) are present.
+TEST(ImportHfRecent, MissingRequiredKeyIsNamedBesideItsSiblings) {
+  const std::string glm =
+      absl::StrReplaceAll(files::Glm5Defaults(), {{R"("index_head_dim": 128,)", ""}});
+  ASSERT_NE(glm, files::Glm5Defaults());
+  EXPECT_THAT(ImportHfConfig(glm, "").status(),
+              StatusIs(kInvalid, {"index_head_dim: missing or null; model_type 'glm_moe_dsa'"}));
+  const std::string ds =
+      absl::StrReplaceAll(files::kDeepSeekV32, {{R"("index_head_dim": 128,)", ""}});
+  ASSERT_NE(ds, files::kDeepSeekV32);
+  EXPECT_THAT(ImportHfConfig(ds, "").status(),
+              StatusIs(kInvalid, {"index_head_dim: missing or null; model_type 'deepseek_v32'"}));
+}
+
+// Breaker finding 10: wrappers whose text model is not in a text_config object say so.
+TEST(ImportHfRecent, UnmodelledWrapperFormsSaySo) {
+  const std::string null_text = absl::StrCat(
+      R"({"model_type": "kimi_k25", "ignore_index": -100, "vision_config": {}, "text_config": null})");
+  EXPECT_THAT(ImportHfConfig(null_text, "").status(),
+              StatusIs(kInvalid, {"text_config: null", "num_hidden_layers"}));
+  for (const char* key : {"llm_config", "language_config"}) {
+    const std::string other =
+        absl::StrCat(R"({"model_type": "internvl_chat", "ignore_index": -100, ")", key,
+                     R"(": {"num_hidden_layers": 2}})");
+    EXPECT_THAT(ImportHfConfig(other, "").status(),
+                StatusIs(kInvalid, {absl::StrCat("'", key, "'"), "only text_config"}));
+  }
+}
+
+// Breaker finding 13: transformers' own MiniMax (model_type minimax) calls its lightning layers
+// linear_attention; they are not gated DeltaNet, and the format is refused clearly.
+TEST(ImportHfRecent, TransformersMiniMaxLayerTypesAreRefusedClearly) {
+  const std::string hf_minimax = absl::StrCat(
+      R"({"model_type": "minimax", "num_hidden_layers": 2, "hidden_size": 64,
+          "num_attention_heads": 4, "head_dim": 16, "layer_types": ["linear_attention",
+          "full_attention"], "linear_conv_kernel_dim": 4, "linear_key_head_dim": 16,
+          "linear_value_head_dim": 16, "linear_num_key_heads": 4, "linear_num_value_heads": 4})");
+  EXPECT_THAT(ImportHfConfig(hf_minimax, "").status(),
+              StatusIs(kInvalid, {"layer_types", "'minimax'", "lightning"}));
+}
+
+// Breaker finding 14: refusals read "set (a number ...)", not "set (a a number ...)".
+TEST(ImportHfRecent, RefusalsReadWell) {
+  const std::string set =
+      absl::StrReplaceAll(files::kKimiK25Style,
+                          {{R"("add_cross_attention": false)", R"("add_cross_attention": true)"}});
+  const absl::Status s = ImportHfConfig(set, "").status();
+  EXPECT_THAT(s, StatusIs(kInvalid, {"set (a boolean that is not off)"}));
+  EXPECT_FALSE(absl::StrContains(s.message(), "a a ")) << s;
+}
+
 }  // namespace
 }  // namespace attend::planner
