@@ -53,6 +53,7 @@ constexpr absl::string_view kRead[] = {
     "qk_rope_head_dim",
     "qk_nope_head_dim",
     "v_head_dim",
+    "qk_head_dim",  // checked: qk_nope_head_dim + qk_rope_head_dim (or head_dim)
     // Gated delta-net (Qwen3-Next, Qwen3.5).
     "full_attention_interval",
     "linear_conv_kernel_dim",
@@ -140,7 +141,6 @@ constexpr absl::string_view kSkipOffset =
     "index_topk_freq > 1 or 'shared' indexer_types create (both refused)";
 constexpr absl::string_view kMlpTypes =
     "dense or MoE MLP per layer: weights, not the attention layout";
-constexpr absl::string_view kQkHeadDim = "qk_nope_head_dim + qk_rope_head_dim, read from those two";
 constexpr absl::string_view kNope =
     "Kimi Linear's MLA skips RoPE on the rope part; the latent row is still kv_lora_rank + "
     "qk_rope_head_dim values";
@@ -304,7 +304,6 @@ constexpr IgnoredHfField kIgnored[] = {
     {"shared_moe_mode", IgnoreWhen::kAlways, kMoe},
     {"mamba_ssm_dtype", IgnoreWhen::kAlways, kStateDtypeHint},
     {"mla_use_nope", IgnoreWhen::kAlways, kNope},
-    {"qk_head_dim", IgnoreWhen::kAlways, kQkHeadDim},
     {"mlp_layer_types", IgnoreWhen::kAlways, kMlpTypes},
     {"hybrid_block_size", IgnoreWhen::kOff, kHybridBlock},
     // DeepSeek sparse attention: what the indexer selects, not what it caches.

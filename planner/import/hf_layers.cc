@@ -604,6 +604,15 @@ absl::Status KdaState(const ConfigReader& r, LayerSpec* l) {
   return SetState(c, "short_conv_kernel_size", kernel, 3 * heads * dim, heads * dim * dim, l);
 }
 
+// qk_head_dim, which GLM-5's config writes beside the sizes it is made of: the same, or refused.
+absl::Status SameQkHeadDim(const ConfigReader& r, int64_t head_dim, absl::string_view of) {
+  ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> qk, r.Int("qk_head_dim", 1, kMaxHeadDim));
+  if (qk && *qk != head_dim) {
+    return Invalid(r.Field("qk_head_dim"), absl::StrCat(*qk, " differs from ", of, " ", head_dim));
+  }
+  return absl::OkStatus();
+}
+
 // Multi-head latent attention: the expanded head sizes on the model, the latent on each layer.
 absl::Status LatentAttention(const ConfigReader& r, ModelSpec* m) {
   ATTEND_ASSIGN_OR_RETURN(const int64_t rank, r.RequiredInt("kv_lora_rank", 1, kMaxHeadDim));
@@ -616,6 +625,7 @@ absl::Status LatentAttention(const ConfigReader& r, ModelSpec* m) {
   }
   m->head_dim = rope + nope;
   m->head_dim_v = v;
+  ATTEND_RETURN_IF_ERROR(SameQkHeadDim(r, m->head_dim, "qk_nope_head_dim + qk_rope_head_dim"));
   for (LayerSpec& l : m->layer_specs) {
     if (l.kind != LayerKind::kAttention) continue;
     l.kind = LayerKind::kLatentAttention;
@@ -681,8 +691,10 @@ absl::Status SlidingLayerHeads(const ConfigReader& r, ModelSpec* m) {
 // selection, and whether they cache indexer keys is not modelled.
 absl::Status Indexer(const ConfigReader& r, ModelSpec* m) {
   ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> dim, r.Int("index_head_dim", 1, kMaxHeadDim));
-  // Query heads of the indexer: not cached, read for their bound only.
+  // Query heads of the indexer and how many tokens it selects: not cached, read for their
+  // bounds only.
   ATTEND_RETURN_IF_ERROR(r.Int("index_n_heads", 1, kMaxHeads).status());
+  ATTEND_RETURN_IF_ERROR(r.Int("index_topk", 1, kMaxContextTokens).status());
   ATTEND_ASSIGN_OR_RETURN(std::optional<int64_t> freq, r.Int("index_topk_freq", 1, kMaxLayers));
   if (freq.value_or(1) != 1) {
     return Invalid(r.Field("index_topk_freq"),
@@ -784,6 +796,9 @@ absl::Status ReadLayerLayout(const ConfigReader& r, const std::string& model_typ
   } else if (r.Get("v_head_dim") != nullptr) {
     // Without a latent, v_head_dim is the value heads' size (MiMo-V2-Flash: 192 / 128).
     ATTEND_ASSIGN_OR_RETURN(m->head_dim_v, r.RequiredInt("v_head_dim", 1, kMaxHeadDim));
+  }
+  if (r.Get("kv_lora_rank") == nullptr) {
+    ATTEND_RETURN_IF_ERROR(SameQkHeadDim(r, m->head_dim, "head_dim"));
   }
   ATTEND_RETURN_IF_ERROR(Indexer(r, m));
   // Every recurrent layer of one kind has the same mixer, so its state is sized once per kind.

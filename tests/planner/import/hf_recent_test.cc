@@ -522,5 +522,21 @@ TEST(ImportHfRecent, RefusalsReadWell) {
   EXPECT_FALSE(absl::StrContains(s.message(), "a a ")) << s;
 }
 
+// Breaker finding 15: keys the importer ignores for the cache are still checked where their
+// value can be judged: index_topk must be a positive count, and qk_head_dim must be
+// qk_nope_head_dim + qk_rope_head_dim (GLM-5 writes 256 = 192 + 64).
+TEST(ImportHfRecent, IgnoredKeysWithImpossibleValuesAreRefused) {
+  for (const char* topk : {R"("x")", "-1", "1e15", "0"}) {
+    const std::string bad = absl::StrReplaceAll(
+        files::kDeepSeekV32, {{R"("index_topk": 2048)", absl::StrCat(R"("index_topk": )", topk)}});
+    EXPECT_THAT(ImportHfConfig(bad, "").status(), StatusIs(kInvalid, {"index_topk"})) << topk;
+  }
+  const std::string qk = absl::StrReplaceAll(files::Glm5Defaults(),
+                                             {{R"("qk_head_dim": 256)", R"("qk_head_dim": 999)"}});
+  ASSERT_NE(qk, files::Glm5Defaults());
+  EXPECT_THAT(ImportHfConfig(qk, "").status(), StatusIs(kInvalid, {"qk_head_dim: 999"}));
+  EXPECT_EQ(PlanBf16(files::Glm5Defaults(), 8192).bytes_per_token, 100152);
+}
+
 }  // namespace
 }  // namespace attend::planner
