@@ -384,20 +384,27 @@ absl::StatusOr<ModelSpec> ImportHfConfig(absl::string_view text, absl::string_vi
 
   ATTEND_RETURN_IF_ERROR(ReadLayerLayout(r, m.architecture, &m));
 
-  ATTEND_ASSIGN_OR_RETURN(const std::string label, ReadLabel(top, m.architecture));
+  // A wrapper without _name_or_path is named after its own model_type (kimi_k25), not its text
+  // model's.
+  ATTEND_ASSIGN_OR_RETURN(std::optional<std::string> wrapper_type, top.String("model_type"));
+  ATTEND_ASSIGN_OR_RETURN(const std::string label, ReadLabel(top, !prefix.empty() && wrapper_type
+                                                                      ? SanitizeText(*wrapper_type)
+                                                                      : m.architecture));
   NameImportedModel(name, label, "imported", &m);
   m.source = given_type.empty()
                  ? "Hugging Face config.json"
                  : absl::StrCat("Hugging Face config.json (model_type ", given_type, ")");
   if (!prefix.empty()) {
     // A multimodal wrapper: say that the plan is its text model's, whose layers hold the cache.
-    ATTEND_ASSIGN_OR_RETURN(std::optional<std::string> wrapper, top.String("model_type"));
-    m.source =
-        absl::StrCat("Hugging Face config.json",
-                     wrapper ? absl::StrCat(" (model_type ", SanitizeText(*wrapper), ")") : "",
-                     ", planned from its text_config",
-                     given_type.empty() ? "" : absl::StrCat(" (model_type ", given_type, ")"),
-                     "; the other towers hold no KV cache");
+    // The text model's type only when text_config gives one (given_type falls back to the
+    // wrapper's).
+    ATTEND_ASSIGN_OR_RETURN(std::optional<std::string> text_type, r.String("model_type"));
+    m.source = absl::StrCat(
+        "Hugging Face config.json",
+        wrapper_type ? absl::StrCat(" (model_type ", SanitizeText(*wrapper_type), ")") : "",
+        ", planned from its text_config",
+        text_type ? absl::StrCat(" (model_type ", SanitizeText(*text_type), ")") : "",
+        "; the other towers hold no KV cache");
   }
   ATTEND_ASSIGN_OR_RETURN(ModelSpec done, FinishImportedModel(std::move(m)));
   ATTEND_RETURN_IF_ERROR(UnknownWhenExpertsAreNarrower(r, &done));

@@ -538,5 +538,20 @@ TEST(ImportHfRecent, IgnoredKeysWithImpossibleValuesAreRefused) {
   EXPECT_EQ(PlanBf16(files::Glm5Defaults(), 8192).bytes_per_token, 100152);
 }
 
+// Breaker finding 16: a wrapper without _name_or_path is named after its own model_type, and
+// the source gives the text model's type only when text_config says it.
+TEST(ImportHfRecent, WrapperNamesAndSources) {
+  absl::StatusOr<ModelSpec> m = ImportHfConfig(files::kKimiK25Style, "");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->display_name, "kimi_k25");
+  EXPECT_EQ(m->architecture, "kimi_k2");
+  const std::string untyped =
+      absl::StrReplaceAll(files::kKimiK25Style, {{R"("model_type": "kimi_k2",)", ""}});
+  ASSERT_NE(untyped, files::kKimiK25Style);
+  absl::StatusOr<ModelSpec> u = ImportHfConfig(untyped, "");
+  ASSERT_TRUE(u.ok()) << u.status();
+  EXPECT_THAT(u->source, HasSubstr("(model_type kimi_k25), planned from its text_config;"));
+}
+
 }  // namespace
 }  // namespace attend::planner
