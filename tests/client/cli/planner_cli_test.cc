@@ -596,4 +596,16 @@ TEST_F(PlannerCliTest, IndexerDtypeErrorsNameTheFlag) {
   EXPECT_NE(err_.str().find("--indexer_dtype"), std::string::npos) << err_.str();
 }
 
+// Breaker finding 17: --indexer_dtype on a model without an indexer says that it changes nothing.
+TEST_F(PlannerCliTest, IndexerDtypeOnAModelWithoutAnIndexerSaysSo) {
+  ASSERT_EQ(Run({"plan", "llama-3-8b", "--context", "4096", "--indexer_dtype", "f32"}),
+            cli::kExitOk)
+      << err_.str();
+  EXPECT_NE(err_.str().find("no sparse-attention indexer"), std::string::npos) << err_.str();
+  ASSERT_EQ(Run({"plan", "deepseek-v3.2", "--context", "4096", "--indexer_dtype", "f32"}),
+            cli::kExitOk)
+      << err_.str();
+  EXPECT_EQ(err_.str().find("no sparse-attention indexer"), std::string::npos) << err_.str();
+}
+
 }  // namespace attend
