@@ -24,7 +24,9 @@ namespace attend::planner {
 // divide), hidden_size, vocab_size, intermediate_size, max_position_embeddings, torch_dtype (or
 // dtype), tie_word_embeddings (default false, true for Gemma), num_local_experts / num_experts and
 // num_experts_per_tok, model_type. A multimodal config without num_hidden_layers at the top
-// level is read from its "text_config".
+// level is read from its "text_config"; a cache-shaping key at its top level that text_config
+// does not repeat with the same value is refused (it would be ignored), and a config with its own
+// num_hidden_layers whose text_config disagrees on such a key is refused naming both.
 //
 // Falcon (model_type "falcon", or "RefinedWebModel" / "RefinedWeb" in the first releases; the
 // result's architecture is "falcon" for all three) also accepts n_layer and n_head, and takes its
