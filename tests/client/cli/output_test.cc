@@ -95,7 +95,8 @@ TEST_F(OutputTest, ModelsFitColumnsAndSayWhatIsHidden) {
   // The name column is as wide as the longest preset name, kimi-linear-48b's 15 characters.
   EXPECT_EQ(lines[0], "name             layers  heads  kv heads                params  max context")
       << narrow;
-  EXPECT_EQ(lines[7], "mixtral-8x7b         32     32         8  46.7B (12.9B active)       32,768");
+  EXPECT_EQ(lines[7],
+            "mixtral-8x7b         32     32         8  46.7B (12.9B active)       32,768");
   EXPECT_EQ(lines[lines.size() - 2],
             "(source, window, head dim hidden to fit 80 columns; -o wide shows them)");
   for (const std::string& line : lines) {
