@@ -30,6 +30,20 @@ KvCacheOptions Options(int64_t block_bytes, int64_t capacity = int64_t{256} << 2
   return options;
 }
 
+// A config of `layers` layers, n_head / n_head_kv heads of d (keys and values alike).
+SequenceConfig Config(int64_t layers, int64_t n_head, int64_t n_head_kv, int64_t d, DType dtype,
+                      int64_t window = 0) {
+  SequenceConfig c;
+  c.layers = layers;
+  c.n_head = n_head;
+  c.n_head_kv = n_head_kv;
+  c.head_dim = d;
+  c.head_dim_v = d;
+  c.kv_dtype = dtype;
+  c.window = window;
+  return c;
+}
+
 struct Shape {
   SequenceConfig config;
   int64_t reserve = 0;
@@ -161,13 +175,7 @@ TEST(Snapshot, GeneratedSequencesRoundTripBitIdentical) {
 // alone or with another block size it loads with blocks of its own; either way it decodes as
 // the original fork does.
 TEST(Snapshot, ForksShareTheirBlocksAgain) {
-  SequenceConfig c;
-  c.layers = 2;
-  c.n_head = 4;
-  c.n_head_kv = 2;
-  c.head_dim = 16;
-  c.head_dim_v = 16;
-  c.kv_dtype = DType::kBFloat16;
+  const SequenceConfig c = Config(2, 4, 2, 16, DType::kBFloat16);
   const int64_t block = 2048;  // 16 tokens a block
   KvCache original(Options(block));
   ASSERT_TRUE(original.Create(c, "doc", 0).ok());
@@ -213,13 +221,7 @@ TEST(Snapshot, ForksShareTheirBlocksAgain) {
 
 // Every damaged file is refused, with what is wrong, and the cache stays as it was.
 TEST(Snapshot, DamagedSnapshotsAreRefusedAndAddNothing) {
-  SequenceConfig c;
-  c.layers = 2;
-  c.n_head = 2;
-  c.n_head_kv = 1;
-  c.head_dim = 8;
-  c.head_dim_v = 8;
-  c.kv_dtype = DType::kInt8;
+  const SequenceConfig c = Config(2, 2, 1, 8, DType::kInt8);
   KvCache original(Options(1024));
   for (const std::string id : {"one", "two"}) {
     ASSERT_TRUE(original.Create(c, id, 0).ok());
@@ -285,13 +287,7 @@ TEST(Snapshot, DamagedSnapshotsAreRefusedAndAddNothing) {
 
 // A cache without room refuses the load and keeps what it had.
 TEST(Snapshot, ALoadThatDoesNotFitChangesNothing) {
-  SequenceConfig c;
-  c.layers = 4;
-  c.n_head = 4;
-  c.n_head_kv = 4;
-  c.head_dim = 64;
-  c.head_dim_v = 64;
-  c.kv_dtype = DType::kFloat32;
+  const SequenceConfig c = Config(4, 4, 4, 64, DType::kFloat32);
   KvCache big(Options(int64_t{1} << 16));
   ASSERT_TRUE(big.Create(c, "long", 0).ok());
   for (int64_t l = 0; l < 4; ++l) Append(big, "long", c, l, 512, l);
@@ -329,14 +325,7 @@ std::string Rehashed(std::string bytes, int64_t row_bytes) {
 // reads them. Found reading Load while writing tests/fuzz/snapshot_fuzz.cc: the load was accepted
 // and the next append read the missing blocks.
 TEST(Snapshot, RowsMissingBeforeTheWindowAreRefused) {
-  SequenceConfig c;
-  c.layers = 1;
-  c.n_head = 1;
-  c.n_head_kv = 1;
-  c.head_dim = 4;
-  c.head_dim_v = 4;
-  c.kv_dtype = DType::kFloat32;
-  c.window = 8;
+  const SequenceConfig c = Config(1, 1, 1, 4, DType::kFloat32, 8);
   KvCache original(Options(1024));  // 32 rows of 32 bytes a block
   ASSERT_TRUE(original.Create(c, "w", 0).ok());
   Append(original, "w", c, 0, 100, 1);
@@ -417,13 +406,7 @@ TEST(Snapshot, AHugeTableIsRefusedBeforeItIsBuilt) {
 // Saves race appends to the same sequence: each snapshot is one moment of it (every layer's
 // tokens a prefix of what was appended), loads, and no block is left owned by nothing.
 TEST(Snapshot, SavesRacingAppendsAreConsistent) {
-  SequenceConfig c;
-  c.layers = 2;
-  c.n_head = 2;
-  c.n_head_kv = 2;
-  c.head_dim = 16;
-  c.head_dim_v = 16;
-  c.kv_dtype = DType::kBFloat16;
+  const SequenceConfig c = Config(2, 2, 2, 16, DType::kBFloat16);
   KvCache cache(Options(1024, int64_t{64} << 20));
   ASSERT_TRUE(cache.Create(c, "live", 0).ok());
   std::atomic<bool> stop{false};
@@ -457,14 +440,7 @@ namespace {
 // has held blocks, then released ones, then held ones again. The snapshot stores the rows from
 // the last held run on, the load holds the reservation again, and the next steps agree.
 TEST(Snapshot, AReservationBeforeReleasedWindowBlocks) {
-  SequenceConfig c;
-  c.layers = 1;
-  c.n_head = 2;
-  c.n_head_kv = 1;
-  c.head_dim = 8;
-  c.head_dim_v = 8;
-  c.kv_dtype = DType::kFloat32;
-  c.window = 24;
+  const SequenceConfig c = Config(1, 2, 1, 8, DType::kFloat32, 24);
   KvCache original(Options(1024));                   // 16 tokens a block
   ASSERT_TRUE(original.Create(c, "held", 40).ok());  // blocks 0-2 reserved
   Append(original, "held", c, 0, 300, 1);
@@ -485,14 +461,7 @@ TEST(Snapshot, AReservationBeforeReleasedWindowBlocks) {
 // it there are not the sequence's, so a truncate or fork that would need them is refused as in
 // the original, and a save of the load stores from the same row.
 TEST(Snapshot, AWindowStartingInsideABlockKeepsItsLimit) {
-  SequenceConfig c;
-  c.layers = 1;
-  c.n_head = 2;
-  c.n_head_kv = 1;
-  c.head_dim = 8;
-  c.head_dim_v = 8;
-  c.kv_dtype = DType::kFloat32;
-  c.window = 20;
+  const SequenceConfig c = Config(1, 2, 1, 8, DType::kFloat32, 20);
   KvCache original(Options(1024));  // 16 tokens a block
   ASSERT_TRUE(original.Create(c, "w", 0).ok());
   Append(original, "w", c, 0, 200, 2);  // rows stored from 176 (blocks 11 and 12)
