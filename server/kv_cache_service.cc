@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/attention/tile_attention.h"
 #include "core/base/status_macros.h"
+#include "server/kv_cache_convert.h"
 #include "server/parse_errors.h"
 #include "server/status_convert.h"
 #include "server/tensor_codec.h"
@@ -47,43 +48,6 @@ absl::StatusOr<kv::SequenceConfig> FromProto(const v1::SequenceConfig& c) {
 
 // An id that names an existing sequence: empty is a missing field (ids have 1 to 128
 // characters), not an unknown sequence.
-absl::Status RequireId(absl::string_view id, absl::string_view field) {
-  if (!id.empty()) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat(field, ": empty; give the id CreateSequence (or Fork) returned"));
-}
-
-void ToProto(const kv::SequenceInfo& info, v1::SequenceInfo* out) {
-  out->set_sequence_id(info.id);
-  v1::SequenceConfig* c = out->mutable_config();
-  c->set_layers(static_cast<int32_t>(info.config.layers));
-  c->set_n_head(static_cast<int32_t>(info.config.n_head));
-  c->set_n_head_kv(static_cast<int32_t>(info.config.n_head_kv));
-  c->set_head_dim(static_cast<int32_t>(info.config.head_dim));
-  c->set_head_dim_v(static_cast<int32_t>(info.config.head_dim_v));
-  switch (info.config.kv_dtype) {
-    case DType::kFloat32:
-      c->set_kv_dtype(v1::FLOAT32);
-      break;
-    case DType::kInt8:
-      c->set_kv_dtype(v1::INT8);
-      break;
-    default:
-      c->set_kv_dtype(v1::BFLOAT16);
-  }
-  if (info.config.scale) c->set_scale(*info.config.scale);
-  c->set_window_tokens(info.config.window);
-  out->mutable_layer_tokens()->Add(info.layer_tokens.begin(), info.layer_tokens.end());
-  out->set_tokens(info.tokens);
-  out->set_blocks(info.blocks);
-  out->set_shared_blocks(info.shared_blocks);
-  out->set_bytes(info.bytes);
-  out->set_reserved_tokens(info.reserved_tokens);
-  out->set_forked_from(info.forked_from);
-  out->set_created_unix_ms(info.created_ms);
-  out->set_last_used_unix_ms(info.last_used_ms);
-  out->set_tokens_per_block(info.tokens_per_block);
-}
 
 double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -129,6 +93,44 @@ class CallPhases {
 };
 
 }  // namespace
+
+absl::Status RequireId(absl::string_view id, absl::string_view field) {
+  if (!id.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, ": empty; give the id CreateSequence (or Fork) returned"));
+}
+
+void ToProto(const kv::SequenceInfo& info, v1::SequenceInfo* out) {
+  out->set_sequence_id(info.id);
+  v1::SequenceConfig* c = out->mutable_config();
+  c->set_layers(static_cast<int32_t>(info.config.layers));
+  c->set_n_head(static_cast<int32_t>(info.config.n_head));
+  c->set_n_head_kv(static_cast<int32_t>(info.config.n_head_kv));
+  c->set_head_dim(static_cast<int32_t>(info.config.head_dim));
+  c->set_head_dim_v(static_cast<int32_t>(info.config.head_dim_v));
+  switch (info.config.kv_dtype) {
+    case DType::kFloat32:
+      c->set_kv_dtype(v1::FLOAT32);
+      break;
+    case DType::kInt8:
+      c->set_kv_dtype(v1::INT8);
+      break;
+    default:
+      c->set_kv_dtype(v1::BFLOAT16);
+  }
+  if (info.config.scale) c->set_scale(*info.config.scale);
+  c->set_window_tokens(info.config.window);
+  out->mutable_layer_tokens()->Add(info.layer_tokens.begin(), info.layer_tokens.end());
+  out->set_tokens(info.tokens);
+  out->set_blocks(info.blocks);
+  out->set_shared_blocks(info.shared_blocks);
+  out->set_bytes(info.bytes);
+  out->set_reserved_tokens(info.reserved_tokens);
+  out->set_forked_from(info.forked_from);
+  out->set_created_unix_ms(info.created_ms);
+  out->set_last_used_unix_ms(info.last_used_ms);
+  out->set_tokens_per_block(info.tokens_per_block);
+}
 
 // One DecodeStream: read a message, process it on the worker pool, write its response, read the
 // next. Sequential on purpose: responses stay in request order and a stream holds at most one
@@ -645,61 +647,6 @@ grpc::ServerUnaryReactor* KvCacheService::ListSequences(grpc::CallbackServerCont
                      response->set_next_page_token(page.next_page_token);
                      return absl::OkStatus();
                    });
-}
-
-grpc::ServerUnaryReactor* KvCacheService::SaveSequence(grpc::CallbackServerContext* context,
-                                                       const v1::SaveSequenceRequest* request,
-                                                       v1::SaveSequenceResponse* response) {
-  return RunOnPool(
-      context, "SaveSequence", pool_, metrics_, gate_,
-      [this, request, response, route = RouteOf(*context)](const CallWork&) -> absl::Status {
-        ATTEND_RETURN_IF_ERROR(RequireId(request->sequence_id(), "sequence_id"));
-        ATTEND_RETURN_IF_ERROR(CheckRoute(route, request->sequence_id(), "sequence_id"));
-        if (snapshots_ == nullptr) {
-          return absl::FailedPreconditionError(
-              "SaveSequence: this server has no snapshot directory (start it with "
-              "--snapshot_dir)");
-        }
-        const auto start = std::chrono::steady_clock::now();
-        ATTEND_ASSIGN_OR_RETURN(
-            const int64_t bytes,
-            snapshots_->SaveOne(*cache_, request->sequence_id(), request->name()));
-        response->set_name(request->name().empty() ? request->sequence_id() : request->name());
-        response->set_bytes(bytes);
-        response->set_seconds(SecondsSince(start));
-        return absl::OkStatus();
-      });
-}
-
-grpc::ServerUnaryReactor* KvCacheService::LoadSequence(grpc::CallbackServerContext* context,
-                                                       const v1::LoadSequenceRequest* request,
-                                                       v1::SequenceInfo* response) {
-  return RunOnPool(
-      context, "LoadSequence", pool_, metrics_, gate_,
-      [this, request, response, route = RouteOf(*context)](const CallWork&) -> absl::Status {
-        if (request->name().empty()) {
-          return absl::InvalidArgumentError("name: empty; give the name it was saved under");
-        }
-        if (snapshots_ == nullptr) {
-          return absl::FailedPreconditionError(
-              "LoadSequence: this server has no snapshot directory (start it with "
-              "--snapshot_dir)");
-        }
-        // The sequence the call makes must route where the call went: its id is the one asked
-        // for, or the one in the file.
-        std::string id = request->sequence_id();
-        if (id.empty()) {
-          ATTEND_ASSIGN_OR_RETURN(id, snapshots_->SavedId(request->name()));
-        } else {
-          ATTEND_RETURN_IF_ERROR(RequireId(id, "sequence_id"));
-        }
-        ATTEND_RETURN_IF_ERROR(CheckRoute(
-            route, id, request->sequence_id().empty() ? "the saved sequence's id" : "sequence_id"));
-        ATTEND_ASSIGN_OR_RETURN(const kv::SequenceInfo info,
-                                snapshots_->LoadOne(*cache_, request->name(), id));
-        ToProto(info, response);
-        return absl::OkStatus();
-      });
 }
 
 grpc::ServerUnaryReactor* KvCacheService::Stats(grpc::CallbackServerContext* context,
