@@ -24,6 +24,7 @@ emptyDir, the source is the ConfigMap's mount, and readiness is the script's rea
 """
 import argparse
 import os
+import random
 import re
 import shutil
 import signal
@@ -69,9 +70,25 @@ def server_line(i, namespace="default"):
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free loopback port outside the kernel's ephemeral range. A port bound to 0 and released
+    comes from that range, and the servers the test starts next on port 0 may be handed the same
+    one before the test binds it again (seen: nginx's bind failing with EADDRINUSE)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(x) for x in f.read().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    candidates = list(range(10000, low)) + list(range(high + 1, 65536))
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.choice(candidates)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port outside the ephemeral range %d-%d" % (low, high))
 
 
 def wait_for(predicate, what, timeout=5.0):
