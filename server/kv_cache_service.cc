@@ -197,8 +197,8 @@ class KvCacheService::StreamReactor
  private:
   // Decodes request_ into response_ and writes it.
   void Step(std::chrono::steady_clock::time_point received, double queue_seconds) {
-    const absl::Status status =
-        service_->DoDecodeBatch(request_, &response_, &cancel_, "DecodeStream", route_);
+    const absl::Status status = WithMovingHint(
+        route_, service_->DoDecodeBatch(request_, &response_, &cancel_, "DecodeStream", route_));
     if (status.ok()) {
       service_->metrics_->DecodeStepDone("DecodeStream", SecondsSince(received));
       response_.mutable_stats()->set_queue_seconds(queue_seconds);
@@ -235,6 +235,21 @@ class KvCacheService::StreamReactor
   v1::DecodeBatchResponse response_;
 };
 
+std::function<absl::Status(const CallWork& call)> KvCacheService::WithMoveHint(
+    const grpc::CallbackServerContext& context,
+    std::function<absl::Status(const CallWork& call)> work) {
+  return [route = RouteOf(context), work = std::move(work)](const CallWork& call) {
+    return WithMovingHint(route, work(call));
+  };
+}
+
+grpc::ServerUnaryReactor* KvCacheService::RunKv(
+    grpc::CallbackServerContext* context, absl::string_view method,
+    std::function<absl::Status(const CallWork& call)> work) {
+  return RunOnPool(context, method, pool_, metrics_, gate_,
+                   WithMoveHint(*context, std::move(work)));
+}
+
 KvCacheService::KvCacheService(const ServiceLimits& limits, kv::KvCache* cache, WorkerPool* pool,
                                Metrics* metrics, CallGate* gate, int64_t max_streams)
     : limits_(limits),
@@ -247,8 +262,8 @@ KvCacheService::KvCacheService(const ServiceLimits& limits, kv::KvCache* cache, 
 grpc::ServerUnaryReactor* KvCacheService::CreateSequence(grpc::CallbackServerContext* context,
                                                          const v1::CreateSequenceRequest* request,
                                                          v1::SequenceInfo* response) {
-  return RunOnPool(
-      context, "CreateSequence", pool_, metrics_, gate_,
+  return RunKv(
+      context, "CreateSequence",
       [this, request, response, route = RouteOf(*context)](const CallWork&) -> absl::Status {
         if (!request->has_config()) {
           return absl::InvalidArgumentError(
@@ -332,12 +347,12 @@ absl::Status KvCacheService::DoAppend(const v1::AppendRequest& request,
 grpc::ServerUnaryReactor* KvCacheService::Append(grpc::CallbackServerContext* context,
                                                  const v1::AppendRequest* request,
                                                  v1::AppendResponse* response) {
-  return RunOnPool(context, "Append", pool_, metrics_, gate_,
-                   [this, request, response, route = RouteOf(*context)](const CallWork& call) {
-                     absl::Status status = DoAppend(*request, response, call.cancel, route);
-                     response->mutable_stats()->set_queue_seconds(call.queue_seconds);
-                     return status;
-                   });
+  return RunKv(context, "Append",
+               [this, request, response, route = RouteOf(*context)](const CallWork& call) {
+                 absl::Status status = DoAppend(*request, response, call.cancel, route);
+                 response->mutable_stats()->set_queue_seconds(call.queue_seconds);
+                 return status;
+               });
 }
 
 absl::Status KvCacheService::DoDecodeBatch(const v1::DecodeBatchRequest& request,
@@ -508,12 +523,12 @@ absl::Status KvCacheService::DoAppendBatch(const v1::AppendBatchRequest& request
 grpc::ServerUnaryReactor* KvCacheService::AppendBatch(grpc::CallbackServerContext* context,
                                                       const v1::AppendBatchRequest* request,
                                                       v1::AppendBatchResponse* response) {
-  return RunOnPool(context, "AppendBatch", pool_, metrics_, gate_,
-                   [this, request, response, route = RouteOf(*context)](const CallWork& call) {
-                     absl::Status status = DoAppendBatch(*request, response, call.cancel, route);
-                     response->mutable_stats()->set_queue_seconds(call.queue_seconds);
-                     return status;
-                   });
+  return RunKv(context, "AppendBatch",
+               [this, request, response, route = RouteOf(*context)](const CallWork& call) {
+                 absl::Status status = DoAppendBatch(*request, response, call.cancel, route);
+                 response->mutable_stats()->set_queue_seconds(call.queue_seconds);
+                 return status;
+               });
 }
 
 bool KvCacheService::RunsHere(const v1::DecodeBatchRequest& request) const {
@@ -537,8 +552,9 @@ grpc::ServerUnaryReactor* KvCacheService::DecodeBatch(grpc::CallbackServerContex
     response->mutable_stats()->set_queue_seconds(call.queue_seconds);
     return status;
   };
-  if (RunsHere(*request)) return RunHere(context, "DecodeBatch", metrics_, gate_, work);
-  return RunOnPool(context, "DecodeBatch", pool_, metrics_, gate_, std::move(work));
+  if (RunsHere(*request))
+    return RunHere(context, "DecodeBatch", metrics_, gate_, WithMoveHint(*context, work));
+  return RunKv(context, "DecodeBatch", std::move(work));
 }
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* KvCacheService::DecodeStream(
@@ -574,8 +590,8 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* KvCacheService::Dec
 grpc::ServerUnaryReactor* KvCacheService::Fork(grpc::CallbackServerContext* context,
                                                const v1::ForkRequest* request,
                                                v1::SequenceInfo* response) {
-  return RunOnPool(
-      context, "Fork", pool_, metrics_, gate_,
+  return RunKv(
+      context, "Fork",
       [this, request, response, route = RouteOf(*context)](const CallWork&) -> absl::Status {
         ATTEND_RETURN_IF_ERROR(RequireId(request->source_id(), "source_id"));
         // The fork's name first: a client that knows the rule sends no key for a
@@ -594,8 +610,8 @@ grpc::ServerUnaryReactor* KvCacheService::Fork(grpc::CallbackServerContext* cont
 grpc::ServerUnaryReactor* KvCacheService::Truncate(grpc::CallbackServerContext* context,
                                                    const v1::TruncateRequest* request,
                                                    v1::SequenceInfo* response) {
-  return RunOnPool(
-      context, "Truncate", pool_, metrics_, gate_,
+  return RunKv(
+      context, "Truncate",
       [this, request, response, route = RouteOf(*context)](const CallWork&) -> absl::Status {
         ATTEND_RETURN_IF_ERROR(RequireId(request->sequence_id(), "sequence_id"));
         ATTEND_RETURN_IF_ERROR(CheckRoute(route, request->sequence_id(), "sequence_id"));
@@ -609,8 +625,8 @@ grpc::ServerUnaryReactor* KvCacheService::Truncate(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* KvCacheService::Release(grpc::CallbackServerContext* context,
                                                   const v1::ReleaseRequest* request,
                                                   v1::ReleaseResponse* response) {
-  return RunOnPool(
-      context, "Release", pool_, metrics_, gate_,
+  return RunKv(
+      context, "Release",
       [this, request, response, route = RouteOf(*context)](const CallWork&) -> absl::Status {
         ATTEND_RETURN_IF_ERROR(RequireId(request->sequence_id(), "sequence_id"));
         ATTEND_RETURN_IF_ERROR(CheckRoute(route, request->sequence_id(), "sequence_id"));
@@ -623,8 +639,8 @@ grpc::ServerUnaryReactor* KvCacheService::Release(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* KvCacheService::GetSequence(grpc::CallbackServerContext* context,
                                                       const v1::GetSequenceRequest* request,
                                                       v1::SequenceInfo* response) {
-  return RunOnPool(
-      context, "GetSequence", pool_, metrics_, gate_,
+  return RunKv(
+      context, "GetSequence",
       [this, request, response, route = RouteOf(*context)](const CallWork&) -> absl::Status {
         ATTEND_RETURN_IF_ERROR(RequireId(request->sequence_id(), "sequence_id"));
         ATTEND_RETURN_IF_ERROR(CheckRoute(route, request->sequence_id(), "sequence_id"));
@@ -637,16 +653,15 @@ grpc::ServerUnaryReactor* KvCacheService::GetSequence(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* KvCacheService::ListSequences(grpc::CallbackServerContext* context,
                                                         const v1::ListSequencesRequest* request,
                                                         v1::ListSequencesResponse* response) {
-  return RunOnPool(context, "ListSequences", pool_, metrics_, gate_,
-                   [this, request, response](const CallWork&) -> absl::Status {
-                     ATTEND_ASSIGN_OR_RETURN(
-                         const kv::ListPage page,
-                         cache_->List(request->page_size(), request->page_token()));
-                     for (const kv::SequenceInfo& info : page.sequences)
-                       ToProto(info, response->add_sequences());
-                     response->set_next_page_token(page.next_page_token);
-                     return absl::OkStatus();
-                   });
+  return RunKv(context, "ListSequences",
+               [this, request, response](const CallWork&) -> absl::Status {
+                 ATTEND_ASSIGN_OR_RETURN(const kv::ListPage page,
+                                         cache_->List(request->page_size(), request->page_token()));
+                 for (const kv::SequenceInfo& info : page.sequences)
+                   ToProto(info, response->add_sequences());
+                 response->set_next_page_token(page.next_page_token);
+                 return absl::OkStatus();
+               });
 }
 
 grpc::ServerUnaryReactor* KvCacheService::Stats(grpc::CallbackServerContext* context,

@@ -9,10 +9,14 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "attend/v1/kv_cache.grpc.pb.h"
 #include "core/kv_cache/kv_cache.h"
+#include "server/hand_off.h"
 #include "server/metrics.h"
 #include "server/routing.h"
 #include "server/service_support.h"
@@ -34,7 +38,10 @@ using KvCacheCallbackService = v1::KvCache::WithCallbackMethod_CreateSequence<
                         v1::KvCache::WithCallbackMethod_Stats<
                             v1::KvCache::WithCallbackMethod_SaveSequence<
                                 v1::KvCache::WithCallbackMethod_LoadSequence<
-                                    v1::KvCache::Service>>>>>>>>>>>>>;
+                                    v1::KvCache::WithCallbackMethod_ExportSequence<
+                                        v1::KvCache::WithCallbackMethod_ImportSequence<
+                                            v1::KvCache::WithCallbackMethod_HandOff<
+                                                v1::KvCache::Service>>>>>>>>>>>>>>>>;
 
 class KvCacheService final : public KvCacheCallbackService {
  public:
@@ -45,6 +52,12 @@ class KvCacheService final : public KvCacheCallbackService {
   // Where SaveSequence and LoadSequence put and find files; without one they answer
   // FAILED_PRECONDITION. REQUIRES: `store` outlives the service; set before serving.
   void SetSnapshotStore(const SnapshotStore* store) { snapshots_ = store; }
+  // This server's instance id, which ImportSequence sends in its initial metadata
+  // (server/hand_off.h). Set before serving.
+  void SetInstance(std::string instance) { instance_ = std::move(instance); }
+  // What HandOff runs; without one it answers FAILED_PRECONDITION. REQUIRES: `hand_off`
+  // outlives the service; set before serving.
+  void SetHandOff(HandOffRunner* hand_off) { hand_off_ = hand_off; }
 
   grpc::ServerUnaryReactor* CreateSequence(grpc::CallbackServerContext* context,
                                            const v1::CreateSequenceRequest* request,
@@ -85,6 +98,13 @@ class KvCacheService final : public KvCacheCallbackService {
   grpc::ServerUnaryReactor* LoadSequence(grpc::CallbackServerContext* context,
                                          const v1::LoadSequenceRequest* request,
                                          v1::SequenceInfo* response) override;
+  grpc::ServerWriteReactor<v1::SequenceChunk>* ExportSequence(
+      grpc::CallbackServerContext* context, const v1::ExportSequenceRequest* request) override;
+  grpc::ServerReadReactor<v1::ImportSequenceRequest>* ImportSequence(
+      grpc::CallbackServerContext* context, v1::SequenceInfo* response) override;
+  grpc::ServerUnaryReactor* HandOff(grpc::CallbackServerContext* context,
+                                    const v1::HandOffRequest* request,
+                                    v1::HandOffResponse* response) override;
 
   // The work of one DecodeBatch (also one DecodeStream message), counted in the attend_*
   // metrics under grpc_method=`method` ("DecodeBatch" or "DecodeStream"). Every step's
@@ -95,6 +115,15 @@ class KvCacheService final : public KvCacheCallbackService {
 
  private:
   class StreamReactor;
+
+  // RunOnPool for this service, with WithMovingHint (server/routing.h) on the status.
+  grpc::ServerUnaryReactor* RunKv(grpc::CallbackServerContext* context, absl::string_view method,
+                                  std::function<absl::Status(const CallWork& call)> work);
+  static std::function<absl::Status(const CallWork& call)> WithMoveHint(
+      const grpc::CallbackServerContext& context,
+      std::function<absl::Status(const CallWork& call)> work);
+  class ExportReactor;
+  class ImportReactor;
 
   absl::Status DoAppend(const v1::AppendRequest& request, v1::AppendResponse* response,
                         const Cancellation* cancel, const Route& route);
@@ -116,6 +145,8 @@ class KvCacheService final : public KvCacheCallbackService {
   const int64_t max_streams_;
   std::atomic<int64_t> open_streams_{0};
   const SnapshotStore* snapshots_ = nullptr;
+  std::string instance_;
+  HandOffRunner* hand_off_ = nullptr;
 };
 
 }  // namespace attend::server

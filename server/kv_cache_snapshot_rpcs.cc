@@ -12,8 +12,8 @@ namespace attend::server {
 grpc::ServerUnaryReactor* KvCacheService::SaveSequence(grpc::CallbackServerContext* context,
                                                        const v1::SaveSequenceRequest* request,
                                                        v1::SaveSequenceResponse* response) {
-  return RunOnPool(
-      context, "SaveSequence", pool_, metrics_, gate_,
+  return RunKv(
+      context, "SaveSequence",
       [this, request, response, route = RouteOf(*context)](const CallWork&) -> absl::Status {
         ATTEND_RETURN_IF_ERROR(RequireId(request->sequence_id(), "sequence_id"));
         ATTEND_RETURN_IF_ERROR(CheckRoute(route, request->sequence_id(), "sequence_id"));
@@ -37,8 +37,8 @@ grpc::ServerUnaryReactor* KvCacheService::SaveSequence(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* KvCacheService::LoadSequence(grpc::CallbackServerContext* context,
                                                        const v1::LoadSequenceRequest* request,
                                                        v1::SequenceInfo* response) {
-  return RunOnPool(
-      context, "LoadSequence", pool_, metrics_, gate_,
+  return RunKv(
+      context, "LoadSequence",
       [this, request, response, route = RouteOf(*context)](const CallWork&) -> absl::Status {
         if (request->name().empty()) {
           return absl::InvalidArgumentError("name: empty; give the name it was saved under");

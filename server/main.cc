@@ -74,6 +74,11 @@ ABSL_FLAG(std::string, snapshot_dir, "",
 ABSL_FLAG(absl::Duration, snapshot_grace, absl::Seconds(60),
           "Time the save after the drain may take (with --snapshot_dir); sequences it has no "
           "time for are named in the log and lost");
+ABSL_FLAG(std::string, handoff_target, "",
+          "The fleet's proxy (host:port, plaintext): KvCache.HandOff moves sequences through it to "
+          "the replicas their keys map to, and the drain after SIGTERM hands off (within "
+          "--snapshot_grace) the sequences whose keys no longer map here, before any snapshot. "
+          "Empty: HandOff is refused");
 ABSL_FLAG(attend::ByteSize, kv_cache_bytes, attend::ByteSize{0},
           "KV-cache capacity (bytes, or with a unit: 10GiB); 0 = half of physical memory, or of "
           "the cgroup's memory "
@@ -181,6 +186,7 @@ absl::StatusOr<attend::server::ServerOptions> OptionsFromFlags() {
   options.kv_cache.huge_pages = absl::GetFlag(FLAGS_kv_huge_pages);
   options.snapshot_dir = absl::GetFlag(FLAGS_snapshot_dir);
   options.snapshot_grace = absl::GetFlag(FLAGS_snapshot_grace);
+  options.handoff_target = absl::GetFlag(FLAGS_handoff_target);
   if (options.snapshot_grace < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--snapshot_grace must not be negative");
   }
@@ -274,6 +280,12 @@ absl::StatusOr<attend::server::ServerOptions> OptionsFromFlags() {
     }
     options.auth_tokens = *std::move(tokens);
   }
+  if (!options.handoff_target.empty() && !options.auth_tokens.empty()) {
+    return absl::InvalidArgumentError(
+        "--handoff_target with --auth_token_file: a hand-off sends no token yet; run the fleet's "
+        "replicas without tokens behind the proxy, or leave out --handoff_target");
+  }
+
   return options;
 }
 
@@ -330,6 +342,33 @@ void LogSnapshot(const char* event, const attend::server::SnapshotReport& report
             << std::endl;
   for (const std::string& skipped : report.skipped) {
     std::cout << attend::server::LogLine(absl::StrCat(event, "_skipped"), {{"what", skipped}})
+              << std::endl;
+  }
+}
+
+// What the drain's hand-off did: one line, then one per sequence that could not move.
+void LogHandOff(const absl::StatusOr<attend::server::HandOffReport>& report) {
+  if (!report.ok()) {
+    std::cout << attend::server::LogLine("handoff_failed",
+                                         {{"error", std::string(report.status().message())}})
+              << std::endl;
+    return;
+  }
+  std::cout << "attend-server: hand-off: " << report->moved << " sequences moved, " << report->kept
+            << " kept, " << report->failed.size() << " failed"
+            << absl::StrFormat(" (%.1f MiB in %.2f s)",
+                               static_cast<double>(report->bytes) / (1 << 20), report->seconds)
+            << std::endl;
+  std::cout << attend::server::LogLine("handoff",
+                                       {{"moved", absl::StrCat(report->moved)},
+                                        {"kept", absl::StrCat(report->kept)},
+                                        {"failed", absl::StrCat(report->failed.size())},
+                                        {"bytes", absl::StrCat(report->bytes)},
+                                        {"seconds", absl::StrFormat("%.3f", report->seconds)}})
+            << std::endl;
+  for (const attend::server::HandOffReport::Failure& f : report->failed) {
+    std::cout << attend::server::LogLine("handoff_skipped",
+                                         {{"sequence_id", f.sequence_id}, {"error", f.error}})
               << std::endl;
   }
 }
@@ -417,6 +456,7 @@ int main(int argc, char** argv) {
   (*server)->Shutdown(grace);
   const attend::server::StatsSample last = (*server)->SampleStats();
   int64_t dropped = last.kv.sequences;
+  if (const auto& handed = (*server)->handed_off()) LogHandOff(*handed);
   if (const auto& saved = (*server)->saved()) {
     if (saved->ok()) {
       LogSnapshot("snapshot", **saved);

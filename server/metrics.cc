@@ -199,6 +199,31 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                            "Snapshot files not restored at start (damaged, refused; see the log)");
   restored_bytes_ = gauge("attend_snapshot_restored_bytes", "Snapshot bytes read at start");
   restore_seconds_ = gauge("attend_snapshot_restore_seconds", "Time the start-up restore took");
+  moved_ = &prometheus::BuildCounter()
+                .Name("attend_sequences_moved_total")
+                .Help("Sequences handed to another replica (out) or received from one (in)")
+                .Register(*registry_);
+  transfer_bytes_ =
+      &prometheus::BuildCounter()
+           .Name("attend_sequence_transfer_bytes_total")
+           .Help("Snapshot bytes of sequences moved or exported (out) and imported (in)")
+           .Register(*registry_);
+  for (const char* direction : {"in", "out"}) {
+    moved_->Add({{"direction", direction}});
+    transfer_bytes_->Add({{"direction", direction}});
+  }
+  handoff_failures_ = &prometheus::BuildCounter()
+                           .Name("attend_handoff_failures_total")
+                           .Help("Sequences a HandOff could not move (they stay on this replica)")
+                           .Register(*registry_)
+                           .Add({});
+  checksum_failures_ = &prometheus::BuildCounter()
+                            .Name("attend_snapshot_checksum_failures_total")
+                            .Help(
+                                "Snapshots refused as damaged (DATA_LOSS) by a load, an import "
+                                "or the start-up restore")
+                            .Register(*registry_)
+                            .Add({});
   prometheus::BuildGauge()
       .Name("attend_build_info")
       .Help("Version, git commit, the CPU features the engine uses and its decode kernel set")
@@ -279,6 +304,22 @@ void Metrics::SnapshotRestored(int64_t sequences, int64_t skipped, int64_t bytes
   restore_skipped_->Set(static_cast<double>(skipped));
   restored_bytes_->Set(static_cast<double>(bytes));
   restore_seconds_->Set(seconds);
+}
+
+void Metrics::SequenceMoved(bool out, int64_t bytes) {
+  const std::string direction = out ? "out" : "in";
+  moved_->Add({{"direction", direction}}).Increment();
+  transfer_bytes_->Add({{"direction", direction}}).Increment(static_cast<double>(bytes));
+}
+
+void Metrics::SequenceExported(int64_t bytes) {
+  transfer_bytes_->Add({{"direction", "out"}}).Increment(static_cast<double>(bytes));
+}
+
+void Metrics::HandOffFailed() { handoff_failures_->Increment(); }
+
+void Metrics::SnapshotDamaged(int64_t count) {
+  checksum_failures_->Increment(static_cast<double>(count));
 }
 
 void Metrics::TokensDecoded(absl::string_view method, int64_t steps) {

@@ -34,6 +34,14 @@
 //   attend_snapshot_restored_sequences / _skipped_files / _bytes / _seconds   gauges: what the
 //                                   start-up restore of --snapshot_dir did (0 without one; the
 //                                   skipped files and why are in the start-up log)
+//   attend_sequences_moved_total{direction}   counter: sequences handed to another replica
+//                                   ("out", HandOff) or received from one ("in", ImportSequence)
+//   attend_sequence_transfer_bytes_total{direction}   counter: snapshot bytes of those moves,
+//                                   and of ExportSequence streams ("out")
+//   attend_handoff_failures_total   counter: sequences a HandOff could not move (they stay)
+//   attend_snapshot_checksum_failures_total   counter: snapshots refused as damaged (DATA_LOSS:
+//                                   a checksum, a torn or truncated stream, foreign bytes) by
+//                                   LoadSequence, ImportSequence or the start-up restore
 //
 // Thread-safety: all methods are thread-safe.
 #ifndef ATTEND_SERVER_METRICS_H_
@@ -84,6 +92,13 @@ class Metrics {
   void DecodeStepDone(absl::string_view method, double seconds);
   // What the start-up restore did (server/snapshot_store.h).
   void SnapshotRestored(int64_t sequences, int64_t skipped, int64_t bytes, double seconds);
+  // A sequence moved to (`out`) or from another replica, and its snapshot bytes.
+  void SequenceMoved(bool out, int64_t bytes);
+  // Snapshot bytes streamed out by an ExportSequence.
+  void SequenceExported(int64_t bytes);
+  void HandOffFailed();
+  // `count` snapshots refused as damaged (DATA_LOSS).
+  void SnapshotDamaged(int64_t count = 1);
 
   // A factory for the interceptor that feeds RpcStarted/RpcHandled; the server owns it.
   std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> NewInterceptorFactory();
@@ -116,6 +131,10 @@ class Metrics {
   prometheus::Gauge* restore_skipped_;
   prometheus::Gauge* restored_bytes_;
   prometheus::Gauge* restore_seconds_;
+  prometheus::Family<prometheus::Counter>* moved_;
+  prometheus::Family<prometheus::Counter>* transfer_bytes_;
+  prometheus::Counter* handoff_failures_;
+  prometheus::Counter* checksum_failures_;
 
   Mutex mu_;  // attend::Mutex: visible to TSan (core/base/mutex.h)
   absl::flat_hash_map<std::string, MethodSeries> series_ ABSL_GUARDED_BY(mu_);

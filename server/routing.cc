@@ -24,6 +24,11 @@ Route RouteOf(const grpc::CallbackServerContext& context) {
   return route;
 }
 
+absl::Status WithMovingHint(const Route& route, absl::Status status) {
+  if (!route.proxied || !absl::IsNotFound(status)) return status;
+  return absl::NotFoundError(absl::StrCat(status.message(), kMovingHint));
+}
+
 absl::Status CheckRoute(const Route& route, absl::string_view id, absl::string_view field) {
   const absl::string_view want = RoutingKey(id);
   if (route.key) {

@@ -30,6 +30,16 @@ Route RouteOf(const grpc::CallbackServerContext& context);
 // which key to send otherwise.
 absl::Status CheckRoute(const Route& route, absl::string_view id, absl::string_view field);
 
+// The text a NOT_FOUND of a proxied call ends with: a sequence moving between replicas
+// (server/hand_off.h) is not found on the replica its key now maps to until its move ends, and
+// clients (client/python's move_wait) retry such a NOT_FOUND for a bounded time.
+inline constexpr char kMovingHint[] =
+    " (through the fleet's proxy: a sequence moving between replicas is not found until its move "
+    "ends; retry for a few seconds before taking this as final)";
+
+// `status` with kMovingHint added when it is NOT_FOUND and the call came through the proxy.
+absl::Status WithMovingHint(const Route& route, absl::Status status);
+
 // OK when `new_id` (empty: generated) may name a fork of `source`: a routed call (keyed or
 // proxied) must name it under its source's routing key, since the fork lives on the source's
 // replica and later calls for it are routed by its own id.

@@ -11,12 +11,15 @@
 #include <cstring>
 #include <limits>
 #include <mutex>
+#include <random>
 #include <thread>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/version.h"
 #include "core/attention/attention_engine.h"
 #include "core/base/status_macros.h"
 #include "core/kv_cache/kv_cache.h"
@@ -183,6 +186,15 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
                        : "; or the TLS certificate and key are not valid PEM or do not match)"));
 }
 
+// 16 random hex digits: a process's name among the fleet's replicas (hand_off.h). Random, not
+// the address, since a replica behind a proxy or in a pod does not know the address the proxy
+// dials.
+std::string NewInstanceId() {
+  std::random_device device;
+  const uint64_t value = (uint64_t{device()} << 32) ^ device();
+  return absl::StrFormat("%016x", value);
+}
+
 }  // namespace
 
 int64_t DefaultKvCacheBytes() {
@@ -222,6 +234,9 @@ struct AttendServer::Parts {
   absl::Duration snapshot_grace;
   std::optional<SnapshotReport> restored;
   std::optional<absl::StatusOr<SnapshotReport>> saved;
+  std::string instance;
+  std::unique_ptr<HandOffRunner> hand_off;
+  std::optional<absl::StatusOr<HandOffReport>> handed_off;
 };
 
 AttendServer::AttendServer() : parts_(std::make_unique<Parts>()) {}
@@ -271,6 +286,7 @@ absl::StatusOr<std::unique_ptr<AttendServer>> AttendServer::Start(const ServerOp
     p.metrics->SnapshotRestored(p.restored->sequences,
                                 static_cast<int64_t>(p.restored->skipped.size()), p.restored->bytes,
                                 p.restored->seconds);
+    p.metrics->SnapshotDamaged(p.restored->damaged);
     p.snapshots.emplace(std::move(store));
     p.snapshot_grace = options.snapshot_grace;
   }
@@ -304,6 +320,13 @@ absl::StatusOr<std::unique_ptr<AttendServer>> AttendServer::Start(const ServerOp
       std::make_unique<KvCacheService>(options.limits, p.cache.get(), p.pool.get(), p.metrics.get(),
                                        p.gate.get(), options.max_concurrent_streams);
   if (p.snapshots) p.kv_cache->SetSnapshotStore(&*p.snapshots);
+  p.instance = NewInstanceId();
+  p.kv_cache->SetInstance(p.instance);
+  if (!options.handoff_target.empty()) {
+    p.hand_off = std::make_unique<HandOffRunner>(options.handoff_target, p.instance,
+                                                 std::string(Version()), p.metrics.get());
+    p.kv_cache->SetHandOff(p.hand_off.get());
+  }
   if (cache_options.eviction == kv::EvictionPolicy::kTtl) {
     p.sweeper = std::make_unique<TtlSweeper>(p.cache.get(), cache_options.idle_ttl_ms);
   }
@@ -350,6 +373,13 @@ void AttendServer::Shutdown(absl::Duration grace) {
     p.server->GetHealthCheckService()->SetServingStatus(false);
     p.gate->Drain();
     p.gate->WaitIdle(deadline);
+    // While the port still answers: the proxy then reaches this replica for the keys that map
+    // here, which see it draining and stay (a closed port would make the proxy send them to
+    // another replica, from which they would not come back when this one restarts).
+    if (p.hand_off) {
+      p.handed_off = p.hand_off->Run(
+          *p.cache, std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(p.snapshot_grace));
+    }
     // What is still in flight is cancelled now (its work stops between tiles), and connections
     // are closed instead of waited for: an idle client would otherwise hold the shutdown until
     // it noticed the GOAWAY.
@@ -364,6 +394,12 @@ void AttendServer::Shutdown(absl::Duration grace) {
 }
 
 const std::optional<SnapshotReport>& AttendServer::restored() const { return parts_->restored; }
+
+const std::optional<absl::StatusOr<HandOffReport>>& AttendServer::handed_off() const {
+  return parts_->handed_off;
+}
+
+const std::string& AttendServer::instance() const { return parts_->instance; }
 
 const std::optional<absl::StatusOr<SnapshotReport>>& AttendServer::saved() const {
   return parts_->saved;

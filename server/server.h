@@ -25,6 +25,7 @@
 #include "core/kv_cache/kv_cache.h"
 #include "grpcpp/grpcpp.h"
 #include "server/auth.h"
+#include "server/hand_off.h"
 #include "server/service_support.h"
 #include "server/snapshot_store.h"
 #include "server/stats_log.h"
@@ -53,6 +54,12 @@ struct ServerOptions {
   // the drain, in at most `snapshot_grace`, and SaveSequence / LoadSequence work.
   std::string snapshot_dir;
   absl::Duration snapshot_grace = absl::Seconds(60);
+  // The fleet's proxy (host:port, plaintext), through which HandOff moves sequences to the
+  // replicas their keys map to (server/hand_off.h); empty: HandOff is refused. With it, the
+  // drain on Shutdown also hands off (in at most `snapshot_grace`) before any snapshot: a
+  // replica taken out of the proxy's ring first gives its sequences away, one still in it
+  // keeps them.
+  std::string handoff_target;
 };
 
 // Half of the memory this process may use (physical memory, or its cgroup's limit when lower,
@@ -89,6 +96,10 @@ class AttendServer {
   // generation could not be made current); empty before then, or without a snapshot_dir.
   const std::optional<SnapshotReport>& restored() const;
   const std::optional<absl::StatusOr<SnapshotReport>>& saved() const;
+  // With a handoff_target: what the drain's hand-off did; empty before then or without one.
+  const std::optional<absl::StatusOr<HandOffReport>>& handed_off() const;
+  // A random id of this process, sent by ImportSequence (server/hand_off.h).
+  const std::string& instance() const;
 
  private:
   AttendServer();

@@ -336,6 +336,7 @@ SnapshotReport SnapshotStore::RestoreAll(kv::KvCache& cache) const {
     absl::StatusOr<kv::SnapshotHeader> header =
         opened.ok() ? (*opened)->reader->ReadHeader() : opened.status();
     if (!header.ok()) {
+      if (absl::IsDataLoss(header.status())) report.damaged++;
       report.skipped.push_back(absl::StrCat(name, ": ", header.status().message()));
       continue;
     }
@@ -400,6 +401,7 @@ SnapshotReport SnapshotStore::RestoreAll(kv::KvCache& cache) const {
   for (const size_t i : order) {
     report.bytes += bytes[i];
     if (!results[i].ok()) {
+      if (absl::IsDataLoss(results[i])) report.damaged++;
       report.skipped.push_back(absl::StrCat(files[i].id, ": ", results[i].message()));
       continue;
     }

@@ -41,6 +41,7 @@ struct SnapshotReport {
   // Sequences not saved (the grace ran out, an error) or files not restored, each "<what>:
   // <why>", in the order met.
   std::vector<std::string> skipped;
+  int64_t damaged = 0;     // of the files skipped, those refused as damaged (DATA_LOSS)
   std::string generation;  // the generation written or read ("" when none)
 };
 

@@ -283,9 +283,19 @@ absl::Status KvCache::CheckNotReleased(const Sequence& s) {
   return registry_->NotFound(s.id);
 }
 
+absl::Status KvCache::CheckChangeable(const Sequence& s) {
+  ATTEND_RETURN_IF_ERROR(CheckNotReleased(s));
+  if (!s.sealed) return absl::OkStatus();
+  // UNAVAILABLE: nothing was applied, and the same call succeeds once the sequence is found
+  // where it moved (through a fleet's proxy) or, when the move fails, here again.
+  return absl::UnavailableError(absl::StrCat("sequence ", QuotedId(s.id),
+                                             " is moving to another replica; nothing was "
+                                             "changed: retry the call (through the proxy)"));
+}
+
 absl::Status KvCache::CheckAppend(const Sequence& s, int64_t layer, const AppendInput& input,
                                   bool decode) {
-  ATTEND_RETURN_IF_ERROR(CheckNotReleased(s));
+  ATTEND_RETURN_IF_ERROR(CheckChangeable(s));
   const SequenceConfig& c = s.config;
   if (layer < 0 || layer >= c.layers) {
     return absl::InvalidArgumentError(absl::StrCat("layer ", layer, " is out of range: sequence ",

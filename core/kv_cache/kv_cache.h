@@ -243,6 +243,20 @@ class KvCache {
   absl::StatusOr<SequenceInfo> Load(SnapshotReader& reader, absl::string_view id = {},
                                     bool share_with_source = true);
 
+  // Freezes sequence `id` for a move to another server: from now on every change to it
+  // (Append, DecodeBatch, AppendBatch, Truncate, Fork from it, Release) answers UNAVAILABLE
+  // saying it is moving, while reads (Get, List, Save, DecodeReadBytes) go on. A change that
+  // held the sequence's lock before the Seal finished first, so a Save after the Seal reads the
+  // sequence's last state. Ends with Unseal (the move failed: it serves again) or ReleaseSealed
+  // (the move finished). NOT_FOUND for an unknown id, FAILED_PRECONDITION when it is sealed
+  // already (one move at a time).
+  absl::Status Seal(absl::string_view id);
+  // FAILED_PRECONDITION when the sequence is not sealed.
+  absl::Status Unseal(absl::string_view id);
+  // Release for the end of a move: as Release, but only of a sealed sequence
+  // (FAILED_PRECONDITION otherwise).
+  absl::StatusOr<int64_t> ReleaseSealed(absl::string_view id);
+
   // The block layout a config gets, or INVALID_ARGUMENT (for planning and tests).
   absl::StatusOr<BlockLayout> LayoutFor(const SequenceConfig& config) const;
 
@@ -274,6 +288,12 @@ class KvCache {
   // OK unless the sequence was released after it was looked up (then NOT_FOUND, as for an id
   // that is gone). REQUIRES: sequence.mu held.
   absl::Status CheckNotReleased(const Sequence& sequence);
+  // CheckNotReleased, and UNAVAILABLE while the sequence is sealed (Seal): for the operations
+  // that change it. REQUIRES: sequence.mu held.
+  absl::Status CheckChangeable(const Sequence& sequence);
+  // Release, with `sealed` saying whether the sequence must be sealed (ReleaseSealed) or must
+  // not be (Release).
+  absl::StatusOr<int64_t> ReleaseImpl(absl::string_view id, bool sealed);
   // REQUIRES: sequence.mu held.
   SequenceInfo Describe(const Sequence& sequence);
   absl::Status CheckAppend(const Sequence& sequence, int64_t layer, const AppendInput& input,

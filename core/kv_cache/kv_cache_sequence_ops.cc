@@ -33,7 +33,7 @@ absl::StatusOr<SequenceInfo> KvCache::Fork(absl::string_view source, absl::strin
   {
     ATTEND_ASSIGN_OR_RETURN(SequenceRegistry::Lease from, registry_->Acquire(source));
     MutexLock lock(&from->mu);
-    ATTEND_RETURN_IF_ERROR(CheckNotReleased(*from));
+    ATTEND_RETURN_IF_ERROR(CheckChangeable(*from));
     int64_t common = std::numeric_limits<int64_t>::max();
     for (const CachedLayer& layer : from->layers) common = std::min(common, layer.tokens);
     length = tokens.value_or(common);
@@ -108,7 +108,7 @@ absl::StatusOr<SequenceInfo> KvCache::Fork(absl::string_view source, absl::strin
 absl::StatusOr<SequenceInfo> KvCache::Truncate(absl::string_view id, int64_t tokens) {
   ATTEND_ASSIGN_OR_RETURN(SequenceRegistry::Lease sequence, registry_->Acquire(id));
   MutexLock lock(&sequence->mu);
-  ATTEND_RETURN_IF_ERROR(CheckNotReleased(*sequence));
+  ATTEND_RETURN_IF_ERROR(CheckChangeable(*sequence));
   if (tokens < 0) {
     return absl::InvalidArgumentError(absl::StrCat("tokens: ", tokens, "; must be >= 0"));
   }
@@ -139,9 +139,48 @@ absl::StatusOr<SequenceInfo> KvCache::Truncate(absl::string_view id, int64_t tok
 }
 
 absl::StatusOr<int64_t> KvCache::Release(absl::string_view id) {
-  ATTEND_ASSIGN_OR_RETURN(SequenceRegistry::Lease sequence, registry_->Acquire(id));
+  return ReleaseImpl(id, /*sealed=*/false);
+}
+
+absl::StatusOr<int64_t> KvCache::ReleaseSealed(absl::string_view id) {
+  return ReleaseImpl(id, /*sealed=*/true);
+}
+
+absl::Status KvCache::Seal(absl::string_view id) {
+  ATTEND_ASSIGN_OR_RETURN(const std::shared_ptr<Sequence> sequence, registry_->Find(id));
   MutexLock lock(&sequence->mu);
   ATTEND_RETURN_IF_ERROR(CheckNotReleased(*sequence));
+  if (sequence->sealed) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("sequence ", QuotedId(id), " is already sealed for a move"));
+  }
+  sequence->sealed = true;
+  return absl::OkStatus();
+}
+
+absl::Status KvCache::Unseal(absl::string_view id) {
+  ATTEND_ASSIGN_OR_RETURN(const std::shared_ptr<Sequence> sequence, registry_->Find(id));
+  MutexLock lock(&sequence->mu);
+  ATTEND_RETURN_IF_ERROR(CheckNotReleased(*sequence));
+  if (!sequence->sealed) {
+    return absl::FailedPreconditionError(absl::StrCat("sequence ", QuotedId(id), " is not sealed"));
+  }
+  sequence->sealed = false;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> KvCache::ReleaseImpl(absl::string_view id, bool sealed) {
+  ATTEND_ASSIGN_OR_RETURN(SequenceRegistry::Lease sequence, registry_->Acquire(id));
+  MutexLock lock(&sequence->mu);
+  if (sealed) {
+    ATTEND_RETURN_IF_ERROR(CheckNotReleased(*sequence));
+    if (!sequence->sealed) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("sequence ", QuotedId(id), " is not sealed for a move"));
+    }
+  } else {
+    ATTEND_RETURN_IF_ERROR(CheckChangeable(*sequence));
+  }
   sequence->released = true;
   registry_->Remove(*sequence);
   // Exactly the blocks this call returned: a shared block goes back to the pool on the thread

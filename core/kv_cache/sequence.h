@@ -50,6 +50,9 @@ struct Sequence {
   // Set by Release under `mu`. An operation that looked the sequence up before the Release and
   // waited for `mu` finds it set and answers NOT_FOUND instead of using what is left.
   bool released ABSL_GUARDED_BY(mu) = false;
+  // Set by Seal under `mu` while a hand-off copies the sequence elsewhere: every change (append,
+  // truncate, fork from it, release) then answers UNAVAILABLE, so that the copy is its last state.
+  bool sealed ABSL_GUARDED_BY(mu) = false;
   std::vector<CachedLayer> layers ABSL_GUARDED_BY(mu);
   int64_t reserved_tokens ABSL_GUARDED_BY(mu) = 0;
 };

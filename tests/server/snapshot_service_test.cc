@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -121,6 +122,51 @@ class Client {
     grpc::ClientContext context;
     if (!key.empty()) context.AddMetadata("x-attend-sequence-key", key);
     return stub_->LoadSequence(&context, request, info);
+  }
+
+  grpc::Status Export(const std::string& id, std::string* bytes, int* chunks = nullptr) {
+    v1::ExportSequenceRequest request;
+    request.set_sequence_id(id);
+    grpc::ClientContext context;
+    auto reader = stub_->ExportSequence(&context, request);
+    v1::SequenceChunk chunk;
+    bytes->clear();
+    int n = 0;
+    while (reader->Read(&chunk)) {
+      EXPECT_LE(chunk.data().size(), size_t{1} << 20);
+      *bytes += chunk.data();
+      ++n;
+    }
+    if (chunks != nullptr) *chunks = n;
+    return reader->Finish();
+  }
+  // Sends `bytes` in pieces of `piece` bytes; the first message names `id` (may be empty).
+  grpc::Status Import(const std::string& bytes, const std::string& id, v1::SequenceInfo* info,
+                      size_t piece = 4096, const std::string& key = "",
+                      std::optional<bool> share = std::nullopt) {
+    grpc::ClientContext context;
+    if (!key.empty()) context.AddMetadata("x-attend-sequence-key", key);
+    auto writer = stub_->ImportSequence(&context, info);
+    size_t at = 0;
+    bool first = true;
+    do {
+      v1::ImportSequenceRequest request;
+      if (first) {
+        request.set_sequence_id(id);
+        if (share) request.set_share_with_source(*share);
+      }
+      first = false;
+      const size_t n = std::min(piece, bytes.size() - at);
+      request.set_data(bytes.substr(at, n));
+      at += n;
+      if (!writer->Write(request)) break;
+    } while (at < bytes.size());
+    writer->WritesDone();
+    return writer->Finish();
+  }
+  grpc::Status HandOff(v1::HandOffResponse* response) {
+    grpc::ClientContext context;
+    return stub_->HandOff(&context, v1::HandOffRequest(), response);
   }
 
  private:
@@ -283,6 +329,144 @@ TEST(SnapshotService, AnUnusableDirectoryIsRefusedAtStart) {
   server::ServerOptions options = Options("/proc/attend-cannot-be-here");
   auto started = server::AttendServer::Start(options);
   EXPECT_EQ(started.status().code(), absl::StatusCode::kInvalidArgument) << started.status();
+}
+
+// ExportSequence streams a snapshot that ImportSequence on another server turns back into the
+// same sequence: its next decode is bit-identical, under the exported id or a new one, and a
+// fork shares its source's blocks again. Damaged, truncated, empty or oversized streams are
+// refused by name and add nothing; the damaged ones are counted.
+TEST(TransferService, ExportThenImportElsewhereIsBitIdentical) {
+  server::ServerOptions small = Options(TempDir());
+  auto a = server::AttendServer::Start(Options(TempDir()));
+  small.metrics_address = "127.0.0.1:0";
+  auto b = server::AttendServer::Start(small);
+  ASSERT_TRUE(a.ok() && b.ok());
+  Client ca(**a), cb(**b);
+  std::mt19937_64 rng(8);
+  std::map<std::string, std::string> next;
+  for (const v1::DType dtype : {v1::FLOAT32, v1::BFLOAT16, v1::INT8}) {
+    const std::string id = absl::StrCat("t", dtype);
+    ASSERT_TRUE(ca.Create(id, dtype, dtype == v1::INT8 ? 24 : 0).ok());
+    ca.Append(id, 120 + static_cast<int64_t>(rng() % 90), rng());
+    next[id] = NextStep(ca, id, 7);
+  }
+  ASSERT_TRUE(ca.Fork("t1", "t1/f").ok());
+  ca.Append("t1/f", 3, 1);
+  next["t1/f"] = NextStep(ca, "t1/f", 7);
+  for (const auto& [id, want] : next) {  // sources sort before their forks
+    SCOPED_TRACE(id);
+    std::string bytes;
+    int chunks = 0;
+    ASSERT_TRUE(ca.Export(id, &bytes, &chunks).ok());
+    EXPECT_GE(chunks, 1);
+    v1::SequenceInfo info;
+    const grpc::Status imported = cb.Import(bytes, "", &info, 1000 + rng() % 5000);
+    ASSERT_TRUE(imported.ok()) << imported.error_message();
+    EXPECT_EQ(info.sequence_id(), id);
+    if (id == "t1/f") EXPECT_GT(info.shared_blocks(), 0) << "the fork shares its source again";
+    EXPECT_EQ(NextStep(cb, id, 7), want);
+    ASSERT_TRUE(cb.Import(bytes, id + "-copy", &info, 1 << 20).ok());
+    EXPECT_EQ(NextStep(cb, id + "-copy", 7), want);
+    EXPECT_EQ(cb.Import(bytes, "", &info).error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  }
+
+  std::string bytes;
+  ASSERT_TRUE(ca.Export("t2", &bytes).ok());
+  v1::SequenceInfo info;
+  const auto expect = [&](const grpc::Status& status, grpc::StatusCode code,
+                          const std::string& fragment) {
+    EXPECT_EQ(status.error_code(), code) << status.error_message();
+    EXPECT_NE(status.error_message().find(fragment), std::string::npos) << status.error_message();
+  };
+  std::string flipped = bytes;
+  flipped[bytes.size() / 2] = static_cast<char>(flipped[bytes.size() / 2] ^ 1);
+  expect(cb.Import(flipped, "x1", &info), grpc::StatusCode::DATA_LOSS, "import stream");
+  expect(cb.Import(bytes.substr(0, bytes.size() - 7), "x2", &info), grpc::StatusCode::DATA_LOSS,
+         "truncated");
+  expect(cb.Import("", "x3", &info), grpc::StatusCode::INVALID_ARGUMENT, "no snapshot bytes");
+  expect(cb.Import(std::string(100, 'z'), "x4", &info), grpc::StatusCode::INVALID_ARGUMENT,
+         "not an attend snapshot");
+  expect(cb.Import(bytes, "x/5", &info, 4096, "other"), grpc::StatusCode::INVALID_ARGUMENT,
+         "x-attend-sequence-key");
+  expect(cb.Import(bytes, "bad id!", &info), grpc::StatusCode::INVALID_ARGUMENT, "sequence_id");
+  // More than the whole cache could hold is refused while it arrives.
+  expect(cb.Import(std::string((size_t{66} << 20), 'a'), "x6", &info, 512 << 10),
+         grpc::StatusCode::RESOURCE_EXHAUSTED, "longer than");
+  for (const std::string id : {"x1", "x2", "x3", "x4", "x/5", "x6"}) {
+    EXPECT_EQ(cb.List().count(id), 0u) << id;
+  }
+  const std::string metrics = ::attend::testing::ScrapeMetrics((*b)->metrics_port());
+  EXPECT_NE(metrics.find("attend_snapshot_checksum_failures_total 2"), std::string::npos)
+      << metrics;
+  expect(ca.Export("nobody", &bytes), grpc::StatusCode::NOT_FOUND, "nobody");
+  expect(ca.Export("", &bytes), grpc::StatusCode::INVALID_ARGUMENT, "sequence_id");
+}
+
+// HandOff moves every sequence to the server its target answers for (here another server
+// directly, standing in for the proxy), oldest first, forks sharing again; each one's next
+// decode there is bit-identical, and nothing is left behind. Without a target it is refused;
+// the drain's hand-off moves what was created after.
+TEST(TransferService, HandOffMovesEverySequenceToTheReceiver) {
+  server::ServerOptions receiver_options = Options(TempDir());
+  receiver_options.metrics_address = "127.0.0.1:0";
+  auto b = server::AttendServer::Start(receiver_options);
+  ASSERT_TRUE(b.ok());
+  server::ServerOptions sender_options = Options(TempDir());
+  sender_options.handoff_target = absl::StrCat("127.0.0.1:", (*b)->port());
+  sender_options.metrics_address = "127.0.0.1:0";
+  auto a = server::AttendServer::Start(sender_options);
+  ASSERT_TRUE(a.ok());
+  EXPECT_NE((*a)->instance(), (*b)->instance());
+  Client ca(**a), cb(**b);
+  std::mt19937_64 rng(9);
+  std::map<std::string, std::string> next;
+  for (int i = 0; i < 6; ++i) {
+    const std::string id = absl::StrCat("k", i, "/s");
+    ASSERT_TRUE(ca.Create(id, i % 2 ? v1::BFLOAT16 : v1::INT8, 0).ok());
+    ca.Append(id, 130 + static_cast<int64_t>(rng() % 80), rng());  // whole blocks
+  }
+  ASSERT_TRUE(ca.Fork("k3/s", "k3/a-fork").ok());  // sorts before its source by id
+  for (const auto& [id, info] : ca.List()) next[id] = NextStep(ca, id, 5);
+  v1::HandOffResponse response;
+  const grpc::Status handed = ca.HandOff(&response);
+  ASSERT_TRUE(handed.ok()) << handed.error_message();
+  EXPECT_EQ(response.moved(), 7);
+  EXPECT_EQ(response.kept(), 0);
+  EXPECT_EQ(response.failed_size(), 0) << response.failed(0).error();
+  EXPECT_GT(response.bytes(), 0);
+  EXPECT_TRUE(ca.List().empty());
+  const std::map<std::string, v1::SequenceInfo> moved = cb.List();
+  ASSERT_EQ(moved.size(), next.size());
+  EXPECT_GT(moved.at("k3/a-fork").shared_blocks(), 0) << "the fork shares its source again";
+  for (const auto& [id, want] : next) EXPECT_EQ(NextStep(cb, id, 5), want) << id;
+  const std::string sent = ::attend::testing::ScrapeMetrics((*a)->metrics_port());
+  EXPECT_NE(sent.find("attend_sequences_moved_total{direction=\"out\"} 7"), std::string::npos);
+  const std::string got = ::attend::testing::ScrapeMetrics((*b)->metrics_port());
+  EXPECT_NE(got.find("attend_sequences_moved_total{direction=\"in\"} 7"), std::string::npos);
+
+  // A sequence whose id is taken on the receiver stays, named, and serves as before.
+  ASSERT_TRUE(ca.Create("k0/s", v1::FLOAT32, 0).ok());
+  ca.Append("k0/s", 10, 3);
+  ASSERT_TRUE(ca.HandOff(&response).ok());
+  EXPECT_EQ(response.moved(), 0);
+  ASSERT_EQ(response.failed_size(), 1);
+  EXPECT_EQ(response.failed(0).sequence_id(), "k0/s");
+  EXPECT_NE(response.failed(0).error().find("already"), std::string::npos)
+      << response.failed(0).error();
+  ca.Append("k0/s", 1, 4);  // not sealed any more
+
+  // The drain hands off what is left and can move.
+  ASSERT_TRUE(ca.Create("late/s", v1::BFLOAT16, 0).ok());
+  ca.Append("late/s", 9, 2);
+  const std::string late = NextStep(ca, "late/s", 5);
+  (*a)->Shutdown(absl::Seconds(5));
+  ASSERT_TRUE((*a)->handed_off().has_value());
+  ASSERT_TRUE((*a)->handed_off()->ok());
+  EXPECT_EQ((**(*a)->handed_off()).moved, 1);
+  EXPECT_EQ(NextStep(cb, "late/s", 5), late);
+
+  // A server without a target refuses HandOff.
+  EXPECT_EQ(cb.HandOff(&response).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
 }
 
 }  // namespace

@@ -19,18 +19,22 @@ class Client(KvCacheMixin, AttentionMixin, PlannerMixin):
 
     Calls raise attend.Error subclasses carrying the gRPC code and the server's message. Every
     call that names a sequence sends its routing key (attend.routing), so that the client works
-    through a fleet's proxy as it does against one server. A Client is thread-safe; close() it
-    (or use `with`) to close its channel.
+    through a fleet's proxy as it does against one server. While a fleet moves a sequence
+    between replicas (KvCache.HandOff: a replica added, removed or restarted), calls about it
+    are refused in ways that apply nothing, and the unary calls send them again for up to
+    `move_wait` seconds (0: never); see attend.connection.moving_refusal. A Client is
+    thread-safe; close() it (or use `with`) to close its channel.
     """
 
     def __init__(self, target="localhost:50051", *, tls=False, ca_cert=None, client_cert=None,
                  client_key=None, server_name=None, token=None, token_file=None, deadline=30.0,
-                 max_message_bytes=64 << 20, keepalive=None, retry=None, channel=None):
+                 max_message_bytes=64 << 20, keepalive=None, retry=None, channel=None,
+                 move_wait=10.0):
         self._connection = Connection(
             target, tls=tls, ca_cert=ca_cert, client_cert=client_cert, client_key=client_key,
             server_name=server_name, token=token, token_file=token_file, deadline=deadline,
             max_message_bytes=max_message_bytes, keepalive=keepalive, retry=retry,
-            channel=channel)
+            channel=channel, move_wait=move_wait)
 
     @property
     def connection(self):

@@ -20,6 +20,19 @@ _MAX_CREDENTIAL_FILE_BYTES = 1 << 20
 _MAX_INT32 = (1 << 31) - 1
 
 
+def moving_refusal(error):
+    """Whether `error` says the call's sequence is moving between a fleet's replicas
+    (KvCache.HandOff), so that the call applied nothing and finds the sequence when sent again
+    a moment later: UNAVAILABLE from the replica it is leaving ("is moving to another
+    replica"), or NOT_FOUND through the proxy from the one it is going to ("moving between
+    replicas", which only proxied calls carry)."""
+    if isinstance(error, errors.Unavailable):
+        return "is moving to another replica" in error.message
+    if isinstance(error, errors.NotFound):
+        return "moving between replicas" in error.message
+    return False
+
+
 class RetryPolicy:
     """How the idempotent reads (get_sequence, each page of list_sequences, stats) are retried on
     UNAVAILABLE: attempt i + 1 waits b = min(initial_backoff * multiplier^(i - 1), max_backoff)
@@ -101,7 +114,8 @@ class Connection:
 
     def __init__(self, target="localhost:50051", *, tls=False, ca_cert=None, client_cert=None,
                  client_key=None, server_name=None, token=None, token_file=None, deadline=30.0,
-                 max_message_bytes=64 << 20, keepalive=None, retry=None, channel=None):
+                 max_message_bytes=64 << 20, keepalive=None, retry=None, channel=None,
+                 move_wait=10.0):
         if not tls:
             for given, what in ((token is not None or token_file is not None, "a bearer token"),
                                 (ca_cert is not None, "a CA certificate"),
@@ -132,11 +146,14 @@ class Connection:
             raise errors.InvalidArgument("the deadline must be positive")
         if max_message_bytes < 1:
             raise errors.InvalidArgument("the message limit must be positive")
+        if move_wait is None or move_wait < 0:
+            raise errors.InvalidArgument("move_wait must be 0 (off) or a number of seconds")
 
         self.target = target
         self.deadline = float(deadline)
         self.max_message_bytes = int(max_message_bytes)
         self.retry = retry or RetryPolicy()
+        self.move_wait = float(move_wait)
         # A lower limit the server revealed by refusing a message (see effective_message_limit).
         self._server_limit = None
         self._methods = {}
@@ -229,15 +246,28 @@ class Connection:
 
     def call(self, method, request, key=None, timeout=None):
         """Runs a unary call with the deadline and `key`'s routing metadata; Error on failure
-        (Cancelled when the client was closed first)."""
-        try:
-            return method(request, timeout=timeout or self.deadline, metadata=key_metadata(key))
-        except grpc.RpcError as e:
-            raise errors.from_rpc_error(e) from None
-        except ValueError as e:  # grpc's "Cannot invoke RPC on closed channel!"
-            if "closed channel" not in str(e):
-                raise
-            raise errors.Cancelled("the client was closed: no call can be made on it") from None
+        (Cancelled when the client was closed first). A call refused because its sequence is
+        moving between a fleet's replicas (moving_refusal) is sent again, for up to move_wait
+        seconds within the deadline: such a refusal applied nothing."""
+        now = time.monotonic()
+        deadline = now + (timeout or self.deadline)
+        give_up = min(deadline, now + self.move_wait)
+        backoff = 0.02
+        while True:
+            try:
+                return method(request, timeout=max(0.001, deadline - time.monotonic()),
+                              metadata=key_metadata(key))
+            except grpc.RpcError as e:
+                error = errors.from_rpc_error(e)
+            except ValueError as e:  # grpc's "Cannot invoke RPC on closed channel!"
+                if "closed channel" not in str(e):
+                    raise
+                raise errors.Cancelled(
+                    "the client was closed: no call can be made on it") from None
+            if not moving_refusal(error) or time.monotonic() + backoff >= give_up:
+                raise error
+            time.sleep(backoff)
+            backoff = min(backoff * 2, 0.5)
 
     def call_retried(self, method, request, key=None):
         """call() for idempotent reads: retried on UNAVAILABLE under the RetryPolicy, all

@@ -7,6 +7,8 @@ rows are packed one after the other. Every call that names a sequence sends its 
 (attend.routing). Only get_sequence, list_sequences and stats are retried (on UNAVAILABLE);
 after DEADLINE_EXCEEDED, CANCELLED or UNAVAILABLE on a call that appends, read the sequence's
 layer_tokens (get_sequence) before sending the step again: the server may have applied it.
+Refusals that say the sequence is moving between a fleet's replicas applied nothing; the unary
+calls send those again for up to the Client's move_wait seconds.
 """
 import collections
 import itertools
@@ -26,9 +28,21 @@ from .v1 import kv_cache_pb2, tensor_pb2
 
 __all__ = ["KvCacheMixin", "AppendResult", "AppendBatchResult", "PendingAppendBatch",
            "DecodeBatchResult",
-           "DecodeMessage", "DecodeStreamReply", "DecodeStream", "generate_sequence_id"]
+           "DecodeMessage", "DecodeStreamReply", "DecodeStream", "generate_sequence_id",
+           "snapshot_sequence_id"]
 
 _SERVICE = "/attend.v1.KvCache/"
+
+
+def snapshot_sequence_id(data):
+    """The sequence id in the header of snapshot bytes (export_sequence's, or a SaveSequence
+    file's). InvalidArgument when `data` does not start as a snapshot does."""
+    if len(data) < 20 or bytes(data[:8]) != b"ATTNSNAP":
+        raise errors.InvalidArgument("not an attend snapshot (it does not start with \"ATTNSNAP\")")
+    length = int.from_bytes(data[16:20], "little")
+    if length < 1 or length > 128 or len(data) < 20 + length:
+        raise errors.InvalidArgument("the snapshot's header holds no valid sequence id")
+    return bytes(data[20:20 + length]).decode("ascii", errors="replace")
 
 
 def generate_sequence_id():
@@ -365,6 +379,56 @@ class KvCacheMixin:
         return self._kv_call("LoadSequence", kv_cache_pb2.LoadSequenceRequest(
             name=name, sequence_id=sequence_id or ""), kv_cache_pb2.SequenceInfo,
             routing_key(sequence_id) if sequence_id else None)
+
+    def export_sequence(self, sequence_id):
+        """ExportSequence: the sequence as snapshot bytes (SaveSequence's file format,
+        checksummed), for import_sequence on another server; it keeps serving meanwhile.
+        NotFound for an unknown id."""
+        method = self._connection.method(_SERVICE + "ExportSequence", kv_cache_pb2.SequenceChunk,
+                                         kv_cache_pb2.ExportSequenceRequest, kind="unary_stream")
+        try:
+            chunks = method(kv_cache_pb2.ExportSequenceRequest(sequence_id=sequence_id),
+                            timeout=self._connection.deadline,
+                            metadata=key_metadata(routing_key(sequence_id)))
+            return b"".join(chunk.data for chunk in chunks)
+        except grpc.RpcError as e:
+            raise errors.from_rpc_error(e) from None
+
+    def import_sequence(self, data, sequence_id=None, share_with_source=True):
+        """ImportSequence: adds the sequence of export_sequence's bytes `data`, under
+        `sequence_id` (default: the id it was exported from), its leading tokens sharing the
+        blocks of the sequence it was forked from when that one is here with the same rows
+        (share_with_source). Returns its SequenceInfo. All or nothing: DataLoss for damaged or
+        truncated bytes, InvalidArgument for bytes that are no snapshot, AlreadyExists,
+        ResourceExhausted. Routes by the new id's key (read from the bytes when not given)."""
+        data = bytes(data)
+        key = routing_key(sequence_id or snapshot_sequence_id(data))
+        piece = max(1 << 16, min(1 << 20, self._connection.effective_message_limit() // 2))
+
+        def messages():
+            first = kv_cache_pb2.ImportSequenceRequest(sequence_id=sequence_id or "",
+                                                       data=data[:piece])
+            if not share_with_source:
+                first.share_with_source = False
+            yield first
+            for at in range(piece, len(data), piece):
+                yield kv_cache_pb2.ImportSequenceRequest(data=data[at:at + piece])
+
+        method = self._connection.method(_SERVICE + "ImportSequence", kv_cache_pb2.SequenceInfo,
+                                         kv_cache_pb2.ImportSequenceRequest, kind="stream_unary")
+        try:
+            return method(messages(), timeout=self._connection.deadline,
+                          metadata=key_metadata(key))
+        except grpc.RpcError as e:
+            raise errors.from_rpc_error(e) from None
+
+    def hand_off(self):
+        """HandOff, on the one replica this client is connected to (not through the proxy):
+        moves each of its sequences to the replica the fleet's proxy (its --handoff_target) now
+        maps the sequence's key to. Returns the HandOffResponse (moved, kept, failed with each
+        sequence's reason, bytes, seconds). FailedPrecondition without --handoff_target."""
+        return self._kv_call("HandOff", kv_cache_pb2.HandOffRequest(),
+                             kv_cache_pb2.HandOffResponse, None)
 
     def get_sequence(self, sequence_id):
         """The sequence's SequenceInfo (layer_tokens, blocks, ...). NotFound for an unknown or

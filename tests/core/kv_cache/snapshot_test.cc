@@ -4,6 +4,7 @@
 // corrupted, foreign, from a newer format or spliced from another snapshot is refused by name
 // and adds nothing. Also run under ThreadSanitizer (a save racing appends).
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <random>
 #include <string>
@@ -481,6 +482,100 @@ TEST(Snapshot, AWindowStartingInsideABlockKeepsItsLimit) {
   ASSERT_TRUE(header.ok());
   EXPECT_EQ(header->first_stored[0], 176);
   ASSERT_TRUE(loaded.Truncate("w", 196).ok());  // what the window still holds
+}
+
+// A move (Seal, Save, ReleaseSealed) freezes the sequence: every change is refused with
+// UNAVAILABLE naming it, reads go on, and nothing about it changes until the move ends.
+TEST(Seal, RefusesEveryChangeAndKeepsReads) {
+  KvCache cache(Options(4096));
+  const SequenceConfig c = Config(2, 4, 2, 16, DType::kBFloat16);
+  ASSERT_TRUE(cache.Create(c, "m", 0).ok());
+  for (int64_t l = 0; l < 2; ++l) Append(cache, "m", c, l, 5, 1 + static_cast<uint64_t>(l));
+  const std::string before = Save(cache, "m");
+  ASSERT_TRUE(cache.Seal("m").ok());
+  EXPECT_THAT(cache.Seal("m"), StatusIs(absl::StatusCode::kFailedPrecondition, {"already sealed"}));
+
+  std::mt19937_64 rng(3);
+  const std::vector<float> q = RandomFloats(rng, c.n_head * c.head_dim);
+  const std::vector<float> k = RandomFloats(rng, c.n_head_kv * c.head_dim);
+  AppendInput in;
+  in.id = "m";
+  in.q = TensorView{DType::kFloat32, {1, c.n_head, c.head_dim}, q.data()};
+  in.k = TensorView{DType::kFloat32, {1, c.n_head_kv, c.head_dim}, k.data()};
+  in.v = TensorView{DType::kFloat32, {1, c.n_head_kv, c.head_dim_v}, k.data()};
+  AttentionStats stats;
+  EXPECT_THAT(cache.Append(0, in, Precision::kFloat32, false, &stats).status(),
+              StatusIs(absl::StatusCode::kUnavailable, {"'m' is moving"}));
+  EXPECT_THAT(cache.DecodeBatch(0, {in}, Precision::kFloat32, &stats).status(),
+              StatusIs(absl::StatusCode::kUnavailable, {"moving"}));
+  EXPECT_THAT(cache.AppendBatch(1, {in}, Precision::kFloat32, &stats).status(),
+              StatusIs(absl::StatusCode::kUnavailable, {"moving"}));
+  EXPECT_THAT(cache.Truncate("m", 1).status(), StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(cache.Fork("m", "m/f", std::nullopt).status(),
+              StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(cache.Release("m").status(), StatusIs(absl::StatusCode::kUnavailable));
+  // Reads go on, and the state is the one before the Seal, byte for byte.
+  ASSERT_TRUE(cache.Get("m").ok());
+  EXPECT_EQ(Save(cache, "m"), before);
+  EXPECT_EQ(cache.Stats().sequences, 1);
+
+  // A failed move: Unseal, and it serves again.
+  ASSERT_TRUE(cache.Unseal("m").ok());
+  EXPECT_THAT(cache.Unseal("m"), StatusIs(absl::StatusCode::kFailedPrecondition, {"not sealed"}));
+  EXPECT_THAT(cache.ReleaseSealed("m").status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, {"not sealed"}));
+  EXPECT_TRUE(cache.Append(0, in, Precision::kFloat32, false, &stats).ok());
+
+  // A finished move: ReleaseSealed frees every block.
+  ASSERT_TRUE(cache.Seal("m").ok());
+  ASSERT_TRUE(cache.ReleaseSealed("m").ok());
+  EXPECT_THAT(cache.Get("m").status(), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(cache.Seal("m"), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_EQ(cache.Stats().used_bytes, 0);
+  EXPECT_TRUE(cache.CheckConsistency().ok());
+}
+
+// Appends racing a Seal: every append either finished before the Seal (and the save after it
+// holds its tokens) or was refused; none lands after it. Run under TSan too.
+TEST(Seal, AppendsRacingASealNeverLandAfterIt) {
+  for (int trial = 0; trial < 20; ++trial) {
+    KvCache cache(Options(4096));
+    const SequenceConfig c = Config(1, 2, 1, 16, DType::kFloat32);
+    ASSERT_TRUE(cache.Create(c, "r", 0).ok());
+    std::atomic<bool> stop{false};
+    std::atomic<int64_t> landed{0};
+    std::thread appender([&] {
+      std::mt19937_64 rng(static_cast<uint64_t>(trial));
+      const std::vector<float> x = RandomFloats(rng, 2 * 16);
+      AppendInput in;
+      in.id = "r";
+      in.k = TensorView{DType::kFloat32, {1, 1, 16}, x.data()};
+      in.v = TensorView{DType::kFloat32, {1, 1, 16}, x.data()};
+      AttentionStats stats;
+      while (!stop.load()) {
+        absl::StatusOr<AppendResult> r = cache.Append(0, in, Precision::kFloat32, false, &stats);
+        if (r.ok()) {
+          landed++;
+        } else {
+          ASSERT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
+        }
+      }
+    });
+    while (landed.load() < trial) std::this_thread::yield();
+    ASSERT_TRUE(cache.Seal("r").ok());
+    const int64_t at_seal = landed.load();
+    const std::string saved = Save(cache, "r");
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    stop = true;
+    appender.join();
+    // At most one append was between its success and the counter when the Seal returned.
+    EXPECT_LE(landed.load() - at_seal, 1);
+    KvCache other(Options(4096));
+    absl::StatusOr<SequenceInfo> loaded = Load(other, saved);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_EQ(loaded->layer_tokens[0], landed.load());
+    EXPECT_EQ(cache.Get("r")->layer_tokens[0], landed.load());
+  }
 }
 
 }  // namespace

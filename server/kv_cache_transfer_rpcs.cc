@@ -1,0 +1,242 @@
+// KvCache's ExportSequence, ImportSequence and HandOff: a sequence moving between servers as a
+// stream of snapshot bytes (core/kv_cache/snapshot_format.h), checked end to end by the
+// receiver. The rest of the service is in kv_cache_service.cc and kv_cache_snapshot_rpcs.cc.
+#include <algorithm>
+#include <chrono>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/version.h"
+#include "core/base/status_macros.h"
+#include "core/kv_cache/sequence_registry.h"
+#include "core/kv_cache/snapshot_format.h"
+#include "server/hand_off.h"
+#include "server/kv_cache_convert.h"
+#include "server/kv_cache_service.h"
+#include "server/status_convert.h"
+
+namespace attend::server {
+namespace {
+
+// Snapshot bytes per SequenceChunk.
+constexpr size_t kChunkBytes = size_t{1} << 20;
+// What an import may carry beyond the cache's capacity: the header and chunk framing.
+constexpr int64_t kImportSlackBytes = int64_t{1} << 20;
+
+// The value of metadata `name` on the call, or empty.
+std::string MetadataValue(const grpc::CallbackServerContext& context, absl::string_view name) {
+  const auto& metadata = context.client_metadata();
+  const auto it = metadata.find(std::string(name));
+  return it == metadata.end() ? std::string() : std::string(it->second.data(), it->second.size());
+}
+
+}  // namespace
+
+// One ExportSequence: the snapshot is written to memory on a worker (the rows of one moment,
+// the sequence serving meanwhile), then sent in pieces of kChunkBytes, each after the last was
+// written, so that a slow reader holds no more than the snapshot.
+class KvCacheService::ExportReactor : public grpc::ServerWriteReactor<v1::SequenceChunk> {
+ public:
+  ExportReactor(KvCacheService* service, grpc::CallbackServerContext* context,
+                const v1::ExportSequenceRequest* request)
+      : service_(service) {
+    if (!service_->gate_->Admitted(context)) {
+      Finish(ShuttingDown());
+      return;
+    }
+    const std::string id = request->sequence_id();
+    const Route route = RouteOf(*context);
+    absl::Status valid = RequireId(id, "sequence_id");
+    if (valid.ok()) valid = CheckRoute(route, id, "sequence_id");
+    if (!valid.ok()) {
+      Finish(ToGrpcStatus(valid));
+      return;
+    }
+    const bool queued = SubmitToPool(
+        service_->pool_, service_->metrics_, "ExportSequence", [this, id, route](double) {
+          const absl::Status saved = service_->cache_->Save(id, kv::StringSink(&data_), Version());
+          if (!saved.ok()) {
+            Finish(ToGrpcStatus(WithMovingHint(route, saved)));
+            return;
+          }
+          service_->metrics_->SequenceExported(static_cast<int64_t>(data_.size()));
+          WriteNext();
+        });
+    if (!queued) {
+      Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          "the server is busy (worker queue full); retry later"));
+    }
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the stream was cancelled"));
+      return;
+    }
+    WriteNext();
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  void WriteNext() {
+    if (sent_ >= data_.size()) {
+      Finish(grpc::Status::OK);
+      return;
+    }
+    const size_t n = std::min(kChunkBytes, data_.size() - sent_);
+    chunk_.set_data(data_.data() + sent_, n);
+    sent_ += n;
+    StartWrite(&chunk_);
+  }
+
+  KvCacheService* const service_;
+  std::string data_;
+  size_t sent_ = 0;
+  v1::SequenceChunk chunk_;
+};
+
+// One ImportSequence: pieces are gathered (up to the cache's capacity and some framing), then
+// loaded on a worker, all or nothing. The server names itself in its initial metadata at once,
+// so that a hand-off learns which replica the proxy chose before it sends anything.
+class KvCacheService::ImportReactor : public grpc::ServerReadReactor<v1::ImportSequenceRequest> {
+ public:
+  ImportReactor(KvCacheService* service, grpc::CallbackServerContext* context,
+                v1::SequenceInfo* response)
+      : service_(service),
+        response_(response),
+        route_(RouteOf(*context)),
+        handed_off_(!MetadataValue(*context, kHandOffFromMetadata).empty()),
+        limit_(service->cache_->Stats().capacity_bytes + kImportSlackBytes) {
+    context->AddInitialMetadata(kInstanceMetadata, service_->instance_);
+    StartSendInitialMetadata();
+    if (!service_->gate_->Admitted(context)) {
+      Finish(ShuttingDown());
+      return;
+    }
+    StartRead(&piece_);
+  }
+
+  void OnSendInitialMetadataDone(bool) override {}
+
+  void OnReadDone(bool ok) override {
+    if (ok) {
+      if (first_) {
+        first_ = false;
+        id_ = piece_.sequence_id();
+        share_ = !piece_.has_share_with_source() || piece_.share_with_source();
+      } else if (!piece_.sequence_id().empty() && piece_.sequence_id() != id_) {
+        Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            "sequence_id: give it in the first message only"));
+        return;
+      }
+      if (static_cast<int64_t>(data_.size() + piece_.data().size()) > limit_) {
+        Finish(grpc::Status(
+            grpc::StatusCode::RESOURCE_EXHAUSTED,
+            absl::StrCat("the import stream is longer than ", limit_,
+                         " bytes: more than this server's whole KV cache could hold")));
+        return;
+      }
+      data_.append(piece_.data());
+      StartRead(&piece_);
+      return;
+    }
+    // The client finished sending (or the call ended: then Finish is a no-op).
+    const bool queued = SubmitToPool(service_->pool_, service_->metrics_, "ImportSequence",
+                                     [this](double) { Finish(ToGrpcStatus(Load())); });
+    if (!queued) {
+      Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          "the server is busy (worker queue full); nothing was imported"));
+    }
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  absl::Status Load() {
+    if (data_.empty()) {
+      return absl::InvalidArgumentError(
+          "the stream carried no snapshot bytes (send an ExportSequence stream's chunks as "
+          "data)");
+    }
+    // The id is checked against the call's route before anything is loaded.
+    std::string id = id_;
+    if (id.empty()) {
+      kv::SnapshotReader header_reader(kv::StringSource(data_), "the import stream");
+      absl::StatusOr<kv::SnapshotHeader> header = header_reader.ReadHeader();
+      if (!header.ok()) return Refused(header.status());
+      id = header->id;
+    } else {
+      ATTEND_RETURN_IF_ERROR(kv::CheckSequenceId(id, "sequence_id"));
+    }
+    ATTEND_RETURN_IF_ERROR(
+        CheckRoute(route_, id, id_.empty() ? "the imported sequence's id" : "sequence_id"));
+    kv::SnapshotReader reader(kv::StringSource(data_), "the import stream");
+    absl::StatusOr<kv::SequenceInfo> info = service_->cache_->Load(reader, id_, share_);
+    if (!info.ok()) return Refused(info.status());
+    if (handed_off_) {
+      service_->metrics_->SequenceMoved(/*out=*/false, static_cast<int64_t>(data_.size()));
+    }
+    ToProto(*info, response_);
+    return absl::OkStatus();
+  }
+
+  absl::Status Refused(const absl::Status& status) {
+    if (absl::IsDataLoss(status)) service_->metrics_->SnapshotDamaged();
+    return status;
+  }
+
+  KvCacheService* const service_;
+  v1::SequenceInfo* const response_;
+  const Route route_;
+  const bool handed_off_;
+  const int64_t limit_;
+  bool first_ = true;
+  std::string id_;
+  bool share_ = true;
+  v1::ImportSequenceRequest piece_;
+  std::string data_;
+};
+
+grpc::ServerWriteReactor<v1::SequenceChunk>* KvCacheService::ExportSequence(
+    grpc::CallbackServerContext* context, const v1::ExportSequenceRequest* request) {
+  return new ExportReactor(this, context, request);
+}
+
+grpc::ServerReadReactor<v1::ImportSequenceRequest>* KvCacheService::ImportSequence(
+    grpc::CallbackServerContext* context, v1::SequenceInfo* response) {
+  return new ImportReactor(this, context, response);
+}
+
+grpc::ServerUnaryReactor* KvCacheService::HandOff(grpc::CallbackServerContext* context,
+                                                  const v1::HandOffRequest* /*request*/,
+                                                  v1::HandOffResponse* response) {
+  // The pass ends by the call's deadline (at most an hour from now).
+  const auto left =
+      std::max(std::chrono::system_clock::duration::zero(),
+               std::min<std::chrono::system_clock::duration>(
+                   context->deadline() - std::chrono::system_clock::now(), std::chrono::hours(1)));
+  return RunOnPool(context, "HandOff", pool_, metrics_, gate_,
+                   [this, response, left](const CallWork&) -> absl::Status {
+                     if (hand_off_ == nullptr) {
+                       return absl::FailedPreconditionError(
+                           "HandOff: this server has no --handoff_target (the fleet's proxy "
+                           "address)");
+                     }
+                     ATTEND_ASSIGN_OR_RETURN(
+                         const HandOffReport report,
+                         hand_off_->Run(*cache_, std::chrono::steady_clock::now() + left));
+                     response->set_moved(static_cast<int32_t>(report.moved));
+                     response->set_kept(static_cast<int32_t>(report.kept));
+                     for (const HandOffReport::Failure& f : report.failed) {
+                       v1::HandOffFailure* out = response->add_failed();
+                       out->set_sequence_id(f.sequence_id);
+                       out->set_error(f.error);
+                     }
+                     response->set_bytes(report.bytes);
+                     response->set_seconds(report.seconds);
+                     return absl::OkStatus();
+                   });
+}
+
+}  // namespace attend::server
