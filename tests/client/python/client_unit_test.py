@@ -7,6 +7,7 @@ the message limit. Run with PYTHONPATH at the build's python/ folder (ctest sets
 import os
 import random
 import sys
+import time
 import unittest
 
 import grpc
@@ -353,6 +354,40 @@ class AgainstFake(unittest.TestCase):
         with self.assertRaises(attend.Unavailable):
             self.client.truncate("x", 0)
         self.assertEqual(len(self.r.requests("Truncate")), 1)
+
+    def test_refusals_of_a_moving_sequence_are_sent_again_within_move_wait(self):
+        """The two refusals a move between replicas gives apply nothing: a write is sent again
+        until it lands (or move_wait passes); other NOT_FOUND / UNAVAILABLE are not."""
+        self.config("x")
+        moving = (grpc.StatusCode.UNAVAILABLE,
+                  "sequence 'x' is moving to another replica; nothing was changed")
+        arriving = (grpc.StatusCode.NOT_FOUND, "sequence 'x' not found (through the fleet's "
+                    "proxy: a sequence moving between replicas is not found until its move ends)")
+        self.r.failures["Truncate"] = [moving, arriving, moving]
+        self.client.truncate("x", 0)
+        self.assertEqual(len(self.r.requests("Truncate")), 4)
+        for plain in ((grpc.StatusCode.NOT_FOUND, "sequence 'x' not found"),
+                      (grpc.StatusCode.UNAVAILABLE, "the server is draining")):
+            before = len(self.r.requests("Truncate"))
+            self.r.failures["Truncate"] = [plain]
+            with self.assertRaises(attend.Error):
+                self.client.truncate("x", 0)
+            self.assertEqual(len(self.r.requests("Truncate")), before + 1, plain)
+        # Bounded: a sequence that never arrives is NOT_FOUND after about move_wait seconds.
+        with attend.Client(self.fake.target, deadline=10, move_wait=0.3) as short:
+            self.r.failures["Truncate"] = [arriving] * 100
+            start = time.monotonic()
+            with self.assertRaises(attend.NotFound):
+                short.truncate("x", 0)
+            self.assertLess(time.monotonic() - start, 2.0)
+        with attend.Client(self.fake.target, deadline=10, move_wait=0) as never:
+            before = len(self.r.requests("Truncate"))
+            self.r.failures["Truncate"] = [moving]
+            with self.assertRaises(attend.Unavailable):
+                never.truncate("x", 0)
+            self.assertEqual(len(self.r.requests("Truncate")), before + 1)
+        with self.assertRaises(attend.InvalidArgument):
+            attend.Client(self.fake.target, move_wait=-1)
 
     def test_server_errors_raise_with_code_and_message(self):
         for code in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.OUT_OF_RANGE,

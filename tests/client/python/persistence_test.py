@@ -9,7 +9,9 @@
     never brought back behind what clients sent since); files saved with save_sequence load
     whatever happens to the server; no temporary file or older generation is left;
   - a crash after a restore restores nothing (the restored generation is not brought back
-    behind what clients sent since).
+    behind what clients sent since);
+  - export_sequence / import_sequence between two servers, and hand_off to the server a
+    --handoff_target answers for: bit-identical, forks sharing again, damage refused.
 
     PYTHONPATH=build/python tests/client/python/persistence_test.py --server build/server/attend-server
 """
@@ -200,6 +202,50 @@ class Persistence(unittest.TestCase):
             self.assertEqual(server.restored(), (0, 0))
         finally:
             server.stop()
+
+
+class Transfer(unittest.TestCase):
+    """Sequences moving between servers without a shared disk: export_sequence /
+    import_sequence, and hand_off to the server a --handoff_target answers for."""
+
+    def setUp(self):
+        self.dirs = [tempfile.mkdtemp(prefix="attend-transfer-") for _ in range(2)]
+
+    def tearDown(self):
+        for d in self.dirs:
+            shutil.rmtree(d, ignore_errors=True)
+
+    def test_export_import_and_hand_off_are_bit_identical(self):
+        receiver = Server(self.dirs[0])
+        sender = Server(self.dirs[1], "--handoff_target=" + receiver.target)
+        try:
+            with attend.Client(sender.target) as a, attend.Client(receiver.target) as b:
+                ids = fill(a, "mv", 4, 200, 5)
+                a.fork(ids[2], ids[2] + "/alt")
+                want = {sid: step(a, sid, 11) for sid in ids + [ids[2] + "/alt"]}
+                data = a.export_sequence(ids[0])
+                self.assertEqual(attend.kv_cache.snapshot_sequence_id(data), ids[0])
+                info = b.import_sequence(data, ids[0] + "-copy")
+                self.assertEqual(info.sequence_id, ids[0] + "-copy")
+                self.assertEqual(step(b, ids[0] + "-copy", 11), want[ids[0]])
+                with self.assertRaises(attend.DataLoss):
+                    b.import_sequence(data[:-100], "mv/trunc")
+                with self.assertRaises(attend.InvalidArgument):
+                    b.import_sequence(b"not a snapshot at all, no", "mv/x")
+                with self.assertRaises(attend.NotFound):
+                    a.export_sequence("mv/none")
+
+                moved = a.hand_off()
+                self.assertEqual((moved.moved, moved.kept, len(moved.failed)), (5, 0, 0))
+                self.assertEqual(list(a.list_sequences()), [])
+                for sid, expected in want.items():
+                    self.assertEqual(step(b, sid, 11), expected, sid)
+                self.assertGreater(b.get_sequence(ids[2] + "/alt").shared_blocks, 0)
+                with self.assertRaises(attend.FailedPrecondition):
+                    b.hand_off()
+        finally:
+            sender.stop()
+            receiver.stop()
 
 
 def main():
