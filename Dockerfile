@@ -62,7 +62,10 @@ RUN apt-get update \
 
 # A fixed uid outside the system range, so that mounted files and Kubernetes' runAsUser can name it.
 RUN useradd --uid 10001 --user-group --home-dir /nonexistent --no-create-home \
-      --shell /usr/sbin/nologin attend
+      --shell /usr/sbin/nologin attend \
+ && install -d -o attend -g attend -m 0750 /var/lib/attend/snapshots
+# Where --snapshot_dir points in deploy/compose.yaml and the StatefulSet: a volume mounted there
+# starts with this directory's owner (Docker and Podman copy it into an empty named volume).
 
 COPY --from=build /src/build/server/attend-server /src/build/client/attend /usr/local/bin/
 # Fail the build here, not at start-up, if a runtime library is missing.

@@ -145,9 +145,36 @@ class ComposeTest(unittest.TestCase):
             m = re.match(r"--?shutdown_grace=(.+)$", arg)
             if m:
                 grace = parse_duration(m.group(1))
+        snapshot_dir, snapshot_grace = None, 60.0
+        for arg in command:
+            m = re.match(r"--?snapshot_dir=(.+)$", arg)
+            if m:
+                snapshot_dir = m.group(1)
+            m = re.match(r"--?snapshot_grace=(.+)$", arg)
+            if m:
+                snapshot_grace = parse_duration(m.group(1))
+        if snapshot_dir:
+            grace += snapshot_grace
         # Docker's default is 10 s, the server's default grace: no margin at all.
         stop = parse_duration(self.attend.get("stop_grace_period", "10s"))
-        self.assertGreater(stop, grace, "SIGKILL would come before the drain ends")
+        self.assertGreater(stop, grace, "SIGKILL would come before the drain (and the snapshot "
+                           "after it) ends")
+
+    def test_the_snapshot_dir_is_on_a_named_volume_the_image_prepared(self):
+        command = self.attend.get("command") or []
+        dirs = [a.split("=", 1)[1] for a in command if re.match(r"--?snapshot_dir=", a)]
+        if not dirs:
+            self.skipTest("no --snapshot_dir in the attend service")
+        named = {}
+        for volume in self.attend.get("volumes", []):
+            if isinstance(volume, str) and not volume.startswith((".", "/")):
+                name, target = volume.split(":")[:2]
+                named[target] = name
+        self.assertIn(dirs[0], named, "--snapshot_dir must be on a named volume (the root file "
+                      "system is read-only and a container's own files go with it)")
+        self.assertIn(named[dirs[0]], self.compose.get("volumes") or {})
+        with open(os.path.join(self.repo, "Dockerfile")) as f:
+            self.assertIn(dirs[0], f.read(), "the image must create the directory for its user")
 
     def mounts(self, service):
         """(host path, container path) of a service's bind mounts."""
