@@ -13,9 +13,9 @@
 namespace attend::server {
 namespace {
 
-// Snapshot bytes per ImportSequence message: big enough that framing costs nothing, small
-// enough that a message never nears the receiver's size limit.
-constexpr size_t kPieceBytes = size_t{1} << 20;
+// Snapshot bytes per ImportSequence message: big enough that framing costs nothing, and half of
+// 1 MiB, so that a receiver run with --max_message_bytes as low as 1MiB takes every message.
+constexpr size_t kPieceBytes = size_t{512} << 10;
 
 // Seconds since `start`.
 double Since(std::chrono::steady_clock::time_point start) {
@@ -140,8 +140,12 @@ absl::StatusOr<HandOffRunner::Outcome> HandOffRunner::MoveOne(
   absl::Status streamed = cache.Save(
       id,
       [&](absl::string_view data) -> absl::Status {
-        piece.mutable_data()->append(data.data(), data.size());
-        if (piece.data().size() >= kPieceBytes) return send();
+        while (!data.empty()) {  // exact pieces, however large the writes are
+          const size_t n = std::min(data.size(), kPieceBytes - piece.data().size());
+          piece.mutable_data()->append(data.data(), n);
+          data.remove_prefix(n);
+          if (piece.data().size() == kPieceBytes) ATTEND_RETURN_IF_ERROR(send());
+        }
         return absl::OkStatus();
       },
       version_);

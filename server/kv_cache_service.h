@@ -125,6 +125,14 @@ class KvCacheService final : public KvCacheCallbackService {
   class ExportReactor;
   class ImportReactor;
 
+  // Snapshot bytes that exports and imports hold in memory at once are bounded by the cache's
+  // capacity (and a header's slack): each reserves what it will hold before holding it, and
+  // gives it back when its call ends. False when `bytes` more would pass the bound.
+  bool ReserveTransfer(int64_t bytes);
+  void ReleaseTransfer(int64_t bytes);
+  // RESOURCE_EXHAUSTED for a reservation of `bytes` that did not fit.
+  absl::Status TransferBusy(int64_t bytes) const;
+
   absl::Status DoAppend(const v1::AppendRequest& request, v1::AppendResponse* response,
                         const Cancellation* cancel, const Route& route);
   // One AppendBatch: the packed tensors are decoded once and each sequence's rows are viewed in
@@ -146,6 +154,7 @@ class KvCacheService final : public KvCacheCallbackService {
   std::atomic<int64_t> open_streams_{0};
   const SnapshotStore* snapshots_ = nullptr;
   std::string instance_;
+  std::atomic<int64_t> transfer_bytes_{0};
   HandOffRunner* hand_off_ = nullptr;
 };
 

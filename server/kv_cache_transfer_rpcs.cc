@@ -18,8 +18,9 @@
 namespace attend::server {
 namespace {
 
-// Snapshot bytes per SequenceChunk.
-constexpr size_t kChunkBytes = size_t{1} << 20;
+// Snapshot bytes per SequenceChunk: the default and largest, and the smallest a client may ask.
+constexpr int64_t kChunkBytes = int64_t{1} << 20;
+constexpr int64_t kMinChunkBytes = int64_t{4} << 10;
 // What an import may carry beyond the cache's capacity: the header and chunk framing.
 constexpr int64_t kImportSlackBytes = int64_t{1} << 20;
 
@@ -33,7 +34,7 @@ std::string MetadataValue(const grpc::CallbackServerContext& context, absl::stri
 }  // namespace
 
 // One ExportSequence: the snapshot is written to memory on a worker (the rows of one moment,
-// the sequence serving meanwhile), then sent in pieces of kChunkBytes, each after the last was
+// the sequence serving meanwhile), then sent in pieces of chunk_bytes, each after the last was
 // written, so that a slow reader holds no more than the snapshot.
 class KvCacheService::ExportReactor : public grpc::ServerWriteReactor<v1::SequenceChunk> {
  public:
@@ -48,12 +49,33 @@ class KvCacheService::ExportReactor : public grpc::ServerWriteReactor<v1::Sequen
     const Route route = RouteOf(*context);
     absl::Status valid = RequireId(id, "sequence_id");
     if (valid.ok()) valid = CheckRoute(route, id, "sequence_id");
+    if (valid.ok() && request->chunk_bytes() != 0) {
+      if (request->chunk_bytes() < kMinChunkBytes || request->chunk_bytes() > kChunkBytes) {
+        valid = absl::InvalidArgumentError(
+            absl::StrCat("chunk_bytes: ", request->chunk_bytes(), " is outside ", kMinChunkBytes,
+                         "..", kChunkBytes, " (0 means ", kChunkBytes, ")"));
+      } else {
+        chunk_bytes_ = static_cast<size_t>(request->chunk_bytes());
+      }
+    }
     if (!valid.ok()) {
       Finish(ToGrpcStatus(valid));
       return;
     }
     const bool queued = SubmitToPool(
         service_->pool_, service_->metrics_, "ExportSequence", [this, id, route](double) {
+          // The snapshot is at most the blocks the sequence holds and its header.
+          const absl::StatusOr<kv::SequenceInfo> info = service_->cache_->Get(id);
+          if (!info.ok()) {
+            Finish(ToGrpcStatus(WithMovingHint(route, info.status())));
+            return;
+          }
+          const int64_t need = info->bytes + kImportSlackBytes;
+          if (!service_->ReserveTransfer(need)) {
+            Finish(ToGrpcStatus(service_->TransferBusy(need)));
+            return;
+          }
+          reserved_ = need;
           const absl::Status saved = service_->cache_->Save(id, kv::StringSink(&data_), Version());
           if (!saved.ok()) {
             Finish(ToGrpcStatus(WithMovingHint(route, saved)));
@@ -76,7 +98,10 @@ class KvCacheService::ExportReactor : public grpc::ServerWriteReactor<v1::Sequen
     WriteNext();
   }
 
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    service_->ReleaseTransfer(reserved_);
+    delete this;
+  }
 
  private:
   void WriteNext() {
@@ -84,13 +109,15 @@ class KvCacheService::ExportReactor : public grpc::ServerWriteReactor<v1::Sequen
       Finish(grpc::Status::OK);
       return;
     }
-    const size_t n = std::min(kChunkBytes, data_.size() - sent_);
+    const size_t n = std::min(chunk_bytes_, data_.size() - sent_);
     chunk_.set_data(data_.data() + sent_, n);
     sent_ += n;
     StartWrite(&chunk_);
   }
 
   KvCacheService* const service_;
+  int64_t reserved_ = 0;  // of the service's transfer budget
+  size_t chunk_bytes_ = kChunkBytes;
   std::string data_;
   size_t sent_ = 0;
   v1::SequenceChunk chunk_;
@@ -137,6 +164,12 @@ class KvCacheService::ImportReactor : public grpc::ServerReadReactor<v1::ImportS
                          " bytes: more than this server's whole KV cache could hold")));
         return;
       }
+      const auto need = static_cast<int64_t>(piece_.data().size());
+      if (!service_->ReserveTransfer(need)) {
+        Finish(ToGrpcStatus(service_->TransferBusy(need)));
+        return;
+      }
+      reserved_ += need;
       data_.append(piece_.data());
       StartRead(&piece_);
       return;
@@ -150,7 +183,10 @@ class KvCacheService::ImportReactor : public grpc::ServerReadReactor<v1::ImportS
     }
   }
 
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    service_->ReleaseTransfer(reserved_);
+    delete this;
+  }
 
  private:
   absl::Status Load() {
@@ -191,12 +227,29 @@ class KvCacheService::ImportReactor : public grpc::ServerReadReactor<v1::ImportS
   const Route route_;
   const bool handed_off_;
   const int64_t limit_;
+  int64_t reserved_ = 0;  // of the service's transfer budget
   bool first_ = true;
   std::string id_;
   bool share_ = true;
   v1::ImportSequenceRequest piece_;
   std::string data_;
 };
+
+bool KvCacheService::ReserveTransfer(int64_t bytes) {
+  const int64_t limit = cache_->Stats().capacity_bytes + kImportSlackBytes;
+  if (transfer_bytes_.fetch_add(bytes) + bytes <= limit) return true;
+  transfer_bytes_ -= bytes;
+  return false;
+}
+
+void KvCacheService::ReleaseTransfer(int64_t bytes) { transfer_bytes_ -= bytes; }
+
+absl::Status KvCacheService::TransferBusy(int64_t bytes) const {
+  return absl::ResourceExhaustedError(
+      absl::StrCat("exports and imports in flight hold ", transfer_bytes_.load(),
+                   " bytes of this server's memory; ", bytes,
+                   " more would pass the KV cache's capacity, which bounds them; retry later"));
+}
 
 grpc::ServerWriteReactor<v1::SequenceChunk>* KvCacheService::ExportSequence(
     grpc::CallbackServerContext* context, const v1::ExportSequenceRequest* request) {

@@ -76,7 +76,7 @@ class ProtocolTest : public ::attend::testing::ServerSuite {
 
 TEST_F(ProtocolTest, UnparseableBytesAreInvalidArgumentOnEveryUnaryMethod) {
   const std::vector<std::string> methods = UnaryMethods();
-  ASSERT_EQ(methods.size(), 21u);  // 4 + 12 + 5
+  ASSERT_EQ(methods.size(), 22u);  // 4 + 13 (HandOff among them) + 5
   // Not protobuf at all; a length-delimited field that runs past the end; a string field (1 of
   // most requests) that is not UTF-8.
   const std::vector<std::string> garbage = {std::string("\xff\xff\xff", 3),

@@ -5,12 +5,15 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <map>
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -124,16 +127,18 @@ class Client {
     return stub_->LoadSequence(&context, request, info);
   }
 
-  grpc::Status Export(const std::string& id, std::string* bytes, int* chunks = nullptr) {
+  grpc::Status Export(const std::string& id, std::string* bytes, int* chunks = nullptr,
+                      int64_t chunk_bytes = 0) {
     v1::ExportSequenceRequest request;
     request.set_sequence_id(id);
+    request.set_chunk_bytes(chunk_bytes);
     grpc::ClientContext context;
     auto reader = stub_->ExportSequence(&context, request);
     v1::SequenceChunk chunk;
     bytes->clear();
     int n = 0;
     while (reader->Read(&chunk)) {
-      EXPECT_LE(chunk.data().size(), size_t{1} << 20);
+      EXPECT_LE(chunk.data().size(), chunk_bytes == 0 ? size_t{1} << 20 : chunk_bytes);
       *bytes += chunk.data();
       ++n;
     }
@@ -359,6 +364,10 @@ TEST(TransferService, ExportThenImportElsewhereIsBitIdentical) {
     int chunks = 0;
     ASSERT_TRUE(ca.Export(id, &bytes, &chunks).ok());
     EXPECT_GE(chunks, 1);
+    std::string small_chunks;
+    ASSERT_TRUE(ca.Export(id, &small_chunks, &chunks, 4096).ok());
+    EXPECT_EQ(small_chunks, bytes) << "chunk_bytes changes the pieces, not the snapshot";
+    EXPECT_EQ(chunks, (bytes.size() + 4095) / 4096);
     v1::SequenceInfo info;
     const grpc::Status imported = cb.Import(bytes, "", &info, 1000 + rng() % 5000);
     ASSERT_TRUE(imported.ok()) << imported.error_message();
@@ -400,6 +409,10 @@ TEST(TransferService, ExportThenImportElsewhereIsBitIdentical) {
       << metrics;
   expect(ca.Export("nobody", &bytes), grpc::StatusCode::NOT_FOUND, "nobody");
   expect(ca.Export("", &bytes), grpc::StatusCode::INVALID_ARGUMENT, "sequence_id");
+  for (const int64_t chunk_bytes : {int64_t{-1}, int64_t{4095}, (int64_t{1} << 20) + 1}) {
+    expect(ca.Export("t2", &bytes, nullptr, chunk_bytes), grpc::StatusCode::INVALID_ARGUMENT,
+           "chunk_bytes");
+  }
 }
 
 // HandOff moves every sequence to the server its target answers for (here another server
@@ -425,12 +438,15 @@ TEST(TransferService, HandOffMovesEverySequenceToTheReceiver) {
     ASSERT_TRUE(ca.Create(id, i % 2 ? v1::BFLOAT16 : v1::INT8, 0).ok());
     ca.Append(id, 130 + static_cast<int64_t>(rng() % 80), rng());  // whole blocks
   }
+  // 1.5 MiB of f32 rows: more than one message the receiver (--max_message_bytes 1MiB) takes.
+  ASSERT_TRUE(ca.Create("big/s", v1::FLOAT32, 0).ok());
+  for (int i = 0; i < 4; ++i) ca.Append("big/s", 768, rng());
   ASSERT_TRUE(ca.Fork("k3/s", "k3/a-fork").ok());  // sorts before its source by id
   for (const auto& [id, info] : ca.List()) next[id] = NextStep(ca, id, 5);
   v1::HandOffResponse response;
   const grpc::Status handed = ca.HandOff(&response);
   ASSERT_TRUE(handed.ok()) << handed.error_message();
-  EXPECT_EQ(response.moved(), 7);
+  EXPECT_EQ(response.moved(), 8);
   EXPECT_EQ(response.kept(), 0);
   EXPECT_EQ(response.failed_size(), 0) << response.failed(0).error();
   EXPECT_GT(response.bytes(), 0);
@@ -440,9 +456,9 @@ TEST(TransferService, HandOffMovesEverySequenceToTheReceiver) {
   EXPECT_GT(moved.at("k3/a-fork").shared_blocks(), 0) << "the fork shares its source again";
   for (const auto& [id, want] : next) EXPECT_EQ(NextStep(cb, id, 5), want) << id;
   const std::string sent = ::attend::testing::ScrapeMetrics((*a)->metrics_port());
-  EXPECT_NE(sent.find("attend_sequences_moved_total{direction=\"out\"} 7"), std::string::npos);
+  EXPECT_NE(sent.find("attend_sequences_moved_total{direction=\"out\"} 8"), std::string::npos);
   const std::string got = ::attend::testing::ScrapeMetrics((*b)->metrics_port());
-  EXPECT_NE(got.find("attend_sequences_moved_total{direction=\"in\"} 7"), std::string::npos);
+  EXPECT_NE(got.find("attend_sequences_moved_total{direction=\"in\"} 8"), std::string::npos);
 
   // A sequence whose id is taken on the receiver stays, named, and serves as before.
   ASSERT_TRUE(ca.Create("k0/s", v1::FLOAT32, 0).ok());
@@ -467,6 +483,57 @@ TEST(TransferService, HandOffMovesEverySequenceToTheReceiver) {
 
   // A server without a target refuses HandOff.
   EXPECT_EQ(cb.HandOff(&response).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+// Snapshot bytes held by imports in flight are bounded by the cache's capacity across calls, not
+// per call only: two 40 MiB streams held open at once on a 64 MiB cache cannot both be taken in,
+// and a refused one says why. What a call held is given back when it ends, so the next import of
+// 60 MiB is read in full (and refused only for what it is).
+TEST(TransferService, ImportsInFlightShareOneMemoryBound) {
+  auto b = server::AttendServer::Start(Options(TempDir()));
+  ASSERT_TRUE(b.ok());
+  auto stub = v1::KvCache::NewStub(::attend::testing::ChannelTo(**b));
+  constexpr size_t kPiece = size_t{512} << 10;
+  std::atomic<int> written{0};
+  const auto hold_open = [&](const std::string& id, size_t bytes, grpc::Status* status) {
+    grpc::ClientContext context;
+    v1::SequenceInfo info;
+    auto writer = stub->ImportSequence(&context, &info);
+    for (size_t at = 0; at < bytes; at += kPiece) {
+      v1::ImportSequenceRequest request;
+      if (at == 0) request.set_sequence_id(id);
+      request.set_data(std::string(kPiece, 'z'));  // half the server's message limit
+      if (!writer->Write(request)) break;
+    }
+    // Neither stream ends before both have sent everything (or been refused).
+    ++written;
+    while (written.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    writer->WritesDone();
+    *status = writer->Finish();
+  };
+  grpc::Status first, second;
+  std::thread a(hold_open, "one", size_t{40} << 20, &first);
+  std::thread c(hold_open, "two", size_t{40} << 20, &second);
+  a.join();
+  c.join();
+  int busy = 0;
+  for (const grpc::Status& status : {first, second}) {
+    if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      ++busy;
+      EXPECT_NE(status.error_message().find("exports and imports in flight hold"),
+                std::string::npos)
+          << status.error_message();
+    } else {
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+    }
+  }
+  EXPECT_GE(busy, 1) << "80 MiB were held at once against a 65 MiB bound";
+  written = 1;  // the next call runs alone
+  grpc::Status third;
+  hold_open("three", size_t{60} << 20, &third);
+  EXPECT_EQ(third.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << third.error_message();
+  EXPECT_NE(third.error_message().find("not an attend snapshot"), std::string::npos)
+      << third.error_message();
 }
 
 }  // namespace

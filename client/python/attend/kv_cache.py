@@ -387,7 +387,11 @@ class KvCacheMixin:
         method = self._connection.method(_SERVICE + "ExportSequence", kv_cache_pb2.SequenceChunk,
                                          kv_cache_pb2.ExportSequenceRequest, kind="unary_stream")
         try:
-            chunks = method(kv_cache_pb2.ExportSequenceRequest(sequence_id=sequence_id),
+            # Chunks that fit this client's receive limit, whatever it was set to.
+            chunk_bytes = max(4 << 10, min(1 << 20, self._connection.max_message_bytes // 2))
+            request = kv_cache_pb2.ExportSequenceRequest(sequence_id=sequence_id,
+                                                         chunk_bytes=chunk_bytes)
+            chunks = method(request,
                             timeout=self._connection.deadline,
                             metadata=key_metadata(routing_key(sequence_id)))
             return b"".join(chunk.data for chunk in chunks)
@@ -403,7 +407,7 @@ class KvCacheMixin:
         ResourceExhausted. Routes by the new id's key (read from the bytes when not given)."""
         data = bytes(data)
         key = routing_key(sequence_id or snapshot_sequence_id(data))
-        piece = max(1 << 16, min(1 << 20, self._connection.effective_message_limit() // 2))
+        piece = max(4 << 10, min(1 << 20, self._connection.effective_message_limit() // 2))
 
         def messages():
             first = kv_cache_pb2.ImportSequenceRequest(sequence_id=sequence_id or "",

@@ -234,9 +234,15 @@ class Transfer(unittest.TestCase):
                     b.import_sequence(b"not a snapshot at all, no", "mv/x")
                 with self.assertRaises(attend.NotFound):
                     a.export_sequence("mv/none")
+                # A client that takes small messages only gets (and sends) small pieces.
+                with attend.Client(sender.target, max_message_bytes=16 << 10) as tiny:
+                    self.assertGreater(len(data), 4 * (16 << 10))
+                    self.assertEqual(tiny.export_sequence(ids[0]), data)
+                    tiny.import_sequence(data, ids[0] + "-tiny")
+                self.assertEqual(step(b, ids[0] + "-copy", 11), step(a, ids[0] + "-tiny", 11))
 
                 moved = a.hand_off()
-                self.assertEqual((moved.moved, moved.kept, len(moved.failed)), (5, 0, 0))
+                self.assertEqual((moved.moved, moved.kept, len(moved.failed)), (6, 0, 0))
                 self.assertEqual(list(a.list_sequences()), [])
                 for sid, expected in want.items():
                     self.assertEqual(step(b, sid, 11), expected, sid)
