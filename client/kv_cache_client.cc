@@ -104,6 +104,22 @@ DecodeStreamReply ToReply(const v1::DecodeBatchResponse& response) {
 
 }  // namespace
 
+absl::StatusOr<std::string> SnapshotSequenceId(absl::string_view data) {
+  constexpr absl::string_view kMagic = "ATTNSNAP";
+  if (data.size() < 20 || data.substr(0, kMagic.size()) != kMagic) {
+    return absl::InvalidArgumentError(
+        "not an attend snapshot (it does not start with \"ATTNSNAP\")");
+  }
+  uint32_t length = 0;
+  for (int i = 3; i >= 0; --i) {
+    length = (length << 8) | static_cast<uint8_t>(data[16 + static_cast<size_t>(i)]);
+  }
+  if (length < 1 || length > 128 || data.size() < 20 + static_cast<size_t>(length)) {
+    return absl::InvalidArgumentError("the snapshot's header holds no valid sequence id");
+  }
+  return std::string(data.substr(20, length));
+}
+
 std::string GenerateSequenceId() {
   // Seeded once per thread from the system's entropy: ids from different processes (several
   // CLI invocations in a second) must not collide.
@@ -416,6 +432,124 @@ absl::StatusOr<v1::CacheStats> KvCacheClient::Stats() const {
   return Retried<v1::CacheStats>("", [&](grpc::ClientContext* context, v1::CacheStats* response) {
     return stub_->Stats(context, request, response);
   });
+}
+
+absl::StatusOr<v1::SaveSequenceResponse> KvCacheClient::SaveSequence(
+    const std::string& sequence_id, const std::string& name) const {
+  v1::SaveSequenceRequest request;
+  request.set_sequence_id(sequence_id);
+  request.set_name(name);
+  v1::SaveSequenceResponse response;
+  auto context = CallContext(absl::Now() + options_.deadline, sequence_id);
+  absl::Status status = FromGrpcStatus(stub_->SaveSequence(context.get(), request, &response));
+  if (!status.ok()) return status;
+  return response;
+}
+
+absl::StatusOr<v1::SequenceInfo> KvCacheClient::LoadSequence(const std::string& name,
+                                                             const std::string& sequence_id) const {
+  v1::LoadSequenceRequest request;
+  request.set_name(name);
+  request.set_sequence_id(sequence_id);
+  v1::SequenceInfo response;
+  // Without a new id the sequence keeps the one in the file, which the client cannot know: no
+  // key (one server serves it; the fleet's proxy refuses it, saying so).
+  auto context = CallContext(absl::Now() + options_.deadline, sequence_id);
+  absl::Status status = FromGrpcStatus(stub_->LoadSequence(context.get(), request, &response));
+  if (!status.ok()) return status;
+  return response;
+}
+
+absl::StatusOr<ExportResult> KvCacheClient::ExportSequence(const std::string& sequence_id,
+                                                           const ByteSink& sink,
+                                                           int64_t chunk_bytes) const {
+  v1::ExportSequenceRequest request;
+  request.set_sequence_id(sequence_id);
+  // Chunks that fit this client's receive limit, within what the server allows.
+  request.set_chunk_bytes(chunk_bytes != 0
+                              ? chunk_bytes
+                              : std::clamp<int64_t>(options_.max_message_bytes / 2,
+                                                    int64_t{4} << 10, int64_t{1} << 20));
+  auto context = CallContext(absl::Now() + options_.deadline, sequence_id);
+  std::unique_ptr<grpc::ClientReader<v1::SequenceChunk>> reader =
+      stub_->ExportSequence(context.get(), request);
+  ExportResult result;
+  absl::Status sunk;
+  v1::SequenceChunk chunk;
+  while (reader->Read(&chunk)) {
+    sunk = sink(chunk.data());
+    if (!sunk.ok()) {
+      // The sync API needs Finish before the reader goes; cancelling ends the stream at once.
+      context->TryCancel();
+      while (reader->Read(&chunk)) {
+      }
+      (void)reader->Finish();
+      return sunk;
+    }
+    result.bytes += static_cast<int64_t>(chunk.data().size());
+    ++result.chunks;
+  }
+  absl::Status status = FromGrpcStatus(reader->Finish());
+  if (!status.ok()) return status;
+  return result;
+}
+
+absl::StatusOr<v1::SequenceInfo> KvCacheClient::ImportSequence(
+    const ByteSource& source, const std::string& sequence_id,
+    std::optional<bool> share_with_source) const {
+  const size_t piece = static_cast<size_t>(
+      std::clamp<int64_t>(options_.max_message_bytes / 2, int64_t{4} << 10, kImportPieceBytes));
+  // The first piece before the call: without a new id, its header names the key to send.
+  v1::ImportSequenceRequest message;
+  std::string* data = message.mutable_data();
+  data->resize(piece);
+  absl::StatusOr<size_t> n = source(data->data(), piece);
+  if (!n.ok()) return n.status();
+  data->resize(*n);
+  std::string key_id = sequence_id;
+  if (key_id.empty()) {
+    absl::StatusOr<std::string> id = SnapshotSequenceId(*data);
+    if (!id.ok()) return id.status();
+    key_id = *std::move(id);
+  }
+  message.set_sequence_id(sequence_id);
+  if (share_with_source.has_value()) message.set_share_with_source(*share_with_source);
+  bool more = *n == piece;
+
+  v1::SequenceInfo response;
+  auto context = CallContext(absl::Now() + options_.deadline, key_id);
+  std::unique_ptr<grpc::ClientWriter<v1::ImportSequenceRequest>> writer =
+      stub_->ImportSequence(context.get(), &response);
+  // A failed Write means the server ended the call (it refused the bytes): Finish says why.
+  bool open = writer->Write(message);
+  while (open && more) {
+    message.Clear();
+    data = message.mutable_data();
+    data->resize(piece);
+    n = source(data->data(), piece);
+    if (!n.ok()) {
+      context->TryCancel();
+      (void)writer->Finish();
+      return n.status();
+    }
+    data->resize(*n);
+    more = *n == piece;
+    if (*n > 0) open = writer->Write(message);
+  }
+  if (open) (void)writer->WritesDone();
+  absl::Status status = FromGrpcStatus(writer->Finish());
+  if (!status.ok()) return status;
+  return response;
+}
+
+absl::StatusOr<v1::HandOffResponse> KvCacheClient::HandOff() const {
+  const v1::HandOffRequest request;
+  v1::HandOffResponse response;
+  // It acts on this server's sequences: no key.
+  auto context = CallContext(absl::Now() + options_.deadline, "");
+  absl::Status status = FromGrpcStatus(stub_->HandOff(context.get(), request, &response));
+  if (!status.ok()) return status;
+  return response;
 }
 
 }  // namespace attend::client

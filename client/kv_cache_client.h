@@ -11,18 +11,21 @@
 // for the fleet's proxy to hash on (nginx `hash ... consistent`; Envoy's ring hash on the header
 // works the same). A sequence's routing key is its id up to the first '/' (or the whole id),
 // so that it follows from the id alone (common/sequence_key.h has the rule). The key is that of
-// the sequence id for CreateSequence, Append, Truncate, Release and GetSequence; of the *source*
-// id for Fork (the fork shares the source's blocks, so it lives beside it: name forks
-// "<source key>/..."); and of the steps' ids for DecodeBatch, AppendBatch and DecodeStream (the
-// first message's, for a stream: the server refuses a later message of another key, so a stream
-// whose batches will mix keys should start with one that mixes them, which sends none). A Fork
-// whose new_id routes by another key, or a batch whose steps do not share one key, sends no key:
-// one server serves it, and through the fleet's proxy the server refuses it with the reason, since
-// no one replica is sure to hold them all. A CreateSequence without an id gets an id generated here
-// ("seq-" and 16 random hex digits), so that it routes like any other. ListSequences and Stats name
-// no sequence, send no key, and describe whichever server the call reached. A key that is not a
-// valid header value (empty, or outside printable ASCII) is not sent; the server refuses such ids
-// anyway.
+// the sequence id for CreateSequence, Append, Truncate, Release, GetSequence, SaveSequence and
+// ExportSequence; of the *source* id for Fork (the fork shares the source's blocks, so it lives
+// beside it: name forks "<source key>/..."); of the new id for LoadSequence (none when the
+// sequence keeps its saved id, which only the server's file holds) and ImportSequence (the id in
+// the snapshot's header when it keeps that one); and of the steps' ids for DecodeBatch,
+// AppendBatch and DecodeStream (the first message's, for a stream: the server refuses a later
+// message of another key, so a stream whose batches will mix keys should start with one that
+// mixes them, which sends none). A Fork whose new_id routes by another key, or a batch whose
+// steps do not share one key, sends no key: one server serves it, and through the fleet's proxy
+// the server refuses it with the reason, since no one replica is sure to hold them all. A
+// CreateSequence without an id gets an id generated here ("seq-" and 16 random hex digits), so
+// that it routes like any other. ListSequences and Stats name no sequence, send no key, and
+// describe whichever server the call reached; HandOff sends none either, and acts on that
+// server's sequences. A key that is not a valid header value (empty, or outside printable ASCII)
+// is not sent; the server refuses such ids anyway.
 //
 // Retries. Only the idempotent reads GetSequence, ListSequences (each page) and Stats are
 // retried, and only on UNAVAILABLE (the call did not reach a server, or the connection broke),
@@ -30,15 +33,16 @@
 // 100 ms, plus up to as long again while a broken connection is re-established). All attempts
 // of one call share its deadline: no retry starts when its backoff would end past the deadline
 // (the call then returns the last UNAVAILABLE), and a retry that runs out of time returns
-// DEADLINE_EXCEEDED, as gRPC's own retries do. Calls that change the cache
-// (CreateSequence, Append, DecodeBatch, DecodeStream, Fork, Truncate, Release) are never
-// retried: an UNAVAILABLE one may have been applied before the connection broke, and a second
-// Append would append the same tokens twice. The caller decides, e.g. by checking
-// GetSequence's layer_tokens. Before each retry the channel's reconnect backoff is reset
-// (grpc::experimental::ChannelResetConnectionBackoff) and the retry waits for the reconnection:
-// a channel whose connection attempt failed otherwise waits out gRPC's reconnect backoff (1 s,
-// growing) and fails every call at once meanwhile, so that retries 50 and 150 ms later could
-// never reach a server that came back.
+// DEADLINE_EXCEEDED, as gRPC's own retries do. Calls that change the cache (CreateSequence,
+// Append, DecodeBatch, DecodeStream, Fork, Truncate, Release, SaveSequence, LoadSequence,
+// ImportSequence, HandOff) are never retried: an UNAVAILABLE one may have been applied before
+// the connection broke, and a second Append would append the same tokens twice (ExportSequence
+// is not retried either: its sink took what came before the failure). The caller decides, e.g.
+// by checking GetSequence's layer_tokens. Before each retry the channel's reconnect backoff is
+// reset (grpc::experimental::ChannelResetConnectionBackoff) and the retry waits for the
+// reconnection: a channel whose connection attempt failed otherwise waits out gRPC's reconnect
+// backoff (1 s, growing) and fails every call at once meanwhile, so that retries 50 and 150 ms
+// later could never reach a server that came back.
 //
 // Thread-safety: a KvCacheClient may be used from many threads at once. A DecodeStream is
 // used by one thread at a time.
@@ -47,6 +51,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -54,6 +59,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "attend/v1/kv_cache.grpc.pb.h"
 #include "client/connection.h"
@@ -67,6 +73,28 @@ using ::attend::kSequenceKeyMetadata;
 
 // A new sequence id, "seq-" and 16 random hex digits, for a CreateSequence that names none.
 std::string GenerateSequenceId();
+
+// The sequence id in the header of snapshot bytes (an ExportSequence stream's, or a file
+// SaveSequence wrote): "ATTNSNAP", u32 format version, u32 header length, then the header,
+// which starts with the id as u32 length and bytes (core/kv_cache/snapshot_format.h), all
+// little-endian. `data` needs only those first 20 + length bytes. INVALID_ARGUMENT when it does
+// not start as a snapshot does.
+absl::StatusOr<std::string> SnapshotSequenceId(absl::string_view data);
+
+// Receives a stream's bytes in order; an error stops the stream.
+using ByteSink = std::function<absl::Status(absl::string_view bytes)>;
+// Fills up to `n` bytes of `dst` and returns how many: fewer than `n` only at the end.
+using ByteSource = std::function<absl::StatusOr<size_t>(char* dst, size_t n)>;
+
+// The most snapshot bytes one ImportSequence message carries (less when the connection's
+// max_message_bytes / 2 is less).
+inline constexpr int64_t kImportPieceBytes = int64_t{512} << 10;
+
+// What an ExportSequence delivered.
+struct ExportResult {
+  int64_t bytes = 0;
+  int64_t chunks = 0;
+};
 
 // How idempotent reads are retried on UNAVAILABLE. Attempt i + 1 waits
 // b = min(initial_backoff * multiplier^(i - 1), max_backoff) after attempt i, then up to b more
@@ -277,6 +305,43 @@ class KvCacheClient {
 
   // The cache's capacity, usage and eviction counters. Retried on UNAVAILABLE.
   absl::StatusOr<v1::CacheStats> Stats() const;
+
+  // Writes the sequence to the server's snapshot directory as `name` (default: the id).
+  // FAILED_PRECONDITION when the server has no --snapshot_dir.
+  absl::StatusOr<v1::SaveSequenceResponse> SaveSequence(const std::string& sequence_id,
+                                                        const std::string& name = "") const;
+
+  // Adds the sequence saved as `name`, under `sequence_id` (default: the id it was saved from).
+  // NOT_FOUND without such a file, DATA_LOSS for a damaged one, ALREADY_EXISTS,
+  // RESOURCE_EXHAUSTED. Through a fleet's proxy give `sequence_id`: without it the call sends
+  // no key, and the proxy's replica refuses it.
+  absl::StatusOr<v1::SequenceInfo> LoadSequence(const std::string& name,
+                                                const std::string& sequence_id = "") const;
+
+  // The sequence's snapshot bytes, handed to `sink` chunk by chunk in order; returns how many
+  // bytes and chunks. `chunk_bytes` 0: the connection's max_message_bytes / 2, within the
+  // server's 4 KiB .. 1 MiB. NOT_FOUND for an unknown id; an error of `sink` cancels the call
+  // and is returned as it is. The deadline bounds the whole stream. Not retried: `sink` has
+  // taken what came before a failure.
+  absl::StatusOr<ExportResult> ExportSequence(const std::string& sequence_id, const ByteSink& sink,
+                                              int64_t chunk_bytes = 0) const;
+
+  // Adds the sequence of the snapshot bytes `source` yields (an ExportSequence stream's, or a
+  // saved file's), sent in pieces of at most kImportPieceBytes, under `sequence_id` (default:
+  // the id it was exported from). `share_with_source` false copies the leading tokens a fork
+  // shared with its source instead of sharing them again (default: share). INVALID_ARGUMENT
+  // without a call when `sequence_id` is empty and the bytes do not start as a snapshot (their
+  // id is the routing key); the server's DATA_LOSS for damaged or truncated bytes, ALREADY_EXISTS,
+  // RESOURCE_EXHAUSTED. An error of `source` cancels the call and is returned as it is.
+  absl::StatusOr<v1::SequenceInfo> ImportSequence(
+      const ByteSource& source, const std::string& sequence_id = "",
+      std::optional<bool> share_with_source = std::nullopt) const;
+
+  // HandOff on the server this client reaches (send it to one replica, not through the proxy):
+  // moves its sequences to the replicas its --handoff_target maps their keys to. A sequence
+  // that could not move is in `failed`, and the call still succeeds. FAILED_PRECONDITION
+  // without --handoff_target.
+  absl::StatusOr<v1::HandOffResponse> HandOff() const;
 
  private:
   // Runs an idempotent unary call `call(context, response)` with retries on UNAVAILABLE.

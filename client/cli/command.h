@@ -93,7 +93,8 @@ std::vector<Command> AttentionCommands();
 // Commands of the Planner service: models, model, plan, cost.
 std::vector<Command> PlannerCommands();
 // The `seq` command group of the KvCache service (one command that dispatches on its first
-// positional argument: create, append, decode, fork, truncate, release, get, list, stats).
+// positional argument: create, append, decode, fork, truncate, release, get, list, stats, save,
+// load, export, import, hand-off).
 std::vector<Command> SeqCommands();
 // `bench`: latency and throughput of the server as a client sees them.
 std::vector<Command> BenchCommands();

@@ -1,5 +1,6 @@
 // The parts of the `attend seq <subcommand>` group (sequences of the server's KV cache: create,
-// append, decode, fork, truncate, release, get, list, stats) that its files share.
+// append, decode, fork, truncate, release, get, list, stats, save, load, export, import,
+// hand-off) that its files share.
 // seq_commands.cc holds the group and every subcommand but decode, which is in
 // seq_decode_command.cc.
 //

@@ -147,6 +147,60 @@ class FakeKvCache final : public v1::KvCache::Service {
     out->set_capacity_bytes(1 << 20);
     return Record("Stats", context);
   }
+  grpc::Status SaveSequence(grpc::ServerContext* context, const v1::SaveSequenceRequest* r,
+                            v1::SaveSequenceResponse* out) override {
+    out->set_name(r->name().empty() ? r->sequence_id() : r->name());
+    out->set_bytes(123);
+    return Record("SaveSequence", context);
+  }
+  grpc::Status LoadSequence(grpc::ServerContext* context, const v1::LoadSequenceRequest* r,
+                            v1::SequenceInfo* out) override {
+    out->set_sequence_id(r->sequence_id().empty() ? "from-file" : r->sequence_id());
+    return Record("LoadSequence", context);
+  }
+  // Three chunks: "ab", "cd", "e"; records the chunk size asked for.
+  grpc::Status ExportSequence(grpc::ServerContext* context, const v1::ExportSequenceRequest* r,
+                              grpc::ServerWriter<v1::SequenceChunk>* writer) override {
+    if (grpc::Status s = Record("ExportSequence", context); !s.ok()) return s;
+    export_chunk_bytes = r->chunk_bytes();
+    for (const char* data : {"ab", "cd", "e"}) {
+      v1::SequenceChunk chunk;
+      chunk.set_data(data);
+      if (!writer->Write(chunk)) break;
+    }
+    return grpc::Status::OK;
+  }
+  // Records each message's size and the first message's fields; answers with the bytes' size.
+  grpc::Status ImportSequence(grpc::ServerContext* context,
+                              grpc::ServerReader<v1::ImportSequenceRequest>* reader,
+                              v1::SequenceInfo* out) override {
+    if (grpc::Status s = Record("ImportSequence", context); !s.ok()) return s;
+    v1::ImportSequenceRequest request;
+    std::lock_guard<std::mutex> lock(mu_);
+    import_pieces.clear();
+    import_first = {};
+    int64_t bytes = 0;
+    while (reader->Read(&request)) {
+      if (import_pieces.empty()) {
+        import_first = request;
+        import_first.clear_data();
+      }
+      import_pieces.push_back(request.data().size());
+      bytes += static_cast<int64_t>(request.data().size());
+    }
+    out->set_sequence_id(import_first.sequence_id());
+    out->set_bytes(bytes);
+    return grpc::Status::OK;
+  }
+  grpc::Status HandOff(grpc::ServerContext* context, const v1::HandOffRequest*,
+                       v1::HandOffResponse* out) override {
+    out->set_moved(2);
+    return Record("HandOff", context);
+  }
+
+  std::atomic<int64_t> export_chunk_bytes{0};
+  std::vector<size_t> import_pieces;       // guarded by mu_ while a call runs
+  v1::ImportSequenceRequest import_first;  // without its data
 
  private:
   static void Answer(const v1::DecodeBatchRequest& request, v1::DecodeBatchResponse* response) {
@@ -290,6 +344,104 @@ TEST_F(KvCacheClientFakeTest, EveryCallNamingASequenceSendsItsKey) {
       {"GetSequence", std::nullopt},
       {"GetSequence", "family"},
       {"Release", "family"}};
+  const std::vector<FakeKvCache::Call> calls = fake_.calls();
+  ASSERT_EQ(calls.size(), expected.size());
+  for (size_t i = 0; i < calls.size(); ++i) {
+    EXPECT_EQ(calls[i].method, expected[i].first) << "call " << i;
+    EXPECT_EQ(calls[i].key, expected[i].second) << calls[i].method;
+    EXPECT_LE(calls[i].key_count, 1u) << calls[i].method;
+  }
+}
+
+// The start of a snapshot whose header names `id`: "ATTNSNAP", version 1, a header length, then
+// the id's length and bytes (client::SnapshotSequenceId reads no further).
+std::string SnapshotStart(const std::string& id) {
+  std::string out = "ATTNSNAP";
+  for (uint32_t v : {1u, 100u, static_cast<uint32_t>(id.size())}) {
+    for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  }
+  return out + id;
+}
+
+// A ByteSource over `data`.
+client::ByteSource SourceOf(const std::string& data) {
+  auto at = std::make_shared<size_t>(0);
+  return [data, at](char* dst, size_t n) -> absl::StatusOr<size_t> {
+    const size_t k = std::min(n, data.size() - *at);
+    std::copy_n(data.data() + *at, k, dst);
+    *at += k;
+    return k;
+  };
+}
+
+TEST(SnapshotSequenceIdTest, ReadsTheIdFromTheHeaderOrSaysWhyNot) {
+  auto id = client::SnapshotSequenceId(SnapshotStart("chat-1/b") + "rest");
+  ASSERT_OK(id);
+  EXPECT_EQ(*id, "chat-1/b");
+  EXPECT_THAT(client::SnapshotSequenceId("ATTNSNAX" + std::string(20, '\0')),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(client::SnapshotSequenceId("ATTNSNAP"), StatusIs(absl::StatusCode::kInvalidArgument));
+  const std::string cut = SnapshotStart("chat-1");
+  EXPECT_THAT(client::SnapshotSequenceId(cut.substr(0, cut.size() - 1)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(client::SnapshotSequenceId(SnapshotStart("")),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+// Save, export and import send the key of the sequence they name (an import without an id: the
+// one in the bytes' header); a load without an id and HandOff send none. An import goes in
+// pieces of at most 512 KiB, the first carrying the id and share_with_source.
+TEST_F(KvCacheClientFakeTest, TransferCallsSendTheirKeysAndImportsGoInPieces) {
+  KvCacheClient kv = Client();
+  auto saved = kv.SaveSequence("s/1", "snap");
+  ASSERT_OK(saved);
+  EXPECT_EQ(saved->name(), "snap");
+  ASSERT_OK(kv.LoadSequence("snap"));
+  ASSERT_OK(kv.LoadSequence("snap", "l/2"));
+  std::string exported;
+  auto result = kv.ExportSequence("e-1", [&](absl::string_view b) {
+    exported.append(b.data(), b.size());
+    return absl::OkStatus();
+  });
+  ASSERT_OK(result);
+  EXPECT_EQ(exported, "abcde");
+  EXPECT_EQ(result->bytes, 5);
+  EXPECT_EQ(result->chunks, 3);
+  EXPECT_EQ(fake_.export_chunk_bytes, int64_t{1} << 20);  // 64 MiB / 2, at most 1 MiB
+  // A sink's error stops the stream and is returned as it is.
+  EXPECT_THAT(
+      kv.ExportSequence("e-2", [](absl::string_view) { return absl::DataLossError("disk full"); }),
+      StatusIs(absl::StatusCode::kDataLoss));
+
+  const std::string big = SnapshotStart("h/3") + std::string((int64_t{1} << 20) + 5, 'x');
+  auto imported = kv.ImportSequence(SourceOf(big));
+  ASSERT_OK(imported);
+  EXPECT_EQ(imported->bytes(), static_cast<int64_t>(big.size()));
+  {
+    std::vector<size_t> pieces = fake_.import_pieces;
+    ASSERT_EQ(pieces.size(), 3u);
+    EXPECT_EQ(pieces[0], 512u << 10);
+    EXPECT_EQ(pieces[1], 512u << 10);
+    EXPECT_EQ(fake_.import_first.sequence_id(), "");
+    EXPECT_FALSE(fake_.import_first.has_share_with_source());
+  }
+  ASSERT_OK(kv.ImportSequence(SourceOf("any bytes"), "i/4", false));
+  EXPECT_EQ(fake_.import_pieces, std::vector<size_t>{9});
+  EXPECT_EQ(fake_.import_first.sequence_id(), "i/4");
+  EXPECT_TRUE(fake_.import_first.has_share_with_source());
+  EXPECT_FALSE(fake_.import_first.share_with_source());
+  // Without an id, bytes that are no snapshot have no key to send: refused before any call.
+  EXPECT_THAT(kv.ImportSequence(SourceOf("not a snapshot, and long enough")),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  auto handed = kv.HandOff();
+  ASSERT_OK(handed);
+  EXPECT_EQ(handed->moved(), 2);
+
+  using Key = std::optional<std::string>;
+  const std::vector<std::pair<std::string, Key>> expected = {
+      {"SaveSequence", "s"},     {"LoadSequence", std::nullopt}, {"LoadSequence", "l"},
+      {"ExportSequence", "e-1"}, {"ExportSequence", "e-2"},      {"ImportSequence", "h"},
+      {"ImportSequence", "i"},   {"HandOff", std::nullopt}};
   const std::vector<FakeKvCache::Call> calls = fake_.calls();
   ASSERT_EQ(calls.size(), expected.size());
   for (size_t i = 0; i < calls.size(); ++i) {

@@ -1,8 +1,15 @@
 // `attend seq <subcommand>` against a real server with a small KV cache: each subcommand's
 // tables, --json read back (into the API's messages, or google.protobuf.Struct for the CLI's
 // own objects), .npy round trips checked against the reference attention, help, and the exit
-// codes of usage, local-file, server and connection errors.
+// codes of usage, local-file, server and connection errors; save / load, export / import
+// through files, and hand-off between two servers.
+#include <stdlib.h>
+
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
 #include <random>
 #include <regex>
 #include <sstream>
@@ -14,6 +21,7 @@
 #include "attend/v1/kv_cache.pb.h"
 #include "client/cli/cli.h"
 #include "client/cli/command.h"
+#include "client/cli/format.h"
 #include "client/kv_cache_client.h"
 #include "client/npy.h"
 #include "core/attention/testing/reference_attention.h"
@@ -34,6 +42,24 @@ Message ParseJson(const std::string& json) {
   const auto status = google::protobuf::util::JsonStringToMessage(json, &message);
   EXPECT_TRUE(status.ok()) << status << "\n" << json;
   return message;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+bool Exists(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::exists(path, ec);
+}
+
+// A new empty directory under the test's temporary directory.
+std::string NewTempDir(const std::string& prefix) {
+  std::string pattern = ::testing::TempDir() + "/" + prefix + "-XXXXXX";
+  const char* dir = mkdtemp(pattern.data());
+  EXPECT_NE(dir, nullptr);
+  return pattern;
 }
 
 const google::protobuf::Value& Field(const google::protobuf::Struct& s, const std::string& name) {
@@ -493,6 +519,355 @@ TEST_F(SeqCliTest, AnUnreachableServerExitsThree) {
   EXPECT_EQ(cli::RunCli({"--target", "127.0.0.1:1", "--deadline", "2", "seq", "get", "--id", "x"},
                         out, err),
             cli::kExitConnection);
+}
+
+// --- save, load, export, import, hand-off ------------------------------------------------------
+
+// This server has no snapshot directory and no hand-off target: the calls that need them fail
+// FAILED_PRECONDITION saying which flag is missing, as server errors (exit 4).
+TEST_F(SeqCliTest, SaveLoadAndHandOffNeedTheServersDirectoryAndTarget) {
+  Create("p-none");
+  EXPECT_EQ(Run({"seq", "save", "--id", "p-none"}), cli::kExitServerError);
+  EXPECT_THAT(err_.str(), HasSubstr("error: FAILED_PRECONDITION: SaveSequence: this server has no "
+                                    "snapshot directory (start it with --snapshot_dir)"));
+  EXPECT_EQ(Run({"seq", "load", "--name", "p-none"}), cli::kExitServerError);
+  EXPECT_THAT(err_.str(), HasSubstr("FAILED_PRECONDITION: LoadSequence: this server has no "
+                                    "snapshot directory"));
+  EXPECT_EQ(Run({"seq", "hand-off"}), cli::kExitServerError);
+  EXPECT_THAT(err_.str(), HasSubstr("error: FAILED_PRECONDITION: HandOff: this server has no "
+                                    "--handoff_target (the fleet's proxy address)"));
+  EXPECT_EQ(out_.str(), "");
+  EXPECT_EQ(Run({"-o", "json", "seq", "hand-off"}), cli::kExitServerError);
+  EXPECT_THAT(err_.str(), HasSubstr("FAILED_PRECONDITION"));
+}
+
+TEST_F(SeqCliTest, ExportThenImportUnderANewIdKeepsTheTokens) {
+  Create("x-src");
+  ASSERT_EQ(Run({"seq", "append", "--id", "x-src", "--layer", "0", "--n", "40"}), cli::kExitOk);
+  ASSERT_EQ(Run({"seq", "append", "--id", "x-src", "--layer", "1", "--n", "36"}), cli::kExitOk);
+  const std::string dir = NewTempDir("seq-export");
+  const std::string file = dir + "/x-src.attnsnap";
+  // A small message limit makes several chunks (and several import messages).
+  ASSERT_EQ(Run({"--max_message_bytes", "16384", "seq", "export", "--id", "x-src", "--out", file}),
+            cli::kExitOk)
+      << err_.str();
+  const std::string bytes = ReadFile(file);
+  ASSERT_GT(bytes.size(), 8192u);
+  EXPECT_EQ(bytes.substr(0, 8), "ATTNSNAP");
+  EXPECT_FALSE(Exists(file + ".tmp"));
+  EXPECT_THAT(out_.str(), HasSubstr(absl::StrCat("exported 'x-src' to ", file, ": ")));
+  EXPECT_THAT(out_.str(), HasSubstr(absl::StrCat(cli::Count(static_cast<int64_t>(bytes.size())),
+                                                 " bytes) in ")));
+  EXPECT_THAT(out_.str(), HasSubstr(" chunks"));
+
+  // JSON, and --out - (the bytes on stdout, nothing else).
+  ASSERT_EQ(Run({"--json", "--max_message_bytes", "16384", "seq", "export", "--id", "x-src",
+                 "--out", file}),
+            cli::kExitOk)
+      << err_.str();
+  const auto json = ParseJson<google::protobuf::Struct>(out_.str());
+  EXPECT_EQ(Field(json, "sequence_id").string_value(), "x-src");
+  EXPECT_EQ(Field(json, "out").string_value(), file);
+  EXPECT_EQ(Field(json, "bytes").number_value(), static_cast<double>(bytes.size()));
+  EXPECT_GE(Field(json, "chunks").number_value(), 2);
+  ASSERT_EQ(Run({"seq", "export", "--id", "x-src", "--out", "-"}), cli::kExitOk) << err_.str();
+  // The same rows of the same moment; the header's times may differ, the size does not.
+  EXPECT_EQ(out_.str().size(), bytes.size());
+  EXPECT_EQ(out_.str().substr(0, 8), "ATTNSNAP");
+  EXPECT_EQ(err_.str(), "");
+
+  ASSERT_EQ(Run({"--max_message_bytes", "16384", "seq", "import", "--in", file, "--id", "x-copy"}),
+            cli::kExitOk)
+      << err_.str();
+  EXPECT_THAT(out_.str(), HasSubstr(absl::StrCat("imported ", file, " as 'x-copy'")));
+  EXPECT_THAT(out_.str(), HasSubstr("36 in every layer"));
+  EXPECT_TRUE(std::regex_search(out_.str(), std::regex(R"(\n\s*0\s+40\n\s*1\s+36\n)")))
+      << out_.str();
+  ASSERT_EQ(Run({"--json", "seq", "get", "--id", "x-src"}), cli::kExitOk);
+  const auto source = ParseJson<v1::SequenceInfo>(out_.str());
+  ASSERT_EQ(Run({"--json", "seq", "get", "--id", "x-copy"}), cli::kExitOk);
+  const auto copy = ParseJson<v1::SequenceInfo>(out_.str());
+  EXPECT_EQ(copy.tokens(), source.tokens());
+  EXPECT_EQ(std::vector<int64_t>(copy.layer_tokens().begin(), copy.layer_tokens().end()),
+            (std::vector<int64_t>{40, 36}));
+  EXPECT_EQ(copy.bytes(), source.bytes());
+  EXPECT_EQ(copy.config().SerializeAsString(), source.config().SerializeAsString());
+
+  // Without --id the sequence keeps the id in the file: taken while the source is here.
+  EXPECT_EQ(Run({"seq", "import", "--in", file}), cli::kExitServerError);
+  EXPECT_THAT(err_.str(), HasSubstr("ALREADY_EXISTS"));
+  ASSERT_EQ(Run({"seq", "release", "--id", "x-src"}), cli::kExitOk);
+  ASSERT_EQ(Run({"--json", "seq", "import", "--in", file, "--no_share"}), cli::kExitOk)
+      << err_.str();
+  const auto back = ParseJson<v1::SequenceInfo>(out_.str());
+  EXPECT_EQ(back.sequence_id(), "x-src");
+  EXPECT_EQ(back.tokens(), 36);
+}
+
+TEST_F(SeqCliTest, ImportOfATruncatedFileFailsWithDataLossAndCreatesNothing) {
+  Create("t-src");
+  ASSERT_EQ(Run({"seq", "append", "--id", "t-src", "--layer", "0", "--n", "20"}), cli::kExitOk);
+  ASSERT_EQ(Run({"seq", "append", "--id", "t-src", "--layer", "1", "--n", "20"}), cli::kExitOk);
+  const std::string dir = NewTempDir("seq-truncated");
+  const std::string whole = dir + "/whole.attnsnap", cut = dir + "/cut.attnsnap";
+  ASSERT_EQ(Run({"seq", "export", "--id", "t-src", "--out", whole}), cli::kExitOk) << err_.str();
+  const std::string bytes = ReadFile(whole);
+  ASSERT_GT(bytes.size(), 200u);
+  {
+    std::ofstream out(cut, std::ios::binary);
+    out << bytes.substr(0, bytes.size() / 2);
+  }
+  // Under a new id, and (the source gone) under the id in the file: nothing is created.
+  EXPECT_EQ(Run({"seq", "import", "--in", cut, "--id", "t-cut"}), cli::kExitServerError);
+  EXPECT_THAT(err_.str(), HasSubstr("error: DATA_LOSS: ")) << err_.str();
+  EXPECT_THAT(err_.str(), HasSubstr("truncated")) << err_.str();
+  EXPECT_EQ(out_.str(), "");
+  ASSERT_EQ(Run({"--json", "seq", "list"}), cli::kExitOk);
+  const auto listed = ParseJson<v1::ListSequencesResponse>(out_.str());
+  ASSERT_EQ(listed.sequences_size(), 1);
+  EXPECT_EQ(listed.sequences(0).sequence_id(), "t-src");
+  EXPECT_EQ(Run({"seq", "get", "--id", "t-cut"}), cli::kExitServerError);
+  ASSERT_EQ(Run({"seq", "release", "--id", "t-src"}), cli::kExitOk);
+  EXPECT_EQ(Run({"seq", "import", "--in", cut}), cli::kExitServerError);
+  EXPECT_THAT(err_.str(), HasSubstr("error: DATA_LOSS: ")) << err_.str();
+  ASSERT_EQ(Run({"seq", "list"}), cli::kExitOk);
+  EXPECT_EQ(out_.str(), "no sequences\n");
+
+  // Bytes that are no snapshot: without --id the CLI cannot read an id from them (a local
+  // error, no call); with one the server refuses them. A missing file is a local error.
+  const std::string junk = dir + "/junk.bin";
+  {
+    std::ofstream out(junk, std::ios::binary);
+    out << std::string(100, 'x');
+  }
+  EXPECT_EQ(Run({"seq", "import", "--in", junk}), cli::kExitLocalError);
+  EXPECT_THAT(err_.str(), HasSubstr("not an attend snapshot"));
+  EXPECT_THAT(err_.str(), HasSubstr(junk));
+  EXPECT_EQ(Run({"seq", "import", "--in", junk, "--id", "t-junk"}), cli::kExitServerError);
+  EXPECT_THAT(err_.str(), HasSubstr("INVALID_ARGUMENT"));
+  EXPECT_EQ(Run({"seq", "import", "--in", dir + "/missing.attnsnap"}), cli::kExitLocalError);
+  EXPECT_THAT(err_.str(), HasSubstr("no such file"));
+  ASSERT_EQ(Run({"seq", "list"}), cli::kExitOk);
+  EXPECT_EQ(out_.str(), "no sequences\n");
+}
+
+TEST_F(SeqCliTest, ExportOfAnUnknownIdFailsNotFoundAndLeavesNoFile) {
+  const std::string dir = NewTempDir("seq-unknown");
+  const std::string file = dir + "/nobody.attnsnap";
+  EXPECT_EQ(Run({"seq", "export", "--id", "nobody", "--out", file}), cli::kExitServerError);
+  EXPECT_THAT(err_.str(), HasSubstr("error: NOT_FOUND: "));
+  EXPECT_THAT(err_.str(), HasSubstr("nobody"));
+  EXPECT_EQ(out_.str(), "");
+  EXPECT_FALSE(Exists(file));
+  EXPECT_FALSE(Exists(file + ".tmp"));
+  EXPECT_TRUE(std::filesystem::is_empty(dir));
+  // An existing file of that name is left as it was.
+  {
+    std::ofstream out(file, std::ios::binary);
+    out << "keep";
+  }
+  EXPECT_EQ(Run({"seq", "export", "--id", "nobody", "--out", file}), cli::kExitServerError);
+  EXPECT_EQ(ReadFile(file), "keep");
+  EXPECT_FALSE(Exists(file + ".tmp"));
+  // A directory that does not exist: a local error.
+  Create("u-here");
+  EXPECT_EQ(Run({"seq", "export", "--id", "u-here", "--out", dir + "/no/such/dir/f"}),
+            cli::kExitLocalError);
+  EXPECT_THAT(err_.str(), HasSubstr(dir + "/no/such/dir/f"));
+}
+
+TEST_F(SeqCliTest, TransferUsageErrorsAndHelp) {
+  EXPECT_EQ(Run({"seq", "save"}), cli::kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("'attend seq save' needs --id"));
+  EXPECT_EQ(Run({"seq", "load"}), cli::kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("'attend seq load' needs --name"));
+  EXPECT_EQ(Run({"seq", "export", "--id", "x"}), cli::kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("'attend seq export' needs --out"));
+  EXPECT_EQ(Run({"seq", "export", "--out", "f"}), cli::kExitUsage);
+  EXPECT_EQ(Run({"seq", "import"}), cli::kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("'attend seq import' needs --in"));
+  EXPECT_EQ(Run({"seq", "import", "--in", "f", "--name", "n"}), cli::kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("--name is not a flag of 'attend seq import'"));
+  EXPECT_EQ(Run({"seq", "hand-off", "--id", "x"}), cli::kExitUsage);
+  EXPECT_EQ(Run({"seq", "hand_off"}), cli::kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("hand-off"));
+
+  ASSERT_EQ(Run({"seq", "--help"}), cli::kExitOk);
+  for (const char* sub : {"save", "load", "export", "import", "hand-off"}) {
+    EXPECT_TRUE(std::regex_search(out_.str(), std::regex(absl::StrCat(R"(\n  )", sub, R"(\s+\w)"))))
+        << sub;
+  }
+  for (const char* sub : {"save", "load", "export", "import", "hand-off"}) {
+    ASSERT_EQ(Run({"seq", sub, "--help"}), cli::kExitOk) << sub;
+    EXPECT_THAT(out_.str(), HasSubstr(absl::StrCat("usage: attend seq ", sub))) << sub;
+    EXPECT_THAT(out_.str(), HasSubstr("Examples:\n  attend ")) << sub;
+  }
+  ASSERT_EQ(Run({"seq", "import", "--help"}), cli::kExitOk);
+  EXPECT_THAT(out_.str(), HasSubstr("--no_share"));
+  EXPECT_THAT(out_.str(), Not(HasSubstr("--layers")));
+  // Completion offers the new subcommands and their flags.
+  ASSERT_EQ(Run({"completion", "bash"}), cli::kExitOk);
+  EXPECT_THAT(out_.str(), HasSubstr("save load export import hand-off"));
+  EXPECT_THAT(out_.str(), HasSubstr("hand-off) words="));
+  EXPECT_THAT(out_.str(), HasSubstr("import) words=\"--in --id --no_share"));
+}
+
+// Two servers with snapshot directories: A hands off to B (standing in for the fleet's proxy,
+// as in tests/server/snapshot_service_test.cc).
+class SeqTransferCliTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    server::ServerOptions b = Options();
+    b.snapshot_dir = NewTempDir("seq-cli-b");
+    auto started_b = server::AttendServer::Start(b);
+    ASSERT_TRUE(started_b.ok()) << started_b.status();
+    b_ = started_b->release();
+    server::ServerOptions a = Options();
+    a.snapshot_dir = NewTempDir("seq-cli-a");
+    a.handoff_target = Target(b_);
+    auto started_a = server::AttendServer::Start(a);
+    ASSERT_TRUE(started_a.ok()) << started_a.status();
+    a_ = started_a->release();
+  }
+  static void TearDownTestSuite() {
+    delete a_;
+    delete b_;
+    a_ = b_ = nullptr;
+  }
+  static server::ServerOptions Options() {
+    server::ServerOptions options = ::attend::testing::SmallServerOptions();
+    options.kv_cache.capacity_bytes = 4 << 20;
+    options.kv_cache.block_bytes = 4 << 10;
+    return options;
+  }
+  static std::string Target(const server::AttendServer* s) {
+    return absl::StrCat("127.0.0.1:", s->port());
+  }
+
+  void TearDown() override {
+    for (const server::AttendServer* s : {a_, b_}) {
+      client::ConnectionOptions options;
+      options.target = Target(s);
+      const client::KvCacheClient kv(client::Connect(options), options);
+      auto all = kv.ListAllSequences();
+      ASSERT_OK(all);
+      for (const v1::SequenceInfo& info : *all) EXPECT_OK(kv.Release(info.sequence_id()));
+    }
+  }
+
+  int RunAt(const server::AttendServer* s, std::vector<std::string> tokens) {
+    tokens.insert(tokens.begin(), {"--target", Target(s)});
+    out_.str("");
+    err_.str("");
+    return cli::RunCli(tokens, out_, err_);
+  }
+
+  // A sequence of 2 layers with `n` tokens in each.
+  void CreateAt(const server::AttendServer* s, const std::string& id, int n) {
+    ASSERT_EQ(RunAt(s, {"seq", "create", "--id", id, "--n_head", "4", "--n_head_kv", "2",
+                        "--head_dim", "8", "--kv_dtype", "f32"}),
+              cli::kExitOk)
+        << err_.str();
+    for (const char* layer : {"0", "1"}) {
+      ASSERT_EQ(RunAt(s, {"seq", "append", "--id", id, "--layer", layer, "--n", absl::StrCat(n)}),
+                cli::kExitOk)
+          << err_.str();
+    }
+  }
+
+  v1::SequenceInfo GetAt(const server::AttendServer* s, const std::string& id) {
+    EXPECT_EQ(RunAt(s, {"--json", "seq", "get", "--id", id}), cli::kExitOk) << err_.str();
+    return ParseJson<v1::SequenceInfo>(out_.str());
+  }
+
+  inline static server::AttendServer* a_ = nullptr;
+  inline static server::AttendServer* b_ = nullptr;
+  std::ostringstream out_, err_;
+};
+
+TEST_F(SeqTransferCliTest, SaveThenLoadRoundTrip) {
+  CreateAt(a_, "r-1", 37);
+  const v1::SequenceInfo before = GetAt(a_, "r-1");
+  ASSERT_EQ(RunAt(a_, {"seq", "save", "--id", "r-1", "--name", "r-1-v1"}), cli::kExitOk)
+      << err_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("saved 'r-1' as 'r-1-v1' in the server's snapshot directory"));
+  EXPECT_THAT(out_.str(), HasSubstr("attend seq load --name r-1-v1"));
+  ASSERT_EQ(RunAt(a_, {"--json", "seq", "save", "--id", "r-1"}), cli::kExitOk) << err_.str();
+  const auto saved = ParseJson<v1::SaveSequenceResponse>(out_.str());
+  EXPECT_EQ(saved.name(), "r-1");  // the id by default
+  EXPECT_GT(saved.bytes(), 37 * 2 * 128);
+  EXPECT_GE(saved.seconds(), 0);
+
+  // Under a new id beside the original, then under the saved id once that one is gone.
+  ASSERT_EQ(RunAt(a_, {"seq", "load", "--name", "r-1-v1", "--id", "r-2"}), cli::kExitOk)
+      << err_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("loaded 'r-1-v1' as 'r-2'"));
+  EXPECT_THAT(out_.str(), HasSubstr("37 in every layer"));
+  const v1::SequenceInfo loaded = GetAt(a_, "r-2");
+  EXPECT_EQ(loaded.tokens(), before.tokens());
+  EXPECT_EQ(std::vector<int64_t>(loaded.layer_tokens().begin(), loaded.layer_tokens().end()),
+            std::vector<int64_t>(before.layer_tokens().begin(), before.layer_tokens().end()));
+  EXPECT_EQ(loaded.bytes(), before.bytes());
+  EXPECT_EQ(loaded.config().SerializeAsString(), before.config().SerializeAsString());
+  EXPECT_EQ(RunAt(a_, {"seq", "load", "--name", "r-1-v1"}), cli::kExitServerError);
+  EXPECT_THAT(err_.str(), HasSubstr("ALREADY_EXISTS"));
+  ASSERT_EQ(RunAt(a_, {"seq", "release", "--id", "r-1"}), cli::kExitOk);
+  ASSERT_EQ(RunAt(a_, {"--json", "seq", "load", "--name", "r-1-v1"}), cli::kExitOk) << err_.str();
+  const auto again = ParseJson<v1::SequenceInfo>(out_.str());
+  EXPECT_EQ(again.sequence_id(), "r-1");
+  EXPECT_EQ(again.tokens(), 37);
+
+  EXPECT_EQ(RunAt(a_, {"seq", "load", "--name", "never-saved"}), cli::kExitServerError);
+  EXPECT_THAT(err_.str(), HasSubstr("error: NOT_FOUND: "));
+  EXPECT_EQ(RunAt(a_, {"seq", "save", "--id", "nobody"}), cli::kExitServerError);
+  EXPECT_THAT(err_.str(), HasSubstr("NOT_FOUND"));
+}
+
+TEST_F(SeqTransferCliTest, HandOffMovesEverySequenceToTheTarget) {
+  std::map<std::string, v1::SequenceInfo> before;
+  for (int i = 0; i < 3; ++i) {
+    const std::string id = absl::StrCat("k", i, "/s");
+    CreateAt(a_, id, 20 + 7 * i);
+    before[id] = GetAt(a_, id);
+  }
+  ASSERT_EQ(RunAt(a_, {"seq", "hand-off"}), cli::kExitOk) << err_.str();
+  const std::string out = out_.str();
+  EXPECT_THAT(out, HasSubstr(absl::StrCat("hand-off of ", Target(a_))));
+  EXPECT_TRUE(std::regex_search(out, std::regex(R"(\n\s*moved\s+3 sequences)"))) << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex(R"(\n\s*kept\s+0 sequences)"))) << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex(R"(\n\s*failed\s+0 sequences)"))) << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex(R"(\n\s*sent\s+\S+ \S+)"))) << out;
+  EXPECT_EQ(err_.str(), "");
+  ASSERT_EQ(RunAt(a_, {"seq", "list"}), cli::kExitOk);
+  EXPECT_EQ(out_.str(), "no sequences\n");
+  for (const auto& [id, info] : before) {
+    const v1::SequenceInfo moved = GetAt(b_, id);
+    EXPECT_EQ(moved.tokens(), info.tokens()) << id;
+    EXPECT_EQ(moved.bytes(), info.bytes()) << id;
+  }
+
+  // JSON: the response. A sequence whose id is taken on the receiver stays, named, and the exit
+  // code says so.
+  CreateAt(a_, "k0/s", 5);
+  CreateAt(a_, "k9/s", 6);
+  ASSERT_EQ(RunAt(a_, {"-o", "json", "seq", "hand-off"}), cli::kExitServerError);
+  const auto response = ParseJson<v1::HandOffResponse>(out_.str());
+  EXPECT_EQ(response.moved(), 1);
+  EXPECT_EQ(response.kept(), 0);
+  ASSERT_EQ(response.failed_size(), 1);
+  EXPECT_EQ(response.failed(0).sequence_id(), "k0/s");
+  EXPECT_GT(response.bytes(), 0);
+  EXPECT_THAT(err_.str(), HasSubstr("1 sequence could not move"));
+  EXPECT_EQ(GetAt(a_, "k0/s").tokens(), 5);  // still here, serving
+  EXPECT_EQ(GetAt(b_, "k9/s").tokens(), 6);
+
+  ASSERT_EQ(RunAt(a_, {"seq", "hand-off"}), cli::kExitServerError);
+  EXPECT_TRUE(std::regex_search(out_.str(), std::regex(R"(\n\s*moved\s+0 sequences)")))
+      << out_.str();
+  EXPECT_TRUE(std::regex_search(out_.str(), std::regex(R"(\n\s*failed\s+1 sequence\b)")))
+      << out_.str();
+  EXPECT_TRUE(std::regex_search(out_.str(), std::regex(R"(\n\s*'k0/s': .*already)"))) << out_.str();
+  EXPECT_THAT(err_.str(), HasSubstr("error: 1 sequence could not move"));
 }
 
 }  // namespace
