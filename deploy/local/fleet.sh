@@ -5,6 +5,8 @@
 #   bash deploy/local/fleet.sh start [--replicas N] [--port P] [--tls_port T --tls_cert PEM
 #                                     --tls_key PEM] [-- <attend-server flags>...]
 #   bash deploy/local/fleet.sh status [--port P]
+#   bash deploy/local/fleet.sh restart [--port P]
+#   bash deploy/local/fleet.sh scale N [--port P]
 #   bash deploy/local/fleet.sh stop [--port P]
 #
 # start prints one line per endpoint, once every replica's health is SERVING and the proxy
@@ -12,8 +14,24 @@
 #   proxy 127.0.0.1:P
 #   proxy_tls 127.0.0.1:T                               (with --tls_port only)
 #   replica 127.0.0.1:PORT metrics 127.0.0.1:PORT       (one per replica)
-# Flags after `--` go to every replica, e.g. `-- --kv_cache_bytes=1GiB`; --address and
-# --metrics_address are the script's (refused after `--`, with one dash or two).
+# Flags after `--` go to every replica, e.g. `-- --kv_cache_bytes=1GiB`; --address,
+# --metrics_address, --handoff_target and --snapshot_dir are the script's (refused after `--`,
+# with one dash or two): every replica hands its sequences off through the proxy
+# (--handoff_target=127.0.0.1:P), and replicas cannot share one snapshot directory.
+#
+# restart and scale change the fleet without losing a sequence. Each sequence moves to the
+# replica that nginx's consistent hash maps its key to once the change is made (KvCache.HandOff,
+# through the proxy; clients see at most a few refusals saying the sequence is moving, which the
+# Python client's move_wait sends again):
+#   restart  one replica at a time: take it out of nginx's list (reload), hand its sequences
+#            off to the others, stop it, start it again on the same ports with the same flags
+#            and binary as now (a rolling upgrade: rebuild, then restart), put it back (reload),
+#            and have every other replica hand over what now maps to it.
+#   scale N  N > now: start the new replicas, add them (reload), and the old ones hand over what
+#            maps to the new ones. N < now: take the newest replicas out (reload), they hand all
+#            their sequences to the others, then stop.
+# A hand-off that leaves a sequence behind stops the change where it is, with the replica that
+# still holds it in nginx's list (exit 1): nothing is lost, and the command may be run again.
 # Numbers (--replicas 1..64, --port, --tls_port) are decimal, without leading zeros.
 #
 # Defaults: 3 replicas, port 50051. Binaries: $ATTEND_SERVER and $ATTEND_CLI, else
@@ -23,7 +41,8 @@
 # stop and status need the same --port (or ATTEND_FLEET_DIR) as start.
 #
 # Exit status: status 0 when every process of the fleet runs, 1 when one is gone (or nginx's
-# master is gone and its workers are left: "orphaned"), 3 when there is no fleet there. stop is
+# master is gone and its workers are left: "orphaned"), 3 when there is no fleet there (restart
+# and scale too). stop is
 # idempotent: 0 when it ended the fleet and also when there was none to end ("no fleet in DIR",
 # e.g. already stopped, or a --port that names no fleet); check with status first when a wrong
 # --port matters. Bad arguments: 1 (2 for usage).
@@ -39,6 +58,7 @@ set -euo pipefail
 readonly MARKER=.attend-fleet
 readonly STOP_WAIT_SECONDS=30
 readonly START_WAIT_SECONDS=30
+readonly RELOAD_WAIT_SECONDS=30
 
 script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo_dir=$(cd "$script_dir/../.." && pwd)
@@ -179,6 +199,11 @@ parse_flags() {
       -address|-address=*|--address|--address=*|-metrics_address|-metrics_address=*|\
       --metrics_address|--metrics_address=*)
         die "$flag: the fleet chooses the replicas' addresses" ;;
+      -handoff_target|-handoff_target=*|--handoff_target|--handoff_target=*)
+        die "$flag: the fleet's replicas hand their sequences off through its proxy" ;;
+      -snapshot_dir|-snapshot_dir=*|--snapshot_dir|--snapshot_dir=*)
+        die "$flag: replicas cannot share one snapshot directory; a fleet keeps its sequences" \
+          "across restart and scale by moving them between replicas" ;;
     esac
   done
   fleet_dir=${ATTEND_FLEET_DIR:-/tmp/attend-fleet-$port}
@@ -242,7 +267,7 @@ cmd_start() {
   local build_dir=${ATTEND_BUILD_DIR:-$repo_dir/build}
   server=${ATTEND_SERVER:-$build_dir/server/attend-server}
   cli=${ATTEND_CLI:-$build_dir/client/attend}
-  local nginx=${NGINX:-$(command -v nginx || echo /usr/sbin/nginx)}
+  nginx=${NGINX:-$(command -v nginx || echo /usr/sbin/nginx)}
   [[ -x $server ]] || die "no attend-server at $server (build it, or set ATTEND_BUILD_DIR)"
   [[ -x $cli ]] || die "no attend CLI at $cli (build target 'attend', or set ATTEND_CLI)"
   [[ -x $nginx ]] || die "no nginx at $nginx (set NGINX)"
@@ -272,9 +297,11 @@ cmd_start() {
   trap abort_start EXIT
 
   # The replicas, all at once; each picks free ports and prints them on its start-up line.
+  save_setup
   local i pid
   for ((i = 0; i < replicas; i++)); do
-    "$server" --address=127.0.0.1:0 --metrics_address=127.0.0.1:0 "${extra[@]}" \
+    "$server" --address=127.0.0.1:0 --metrics_address=127.0.0.1:0 \
+      --handoff_target="127.0.0.1:$port" "${extra[@]}" \
       </dev/null >"$fleet_dir/replica-$i.log" 2>&1 &
     started_pids+=("$!")
   done
@@ -297,12 +324,7 @@ cmd_start() {
   # nginx: the shared files as they are, the per-deployment ones generated.
   cp "$nginx_conf_dir/nginx.conf" "$nginx_conf_dir/grpc.conf" "$fleet_dir/"
   echo "listen 127.0.0.1:$port http2;" >"$fleet_dir/listen.conf"
-  {
-    echo "# Written by deploy/local/fleet.sh."
-    for ((i = 0; i < replicas; i++)); do
-      echo "server 127.0.0.1:${ports[i]} max_fails=1 fail_timeout=10s;"
-    done
-  } >"$fleet_dir/upstreams.conf"
+  write_upstreams "${ports[@]}"
   if [[ -n $tls_port ]]; then
     cat >"$fleet_dir/tls.conf" <<EOF
 # Written by deploy/local/fleet.sh (see deploy/nginx/tls.conf).
@@ -348,6 +370,224 @@ EOF
   for ((i = 0; i < replicas; i++)); do
     echo "replica 127.0.0.1:${ports[i]} metrics 127.0.0.1:${metrics[i]}"
   done
+}
+
+# ---- restart / scale ----------------------------------------------------------------------------
+
+# What restart and scale need from start: the binaries, and the replicas' own flags (NUL-separated,
+# so that any flag value survives).
+save_setup() {
+  printf '%s\n%s\n%s\n' "$server" "$cli" "$nginx" >"$fleet_dir/binaries"
+  printf '%s\0' "${extra[@]}" >"$fleet_dir/replica-flags"
+}
+
+load_setup() {
+  [[ -s $pids_file ]] || { echo "fleet.sh: no fleet in $fleet_dir" >&2; exit 3; }
+  ((${#extra[@]} == 0)) || die "the replicas keep the flags the fleet was started with"
+  [[ -s $fleet_dir/binaries ]] || die "$fleet_dir has no record of its binaries (started by an" \
+    "older fleet.sh): stop it and start it again"
+  { read -r server; read -r cli; read -r nginx; } <"$fleet_dir/binaries"
+  mapfile -d '' extra <"$fleet_dir/replica-flags"
+  local kind pid start p m match
+  while read -r kind pid start p m match; do
+    [[ $kind == nginx ]] || continue
+    ours nginx "$pid" "$start" "$match" || die "the fleet's nginx (pid $pid) is gone: see status"
+    nginx_pid=$pid
+  done < <(recorded)
+  while read -r kind pid start p m match; do
+    [[ $kind == replica ]] || continue
+    ours replica "$pid" "$start" "$match" \
+      || die "replica 127.0.0.1:$p (pid $pid) is gone; its sequences with it: see status"
+  done < <(recorded)
+}
+
+# The replicas in the pids file, in its order, as "pid start port metrics match" lines.
+replica_lines() {
+  grep '^replica ' "$pids_file" | cut -d' ' -f2-
+}
+
+# write_upstreams PORT...: nginx's list of replicas (the consistent hash's ring): exactly these.
+write_upstreams() {
+  local p
+  {
+    echo "# Written by deploy/local/fleet.sh."
+    for p in "$@"; do
+      echo "server 127.0.0.1:$p max_fails=1 fail_timeout=10s;"
+    done
+  } >"$fleet_dir/upstreams.conf.new"
+  mv "$fleet_dir/upstreams.conf.new" "$fleet_dir/upstreams.conf"
+}
+
+# reload_nginx: nginx reads upstreams.conf again (SIGHUP). Returns once the old workers are gone,
+# so that no call is routed by the old list any more: they finish the calls they have and tell
+# their clients to reconnect (HTTP/2 GOAWAY), to the new workers. Dies when nginx refuses the
+# configuration (nothing changed then: nginx keeps the old one).
+reload_nginx() {
+  local args=(-p "$fleet_dir/" -e stderr -c "$fleet_dir/nginx.conf")
+  "$nginx" "${args[@]}" -g "pid $fleet_dir/nginx.pid;" -t >"$fleet_dir/nginx-test.log" 2>&1 \
+    || die "nginx rejects the new replica list: $(cat "$fleet_dir/nginx-test.log")"
+  local old=() pid deadline=$((SECONDS + RELOAD_WAIT_SECONDS))
+  mapfile -t old < <(nginx_group "$nginx_pid" | grep -vx "$nginx_pid")
+  kill -HUP "$nginx_pid"
+  for pid in "${old[@]}"; do
+    while ! gone "$pid"; do
+      if ((SECONDS >= deadline)); then
+        echo "fleet.sh: nginx worker $pid still finishes calls ${RELOAD_WAIT_SECONDS}s after" \
+          "the reload; going on" >&2
+        return 0
+      fi
+      sleep 0.05
+    done
+  done
+  # And the new workers are up.
+  local now=()
+  until mapfile -t now < <(nginx_group "$nginx_pid" | grep -vx "$nginx_pid") && ((${#now[@]})); do
+    ((SECONDS < deadline)) || die "nginx started no workers after the reload"
+    sleep 0.05
+  done
+}
+
+# hand_off PORT: the replica there hands each of its sequences to the replica the proxy maps the
+# sequence's key to now (its --handoff_target). False when one stayed behind.
+hand_off() {
+  local out rc=0
+  out=$("$cli" --target="127.0.0.1:$1" --deadline=600 seq hand-off 2>&1) || rc=$?
+  # shellcheck disable=SC2001  # a prefix on every line
+  sed "s|^|  replica 127.0.0.1:$1 hand-off: |" <<<"$out"
+  return "$rc"
+}
+
+# launch_replica PORT METRICS_PORT: starts a replica (0: free ports) with the fleet's flags,
+# waits until it serves and records it; sets launched_pid, launched_port and launched_metrics.
+launch_replica() {
+  local n log pid line
+  n=$(find "$fleet_dir" -maxdepth 1 -name 'replica-*.log' | wc -l)
+  log="$fleet_dir/replica-$n.log"
+  "$server" --address="127.0.0.1:$1" --metrics_address="127.0.0.1:$2" \
+    --handoff_target="127.0.0.1:$port" "${extra[@]}" </dev/null >"$log" 2>&1 &
+  pid=$!
+  launched_pid=$pid
+  if ! wait_for_startup_line "$log" "$pid"; then
+    kill -KILL "$pid" 2>/dev/null || true
+    exit 1
+  fi
+  line=$(grep -m1 "listening on" "$log")
+  [[ $line =~ listening\ on\ [0-9.]+:([0-9]+),\ metrics\ on\ http://[0-9.]+:([0-9]+) ]] \
+    || die "cannot read the ports from: $line"
+  launched_port=${BASH_REMATCH[1]}
+  launched_metrics=${BASH_REMATCH[2]}
+  # Recorded before it is SERVING, so that stop ends it whatever happens next: in the place of
+  # the replica it replaces on the same port (restart), else last.
+  line="replica $pid $(start_time "$pid") $launched_port $launched_metrics $server"
+  if grep -q "^replica [0-9]* [0-9]* $launched_port " "$pids_file"; then
+    awk -v port="$launched_port" -v line="$line" \
+      '$1 == "replica" && $4 == port { print line; next } { print }' \
+      "$pids_file" >"$pids_file.new"
+  else
+    # Before nginx's line, as start writes them.
+    awk -v line="$line" '$1 == "nginx" && !done { print line; done = 1 } { print }
+      END { if (!done) print line }' "$pids_file" >"$pids_file.new"
+  fi
+  mv "$pids_file.new" "$pids_file"
+  wait_serving "127.0.0.1:$launched_port" "replica $n" || exit 1
+}
+
+# forget_replica PORT: drops the replica on PORT from the pids file.
+forget_replica() {
+  grep -v "^replica [0-9]* [0-9]* $1 " "$pids_file" >"$pids_file.new" || true
+  mv "$pids_file.new" "$pids_file"
+}
+
+# put_back_and_die PORT... -- MESSAGE: the ring becomes PORT... again, then dies with MESSAGE.
+put_back_and_die() {
+  local ring=()
+  while [[ $1 != -- ]]; do ring+=("$1"); shift; done
+  shift
+  write_upstreams "${ring[@]}"
+  reload_nginx
+  die "$*"
+}
+
+cmd_restart() {
+  parse_flags "$@"
+  load_setup
+  local lines=() ports=() line pid start p m match i o others failed
+  mapfile -t lines < <(replica_lines)
+  ((${#lines[@]} >= 2)) || die "restart needs 2 or more replicas: one has nowhere to hand its" \
+    "sequences while it restarts (fleet.sh scale 2 first)"
+  for line in "${lines[@]}"; do
+    read -r pid start p m match <<<"$line"
+    ports+=("$p")
+  done
+  for line in "${lines[@]}"; do
+    read -r pid start p m match <<<"$line"
+    others=()
+    for o in "${ports[@]}"; do [[ $o == "$p" ]] || others+=("$o"); done
+    echo "replica 127.0.0.1:$p: out of the proxy's list, handing its sequences off"
+    write_upstreams "${others[@]}"
+    reload_nginx
+    hand_off "$p" || put_back_and_die "${ports[@]}" -- "replica 127.0.0.1:$p kept sequences" \
+      "it could not hand off (above); it stays in the fleet, not restarted"
+    stop_one replica "$pid" "$start" "$match" | sed 's/^/  /'
+    launch_replica "$p" "$m"
+    echo "replica 127.0.0.1:$p: restarted (pid $launched_pid), back in the list"
+    write_upstreams "${ports[@]}"
+    reload_nginx
+    failed=0
+    for o in "${others[@]}"; do hand_off "$o" || failed=1; done
+    ((failed == 0)) || die "a replica kept sequences that now map to 127.0.0.1:$p (above):" \
+      "they answer NOT_FOUND through the proxy until a hand-off moves them; run" \
+      "'attend --target=<that replica> seq hand-off' or restart again"
+  done
+  cmd_status "$@"
+}
+
+# cmd_scale N FLAGS...
+cmd_scale() {
+  local wanted=$1
+  shift
+  parse_flags "$@"
+  decimal "scale" "$wanted" 1 64
+  load_setup
+  local lines=() ports=() line pid start p m match o keep=() added=() failed=0
+  mapfile -t lines < <(replica_lines)
+  for line in "${lines[@]}"; do
+    read -r pid start p m match <<<"$line"
+    ports+=("$p")
+  done
+  if ((wanted == ${#ports[@]})); then
+    echo "the fleet has $wanted replicas already"
+  elif ((wanted > ${#ports[@]})); then
+    while ((${#ports[@]} + ${#added[@]} < wanted)); do
+      launch_replica 0 0
+      echo "replica 127.0.0.1:$launched_port: started (pid $launched_pid)"
+      added+=("$launched_port")
+    done
+    write_upstreams "${ports[@]}" "${added[@]}"
+    reload_nginx
+    echo "the proxy's list has ${#ports[@]} + ${#added[@]} replicas; the others hand over what" \
+      "maps to the new ones"
+    for o in "${ports[@]}"; do hand_off "$o" || failed=1; done
+    ((failed == 0)) || die "a replica kept sequences that now map to a new one (above): they" \
+      "answer NOT_FOUND through the proxy until a hand-off moves them; run" \
+      "'attend --target=<that replica> seq hand-off'"
+  else
+    # The newest go: the last in the pids file.
+    keep=("${ports[@]:0:wanted}")
+    write_upstreams "${keep[@]}"
+    reload_nginx
+    local i
+    for ((i = wanted; i < ${#lines[@]}; i++)); do
+      read -r pid start p m match <<<"${lines[i]}"
+      echo "replica 127.0.0.1:$p: out of the proxy's list, handing its sequences off"
+      # On a failure, this one and those not handed off yet go back in the list.
+      hand_off "$p" || put_back_and_die "${keep[@]}" "${ports[@]:i}" -- "replica" \
+        "127.0.0.1:$p kept sequences it could not hand off (above); it stays in the fleet"
+      stop_one replica "$pid" "$start" "$match" | sed 's/^/  /'
+      forget_replica "$p"
+    done
+  fi
+  cmd_status "$@"
 }
 
 # ---- status / stop ------------------------------------------------------------------------------
@@ -438,6 +678,13 @@ case ${1:-} in
   start) shift; cmd_start "$@" ;;
   stop) shift; cmd_stop "$@" ;;
   status) shift; cmd_status "$@" ;;
+  restart) shift; cmd_restart "$@" ;;
+  scale)
+    shift
+    if (($# == 0)) || [[ $1 == -* ]]; then
+      die "scale needs the number of replicas: fleet.sh scale N"
+    fi
+    cmd_scale "$@" ;;
   -h|--help|"") usage ;;
-  *) die "unknown command '$1': start, stop or status" ;;
+  *) die "unknown command '$1': start, stop, status, restart or scale" ;;
 esac

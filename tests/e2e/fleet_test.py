@@ -652,6 +652,27 @@ class FleetArguments(unittest.TestCase):
             self.refused(["start", "--port", port, "--"] + extra,
                          "the fleet chooses the replicas' addresses")
 
+    def test_moves_are_the_fleet_s_and_replicas_share_no_snapshot_directory(self):
+        port = str(free_port())
+        for extra in [["--handoff_target=127.0.0.1:1"], ["-handoff_target", "127.0.0.1:1"]]:
+            self.refused(["start", "--port", port, "--"] + extra,
+                         "hand their sequences off through its proxy")
+        for extra in [["--snapshot_dir=/tmp"], ["-snapshot_dir", "/tmp"]]:
+            self.refused(["start", "--port", port, "--"] + extra,
+                         "cannot share one snapshot directory")
+
+    def test_scale_wants_a_number_and_a_fleet(self):
+        port = str(free_port())
+        self.refused(["scale"], "scale needs the number of replicas")
+        self.refused(["scale", "--port", port], "scale needs the number of replicas")
+        for n in ["0", "65", "03", "x"]:
+            self.refused(["scale", n, "--port", port], "scale: ")
+        for args in (["scale", "2", "--port", port], ["restart", "--port", port]):
+            result = self.run_fleet(*args)
+            self.assertEqual(result.returncode, 3, result)
+            self.assertIn("fleet.sh: no fleet in", result.stderr)
+        self.refused(["restart", "--port", port, "--", "--kv_cache_bytes=1GiB"], "no fleet in")
+
     def test_status_of_no_fleet_fails_and_stop_of_none_succeeds(self):
         port = str(free_port())
         status = self.run_fleet("status", "--port", port)
