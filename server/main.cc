@@ -481,7 +481,8 @@ int main(int argc, char** argv) {
   // rather than tear down piece by piece, since stopping the metrics HTTP server alone takes up
   // to 2 s (civetweb polls its listening socket every 2 s) and a background measurement of the
   // local hardware profile may be running, either of which would break the promise that the
-  // process is gone within --shutdown_grace (plus --snapshot_grace with --snapshot_dir) plus a
+  // process is gone within --shutdown_grace (plus --snapshot_grace for the hand-off with
+  // --handoff_target, and again for the snapshot with --snapshot_dir) plus a
   // second.
   std::fflush(nullptr);
 #if ATTEND_HAS_LSAN

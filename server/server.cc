@@ -288,8 +288,9 @@ absl::StatusOr<std::unique_ptr<AttendServer>> AttendServer::Start(const ServerOp
                                 p.restored->seconds);
     p.metrics->SnapshotDamaged(p.restored->damaged);
     p.snapshots.emplace(std::move(store));
-    p.snapshot_grace = options.snapshot_grace;
   }
+  // The drain's hand-off has it too, with or without a snapshot directory.
+  p.snapshot_grace = options.snapshot_grace;
   p.cache_collector = std::make_shared<KvCacheCollector>(p.cache.get());
   p.matmul_collector = std::make_shared<MatmulCacheCollector>();
   onednn::SetMatmulCacheCapacity(options.matmul_cache_entries);

@@ -485,6 +485,30 @@ TEST(TransferService, HandOffMovesEverySequenceToTheReceiver) {
   EXPECT_EQ(cb.HandOff(&response).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
 }
 
+// The drain's hand-off has --snapshot_grace whether or not the server keeps snapshots: a replica
+// without a directory once handed nothing off on SIGTERM ("ran out of time") and dropped all.
+TEST(TransferService, TheDrainHandsOffWithoutASnapshotDirectory) {
+  auto b = server::AttendServer::Start(Options(TempDir()));
+  ASSERT_TRUE(b.ok());
+  server::ServerOptions sender_options = Options("");
+  sender_options.handoff_target = absl::StrCat("127.0.0.1:", (*b)->port());
+  auto a = server::AttendServer::Start(sender_options);
+  ASSERT_TRUE(a.ok());
+  Client ca(**a), cb(**b);
+  std::map<std::string, std::string> next;
+  for (int i = 0; i < 3; ++i) {
+    const std::string id = absl::StrCat("d", i, "/s");
+    ASSERT_TRUE(ca.Create(id, v1::BFLOAT16, 0).ok());
+    ca.Append(id, 40 + i, i);
+    next[id] = NextStep(ca, id, 3);
+  }
+  (*a)->Shutdown(absl::Seconds(5));
+  ASSERT_TRUE((*a)->handed_off().has_value());
+  ASSERT_TRUE((*a)->handed_off()->ok()) << (*a)->handed_off()->status();
+  EXPECT_EQ((**(*a)->handed_off()).moved, 3);
+  for (const auto& [id, want] : next) EXPECT_EQ(NextStep(cb, id, 3), want) << id;
+}
+
 // Snapshot bytes held by imports in flight are bounded by the cache's capacity across calls, not
 // per call only: two 40 MiB streams held open at once on a 64 MiB cache cannot both be taken in,
 // and a refused one says why. What a call held is given back when it ends, so the next import of
