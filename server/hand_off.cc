@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/sequence_key.h"
 #include "core/base/status_macros.h"
@@ -12,6 +13,10 @@
 
 namespace attend::server {
 namespace {
+
+// Passes over the sequences that appeared since the last one; clients that keep creating
+// sequences faster than they move cannot hold a hand-off forever.
+constexpr int kMaxRounds = 4;
 
 // Snapshot bytes per ImportSequence message: big enough that framing costs nothing, and half of
 // 1 MiB, so that a receiver run with --max_message_bytes as low as 1MiB takes every message.
@@ -44,39 +49,45 @@ absl::StatusOr<HandOffReport> HandOffRunner::Run(kv::KvCache& cache,
   }
   const absl::Cleanup done = [this] { running_ = false; };
   const auto start = std::chrono::steady_clock::now();
-  // Every sequence first, then the moves: oldest first, so that a fork follows its source.
-  std::vector<std::pair<int64_t, std::string>> order;
-  std::string token;
-  do {
-    ATTEND_ASSIGN_OR_RETURN(kv::ListPage page, cache.List(1000, token));
-    for (const kv::SequenceInfo& info : page.sequences)
-      order.emplace_back(info.created_ms, info.id);
-    token = page.next_page_token;
-  } while (!token.empty());
-  std::sort(order.begin(), order.end());
-
   HandOffReport report;
   // Moved sequences stay sealed here until the pass ends: a fork moved after its source is
   // saved saying which tokens it shares with it, which needs the source still here.
   std::vector<std::string> moved;
-  for (const auto& [created, id] : order) {
-    if (std::chrono::steady_clock::now() >= deadline) {
-      report.failed.push_back({id, "the hand-off ran out of time before this sequence"});
-      metrics_->HandOffFailed();
-      continue;
-    }
-    int64_t bytes = 0;
-    absl::StatusOr<Outcome> outcome = MoveOne(cache, id, deadline, &bytes);
-    if (!outcome.ok()) {
-      report.failed.push_back({id, std::string(outcome.status().message())});
-      metrics_->HandOffFailed();
-    } else if (*outcome == Outcome::kMoved) {
-      moved.push_back(id);
-      report.moved++;
-      report.bytes += bytes;
-      metrics_->SequenceMoved(/*out=*/true, bytes);
-    } else if (*outcome == Outcome::kKept) {
-      report.kept++;
+  absl::flat_hash_set<std::string> seen;
+  // Rounds: a sequence created while one ran (a fork of one not sealed yet, say) is moved by
+  // the next, so that none is left behind unnamed. Each round lists what it has not seen yet.
+  for (int round = 0; round < kMaxRounds; ++round) {
+    // Every new sequence first, then the moves: oldest first, so that a fork follows its source.
+    std::vector<std::pair<int64_t, std::string>> order;
+    std::string token;
+    do {
+      ATTEND_ASSIGN_OR_RETURN(kv::ListPage page, cache.List(1000, token));
+      for (const kv::SequenceInfo& info : page.sequences) {
+        if (seen.insert(info.id).second) order.emplace_back(info.created_ms, info.id);
+      }
+      token = page.next_page_token;
+    } while (!token.empty());
+    if (order.empty()) break;
+    std::sort(order.begin(), order.end());
+    for (const auto& [created, id] : order) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        report.failed.push_back({id, "the hand-off ran out of time before this sequence"});
+        metrics_->HandOffFailed();
+        continue;
+      }
+      int64_t bytes = 0;
+      absl::StatusOr<Outcome> outcome = MoveOne(cache, id, deadline, &bytes);
+      if (!outcome.ok()) {
+        report.failed.push_back({id, std::string(outcome.status().message())});
+        metrics_->HandOffFailed();
+      } else if (*outcome == Outcome::kMoved) {
+        moved.push_back(id);
+        report.moved++;
+        report.bytes += bytes;
+        metrics_->SequenceMoved(/*out=*/true, bytes);
+      } else if (*outcome == Outcome::kKept) {
+        report.kept++;
+      }
     }
   }
   for (const std::string& id : moved) {

@@ -485,6 +485,45 @@ TEST(TransferService, HandOffMovesEverySequenceToTheReceiver) {
   EXPECT_EQ(cb.HandOff(&response).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
 }
 
+// Forks made while a hand-off runs (after it listed the sequences, before it sealed their
+// source) move too, in a later round: none is left behind where its key no longer routes, and
+// every sequence that existed is counted in the answer.
+TEST(TransferService, ForksMadeDuringAHandOffMoveToo) {
+  auto b = server::AttendServer::Start(Options(TempDir()));
+  ASSERT_TRUE(b.ok());
+  server::ServerOptions sender_options = Options(TempDir());
+  sender_options.handoff_target = absl::StrCat("127.0.0.1:", (*b)->port());
+  auto a = server::AttendServer::Start(sender_options);
+  ASSERT_TRUE(a.ok());
+  Client ca(**a), cb(**b);
+  // Older and bigger sequences first, so that the pass takes a while before the source's turn.
+  for (int i = 0; i < 6; ++i) {
+    const std::string id = absl::StrCat("big", i, "/s");
+    ASSERT_TRUE(ca.Create(id, v1::FLOAT32, 0).ok());
+    for (int j = 0; j < 4; ++j) ca.Append(id, 768, i * 4 + j);
+  }
+  ASSERT_TRUE(ca.Create("src/s", v1::BFLOAT16, 0).ok());
+  ca.Append("src/s", 50, 1);
+  std::atomic<bool> stop{false};
+  std::atomic<int> forks{0};
+  std::thread forker([&] {
+    Client c(**a);
+    while (!stop.load()) {
+      if (c.Fork("src/s", absl::StrCat("src/f", forks.load())).ok()) ++forks;
+    }
+  });
+  while (forks.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  v1::HandOffResponse response;
+  const grpc::Status handed = ca.HandOff(&response);
+  stop = true;
+  forker.join();
+  ASSERT_TRUE(handed.ok()) << handed.error_message();
+  EXPECT_EQ(response.failed_size(), 0) << response.failed(0).error();
+  EXPECT_TRUE(ca.List().empty()) << ca.List().begin()->first << " was left behind";
+  EXPECT_EQ(response.moved(), 7 + forks.load());
+  EXPECT_EQ(cb.List().size(), static_cast<size_t>(7 + forks.load()));
+}
+
 // The drain's hand-off has --snapshot_grace whether or not the server keeps snapshots: a replica
 // without a directory once handed nothing off on SIGTERM ("ran out of time") and dropped all.
 TEST(TransferService, TheDrainHandsOffWithoutASnapshotDirectory) {
