@@ -3,6 +3,7 @@
 // receiver. The rest of the service is in kv_cache_service.cc and kv_cache_snapshot_rpcs.cc.
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -171,6 +172,10 @@ class KvCacheService::ImportReactor : public grpc::ServerReadReactor<v1::ImportS
       }
       reserved_ += need;
       data_.append(piece_.data());
+      if (const absl::Status start = CheckStart(); !start.ok()) {
+        Finish(ToGrpcStatus(Refused(start)));
+        return;
+      }
       StartRead(&piece_);
       return;
     }
@@ -217,6 +222,29 @@ class KvCacheService::ImportReactor : public grpc::ServerReadReactor<v1::ImportS
     return absl::OkStatus();
   }
 
+  // Bytes that are no snapshot (or of a newer format, or with a damaged header) are refused as
+  // soon as their header has arrived, not when the stream ends: a stream of garbage would
+  // otherwise hold its share of the transfer budget for as long as its sender likes.
+  absl::Status CheckStart() {
+    constexpr size_t kPreamble = 16;  // magic, format version, header length
+    if (header_checked_ || data_.size() < kPreamble) return absl::OkStatus();
+    uint32_t length = 0;
+    std::memcpy(&length, data_.data() + 12, 4);
+    const size_t whole = kPreamble + size_t{length} + 8;  // and the header's checksum
+    kv::SnapshotReader reader(
+        kv::StringSource(absl::string_view(data_).substr(0, std::min(data_.size(), whole))),
+        "the import stream");
+    const absl::StatusOr<kv::SnapshotHeader> header = reader.ReadHeader();
+    if (header.ok()) {
+      header_checked_ = true;
+      return absl::OkStatus();
+    }
+    // Only a header that has not all arrived yet may still turn out well.
+    const bool incomplete = absl::IsDataLoss(header.status()) && data_.size() < whole &&
+                            int64_t{length} <= kv::kMaxSnapshotHeaderBytes;
+    return incomplete ? absl::OkStatus() : header.status();
+  }
+
   absl::Status Refused(const absl::Status& status) {
     if (absl::IsDataLoss(status)) service_->metrics_->SnapshotDamaged();
     return status;
@@ -229,6 +257,7 @@ class KvCacheService::ImportReactor : public grpc::ServerReadReactor<v1::ImportS
   const int64_t limit_;
   int64_t reserved_ = 0;  // of the service's transfer budget
   bool first_ = true;
+  bool header_checked_ = false;
   std::string id_;
   bool share_ = true;
   v1::ImportSequenceRequest piece_;

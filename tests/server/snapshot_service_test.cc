@@ -399,7 +399,8 @@ TEST(TransferService, ExportThenImportElsewhereIsBitIdentical) {
          "x-attend-sequence-key");
   expect(cb.Import(bytes, "bad id!", &info), grpc::StatusCode::INVALID_ARGUMENT, "sequence_id");
   // More than the whole cache could hold is refused while it arrives.
-  expect(cb.Import(std::string((size_t{66} << 20), 'a'), "x6", &info, 512 << 10),
+  const std::string head = bytes.substr(0, bytes.size() / 2);  // a snapshot's start
+  expect(cb.Import(head + std::string((size_t{66} << 20), 'a'), "x6", &info, 512 << 10),
          grpc::StatusCode::RESOURCE_EXHAUSTED, "longer than");
   for (const std::string id : {"x1", "x2", "x3", "x4", "x/5", "x6"}) {
     EXPECT_EQ(cb.List().count(id), 0u) << id;
@@ -551,21 +552,32 @@ TEST(TransferService, TheDrainHandsOffWithoutASnapshotDirectory) {
 // Snapshot bytes held by imports in flight are bounded by the cache's capacity across calls, not
 // per call only: two 40 MiB streams held open at once on a 64 MiB cache cannot both be taken in,
 // and a refused one says why. What a call held is given back when it ends, so the next import of
-// 60 MiB is read in full (and refused only for what it is).
+// 60 MiB is read in full (and refused only for what it is). A stream that is no snapshot is
+// refused at its start.
 TEST(TransferService, ImportsInFlightShareOneMemoryBound) {
   auto b = server::AttendServer::Start(Options(TempDir()));
   ASSERT_TRUE(b.ok());
+  Client cb(**b);
+  // A real snapshot's start, so that the streams look like snapshots until they end; the rest
+  // is filler, refused (DATA_LOSS) only once it has all arrived.
+  ASSERT_TRUE(cb.Create("real", v1::FLOAT32, 0).ok());
+  cb.Append("real", 5, 1);
+  std::string snapshot;
+  ASSERT_TRUE(cb.Export("real", &snapshot).ok());
+  const std::string start = snapshot.substr(0, snapshot.size() / 2);
   auto stub = v1::KvCache::NewStub(::attend::testing::ChannelTo(**b));
-  constexpr size_t kPiece = size_t{512} << 10;
+  constexpr size_t kPiece = size_t{512} << 10;  // half the server's message limit
   std::atomic<int> written{0};
-  const auto hold_open = [&](const std::string& id, size_t bytes, grpc::Status* status) {
+  const auto hold_open = [&](const std::string& id, const std::string& head, size_t bytes,
+                             grpc::Status* status) {
     grpc::ClientContext context;
     v1::SequenceInfo info;
     auto writer = stub->ImportSequence(&context, &info);
     for (size_t at = 0; at < bytes; at += kPiece) {
       v1::ImportSequenceRequest request;
       if (at == 0) request.set_sequence_id(id);
-      request.set_data(std::string(kPiece, 'z'));  // half the server's message limit
+      request.set_data(at == 0 ? head + std::string(kPiece - head.size(), 'z')
+                               : std::string(kPiece, 'z'));
       if (!writer->Write(request)) break;
     }
     // Neither stream ends before both have sent everything (or been refused).
@@ -575,8 +587,8 @@ TEST(TransferService, ImportsInFlightShareOneMemoryBound) {
     *status = writer->Finish();
   };
   grpc::Status first, second;
-  std::thread a(hold_open, "one", size_t{40} << 20, &first);
-  std::thread c(hold_open, "two", size_t{40} << 20, &second);
+  std::thread a(hold_open, "one", start, size_t{40} << 20, &first);
+  std::thread c(hold_open, "two", start, size_t{40} << 20, &second);
   a.join();
   c.join();
   int busy = 0;
@@ -587,16 +599,42 @@ TEST(TransferService, ImportsInFlightShareOneMemoryBound) {
                 std::string::npos)
           << status.error_message();
     } else {
-      EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::DATA_LOSS) << status.error_message();
     }
   }
   EXPECT_GE(busy, 1) << "80 MiB were held at once against a 65 MiB bound";
   written = 1;  // the next call runs alone
   grpc::Status third;
-  hold_open("three", size_t{60} << 20, &third);
-  EXPECT_EQ(third.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << third.error_message();
-  EXPECT_NE(third.error_message().find("not an attend snapshot"), std::string::npos)
-      << third.error_message();
+  hold_open("three", start, size_t{60} << 20, &third);
+  EXPECT_EQ(third.error_code(), grpc::StatusCode::DATA_LOSS) << third.error_message();
+
+  // Bytes that are no snapshot are refused once their first 16 bytes are in, however long the
+  // sender keeps the stream open: they hold nothing meanwhile.
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  v1::SequenceInfo info;
+  auto writer = stub->ImportSequence(&context, &info);
+  v1::ImportSequenceRequest request;
+  request.set_sequence_id("garbage");
+  request.set_data(std::string(kPiece, 'z'));
+  writer->Write(request);
+  const auto sent = std::chrono::steady_clock::now();
+  while (writer->Write(request) &&
+         std::chrono::steady_clock::now() - sent < std::chrono::seconds(20)) {
+  }
+  const grpc::Status refused = writer->Finish();
+  EXPECT_LT(std::chrono::steady_clock::now() - sent, std::chrono::seconds(20))
+      << "refused only when the stream ended";
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << refused.error_message();
+  EXPECT_NE(refused.error_message().find("not an attend snapshot"), std::string::npos)
+      << refused.error_message();
+  // A newer format is refused as early, by its version.
+  std::string future = snapshot.substr(0, 16);
+  future[8] = 9;
+  v1::SequenceInfo ignored;
+  const grpc::Status newer = cb.Import(future + std::string(100, 'z'), "future", &ignored);
+  EXPECT_EQ(newer.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << newer.error_message();
+  EXPECT_TRUE(cb.List().count("real") == 1 && cb.List().size() == 1u);
 }
 
 }  // namespace
