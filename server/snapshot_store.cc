@@ -13,6 +13,7 @@
 #include <thread>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -152,15 +153,31 @@ int64_t GenerationNumber(absl::string_view name) {
   return n;
 }
 
-std::string ReadCurrent(const std::string& dir) {
-  Fd fd(open(absl::StrCat(dir, "/", kCurrent).c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) return "";
+// The generation CURRENT names: "" when there is no CURRENT (nothing to restore), else the name,
+// or an error saying why CURRENT names no generation that is there.
+absl::StatusOr<std::string> ReadCurrent(const std::string& dir) {
+  const std::string path = absl::StrCat(dir, "/", kCurrent);
+  Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) {
+    if (errno == ENOENT) return std::string();
+    return absl::DataLossError(absl::StrCat("cannot be read: ", strerror(errno)));
+  }
   char text[64];
   const ssize_t n = read(fd.get(), text, sizeof(text));
-  if (n <= 0) return "";
+  if (n < 0) return absl::DataLossError(absl::StrCat("cannot be read: ", strerror(errno)));
   std::string name(text, static_cast<size_t>(n));
   while (!name.empty() && (name.back() == '\n' || name.back() == '\r')) name.pop_back();
-  return GenerationNumber(name) >= 0 ? name : "";
+  if (GenerationNumber(name) < 0) {
+    return absl::DataLossError(
+        absl::StrCat("holds ", absl::CHexEscape(name.substr(0, 32)), n == sizeof(text) ? "..." : "",
+                     ", which names no generation (damaged or written by hand)"));
+  }
+  struct stat st;
+  if (stat(absl::StrCat(dir, "/", name).c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return absl::DataLossError(
+        absl::StrCat("names generation ", name, ", which is not a directory there"));
+  }
+  return name;
 }
 
 void RemoveGeneration(const std::string& path) {
@@ -321,7 +338,16 @@ absl::StatusOr<SnapshotReport> SnapshotStore::SaveAll(kv::KvCache& cache,
 SnapshotReport SnapshotStore::RestoreAll(kv::KvCache& cache) const {
   const auto start = Clock::now();
   SnapshotReport report;
-  report.generation = ReadCurrent(dir_);
+  absl::StatusOr<std::string> current = ReadCurrent(dir_);
+  if (!current.ok()) {
+    // Said by name, and nothing else is guessed: another generation in the directory is a save
+    // that never completed, or older than what clients were answered.
+    report.damaged++;
+    report.skipped.push_back(
+        absl::StrCat(kCurrent, " ", current.status().message(), "; nothing was restored"));
+    return report;
+  }
+  report.generation = *std::move(current);
   if (report.generation.empty()) return report;
   const std::string gen_dir = absl::StrCat(dir_, "/", report.generation);
   // Headers first: sources load before their forks, so that forks share their blocks again.

@@ -257,6 +257,46 @@ TEST(SnapshotService, WarmRestartRestoresEverySequenceBitIdentical) {
   EXPECT_TRUE(Client(**fresh).List().empty());
 }
 
+// A CURRENT that names no generation there restores nothing, and says so by name (it used to
+// look like an empty directory): garbage, a path, a generation that is missing or not a
+// directory. No other generation is guessed at.
+TEST(SnapshotService, ADamagedCurrentIsNamedAndRestoresNothing) {
+  const std::string dir = TempDir();
+  {
+    auto started = server::AttendServer::Start(Options(dir));
+    ASSERT_TRUE(started.ok());
+    ASSERT_TRUE(Client(**started).Create("kept", v1::FLOAT32, 0).ok());
+  }
+  const auto write_current = [&](const std::string& text) {
+    FILE* f = std::fopen(absl::StrCat(dir, "/CURRENT").c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+  };
+  const std::string file = absl::StrCat(dir, "/gen-000777");
+  FILE* not_a_dir = std::fopen(file.c_str(), "w");
+  ASSERT_NE(not_a_dir, nullptr);
+  std::fclose(not_a_dir);
+  for (const auto& [text, why] : std::vector<std::pair<std::string, std::string>>{
+           {"garbage\x01\n", "names no generation"},
+           {"../../etc\n", "names no generation"},
+           {"gen-999999\n", "gen-999999, which is not a directory"},
+           {"gen-000777\n", "gen-000777, which is not a directory"}}) {
+    SCOPED_TRACE(text);
+    write_current(text);
+    auto started = server::AttendServer::Start(Options(dir));
+    ASSERT_TRUE(started.ok()) << started.status();
+    const server::SnapshotReport& restored = *(*started)->restored();
+    EXPECT_EQ(restored.sequences, 0);
+    EXPECT_EQ(restored.damaged, 1);
+    ASSERT_EQ(restored.skipped.size(), 1u);
+    EXPECT_EQ(restored.skipped[0].rfind("CURRENT ", 0), 0u) << restored.skipped[0];
+    EXPECT_NE(restored.skipped[0].find(why), std::string::npos) << restored.skipped[0];
+    EXPECT_TRUE(Client(**started).List().empty());
+    (*started)->Shutdown(absl::Seconds(1));
+  }
+}
+
 TEST(SnapshotService, SaveAndLoadSequenceOnRequest) {
   const std::string dir = TempDir();
   auto started = server::AttendServer::Start(Options(dir));
