@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/base/status_macros.h"
+#include "core/kv_cache/sequence_registry.h"
 #include "server/kv_cache_convert.h"
 #include "server/kv_cache_service.h"
 
@@ -54,7 +55,7 @@ grpc::ServerUnaryReactor* KvCacheService::LoadSequence(grpc::CallbackServerConte
         if (id.empty()) {
           ATTEND_ASSIGN_OR_RETURN(id, snapshots_->SavedId(request->name()));
         } else {
-          ATTEND_RETURN_IF_ERROR(RequireId(id, "sequence_id"));
+          ATTEND_RETURN_IF_ERROR(kv::CheckSequenceId(id, "sequence_id"));
         }
         ATTEND_RETURN_IF_ERROR(CheckRoute(
             route, id, request->sequence_id().empty() ? "the saved sequence's id" : "sequence_id"));

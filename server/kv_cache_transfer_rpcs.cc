@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/version.h"
 #include "core/base/status_macros.h"
@@ -157,6 +158,10 @@ class KvCacheService::ImportReactor : public grpc::ServerReadReactor<v1::ImportS
         Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                             "sequence_id: give it in the first message only"));
         return;
+      } else if (piece_.has_share_with_source()) {
+        Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            "share_with_source: give it in the first message only"));
+        return;
       }
       if (static_cast<int64_t>(data_.size() + piece_.data().size()) > limit_) {
         Finish(grpc::Status(
@@ -214,6 +219,13 @@ class KvCacheService::ImportReactor : public grpc::ServerReadReactor<v1::ImportS
         CheckRoute(route_, id, id_.empty() ? "the imported sequence's id" : "sequence_id"));
     kv::SnapshotReader reader(kv::StringSource(data_), "the import stream");
     absl::StatusOr<kv::SequenceInfo> info = service_->cache_->Load(reader, id_, share_);
+    if (share_ && info.status().code() == absl::StatusCode::kFailedPrecondition &&
+        absl::StrContains(info.status().message(), "load it without sharing")) {
+      // The source here has other rows than the fork shared: sharing is only for the same
+      // rows, so the fork gets blocks of its own (as a restore does).
+      kv::SnapshotReader again(kv::StringSource(data_), "the import stream");
+      info = service_->cache_->Load(again, id_, /*share=*/false);
+    }
     if (!info.ok()) return Refused(info.status());
     if (handed_off_) {
       service_->metrics_->SequenceMoved(/*out=*/false, static_cast<int64_t>(data_.size()));

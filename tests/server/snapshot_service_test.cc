@@ -333,6 +333,9 @@ TEST(SnapshotService, SaveAndLoadSequenceOnRequest) {
   expect(c.Save("chat/1", "", &saved, "other"), grpc::StatusCode::INVALID_ARGUMENT,
          "x-attend-sequence-key");
   expect(c.Load("", "x", &info), grpc::StatusCode::INVALID_ARGUMENT, "name");
+  const grpc::Status bad_id = c.Load("backup", "bad id!", &info);
+  EXPECT_EQ(bad_id.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(bad_id.error_message().rfind("sequence_id", 0), 0u) << bad_id.error_message();
   // The sequence a load makes must route where the call went: the id asked for, or the saved
   // one (chat/1's key is "chat").
   expect(c.Load("backup", "elsewhere/1", &info, "chat"), grpc::StatusCode::INVALID_ARGUMENT,
@@ -419,6 +422,21 @@ TEST(TransferService, ExportThenImportElsewhereIsBitIdentical) {
     EXPECT_EQ(cb.Import(bytes, "", &info).error_code(), grpc::StatusCode::ALREADY_EXISTS);
   }
 
+  // A fork whose source here holds other rows than it shared gets blocks of its own.
+  std::string fork_bytes;
+  ASSERT_TRUE(ca.Export("t1/f", &fork_bytes).ok());
+  ASSERT_TRUE(cb.Release("t1").ok());
+  ASSERT_TRUE(cb.Release("t1/f").ok());
+  ASSERT_TRUE(cb.Create("t1", v1::FLOAT32, 0).ok());
+  cb.Append("t1", 150, 12345);
+  {
+    v1::SequenceInfo info;
+    const grpc::Status imported = cb.Import(fork_bytes, "", &info);
+    ASSERT_TRUE(imported.ok()) << imported.error_message();
+    EXPECT_EQ(info.shared_blocks(), 0);
+    EXPECT_EQ(NextStep(cb, "t1/f", 7), next.at("t1/f"));
+  }
+
   std::string bytes;
   ASSERT_TRUE(ca.Export("t2", &bytes).ok());
   v1::SequenceInfo info;
@@ -438,11 +456,26 @@ TEST(TransferService, ExportThenImportElsewhereIsBitIdentical) {
   expect(cb.Import(bytes, "x/5", &info, 4096, "other"), grpc::StatusCode::INVALID_ARGUMENT,
          "x-attend-sequence-key");
   expect(cb.Import(bytes, "bad id!", &info), grpc::StatusCode::INVALID_ARGUMENT, "sequence_id");
+  {  // share_with_source in a later message is refused like a later sequence_id
+    grpc::ClientContext context;
+    auto writer =
+        v1::KvCache::NewStub(::attend::testing::ChannelTo(**b))->ImportSequence(&context, &info);
+    v1::ImportSequenceRequest first, later;
+    first.set_sequence_id("x7");
+    first.set_data(bytes.substr(0, 100));
+    later.set_share_with_source(false);
+    later.set_data(bytes.substr(100));
+    writer->Write(first);
+    writer->Write(later);
+    writer->WritesDone();
+    expect(writer->Finish(), grpc::StatusCode::INVALID_ARGUMENT,
+           "share_with_source: give it in the first message only");
+  }
   // More than the whole cache could hold is refused while it arrives.
   const std::string head = bytes.substr(0, bytes.size() / 2);  // a snapshot's start
   expect(cb.Import(head + std::string((size_t{66} << 20), 'a'), "x6", &info, 512 << 10),
          grpc::StatusCode::RESOURCE_EXHAUSTED, "longer than");
-  for (const std::string id : {"x1", "x2", "x3", "x4", "x/5", "x6"}) {
+  for (const std::string id : {"x1", "x2", "x3", "x4", "x/5", "x6", "x7"}) {
     EXPECT_EQ(cb.List().count(id), 0u) << id;
   }
   const std::string metrics = ::attend::testing::ScrapeMetrics((*b)->metrics_port());
