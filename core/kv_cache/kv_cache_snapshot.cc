@@ -184,20 +184,31 @@ absl::StatusOr<SequenceInfo> KvCache::Load(SnapshotReader& reader, absl::string_
     return room;
   }
 
-  // Whole blocks shared with the source again, when it is here with the same block layout and
-  // still holds them; their rows are compared as they are read.
+  // Blocks shared with the source again, when it is here with the same block layout and still
+  // holds them; their rows are compared as they are read. The whole blocks below
+  // shared_tokens, and the block it ends inside too when the fork holds no row past it in any
+  // layer (a fork made mid-block and not appended to since): then the fork writes nothing
+  // into that block, and its first append copies it, as before the save.
   std::vector<std::vector<BlockRef>> shared(layers);
   int64_t shared_blocks = 0;
-  if (share_with_source && header.shared_tokens >= tpb) {
+  const int64_t whole = header.shared_tokens / tpb;
+  bool partial = header.shared_tokens % tpb != 0;
+  for (size_t l = 0; l < layers && partial; ++l) {
+    partial =
+        header.layer_tokens[l] == header.shared_tokens && header.first_stored[l] <= whole * tpb;
+  }
+  const int64_t wanted = whole + (partial ? 1 : 0);
+  if (share_with_source && wanted > 0) {
     absl::StatusOr<std::shared_ptr<Sequence>> source = registry_->Find(header.forked_from);
     if (source.ok()) {
       MutexLock lock(&(*source)->mu);
       const Sequence& s = **source;
       if (!s.released && SameLayout(s.layout, layout) && s.layers.size() == layers) {
-        shared_blocks = header.shared_tokens / tpb;
+        shared_blocks = wanted;
+        const int64_t rows_needed = partial ? header.shared_tokens : whole * tpb;
         for (size_t l = 0; l < layers; ++l) {
           const CachedLayer& from = s.layers[l];
-          if (from.tokens < shared_blocks * tpb ||
+          if (from.tokens < rows_needed ||
               static_cast<int64_t>(from.blocks.size()) < shared_blocks) {
             shared_blocks = 0;
             break;

@@ -220,6 +220,49 @@ TEST(Snapshot, ForksShareTheirBlocksAgain) {
   ASSERT_TRUE(Load(changed, fork, /*share=*/false).ok());
 }
 
+// Forks made mid-block and not appended to share that block too before the save; after a load
+// they share it again, so the same cache holds them all (they once needed a block each more and
+// some were skipped), and a save of the loaded fork is the same bytes. Their first append
+// copies the block, as before.
+TEST(Snapshot, ForksMadeMidBlockShareThatBlockAgain) {
+  const SequenceConfig c = Config(2, 4, 2, 16, DType::kBFloat16);
+  const int64_t block = 2048;              // 16 tokens a block
+  const int64_t capacity = 2 * 7 * block;  // the source's 100 tokens a layer: 7 blocks each
+  KvCache original(Options(block, capacity));
+  ASSERT_TRUE(original.Create(c, "doc", 0).ok());
+  for (int64_t l = 0; l < 2; ++l) Append(original, "doc", c, l, 100, 5 + l);
+  std::vector<std::string> saved = {Save(original, "doc")};
+  for (int i = 0; i < 4; ++i) {
+    const std::string id = absl::StrCat("doc/f", i);
+    ASSERT_TRUE(original.Fork("doc", id, std::nullopt).ok());
+    saved.push_back(Save(original, id));
+  }
+  EXPECT_EQ(original.Stats().used_bytes, capacity);
+
+  KvCache loaded(Options(block, capacity));
+  for (size_t i = 0; i < saved.size(); ++i) {
+    absl::StatusOr<SequenceInfo> info = Load(loaded, saved[i]);
+    ASSERT_TRUE(info.ok()) << i << ": " << info.status();
+    if (i > 0) EXPECT_EQ(info->shared_blocks, 2 * 7);
+    EXPECT_EQ(Save(loaded, info->id), saved[i]) << info->id;
+  }
+  EXPECT_EQ(loaded.Stats().used_bytes, capacity);
+  ASSERT_TRUE(loaded.CheckConsistency().ok());
+  // Appends copy the shared block first, in the loaded cache as in one never saved (both with
+  // room for more).
+  KvCache live(Options(block));
+  ASSERT_TRUE(live.Create(c, "doc", 0).ok());
+  for (int64_t l = 0; l < 2; ++l) Append(live, "doc", c, l, 100, 5 + l);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(live.Fork("doc", absl::StrCat("doc/f", i), {}).ok());
+  KvCache roomy_loaded(Options(block));
+  for (const std::string& bytes : saved) ASSERT_TRUE(Load(roomy_loaded, bytes).ok());
+  ExpectSameNextSteps(live, "doc/f2", roomy_loaded, "doc/f2", c, 41);
+  ExpectSameNextSteps(live, "doc", roomy_loaded, "doc", c, 42);
+  ExpectSameNextSteps(live, "doc/f1", roomy_loaded, "doc/f1", c, 43);
+  ExpectSameNextSteps(live, "doc/f2", roomy_loaded, "doc/f2", c, 44);
+  ASSERT_TRUE(roomy_loaded.CheckConsistency().ok());
+}
+
 // Every damaged file is refused, with what is wrong, and the cache stays as it was.
 TEST(Snapshot, DamagedSnapshotsAreRefusedAndAddNothing) {
   const SequenceConfig c = Config(2, 2, 1, 8, DType::kInt8);
