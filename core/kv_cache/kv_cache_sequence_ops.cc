@@ -182,7 +182,10 @@ absl::StatusOr<int64_t> KvCache::ReleaseImpl(absl::string_view id, bool sealed) 
     ATTEND_RETURN_IF_ERROR(CheckChangeable(*sequence));
   }
   sequence->released = true;
-  registry_->Remove(*sequence);
+  // A moved sequence is somewhere else now: its lookups here say so rather than "released".
+  registry_->Remove(*sequence, sealed ? "moved to another replica (its key maps there now); "
+                                        "call it through the fleet's proxy"
+                                      : "was released");
   // Exactly the blocks this call returned: a shared block goes back to the pool on the thread
   // that drops its last reference, which may be a sibling's Release running at the same moment
   // (a reference count read here would be a snapshot, and two concurrent releases could each

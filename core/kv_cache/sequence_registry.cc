@@ -208,10 +208,10 @@ std::string SequenceRegistry::NewId(absl::string_view key) {
   }
 }
 
-void SequenceRegistry::Remove(const Sequence& sequence) {
+void SequenceRegistry::Remove(const Sequence& sequence, const std::string& reason) {
   MutexLock lock(&mu_);
   if (auto it = sequences_.find(sequence.id); it != sequences_.end()) EraseLocked(it);
-  Forget(sequence.id, "was released");
+  Forget(sequence.id, reason);
 }
 
 void SequenceRegistry::Forget(const std::string& id, const std::string& reason) {

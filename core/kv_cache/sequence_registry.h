@@ -94,8 +94,10 @@ class SequenceRegistry {
   absl::Status Publish(const std::shared_ptr<Sequence>& sequence, absl::string_view id,
                        absl::string_view what, absl::string_view generated_key = {})
       ABSL_LOCKS_EXCLUDED(mu_);
-  // Removes a sequence that is being released (its owner's lookups then say so).
-  void Remove(const Sequence& sequence) ABSL_LOCKS_EXCLUDED(mu_);
+  // Removes a sequence that is being released (its owner's lookups then say so: it "was
+  // released", or `reason`, e.g. that it moved to another replica).
+  void Remove(const Sequence& sequence, const std::string& reason = "was released")
+      ABSL_LOCKS_EXCLUDED(mu_);
   // NOT_FOUND for `id`, with the reason it is gone when known.
   absl::Status NotFound(absl::string_view id) ABSL_LOCKS_EXCLUDED(mu_);
 
