@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -78,6 +80,7 @@ class KvCacheService::ExportReactor : public grpc::ServerWriteReactor<v1::Sequen
             return;
           }
           reserved_ = need;
+          data_.reserve(static_cast<size_t>(need));  // grown once, not by doubling
           const absl::Status saved = service_->cache_->Save(id, kv::StringSink(&data_), Version());
           if (!saved.ok()) {
             Finish(ToGrpcStatus(WithMovingHint(route, saved)));
@@ -163,7 +166,7 @@ class KvCacheService::ImportReactor : public grpc::ServerReadReactor<v1::ImportS
                             "share_with_source: give it in the first message only"));
         return;
       }
-      if (static_cast<int64_t>(data_.size() + piece_.data().size()) > limit_) {
+      if (static_cast<int64_t>(size_ + piece_.data().size()) > limit_) {
         Finish(grpc::Status(
             grpc::StatusCode::RESOURCE_EXHAUSTED,
             absl::StrCat("the import stream is longer than ", limit_,
@@ -176,7 +179,11 @@ class KvCacheService::ImportReactor : public grpc::ServerReadReactor<v1::ImportS
         return;
       }
       reserved_ += need;
-      data_.append(piece_.data());
+      // Kept as it came: no copy into one growing buffer (which page-faulted its way through
+      // twice the bytes).
+      size_ += piece_.data().size();
+      pieces_.push_back(std::move(*piece_.mutable_data()));
+      piece_.clear_data();
       if (const absl::Status start = CheckStart(); !start.ok()) {
         Finish(ToGrpcStatus(Refused(start)));
         return;
@@ -200,7 +207,7 @@ class KvCacheService::ImportReactor : public grpc::ServerReadReactor<v1::ImportS
 
  private:
   absl::Status Load() {
-    if (data_.empty()) {
+    if (size_ == 0) {
       return absl::InvalidArgumentError(
           "the stream carried no snapshot bytes (send an ExportSequence stream's chunks as "
           "data)");
@@ -208,7 +215,7 @@ class KvCacheService::ImportReactor : public grpc::ServerReadReactor<v1::ImportS
     // The id is checked against the call's route before anything is loaded.
     std::string id = id_;
     if (id.empty()) {
-      kv::SnapshotReader header_reader(kv::StringSource(data_), "the import stream");
+      kv::SnapshotReader header_reader(Source(), "the import stream");
       absl::StatusOr<kv::SnapshotHeader> header = header_reader.ReadHeader();
       if (!header.ok()) return Refused(header.status());
       id = header->id;
@@ -217,18 +224,18 @@ class KvCacheService::ImportReactor : public grpc::ServerReadReactor<v1::ImportS
     }
     ATTEND_RETURN_IF_ERROR(
         CheckRoute(route_, id, id_.empty() ? "the imported sequence's id" : "sequence_id"));
-    kv::SnapshotReader reader(kv::StringSource(data_), "the import stream");
+    kv::SnapshotReader reader(Source(), "the import stream");
     absl::StatusOr<kv::SequenceInfo> info = service_->cache_->Load(reader, id_, share_);
     if (share_ && info.status().code() == absl::StatusCode::kFailedPrecondition &&
         absl::StrContains(info.status().message(), "load it without sharing")) {
       // The source here has other rows than the fork shared: sharing is only for the same
       // rows, so the fork gets blocks of its own (as a restore does).
-      kv::SnapshotReader again(kv::StringSource(data_), "the import stream");
+      kv::SnapshotReader again(Source(), "the import stream");
       info = service_->cache_->Load(again, id_, /*share=*/false);
     }
     if (!info.ok()) return Refused(info.status());
     if (handed_off_) {
-      service_->metrics_->SequenceMoved(/*out=*/false, static_cast<int64_t>(data_.size()));
+      service_->metrics_->SequenceMoved(/*out=*/false, static_cast<int64_t>(size_));
     }
     ToProto(*info, response_);
     return absl::OkStatus();
@@ -239,22 +246,52 @@ class KvCacheService::ImportReactor : public grpc::ServerReadReactor<v1::ImportS
   // otherwise hold its share of the transfer budget for as long as its sender likes.
   absl::Status CheckStart() {
     constexpr size_t kPreamble = 16;  // magic, format version, header length
-    if (header_checked_ || data_.size() < kPreamble) return absl::OkStatus();
+    if (header_checked_ || size_ < kPreamble) return absl::OkStatus();
     uint32_t length = 0;
-    std::memcpy(&length, data_.data() + 12, 4);
-    const size_t whole = kPreamble + size_t{length} + 8;  // and the header's checksum
-    kv::SnapshotReader reader(
-        kv::StringSource(absl::string_view(data_).substr(0, std::min(data_.size(), whole))),
-        "the import stream");
+    std::memcpy(&length, Prefix(kPreamble).data() + 12, 4);
+    const size_t whole = kPreamble + size_t{length} + 8;       // and the header's checksum
+    const std::string start = Prefix(std::min(size_, whole));  // outlives the reader
+    kv::SnapshotReader reader(kv::StringSource(start), "the import stream");
     const absl::StatusOr<kv::SnapshotHeader> header = reader.ReadHeader();
     if (header.ok()) {
       header_checked_ = true;
       return absl::OkStatus();
     }
     // Only a header that has not all arrived yet may still turn out well.
-    const bool incomplete = absl::IsDataLoss(header.status()) && data_.size() < whole &&
+    const bool incomplete = absl::IsDataLoss(header.status()) && size_ < whole &&
                             int64_t{length} <= kv::kMaxSnapshotHeaderBytes;
     return incomplete ? absl::OkStatus() : header.status();
+  }
+
+  // The stream's bytes so far, read in order, without joining them.
+  kv::ByteSource Source() const {
+    struct At {
+      size_t piece = 0, offset = 0;
+    };
+    auto at = std::make_shared<At>();
+    return [this, at](char* dst, size_t n) -> absl::StatusOr<size_t> {
+      size_t done = 0;
+      while (done < n && at->piece < pieces_.size()) {
+        const std::string& piece = pieces_[at->piece];
+        const size_t take = std::min(n - done, piece.size() - at->offset);
+        std::memcpy(dst + done, piece.data() + at->offset, take);
+        done += take;
+        at->offset += take;
+        if (at->offset == piece.size()) {
+          ++at->piece;
+          at->offset = 0;
+        }
+      }
+      return done;
+    };
+  }
+
+  // The first `n` bytes of the stream (n <= size_), joined.
+  std::string Prefix(size_t n) const {
+    std::string out(n, '\0');
+    const absl::StatusOr<size_t> got = Source()(out.data(), n);
+    out.resize(got.ok() ? *got : 0);
+    return out;
   }
 
   absl::Status Refused(const absl::Status& status) {
@@ -273,7 +310,8 @@ class KvCacheService::ImportReactor : public grpc::ServerReadReactor<v1::ImportS
   std::string id_;
   bool share_ = true;
   v1::ImportSequenceRequest piece_;
-  std::string data_;
+  std::vector<std::string> pieces_;  // the stream's bytes, as they came
+  size_t size_ = 0;                  // in all
 };
 
 bool KvCacheService::ReserveTransfer(int64_t bytes) {
