@@ -37,7 +37,7 @@ if [ "${ATTEND_SKIP_TSAN:-0}" != 1 ]; then
   cmake --build "$tsan_dir" -j "$jobs" --target \
     kv_cache_test kv_cache_lifecycle_test kv_cache_limits_test kv_cache_snapshot_test \
     scratch_pool_test \
-    server_worker_pool_test
+    server_worker_pool_test server_idle_watch_test
   # One OpenMP thread: libgomp is not built with TSan (see tests/CMakeLists.txt). Only the
   # binaries built above have tests in the tsan label.
   OMP_NUM_THREADS=1 \

@@ -257,7 +257,8 @@ KvCacheService::KvCacheService(const ServiceLimits& limits, kv::KvCache* cache, 
       pool_(pool),
       metrics_(metrics),
       gate_(gate),
-      max_streams_(max_streams) {}
+      max_streams_(max_streams),
+      transfer_watch_(std::make_unique<IdleWatch>(absl::Seconds(60))) {}
 
 grpc::ServerUnaryReactor* KvCacheService::CreateSequence(grpc::CallbackServerContext* context,
                                                          const v1::CreateSequenceRequest* request,

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -17,6 +18,7 @@
 #include "attend/v1/kv_cache.grpc.pb.h"
 #include "core/kv_cache/kv_cache.h"
 #include "server/hand_off.h"
+#include "server/idle_watch.h"
 #include "server/metrics.h"
 #include "server/routing.h"
 #include "server/service_support.h"
@@ -58,6 +60,8 @@ class KvCacheService final : public KvCacheCallbackService {
   // What HandOff runs; without one it answers FAILED_PRECONDITION. REQUIRES: `hand_off`
   // outlives the service; set before serving.
   void SetHandOff(HandOffRunner* hand_off) { hand_off_ = hand_off; }
+  // Transfer streams that move no byte for `timeout` are ended (default 60 s). Before serving.
+  void SetTransferIdleTimeout(absl::Duration timeout);
 
   grpc::ServerUnaryReactor* CreateSequence(grpc::CallbackServerContext* context,
                                            const v1::CreateSequenceRequest* request,
@@ -155,6 +159,7 @@ class KvCacheService final : public KvCacheCallbackService {
   const SnapshotStore* snapshots_ = nullptr;
   std::string instance_;
   std::atomic<int64_t> transfer_bytes_{0};
+  std::unique_ptr<IdleWatch> transfer_watch_;
   HandOffRunner* hand_off_ = nullptr;
 };
 

@@ -5,11 +5,13 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "common/version.h"
 #include "core/base/status_macros.h"
 #include "core/kv_cache/sequence_registry.h"
@@ -46,7 +48,7 @@ class KvCacheService::ExportReactor : public grpc::ServerWriteReactor<v1::Sequen
                 const v1::ExportSequenceRequest* request)
       : service_(service) {
     if (!service_->gate_->Admitted(context)) {
-      Finish(ShuttingDown());
+      End(ShuttingDown());
       return;
     }
     const std::string id = request->sequence_id();
@@ -63,47 +65,62 @@ class KvCacheService::ExportReactor : public grpc::ServerWriteReactor<v1::Sequen
       }
     }
     if (!valid.ok()) {
-      Finish(ToGrpcStatus(valid));
+      End(ToGrpcStatus(valid));
       return;
     }
+    // And within what this server sends in one message (--max_message_bytes), framing aside.
+    chunk_bytes_ = std::min<size_t>(
+        chunk_bytes_, static_cast<size_t>(std::max<int64_t>(
+                          kMinChunkBytes, service_->limits_.max_message_bytes - (4 << 10))));
     const bool queued = SubmitToPool(
         service_->pool_, service_->metrics_, "ExportSequence", [this, id, route](double) {
           // The snapshot is at most the blocks the sequence holds and its header.
           const absl::StatusOr<kv::SequenceInfo> info = service_->cache_->Get(id);
           if (!info.ok()) {
-            Finish(ToGrpcStatus(WithMovingHint(route, info.status())));
+            End(ToGrpcStatus(WithMovingHint(route, info.status())));
             return;
           }
           const int64_t need = info->bytes + kImportSlackBytes;
           if (!service_->ReserveTransfer(need)) {
-            Finish(ToGrpcStatus(service_->TransferBusy(need)));
+            End(ToGrpcStatus(service_->TransferBusy(need)));
             return;
           }
           reserved_ = need;
           data_.reserve(static_cast<size_t>(need));  // grown once, not by doubling
           const absl::Status saved = service_->cache_->Save(id, kv::StringSink(&data_), Version());
           if (!saved.ok()) {
-            Finish(ToGrpcStatus(WithMovingHint(route, saved)));
+            End(ToGrpcStatus(WithMovingHint(route, saved)));
             return;
           }
           service_->metrics_->SequenceExported(static_cast<int64_t>(data_.size()));
+          // Watched from the first write: a reader that stops reading is let go.
+          ticket_ = service_->transfer_watch_->Add([this] {
+            End(grpc::Status(
+                grpc::StatusCode::DEADLINE_EXCEEDED,
+                absl::StrCat("the export stream was not read for ",
+                             absl::FormatDuration(service_->transfer_watch_->timeout()),
+                             "; it was ended so that the snapshot it held does not block "
+                             "other transfers (read faster, or export again)")));
+          });
           WriteNext();
         });
     if (!queued) {
-      Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                          "the server is busy (worker queue full); retry later"));
+      End(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                       "the server is busy (worker queue full); retry later"));
     }
   }
 
   void OnWriteDone(bool ok) override {
+    if (ticket_ != 0) service_->transfer_watch_->Touch(ticket_);
     if (!ok) {
-      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the stream was cancelled"));
+      End(grpc::Status(grpc::StatusCode::CANCELLED, "the stream was cancelled"));
       return;
     }
     WriteNext();
   }
 
   void OnDone() override {
+    if (ticket_ != 0) service_->transfer_watch_->Remove(ticket_);
     service_->ReleaseTransfer(reserved_);
     delete this;
   }
@@ -111,16 +128,28 @@ class KvCacheService::ExportReactor : public grpc::ServerWriteReactor<v1::Sequen
  private:
   void WriteNext() {
     if (sent_ >= data_.size()) {
-      Finish(grpc::Status::OK);
+      End(grpc::Status::OK);
       return;
     }
     const size_t n = std::min(chunk_bytes_, data_.size() - sent_);
     chunk_.set_data(data_.data() + sent_, n);
     sent_ += n;
-    StartWrite(&chunk_);
+    std::lock_guard<std::mutex> lock(end_mu_);
+    if (!ended_) StartWrite(&chunk_);
+  }
+
+  // Finish, once: the idle watch's thread may end the call while a write is out.
+  void End(grpc::Status status) {
+    std::lock_guard<std::mutex> lock(end_mu_);
+    if (ended_) return;
+    ended_ = true;
+    Finish(std::move(status));
   }
 
   KvCacheService* const service_;
+  std::mutex end_mu_;
+  bool ended_ = false;
+  int64_t ticket_ = 0;    // in the service's transfer watch, once writing
   int64_t reserved_ = 0;  // of the service's transfer budget
   size_t chunk_bytes_ = kChunkBytes;
   std::string data_;
@@ -143,31 +172,39 @@ class KvCacheService::ImportReactor : public grpc::ServerReadReactor<v1::ImportS
     context->AddInitialMetadata(kInstanceMetadata, service_->instance_);
     StartSendInitialMetadata();
     if (!service_->gate_->Admitted(context)) {
-      Finish(ShuttingDown());
+      End(ShuttingDown());
       return;
     }
-    StartRead(&piece_);
+    ticket_ = service_->transfer_watch_->Add([this] {
+      End(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                       absl::StrCat("the import stream sent nothing for ",
+                                    absl::FormatDuration(service_->transfer_watch_->timeout()),
+                                    "; it was ended so that the bytes it held do not block other "
+                                    "transfers, and nothing was imported")));
+    });
+    ReadMore();
   }
 
   void OnSendInitialMetadataDone(bool) override {}
 
   void OnReadDone(bool ok) override {
+    service_->transfer_watch_->Touch(ticket_);
     if (ok) {
       if (first_) {
         first_ = false;
         id_ = piece_.sequence_id();
         share_ = !piece_.has_share_with_source() || piece_.share_with_source();
       } else if (!piece_.sequence_id().empty() && piece_.sequence_id() != id_) {
-        Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                            "sequence_id: give it in the first message only"));
+        End(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                         "sequence_id: give it in the first message only"));
         return;
       } else if (piece_.has_share_with_source()) {
-        Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                            "share_with_source: give it in the first message only"));
+        End(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                         "share_with_source: give it in the first message only"));
         return;
       }
       if (static_cast<int64_t>(size_ + piece_.data().size()) > limit_) {
-        Finish(grpc::Status(
+        End(grpc::Status(
             grpc::StatusCode::RESOURCE_EXHAUSTED,
             absl::StrCat("the import stream is longer than ", limit_,
                          " bytes: more than this server's whole KV cache could hold")));
@@ -175,7 +212,7 @@ class KvCacheService::ImportReactor : public grpc::ServerReadReactor<v1::ImportS
       }
       const auto need = static_cast<int64_t>(piece_.data().size());
       if (!service_->ReserveTransfer(need)) {
-        Finish(ToGrpcStatus(service_->TransferBusy(need)));
+        End(ToGrpcStatus(service_->TransferBusy(need)));
         return;
       }
       reserved_ += need;
@@ -185,22 +222,29 @@ class KvCacheService::ImportReactor : public grpc::ServerReadReactor<v1::ImportS
       pieces_.push_back(std::move(*piece_.mutable_data()));
       piece_.clear_data();
       if (const absl::Status start = CheckStart(); !start.ok()) {
-        Finish(ToGrpcStatus(Refused(start)));
+        End(ToGrpcStatus(Refused(start)));
         return;
       }
-      StartRead(&piece_);
+      ReadMore();
       return;
     }
-    // The client finished sending (or the call ended: then Finish is a no-op).
+    // The client finished sending (or the call ended: then End is a no-op). Not watched from
+    // here: the load may take a while, and the client waits for it.
+    service_->transfer_watch_->Remove(ticket_);
+    {
+      std::lock_guard<std::mutex> lock(end_mu_);
+      if (ended_) return;  // refused, or let go by the watch: nothing to load
+    }
     const bool queued = SubmitToPool(service_->pool_, service_->metrics_, "ImportSequence",
-                                     [this](double) { Finish(ToGrpcStatus(Load())); });
+                                     [this](double) { End(ToGrpcStatus(Load())); });
     if (!queued) {
-      Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                          "the server is busy (worker queue full); nothing was imported"));
+      End(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                       "the server is busy (worker queue full); nothing was imported"));
     }
   }
 
   void OnDone() override {
+    service_->transfer_watch_->Remove(ticket_);
     service_->ReleaseTransfer(reserved_);
     delete this;
   }
@@ -294,6 +338,18 @@ class KvCacheService::ImportReactor : public grpc::ServerReadReactor<v1::ImportS
     return out;
   }
 
+  // Finish, once: the idle watch's thread may end the call while a read is out.
+  void End(grpc::Status status) {
+    std::lock_guard<std::mutex> lock(end_mu_);
+    if (ended_) return;
+    ended_ = true;
+    Finish(std::move(status));
+  }
+  void ReadMore() {
+    std::lock_guard<std::mutex> lock(end_mu_);
+    if (!ended_) StartRead(&piece_);
+  }
+
   absl::Status Refused(const absl::Status& status) {
     if (absl::IsDataLoss(status)) service_->metrics_->SnapshotDamaged();
     return status;
@@ -305,6 +361,9 @@ class KvCacheService::ImportReactor : public grpc::ServerReadReactor<v1::ImportS
   const bool handed_off_;
   const int64_t limit_;
   int64_t reserved_ = 0;  // of the service's transfer budget
+  std::mutex end_mu_;
+  bool ended_ = false;
+  int64_t ticket_ = 0;  // in the service's transfer watch
   bool first_ = true;
   bool header_checked_ = false;
   std::string id_;
@@ -322,6 +381,10 @@ bool KvCacheService::ReserveTransfer(int64_t bytes) {
 }
 
 void KvCacheService::ReleaseTransfer(int64_t bytes) { transfer_bytes_ -= bytes; }
+
+void KvCacheService::SetTransferIdleTimeout(absl::Duration timeout) {
+  transfer_watch_ = std::make_unique<IdleWatch>(timeout);
+}
 
 absl::Status KvCacheService::TransferBusy(int64_t bytes) const {
   return absl::ResourceExhaustedError(

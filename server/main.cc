@@ -74,6 +74,10 @@ ABSL_FLAG(std::string, snapshot_dir, "",
 ABSL_FLAG(absl::Duration, snapshot_grace, absl::Seconds(60),
           "Time the save after the drain may take (with --snapshot_dir); sequences it has no "
           "time for are named in the log and lost");
+ABSL_FLAG(absl::Duration, transfer_idle_timeout, absl::Seconds(60),
+          "An ExportSequence or ImportSequence stream that moves no byte for this long is ended "
+          "(DEADLINE_EXCEEDED), so that the snapshot bytes it holds do not block other "
+          "transfers, hand-offs included");
 ABSL_FLAG(std::string, handoff_target, "",
           "The fleet's proxy (host:port, plaintext): KvCache.HandOff moves sequences through it to "
           "the replicas their keys map to, and the drain after SIGTERM hands off (within "
@@ -186,6 +190,12 @@ absl::StatusOr<attend::server::ServerOptions> OptionsFromFlags() {
   options.kv_cache.huge_pages = absl::GetFlag(FLAGS_kv_huge_pages);
   options.snapshot_dir = absl::GetFlag(FLAGS_snapshot_dir);
   options.snapshot_grace = absl::GetFlag(FLAGS_snapshot_grace);
+  options.transfer_idle_timeout = absl::GetFlag(FLAGS_transfer_idle_timeout);
+  if (options.transfer_idle_timeout < absl::Milliseconds(100)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--transfer_idle_timeout must be at least 100ms, got ",
+                     absl::FormatDuration(options.transfer_idle_timeout)));
+  }
   options.handoff_target = absl::GetFlag(FLAGS_handoff_target);
   if (options.snapshot_grace < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--snapshot_grace must not be negative");

@@ -323,6 +323,7 @@ absl::StatusOr<std::unique_ptr<AttendServer>> AttendServer::Start(const ServerOp
   if (p.snapshots) p.kv_cache->SetSnapshotStore(&*p.snapshots);
   p.instance = NewInstanceId();
   p.kv_cache->SetInstance(p.instance);
+  p.kv_cache->SetTransferIdleTimeout(options.transfer_idle_timeout);
   if (!options.handoff_target.empty()) {
     p.hand_off = std::make_unique<HandOffRunner>(options.handoff_target, p.instance,
                                                  std::string(Version()), p.metrics.get());

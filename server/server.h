@@ -60,6 +60,9 @@ struct ServerOptions {
   // replica taken out of the proxy's ring first gives its sequences away, one still in it
   // keeps them.
   std::string handoff_target;
+  // An ExportSequence or ImportSequence stream that moves no byte for this long is ended
+  // (DEADLINE_EXCEEDED), so that the snapshot bytes it holds do not block other transfers.
+  absl::Duration transfer_idle_timeout = absl::Seconds(60);
 };
 
 // Half of the memory this process may use (physical memory, or its cgroup's limit when lower,

@@ -65,14 +65,17 @@ class Client {
     return stub_->CreateSequence(&context, request, &info);
   }
   // Appends n seeded tokens to every layer; returns the outputs' raw bytes.
-  std::string Append(const std::string& id, int64_t n, uint64_t seed) {
+  // Appends n seeded tokens to both layers; with_q false caches keys and values only (no
+  // attention computed: fast for big fills).
+  std::string Append(const std::string& id, int64_t n, uint64_t seed, bool with_q = true) {
     std::string out;
     for (int layer = 0; layer < 2; ++layer) {
       std::mt19937_64 rng(seed * 7 + static_cast<uint64_t>(layer));
       v1::AppendRequest request;
       request.set_sequence_id(id);
       request.set_layer(layer);
-      *request.mutable_q() = F32Data({n, kHeads, kDim}, RandomFloats(rng, n * kHeads * kDim));
+      const std::vector<float> q = RandomFloats(rng, n * kHeads * kDim);
+      if (with_q) *request.mutable_q() = F32Data({n, kHeads, kDim}, q);
       *request.mutable_k() = F32Data({n, kKvHeads, kDim}, RandomFloats(rng, n * kKvHeads * kDim));
       *request.mutable_v() = F32Data({n, kKvHeads, kDim}, RandomFloats(rng, n * kKvHeads * kDim));
       v1::AppendResponse response;
@@ -708,6 +711,73 @@ TEST(TransferService, ImportsInFlightShareOneMemoryBound) {
   const grpc::Status newer = cb.Import(future + std::string(100, 'z'), "future", &ignored);
   EXPECT_EQ(newer.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << newer.error_message();
   EXPECT_TRUE(cb.List().count("real") == 1 && cb.List().size() == 1u);
+}
+
+// Transfer streams that go quiet are let go after --transfer_idle_timeout, with a status that
+// says why, and what they held is given back: an import whose sender stops sending (a real
+// snapshot's start, then nothing, never closed), and an export whose reader stops reading.
+TEST(TransferService, QuietStreamsAreEndedAndGiveTheirBytesBack) {
+  server::ServerOptions options = Options(TempDir());
+  options.transfer_idle_timeout = absl::Milliseconds(400);
+  auto b = server::AttendServer::Start(options);
+  ASSERT_TRUE(b.ok());
+  Client cb(**b);
+  ASSERT_TRUE(cb.Create("big", v1::FLOAT32, 0).ok());
+  for (int i = 0; i < 4; ++i) cb.Append("big", 768, i, /*with_q=*/false);  // 1.5 MiB
+  std::string snapshot;
+  ASSERT_TRUE(cb.Export("big", &snapshot).ok());
+  auto stub = v1::KvCache::NewStub(::attend::testing::ChannelTo(**b));
+
+  // The import: 60 MiB of a 65 MiB budget, then silence.
+  {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    v1::SequenceInfo info;
+    auto writer = stub->ImportSequence(&context, &info);
+    v1::ImportSequenceRequest request;
+    request.set_sequence_id("stalled");
+    request.set_data(snapshot.substr(0, 1 << 10) + std::string((512 << 10) - (1 << 10), 'z'));
+    ASSERT_TRUE(writer->Write(request));
+    request.clear_sequence_id();
+    request.set_data(std::string(512 << 10, 'z'));
+    for (int i = 1; i < 120; ++i) ASSERT_TRUE(writer->Write(request));
+    const auto quiet = std::chrono::steady_clock::now();
+    const grpc::Status ended = writer->Finish();  // no WritesDone: the server ends it
+    EXPECT_LT(std::chrono::steady_clock::now() - quiet, std::chrono::seconds(5));
+    EXPECT_EQ(ended.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << ended.error_message();
+    EXPECT_NE(ended.error_message().find("sent nothing for 400ms"), std::string::npos)
+        << ended.error_message();
+  }
+  v1::SequenceInfo info;
+  const grpc::Status imported = cb.Import(snapshot, "copy", &info, 512 << 10);
+  ASSERT_TRUE(imported.ok()) << imported.error_message() << " (the stalled import's bytes?)";
+
+  // The export: chunks of 4 KiB, one read, then none for a while; 24 MiB, more than the
+  // connection's flow-control windows and socket buffers take in meanwhile.
+  ASSERT_TRUE(cb.Create("huge", v1::FLOAT32, 0).ok());
+  for (int i = 0; i < 64; ++i) cb.Append("huge", 768, 100 + i, /*with_q=*/false);
+  {
+    grpc::ClientContext context;
+    v1::ExportSequenceRequest request;
+    request.set_sequence_id("huge");
+    request.set_chunk_bytes(4096);
+    auto reader = stub->ExportSequence(&context, request);
+    v1::SequenceChunk chunk;
+    ASSERT_TRUE(reader->Read(&chunk));
+    std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+    size_t got = chunk.data().size();
+    while (reader->Read(&chunk)) got += chunk.data().size();
+    const grpc::Status ended = reader->Finish();
+    EXPECT_LT(got, size_t{24} << 20);
+    EXPECT_EQ(ended.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << ended.error_message();
+    EXPECT_NE(ended.error_message().find("was not read for 400ms"), std::string::npos)
+        << ended.error_message();
+  }
+  // A reader that keeps up is not let go, however long the whole takes.
+  std::string again;
+  ASSERT_TRUE(cb.Export("big", &again, nullptr, 4096).ok());
+  EXPECT_EQ(again, snapshot);
+  EXPECT_EQ(cb.List().count("stalled"), 0u);
 }
 
 }  // namespace
