@@ -517,8 +517,24 @@ int RunExport(Context& c) {
     return kExitOk;
   }
   // Into <out>.tmp, renamed to <out> once the stream ended well: a failed export leaves no
-  // partial <out> (and an older <out> as it was).
-  const std::string tmp = absl::StrCat(*out, ".tmp");
+  // partial <out> (and an older <out> as it was). A symlink's target is written, the link left a
+  // link; a device, FIFO or socket is written through, since nothing can be renamed onto it
+  // without replacing it.
+  std::string path = *out;
+  std::error_code ec;
+  // Followed hop by hop: canonical paths need the final target to exist already.
+  for (int hops = 0;
+       hops < 40 && std::filesystem::is_symlink(std::filesystem::symlink_status(path, ec));
+       ++hops) {
+    std::filesystem::path next = std::filesystem::read_symlink(path, ec);
+    if (ec) break;
+    if (next.is_relative()) next = std::filesystem::path(path).parent_path() / next;
+    path = next.string();
+  }
+  const std::filesystem::file_status kind = std::filesystem::status(path, ec);
+  const bool through = std::filesystem::exists(kind) && !std::filesystem::is_regular_file(kind) &&
+                       !std::filesystem::is_directory(kind);
+  const std::string tmp = through ? path : absl::StrCat(path, ".tmp");
   errno = 0;
   std::ofstream file(tmp, std::ios::binary | std::ios::trunc);
   if (!file) return LocalError(c, WriteError(tmp, errno));
@@ -540,9 +556,8 @@ int RunExport(Context& c) {
     file.close();
     if (!file) local = WriteError(tmp, errno);
   }
-  std::error_code ec;
-  if (r.ok() && local.ok()) {
-    std::filesystem::rename(tmp, *out, ec);
+  if (r.ok() && local.ok() && !through) {
+    std::filesystem::rename(tmp, path, ec);
     if (ec) {
       local = absl::DataLossError(
           absl::StrCat("cannot rename '", tmp, "' to '", *out, "': ", ec.message()));
@@ -550,7 +565,7 @@ int RunExport(Context& c) {
   }
   if (!r.ok() || !local.ok()) {
     file.close();
-    std::filesystem::remove(tmp, ec);
+    if (!through) std::filesystem::remove(tmp, ec);
     return local.ok() ? ReportError(c, r.status()) : LocalError(c, local);
   }
   if (c.json) {

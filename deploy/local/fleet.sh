@@ -40,9 +40,11 @@
 # State (generated nginx config, logs, pids): $ATTEND_FLEET_DIR, default /tmp/attend-fleet-P.
 # stop and status need the same --port (or ATTEND_FLEET_DIR) as start.
 #
-# Exit status: status 0 when every process of the fleet runs, 1 when one is gone (or nginx's
-# master is gone and its workers are left: "orphaned"), 3 when there is no fleet there (restart
-# and scale too). stop is
+# Exit status: status 0 when every process of the fleet runs and nginx's list is exactly its
+# replicas, 1 when one is gone (or nginx's master is gone and its workers are left: "orphaned"),
+# or a replica is missing from nginx's list or listed without running; 3 when there is no fleet
+# there (restart and scale too). One start, restart or scale runs at a time on a fleet (a second
+# is refused, exit 1). A replica found gone is started again by restart and dropped by scale. stop is
 # idempotent: 0 when it ended the fleet and also when there was none to end ("no fleet in DIR",
 # e.g. already stopped, or a --port that names no fleet); check with status first when a wrong
 # --port matters. Bad arguments: 1 (2 for usage).
@@ -69,9 +71,25 @@ die() {
   exit 1
 }
 
+# usage [STATUS]: the header above as help, on stderr for a usage error (2), else stdout.
 usage() {
-  sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}" >&2
-  exit 2
+  local status=${1:-2}
+  if ((status == 0)); then
+    sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"
+  else
+    sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}" >&2
+  fi
+  exit "$status"
+}
+
+# take_lock: one start, restart or scale at a time on a fleet: two at once would each change
+# nginx's list and move sequences by a ring the other is changing. The lock is fd 9 on
+# $fleet_dir/lock, held until this script exits; the long-lived processes it starts get their fd
+# 9 closed (9>&-), or they would hold it after.
+take_lock() {
+  exec 9>>"$fleet_dir/lock"
+  flock -n 9 || die "another fleet.sh start, restart or scale is running on the fleet in" \
+    "$fleet_dir; wait for it to end"
 }
 
 # Field 22 of /proc/PID/stat (start time in clock ticks since boot), or nothing when PID is gone
@@ -184,7 +202,7 @@ parse_flags() {
       --tls_key) tls_key=$(value "$@"); shift 2 ;;
       --tls_key=*) tls_key=${1#*=}; shift ;;
       --) shift; extra=("$@"); break ;;
-      -h|--help) usage ;;
+      -h|--help) usage 0 ;;
       *) die "unknown argument '$1' (see --help)" ;;
     esac
   done
@@ -294,6 +312,7 @@ cmd_start() {
   [[ -n $tls_port ]] && port_in_use "$tls_port" && die "port $tls_port on 127.0.0.1 is in use"
   mkdir -p "$fleet_dir"
   touch "$fleet_dir/$MARKER"
+  take_lock
   trap abort_start EXIT
 
   # The replicas, all at once; each picks free ports and prints them on its start-up line.
@@ -302,7 +321,7 @@ cmd_start() {
   for ((i = 0; i < replicas; i++)); do
     "$server" --address=127.0.0.1:0 --metrics_address=127.0.0.1:0 \
       --handoff_target="127.0.0.1:$port" "${extra[@]}" \
-      </dev/null >"$fleet_dir/replica-$i.log" 2>&1 &
+      </dev/null >"$fleet_dir/replica-$i.log" 2>&1 9>&- &
     started_pids+=("$!")
   done
   local ports=() metrics=() line
@@ -347,7 +366,7 @@ EOF
   # by it even when the master is gone (nginx_group). setsid execs nginx (it forks only when
   # already a group leader, which a background job of this non-interactive shell is not).
   setsid "$nginx" "${nginx_args[@]}" -g "pid $fleet_dir/nginx.pid; daemon off;" \
-    </dev/null >"$fleet_dir/nginx.log" 2>&1 &
+    </dev/null >"$fleet_dir/nginx.log" 2>&1 9>&- &
   pid=$!
   started_pids+=("$pid")
   nginx_pid=$pid
@@ -383,6 +402,7 @@ save_setup() {
 
 load_setup() {
   [[ -s $pids_file ]] || { echo "fleet.sh: no fleet in $fleet_dir" >&2; exit 3; }
+  take_lock
   ((${#extra[@]} == 0)) || die "the replicas keep the flags the fleet was started with"
   [[ -s $fleet_dir/binaries ]] || die "$fleet_dir has no record of its binaries (started by an" \
     "older fleet.sh): stop it and start it again"
@@ -394,11 +414,20 @@ load_setup() {
     ours nginx "$pid" "$start" "$match" || die "the fleet's nginx (pid $pid) is gone: see status"
     nginx_pid=$pid
   done < <(recorded)
+  # Replicas that exited or were killed are not an error here: restart starts them again and
+  # scale drops them (what they held is gone either way).
+  gone_ports=()
   while read -r kind pid start p m match; do
     [[ $kind == replica ]] || continue
-    ours replica "$pid" "$start" "$match" \
-      || die "replica 127.0.0.1:$p (pid $pid) is gone; its sequences with it: see status"
+    ours replica "$pid" "$start" "$match" || gone_ports+=("$p")
   done < <(recorded)
+}
+
+# is_gone PORT: the replica on PORT was gone when load_setup looked.
+is_gone() {
+  local g
+  for g in "${gone_ports[@]}"; do [[ $g == "$1" ]] && return 0; done
+  return 1
 }
 
 # The replicas in the pids file, in its order, as "pid start port metrics match" lines.
@@ -464,7 +493,7 @@ launch_replica() {
   n=$(find "$fleet_dir" -maxdepth 1 -name 'replica-*.log' | wc -l)
   log="$fleet_dir/replica-$n.log"
   "$server" --address="127.0.0.1:$1" --metrics_address="127.0.0.1:$2" \
-    --handoff_target="127.0.0.1:$port" "${extra[@]}" </dev/null >"$log" 2>&1 &
+    --handoff_target="127.0.0.1:$port" "${extra[@]}" </dev/null >"$log" 2>&1 9>&- &
   pid=$!
   launched_pid=$pid
   if ! wait_for_startup_line "$log" "$pid"; then
@@ -519,8 +548,18 @@ cmd_restart() {
     read -r pid start p m match <<<"$line"
     ports+=("$p")
   done
+  # Replicas that are gone start again first, in their places; the rolling restart then goes
+  # over the others, each of whose hand-offs also returns the keys of a restarted one.
   for line in "${lines[@]}"; do
     read -r pid start p m match <<<"$line"
+    is_gone "$p" || continue
+    echo "replica 127.0.0.1:$p was gone (exited or killed: what it held went with it);" \
+      "starting it again"
+    launch_replica "$p" "$m"
+  done
+  for line in "${lines[@]}"; do
+    read -r pid start p m match <<<"$line"
+    is_gone "$p" && continue
     others=()
     for o in "${ports[@]}"; do [[ $o == "$p" ]] || others+=("$o"); done
     echo "replica 127.0.0.1:$p: out of the proxy's list, handing its sequences off"
@@ -551,12 +590,25 @@ cmd_scale() {
   load_setup
   local lines=() ports=() line pid start p m match o keep=() added=() failed=0
   mapfile -t lines < <(replica_lines)
+  # Replicas that are gone leave the fleet first (what they held went with them).
+  for line in "${lines[@]}"; do
+    read -r pid start p m match <<<"$line"
+    is_gone "$p" || continue
+    echo "replica 127.0.0.1:$p was gone (exited or killed: what it held went with it);" \
+      "dropped from the fleet"
+    forget_replica "$p"
+  done
+  mapfile -t lines < <(replica_lines)
   for line in "${lines[@]}"; do
     read -r pid start p m match <<<"$line"
     ports+=("$p")
   done
   if ((wanted == ${#ports[@]})); then
-    echo "the fleet has $wanted replicas already"
+    if ((${#gone_ports[@]})); then
+      write_upstreams "${ports[@]}"
+      reload_nginx
+    fi
+    echo "the fleet has $wanted replicas"
   elif ((wanted > ${#ports[@]})); then
     while ((${#ports[@]} + ${#added[@]} < wanted)); do
       launch_replica 0 0
@@ -618,6 +670,28 @@ cmd_status() {
       fi
     fi
   done < <(grep '^nginx ' "$pids_file"; grep '^replica ' "$pids_file")
+  # The proxy's list against the replicas: a restart or scale that did not finish can leave a
+  # running replica out of it (its sequences unreachable through the proxy) or a gone one in it.
+  local listed=() l
+  [[ -f $fleet_dir/upstreams.conf ]] &&
+    mapfile -t listed < <(sed -n 's/^server 127\.0\.0\.1:\([0-9]*\) .*/\1/p' "$fleet_dir/upstreams.conf")
+  while read -r kind pid start p m match; do
+    [[ $kind == replica ]] || continue
+    local in_list=0
+    for l in "${listed[@]}"; do [[ $l == "$p" ]] && in_list=1; done
+    if ((in_list == 0)); then
+      echo "replica 127.0.0.1:$p is not in the proxy's list: calls for its keys do not reach it" \
+        "(a restart or scale did not finish: run it again)"
+      dead=1
+    fi
+  done < <(recorded)
+  for l in "${listed[@]}"; do
+    if ! grep -q "^replica [0-9]* [0-9]* $l " "$pids_file"; then
+      echo "the proxy's list has 127.0.0.1:$l, which is no replica of this fleet (a restart or" \
+        "scale did not finish: run it again)"
+      dead=1
+    fi
+  done
   return "$dead"
 }
 
@@ -681,10 +755,11 @@ case ${1:-} in
   restart) shift; cmd_restart "$@" ;;
   scale)
     shift
-    if (($# == 0)) || [[ $1 == -* ]]; then
+    if (($# == 0)) || [[ $1 == --* || $1 == -h ]]; then
       die "scale needs the number of replicas: fleet.sh scale N"
     fi
     cmd_scale "$@" ;;
-  -h|--help|"") usage ;;
+  -h|--help) usage 0 ;;
+  "") usage ;;
   *) die "unknown command '$1': start, stop, status, restart or scale" ;;
 esac

@@ -661,6 +661,13 @@ class FleetArguments(unittest.TestCase):
             self.refused(["start", "--port", port, "--"] + extra,
                          "cannot share one snapshot directory")
 
+    def test_help_is_not_an_error(self):
+        for flag in ("--help", "-h"):
+            result = self.run_fleet(flag)
+            self.assertEqual(result.returncode, 0, result)
+            self.assertIn("scale N", result.stdout)
+        self.assertEqual(self.run_fleet().returncode, 2)  # no command: usage, on stderr
+
     def test_scale_wants_a_number_and_a_fleet(self):
         port = str(free_port())
         self.refused(["scale"], "scale needs the number of replicas")

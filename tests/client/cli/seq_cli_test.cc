@@ -4,6 +4,7 @@
 // codes of usage, local-file, server and connection errors; save / load, export / import
 // through files, and hand-off between two servers.
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include <cmath>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -674,6 +676,38 @@ TEST_F(SeqCliTest, ExportOfAnUnknownIdFailsNotFoundAndLeavesNoFile) {
   EXPECT_EQ(Run({"seq", "export", "--id", "u-here", "--out", dir + "/no/such/dir/f"}),
             cli::kExitLocalError);
   EXPECT_THAT(err_.str(), HasSubstr(dir + "/no/such/dir/f"));
+}
+
+// --out naming a symlink writes its target and leaves the link a link; a FIFO (or a device) is
+// written through, never replaced by a regular file (the temporary file cannot be renamed onto
+// it without replacing it).
+TEST_F(SeqCliTest, ExportThroughSymlinksAndFifos) {
+  const std::string dir = NewTempDir("seq-special");
+  Create("sp");
+  ASSERT_EQ(Run({"seq", "export", "--id", "sp", "--out", dir + "/plain"}), cli::kExitOk);
+  const std::string want = ReadFile(dir + "/plain");
+  ASSERT_FALSE(want.empty());
+
+  std::filesystem::create_symlink(dir + "/target", dir + "/link");
+  ASSERT_EQ(Run({"seq", "export", "--id", "sp", "--out", dir + "/link"}), cli::kExitOk)
+      << err_.str();
+  EXPECT_TRUE(std::filesystem::is_symlink(std::filesystem::symlink_status(dir + "/link")));
+  EXPECT_EQ(ReadFile(dir + "/target"), want);
+  EXPECT_FALSE(Exists(dir + "/link.tmp"));
+
+  const std::string fifo = dir + "/fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  std::string got;
+  std::thread reader([&] {
+    std::ifstream in(fifo, std::ios::binary);
+    got.assign(std::istreambuf_iterator<char>(in), {});
+  });
+  const int code = Run({"seq", "export", "--id", "sp", "--out", fifo});
+  reader.join();
+  EXPECT_EQ(code, cli::kExitOk) << err_.str();
+  EXPECT_EQ(got, want);
+  EXPECT_TRUE(std::filesystem::is_fifo(std::filesystem::status(fifo)));
+  EXPECT_FALSE(Exists(fifo + ".tmp"));
 }
 
 TEST_F(SeqCliTest, TransferUsageErrorsAndHelp) {

@@ -212,7 +212,7 @@ class FleetMoves(unittest.TestCase):
                 self.assertEqual(c.get_sequence(sid).sequence_id, sid)
         return held
 
-    def test_one_replica_cannot_restart_without_losing_its_sequences(self):
+    def test_one_replica_dead_replicas_and_two_changes_at_once(self):
         self.fleet = Fleet(self.tmp, replicas=1)
         with attend.Client(self.fleet.target) as c:
             c.create_sequence("alone/main", **SHAPE)
@@ -229,6 +229,41 @@ class FleetMoves(unittest.TestCase):
         with attend.Client(self.fleet.target) as c:
             self.assertEqual(c.get_sequence("alone/main").sequence_id, "alone/main")
         self.assertEqual(len(self.fleet.replicas()), 1)
+
+        # A replica that was killed: restart starts it again, scale drops it.
+        self.fleet.run("scale", "3")
+        for command in (("restart",), ("scale", "2")):
+            held = self.holders()
+            victim = next(r for r, ids in held.items() if not ids)  # one holding nothing
+            pids = {}
+            with open(os.path.join(self.fleet.env["ATTEND_FLEET_DIR"], "pids")) as f:
+                for line in f:
+                    fields = line.split()
+                    if fields[0] == "replica":
+                        pids["127.0.0.1:" + fields[3]] = int(fields[1])
+            os.kill(pids[victim], signal.SIGKILL)
+            gone = self.fleet.run("status", check=False)
+            self.assertEqual(gone.returncode, 1, gone.stdout)
+            self.assertIn("was gone", self.fleet.run(*command))
+            self.assertEqual(len(self.fleet.replicas()), 3 if command == ("restart",) else 2)
+            with attend.Client(self.fleet.target) as c:
+                self.assertEqual(c.get_sequence("alone/main").sequence_id, "alone/main")
+
+        # Two changes at once: one runs, the other is refused, and nothing is lost.
+        env = self.fleet.env
+        both = [subprocess.Popen(["bash", FLEET_SH, "scale", n, "--port", str(self.fleet.port)],
+                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True) for n in ("4", "1")]
+        results = [(p.wait(timeout=300), p.stderr.read()) for p in both]
+        for p in both:
+            p.stdout.close()
+            p.stderr.close()
+        refused = [err for rc, err in results if rc != 0]
+        self.assertEqual(len(refused), 1, results)
+        self.assertIn("another fleet.sh start, restart or scale is running", refused[0])
+        self.assertIn(len(self.fleet.replicas()), (4, 1))
+        with attend.Client(self.fleet.target) as c:
+            self.assertEqual(c.get_sequence("alone/main").sequence_id, "alone/main")
 
     def test_rolling_restart_and_scale_lose_nothing(self):
         self.fleet = Fleet(self.tmp)
