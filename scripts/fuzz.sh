@@ -16,7 +16,8 @@
 #   ATTEND_JOBS            parallel compile jobs (default 2)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root=$PWD
+# shellcheck source=scripts/ccache_env.sh
+source scripts/ccache_env.sh
 
 seconds=${ATTEND_FUZZ_SECONDS:-30}
 parallel=${ATTEND_FUZZ_PARALLEL:-2}
@@ -26,8 +27,6 @@ all_targets=(attention_service kv_cache_service planner_service kv_cache snapsho
   json_input npy)
 read -r -a targets <<<"${ATTEND_FUZZ_TARGETS:-${all_targets[*]}}"
 
-# ccache hits across worktrees need a base directory above them.
-export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$(dirname "$root")}
 start=$(date +%s)
 CC=clang CXX=clang++ cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DATTEND_SANITIZE=address,undefined -DATTEND_FUZZ=ON -DATTEND_BUILD_BENCH=OFF >/dev/null

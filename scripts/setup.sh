@@ -5,9 +5,12 @@
 #   ATTEND_JOBS        parallel compile jobs (default: number of CPUs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/ccache_env.sh
+source scripts/ccache_env.sh
 
 packages=(
   cmake g++ make pkg-config
+  ccache  # a second build of a fresh clone reuses the first one's objects
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler grpc-proto
   libabsl-dev libdnnl-dev prometheus-cpp-dev
   libxxhash-dev  # XXH3 checksums of KV-cache snapshots

@@ -13,7 +13,16 @@
 # on two cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/ccache_env.sh
+source scripts/ccache_env.sh
+phase_start=$SECONDS
+# phase NAME: how long the phase that just ended took (CI's log keeps the time of each).
+phase() {
+  echo "test: $1 took $((SECONDS - phase_start)) s"
+  phase_start=$SECONDS
+}
 bash scripts/setup.sh
+phase "setup and the Release build"
 # setup.sh installed promtool: the scrape lint must run, not skip.
 export ATTEND_REQUIRE_PROMTOOL=1
 # setup.sh installed librsvg2-bin: the PNG rendering test must run, not skip.
@@ -21,9 +30,11 @@ export ATTEND_REQUIRE_RSVG=1
 build_dir=${ATTEND_BUILD_DIR:-build}
 jobs=${ATTEND_JOBS:-$(nproc)}
 ctest --test-dir "$build_dir" --output-on-failure -j "$jobs"
+phase "the Release tests"
 
 if [ "${ATTEND_SKIP_SOAK:-0}" != 1 ]; then
   bash scripts/soak.sh --server "$build_dir/server/attend-server" --seconds "${ATTEND_SOAK_SECONDS:-60}"
+  phase "the soak"
 fi
 
 if [ "${ATTEND_SKIP_TSAN:-0}" != 1 ]; then
@@ -43,6 +54,7 @@ if [ "${ATTEND_SKIP_TSAN:-0}" != 1 ]; then
   OMP_NUM_THREADS=1 \
     TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp" \
     ctest --test-dir "$tsan_dir" -L tsan --output-on-failure -j "$jobs"
+  phase "ThreadSanitizer (build and tests)"
 fi
 
 if [ "${ATTEND_SKIP_ASAN:-0}" != 1 ]; then
@@ -53,11 +65,13 @@ if [ "${ATTEND_SKIP_ASAN:-0}" != 1 ]; then
   ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp" \
     UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     ctest --test-dir "$asan_dir" --output-on-failure -j "$jobs"
+  phase "AddressSanitizer (build and tests)"
 fi
 
 if [ "${ATTEND_SKIP_FUZZ:-0}" != 1 ]; then
   if command -v clang++ >/dev/null; then
     bash scripts/fuzz.sh
+    phase "fuzzing (build and runs)"
   else
     echo "test: clang++ not found, no fuzzing (the corpora ran as regression tests above)"
   fi
