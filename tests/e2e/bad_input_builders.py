@@ -21,7 +21,8 @@ KV_BYTES = 1 << 20
 KV_BLOCK = 16384
 MAX_SEQUENCES = 8
 MAX_STREAMS = 4
-HF_CONFIG_LIMIT = 1 << 20  # PlannerOptions.max_hf_config_json_bytes (README: config.json 1 MiB)
+# PlannerOptions.max_hf_config_json_bytes (docs/planner.md: config.json 1 MiB)
+HF_CONFIG_LIMIT = 1 << 20
 FLAGS = ["--address=127.0.0.1:0", "--metrics_address=", "--compute_threads=1",
          "--max_tensor_elements=%d" % MAX_TENSOR, "--max_score_elements=%d" % MAX_SCORE,
          "--max_message_bytes=%d" % MAX_MESSAGE, "--kv_cache_bytes=%d" % KV_BYTES,

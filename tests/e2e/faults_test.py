@@ -424,13 +424,14 @@ time.sleep(600)
         self.assertEqual(proc.returncode, 0)
         self.assertLess(exited, grace + 1.0 + e2e_test.SANITIZER_EXIT_SECONDS)
         # Calls either finished or were refused or cut off as the drain promises; nothing else.
-        # CANCELLED comes only from calls that had not been admitted (README: one still arriving
-        # "is refused or cut off like a new one"): admitted calls are waited for, and the exit
-        # came long before the grace ended.
+        # CANCELLED comes only from calls that had not been admitted (docs/api.md: one still
+        # arriving "is refused or cut off like a new one"): admitted calls are waited for, and the
+        # exit came long before the grace ended.
         self.assertEqual(set(codes) - {"OK", "UNAVAILABLE", "CANCELLED"}, set(), codes)
         self.assertGreater(codes.get("UNAVAILABLE", 0), 0, "no call was refused by the drain")
         # In-flight work at the signal finished (a call whose request had not arrived whole when
-        # the signal came may be refused; README: 'counts as started once its request arrived').
+        # the signal came may be refused; docs/api.md: 'counts as started once its request
+        # arrived').
         self.assertGreater(len(finished), 0)
         self.assertTrue(all(end < signalled + grace for _, end, _ in in_flight))
 

@@ -436,8 +436,8 @@ class Fleet(unittest.TestCase):
         return result
 
     def test_6_the_routing_rule_with_the_cli(self):
-        """The README's proxy session with the CLI: ids it generates, forks by name and
-        generated, each reachable by get, append, decode and release through the proxy."""
+        """docs/operations/fleet.md's proxy session with the CLI: ids it generates, forks by name
+        and generated, each reachable by get, append, decode and release through the proxy."""
         import json
         self.release_everywhere_at_the_end()
         shape = ["--layers", "1", "--n_head", "2", "--n_head_kv", "2", "--head_dim", "8"]

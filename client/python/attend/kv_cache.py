@@ -1,7 +1,7 @@
 """Typed calls of attend.v1.KvCache: per-sequence paged KV caches held by the server, and the
 attention of each layer's new queries over everything cached for that layer.
 
-Layouts (README "Semantics"): q [n, n_head, head_dim], k [n, n_head_kv, head_dim],
+Layouts (docs/api.md, "Semantics"): q [n, n_head, head_dim], k [n, n_head_kv, head_dim],
 v [n, n_head_kv, head_dim_v], output [n, n_head, head_dim_v]; in the batch calls the sequences'
 rows are packed one after the other. Every call that names a sequence sends its routing key
 (attend.routing). Only get_sequence, list_sequences and stats are retried (on UNAVAILABLE);

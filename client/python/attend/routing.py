@@ -1,4 +1,4 @@
-"""Routing keys: how a fleet finds a sequence (README "Fleet", common/sequence_key.h).
+"""Routing keys: how a fleet finds a sequence (docs/operations/fleet.md, common/sequence_key.h).
 
 A fleet's proxy hashes each call's `x-attend-sequence-key` metadata to a replica. A sequence's
 routing key is its id up to the first '/', or the whole id: "chat-1" and "chat-1/retry-2" both

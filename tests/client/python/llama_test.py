@@ -199,22 +199,22 @@ class Overlap(unittest.TestCase):
                                     forward)
 
 
-class ReadmeExample(unittest.TestCase):
-    """The README's attend.llama example, run as written against a test server."""
+class DocsExample(unittest.TestCase):
+    """docs/offload.md's attend.llama example, run as written against a test server."""
 
-    def test_readme_llama_example_runs(self):
-        readme = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..",
-                              "README.md")
-        with open(readme) as f:
+    def test_docs_llama_example_runs(self):
+        page = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..",
+                            "docs", "offload.md")
+        with open(page) as f:
             blocks = re.findall(r"```python\n(.*?)```", f.read(), re.S)
         examples = [b for b in blocks if "attend.llama" in b and "generate(" in b]
-        self.assertEqual(len(examples), 1, "the README's attend.llama example")
+        self.assertEqual(len(examples), 1, "docs/offload.md's attend.llama example")
         server = Server("--kv_cache_bytes=256MiB")
         try:
             code = examples[0].replace("localhost:50051", server.target)
             printed = io.StringIO()
             with contextlib.redirect_stdout(printed):
-                exec(compile(code, "README.md", "exec"), {})
+                exec(compile(code, "docs/offload.md", "exec"), {})
             tokens = printed.getvalue().split("]")[0]
             self.assertRegex(tokens, r"^\[\d+, \d+$")  # the last tokens of the two sequences
             with attend.Client(server.target) as c:
