@@ -1,5 +1,5 @@
-// The example inputs in examples/ (the ones README.md's commands use) run through the CLI against
-// a real server, so that they keep matching the formats the CLI reads.
+// The example inputs in examples/ (those the commands in docs/cli.md and docs/planner.md use)
+// run through the CLI against a real server, so that they keep matching the formats it reads.
 #include <sstream>
 #include <string>
 #include <vector>
