@@ -450,12 +450,18 @@ int RunCli(const std::vector<std::string>& tokens, std::ostream& out, std::ostre
   if (args->GetBool("help")) {
     // A command group documents each subcommand: `attend seq append --help`.
     if (!command->subcommands.empty() && !args->positional().empty()) {
+      std::vector<std::string> names;
       for (const Command& sub : command->subcommands) {
         if (sub.name == command->name + " " + args->positional()[0]) {
           out << CommandHelp(sub);
           return kExitOk;
         }
+        names.push_back(sub.name.substr(command->name.size() + 1));
       }
+      // Help for a subcommand that does not exist is a usage error, as running it is.
+      err << "usage error: unknown subcommand '" << args->positional()[0] << "'; use one of "
+          << absl::StrJoin(names, ", ") << "\n";
+      return kExitUsage;
     }
     out << CommandHelp(*command);
     return kExitOk;

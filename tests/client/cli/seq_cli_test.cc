@@ -511,6 +511,10 @@ TEST_F(SeqCliTest, HelpForTheGroupAndEachSubcommand) {
     EXPECT_THAT(out_.str(), HasSubstr(absl::StrCat("usage: attend seq ", sub))) << sub;
     EXPECT_THAT(out_.str(), HasSubstr("Examples:\n  attend ")) << sub;
   }
+  // Help for a subcommand that does not exist is refused as running it is (it printed the
+  // group's help and exited 0).
+  EXPECT_EQ(Run({"seq", "bogus", "--help"}), cli::kExitUsage);
+  EXPECT_THAT(err_.str(), HasSubstr("unknown subcommand 'bogus'"));
 }
 
 TEST_F(SeqCliTest, AnUnreachableServerExitsThree) {
