@@ -3,6 +3,7 @@
 # build/ (Release). Idempotent: a second run only rebuilds what changed.
 #   ATTEND_BUILD_DIR   build directory (default: build)
 #   ATTEND_JOBS        parallel compile jobs (default: number of CPUs)
+#   ATTEND_BUILD_TARGETS  space-separated CMake targets to build (default: all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/ccache_env.sh
@@ -48,4 +49,7 @@ fi
 build_dir=${ATTEND_BUILD_DIR:-build}
 jobs=${ATTEND_JOBS:-$(nproc)}
 cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build "$build_dir" -j "$jobs"
+# ATTEND_BUILD_TARGETS: only these (scripts/serve.sh builds the server and the CLI); default all.
+targets=()
+for t in ${ATTEND_BUILD_TARGETS:-}; do targets+=(--target "$t"); done
+cmake --build "$build_dir" -j "$jobs" "${targets[@]}"
