@@ -1,227 +1,326 @@
 #include "client/json_input.h"
 
 #include <cmath>
-#include <limits>
+#include <cstdint>
 #include <optional>
-#include <set>
+#include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include "absl/algorithm/container.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "attend/v1/attention.pb.h"
+#include "google/protobuf/util/json_util.h"
 
 namespace attend::client {
 namespace {
 
-using json::Value;
+using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
 
-absl::Status Invalid(const std::string& field, absl::string_view what) {
+// The members a request file may set, in the order the header lists them.
+const std::vector<std::string>& AttendMembers() {
+  static const auto* names = new std::vector<std::string>{"q", "k", "v", "mask", "scale"};
+  return *names;
+}
+const std::vector<std::string>& MultiHeadMembers() {
+  static const auto* names = new std::vector<std::string>{
+      "x", "wq", "wk", "wv", "wo", "n_head", "n_head_kv", "mask", "scale"};
+  return *names;
+}
+
+absl::Status Invalid(absl::string_view field, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
 }
 
-absl::Status Expected(const std::string& field, absl::string_view expected, const Value& got) {
-  return Invalid(field, absl::StrCat("expected ", expected, ", got ", got.type_name()));
+std::string Join(absl::string_view parent, absl::string_view name) {
+  if (parent.empty() || name.empty()) return absl::StrCat(parent, name);
+  return absl::StrCat(parent, ".", name);
 }
 
-// Refuses members outside `known`, naming the first one and listing what is accepted.
-absl::Status OnlyMembers(const Value& object, const std::string& field,
-                         const std::vector<std::string>& known) {
-  const std::set<std::string> allowed(known.begin(), known.end());
-  for (const Value::Member& member : object.members()) {
-    if (allowed.count(member.first) == 0) {
-      const std::string where = field.empty() ? "the request" : field;
-      return absl::InvalidArgumentError(absl::StrCat(where, ": unknown member '", member.first,
-                                                     "' (known: ", absl::StrJoin(known, ", "),
-                                                     ")"));
+// What a value of protobuf's type name `type` is written as, for "expected ..." messages.
+std::string Kind(absl::string_view type) {
+  if (type == "TYPE_FLOAT") return "a number (float32)";
+  if (type == "TYPE_DOUBLE") return "a number";
+  if (type == "TYPE_INT64" || type == "TYPE_UINT64") return "an integer";
+  if (type == "TYPE_INT32" || type == "TYPE_UINT32") return "an integer (32-bit)";
+  if (type == "TYPE_BOOL") return "true or false";
+  if (absl::EndsWith(type, ".Tensor")) return "a tensor {\"shape\": [...], \"values\": [...]}";
+  if (absl::EndsWith(type, ".MaskOptions")) return "an object {\"causal\", \"window_tokens\"}";
+  return absl::StrCat("a value of type ", type);
+}
+
+// Text from the input quoted in a message: at most `max` bytes, control bytes and non-ASCII
+// escaped, so that messages are safe to print.
+std::string Quote(absl::string_view text, size_t max = 40) {
+  std::string out;
+  for (const char c : text.substr(0, max)) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte >= 0x7f) {
+      absl::StrAppend(&out, "\\x", absl::Hex(byte, absl::kZeroPad2));
+    } else {
+      out += c;
     }
   }
-  return absl::OkStatus();
-}
-
-std::string Member(const std::string& parent, const std::string& name) {
-  return parent.empty() ? name : absl::StrCat(parent, ".", name);
-}
-
-// A non-negative integer number (exact in a double: at most 2^53).
-absl::StatusOr<int64_t> Integer(const Value& value, const std::string& field) {
-  if (!value.is_number()) return Expected(field, "an integer", value);
-  const double d = value.number_value();
-  if (d != std::floor(d) || d < 0 || d > 0x1p53) {
-    return Invalid(field, absl::StrCat("expected a non-negative integer, got ", d));
-  }
-  return static_cast<int64_t>(d);
-}
-
-// The values of the tensor called `field`: a flat array of finite float32 numbers.
-absl::StatusOr<std::vector<float>> Floats(const Value& values, const std::string& field) {
-  if (!values.is_array()) return Expected(field, "an array of numbers", values);
-  std::vector<float> out;
-  if (!values.all_numbers()) {
-    for (size_t i = 0; i < values.items().size(); ++i) {
-      const Value& item = values.items()[i];
-      if (item.is_number()) continue;
-      const std::string element = absl::StrCat(field, "[", i, "]");
-      if (item.is_array()) {
-        return Invalid(element, "expected a number, got an array (values are flat, row-major)");
-      }
-      if (item.is_null()) {
-        return Invalid(element,
-                       "expected a number, got null (--json prints NaN and infinities as null; "
-                       "they are not valid inputs)");
-      }
-      return Expected(element, "a number", item);
-    }
-  }
-  const std::vector<double>& numbers = values.numbers();
-  out.reserve(numbers.size());
-  for (size_t i = 0; i < numbers.size(); ++i) {
-    if (std::abs(numbers[i]) > std::numeric_limits<float>::max()) {
-      return Invalid(absl::StrCat(field, "[", i, "]"),
-                     absl::StrCat(numbers[i], " is outside the range of float32"));
-    }
-    out.push_back(static_cast<float>(numbers[i]));
-  }
+  if (text.size() > max) out += "...";
   return out;
 }
 
-// The members of a mask object.
-absl::Status ReadMask(const Value& mask, MaskSettings* out) {
-  if (!mask.is_object()) return Expected("mask", "an object", mask);
-  if (absl::Status s = OnlyMembers(mask, "mask", {"causal", "window_tokens"}); !s.ok()) return s;
-  if (const Value* causal = mask.Find("causal")) {
-    if (!causal->is_bool()) return Expected("mask.causal", "true or false", *causal);
-    out->causal = causal->bool_value();
+// Where protobuf's syntax error `message` ("<what>\n<up to 20 bytes either side>\n<spaces>^")
+// points in `text`: "line L, column C: <what>" when that excerpt occurs once in the text (the
+// parser does not say its offset), else the excerpt from the caret on. nullopt when `message`
+// does not have that form.
+std::optional<std::string> SyntaxError(absl::string_view message, absl::string_view text) {
+  const size_t first = message.find('\n'), last = message.rfind('\n');
+  if (first == absl::string_view::npos || first == last) return std::nullopt;
+  const absl::string_view what = absl::StripSuffix(message.substr(0, first), ".");
+  const absl::string_view excerpt = message.substr(first + 1, last - first - 1);
+  const absl::string_view caret_line = message.substr(last + 1);
+  const size_t caret = caret_line.size() - 1;  // the spaces before '^'
+  if (!absl::EndsWith(caret_line, "^") || caret_line.find_first_not_of(' ') != caret ||
+      caret > excerpt.size()) {
+    return std::nullopt;
   }
-  if (const Value* window = mask.Find("window_tokens")) {
-    absl::StatusOr<int64_t> w = Integer(*window, "mask.window_tokens");
-    if (!w.ok()) return w.status();
-    out->window_tokens = *w;
+  size_t offset = absl::string_view::npos;
+  if (excerpt.empty() && absl::StartsWith(what, "Unexpected end of string")) {
+    offset = text.size();
+  } else if (const size_t at = text.find(excerpt);
+             !excerpt.empty() && at != absl::string_view::npos &&
+             text.find(excerpt, at + 1) == absl::string_view::npos) {
+    offset = at + caret;
+  }
+  if (offset == absl::string_view::npos) {
+    return absl::StrCat(Quote(what, 200), " at \"", Quote(excerpt.substr(caret)), "\"");
+  }
+  const absl::string_view before = text.substr(0, offset);
+  const size_t line_start = before.rfind('\n');
+  const size_t column = line_start == absl::string_view::npos ? offset + 1 : offset - line_start;
+  return absl::StrCat("line ", absl::c_count(before, '\n') + 1, ", column ", column, ": ",
+                      Quote(what, 200));
+}
+
+// protobuf's parse error for `text`, reworded so that it starts with the field as the rest of
+// the CLI's do. Its forms (protobuf 3.21): "(q.values[2]): invalid value "x" for type
+// TYPE_FLOAT", "(mask) causl: Cannot find field.", "qq: Cannot find field.", "q: Proto field is
+// not repeating, cannot start list.", ": Root element must be a message." and syntax errors;
+// others are passed on as they are. `root` prefixes field paths ("" for a request) and
+// `root_known` lists its members.
+absl::Status Reworded(absl::string_view message, absl::string_view text, absl::string_view root,
+                      absl::string_view root_known) {
+  if (std::optional<std::string> syntax = SyntaxError(message, text)) {
+    return absl::InvalidArgumentError(*syntax);
+  }
+  const absl::Status status = absl::InvalidArgumentError(Quote(message, 200));
+  absl::string_view rest = message;
+  std::string parent(root), name;
+  if (absl::ConsumePrefix(&rest, "(")) {
+    const size_t close = rest.find(')');
+    if (close == absl::string_view::npos) return status;
+    parent = Join(root, Quote(rest.substr(0, close), 200));
+    rest.remove_prefix(close + 1);
+    absl::ConsumePrefix(&rest, " ");
+  }
+  if (!absl::ConsumePrefix(&rest, ": ")) {
+    const size_t colon = rest.find(": ");
+    if (colon == absl::string_view::npos) return status;
+    name = Quote(rest.substr(0, colon), 200);
+    rest.remove_prefix(colon + 2);
+  }
+  if (rest == "Cannot find field.") {
+    const absl::string_view known = parent == root                   ? root_known
+                                    : absl::EndsWith(parent, "mask") ? "causal, window_tokens"
+                                                                     : "shape, values";
+    return Invalid(parent.empty() ? "the request" : parent,
+                   absl::StrCat("unknown member '", Quote(name), "' (known: ", known, ")"));
+  }
+  const std::string field = Join(parent, name);
+  if (rest == "Root element must be a message.") {
+    return absl::InvalidArgumentError("the request must be a JSON object");
+  }
+  if (rest == "Proto field is not repeating, cannot start list.") {
+    return Invalid(field, "got an array; this member is not a list");
+  }
+  if (absl::ConsumePrefix(&rest, "invalid value ")) {
+    const size_t for_type = rest.rfind(" for type ");
+    if (for_type != absl::string_view::npos) {
+      return Invalid(field, absl::StrCat("expected ", Kind(rest.substr(for_type + 10)), ", got ",
+                                         Quote(rest.substr(0, for_type))));
+    }
+  }
+  return field.empty() ? status : Invalid(field, Quote(rest, 200));
+}
+
+// Parses `text` into `out` with protobuf's parser (unknown members refused); errors as
+// Reworded says.
+absl::Status Parse(absl::string_view text, Message* out, absl::string_view root,
+                   absl::string_view root_known) {
+  // A leading UTF-8 byte order mark, as some editors write, is not JSON; skipped.
+  const size_t bom = absl::StartsWith(text, "\xEF\xBB\xBF") ? 3 : 0;
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = false;
+  // protobuf 3.21 has its own Status type. Every failure is the text's: INVALID_ARGUMENT.
+  const auto status = google::protobuf::util::JsonStringToMessage(
+      google::protobuf::StringPiece(text.data() + bom, text.size() - bom), out, options);
+  if (status.ok()) return absl::OkStatus();
+  return Reworded(absl::string_view(status.message().data(), status.message().size()),
+                  text.substr(bom), root, root_known);
+}
+
+// Refuses the fields of `message` that are set (not default) and not in `accepted`: the
+// proto's other fields, which the file format leaves to the command's flags.
+absl::Status OnlyAccepted(const Message& message, absl::string_view parent,
+                          const std::vector<std::string>& accepted) {
+  std::vector<const FieldDescriptor*> set;
+  message.GetReflection()->ListFields(message, &set);
+  for (const FieldDescriptor* f : set) {
+    if (absl::c_linear_search(accepted, f->name())) continue;
+    return Invalid(Join(parent, f->name()),
+                   absl::StrCat("not read from request files, which hold ",
+                                absl::StrJoin(accepted, ", "), " (flags set the rest)"));
   }
   return absl::OkStatus();
 }
 
-absl::Status ReadScale(const Value& scale, std::optional<float>* out) {
-  if (!scale.is_number()) return Expected("scale", "a number", scale);
-  if (std::abs(scale.number_value()) > std::numeric_limits<float>::max()) {
-    return Invalid("scale", "outside the range of float32");
+absl::StatusOr<FloatTensor> ToTensor(const v1::Tensor& t, const std::string& field) {
+  if (!t.data().empty()) {
+    return Invalid(Join(field, "data"),
+                   "not read from request files; give the numbers in 'values'");
   }
-  *out = static_cast<float>(scale.number_value());
-  return absl::OkStatus();
-}
-
-absl::StatusOr<Value> Document(absl::string_view text) {
-  // Requests are mostly long arrays of numbers, which the parser stores densely; its default
-  // limits (1 GiB of text, 2^28 values) are made for them.
-  absl::StatusOr<Value> root = json::Parse(text, json::Limits());
-  if (!root.ok()) return root.status();
-  if (!root->is_object()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the request must be a JSON object, got ", root->type_name()));
+  if (t.dtype() != v1::DTYPE_UNSPECIFIED && t.dtype() != v1::FLOAT32) {
+    return Invalid(Join(field, "dtype"), "'values' are float32: FLOAT32 or absent");
   }
-  return root;
-}
-
-// The required tensor member `name` of `root`.
-absl::StatusOr<FloatTensor> RequiredTensor(const Value& root, const std::string& name) {
-  const Value* value = root.Find(name);
-  if (value == nullptr)
-    return Invalid(name, "missing (a tensor {\"shape\": [...], \"values\": [...]})");
-  return TensorFromJson(*value, name);
-}
-
-}  // namespace
-
-absl::StatusOr<FloatTensor> TensorFromJson(const Value& value, const std::string& field) {
-  if (!value.is_object()) return Expected(field, "a tensor object {\"shape\", \"values\"}", value);
-  if (absl::Status s = OnlyMembers(value, field, {"shape", "values"}); !s.ok()) return s;
-  const Value* shape = value.Find("shape");
-  const Value* values = value.Find("values");
-  if (shape == nullptr) return Invalid(Member(field, "shape"), "missing");
-  if (values == nullptr) return Invalid(Member(field, "values"), "missing");
-  if (!shape->all_numbers())
-    return Expected(Member(field, "shape"), "an array of integers", *shape);
-  if (shape->size() == 0) return Invalid(Member(field, "shape"), "empty (a tensor has dimensions)");
+  if (t.shape().empty()) {
+    return Invalid(Join(field, "shape"), "missing or empty (a tensor has dimensions)");
+  }
   FloatTensor out;
   // The element count, bounded so that the product cannot overflow (any real request is far
   // below 2^53 elements; the server's limits are lower still).
   double elements = 1;
-  for (size_t i = 0; i < shape->numbers().size(); ++i) {
-    const double d = shape->numbers()[i];
-    const std::string dim = absl::StrCat(field, ".shape[", i, "]");
-    if (d != std::floor(d) || d < 1 || d > 0x1p40) {
-      return Invalid(dim, absl::StrCat("expected a positive integer, got ", d));
+  for (int i = 0; i < t.shape_size(); ++i) {
+    const int64_t d = t.shape(i);
+    if (d < 1 || d > (int64_t{1} << 40)) {
+      return Invalid(absl::StrCat(field, ".shape[", i, "]"),
+                     absl::StrCat("expected a positive integer, got ", d));
     }
-    elements *= d;
-    if (elements > 0x1p53) return Invalid(Member(field, "shape"), "more than 2^53 elements");
-    out.shape.push_back(static_cast<int64_t>(d));
+    elements *= static_cast<double>(d);
+    if (elements > 0x1p53) return Invalid(Join(field, "shape"), "more than 2^53 elements");
+    out.shape.push_back(d);
   }
-  absl::StatusOr<std::vector<float>> floats = Floats(*values, Member(field, "values"));
-  if (!floats.ok()) return floats.status();
-  if (static_cast<double>(floats->size()) != elements) {
-    return Invalid(field, absl::StrCat("shape [", absl::StrJoin(out.shape, ", "), "] holds ",
-                                       static_cast<int64_t>(elements), " values; 'values' has ",
-                                       floats->size()));
+  if (static_cast<double>(t.values_size()) != elements) {
+    return Invalid(
+        field,
+        absl::StrCat("shape [", absl::StrJoin(out.shape, ", "), "] holds ",
+                     static_cast<int64_t>(elements), " values; 'values' has ", t.values_size(),
+                     t.values_size() < elements ? " (a null, as --json prints NaN and infinities, "
+                                                  "is not a value)"
+                                                : ""));
   }
-  out.values = *std::move(floats);
+  for (int i = 0; i < t.values_size(); ++i) {
+    // protobuf reads "NaN" and "Infinity"; the server refuses them, so they are refused here.
+    if (!std::isfinite(t.values(i))) {
+      return Invalid(absl::StrCat(field, ".values[", i, "]"),
+                     absl::StrCat("expected a finite number, got ", t.values(i)));
+    }
+  }
+  out.values.assign(t.values().begin(), t.values().end());
   return out;
 }
 
+absl::StatusOr<FloatTensor> RequiredTensor(bool present, const v1::Tensor& t,
+                                           const std::string& field) {
+  if (!present) return Invalid(field, "missing (a tensor {\"shape\": [...], \"values\": [...]})");
+  return ToTensor(t, field);
+}
+
+absl::Status ReadMask(const v1::MaskOptions& mask, MaskSettings* out) {
+  if (mask.window_tokens() < 0) {
+    return Invalid("mask.window_tokens",
+                   absl::StrCat("expected a non-negative integer, got ", mask.window_tokens()));
+  }
+  out->causal = mask.causal();
+  out->window_tokens = mask.window_tokens();
+  return absl::OkStatus();
+}
+
+absl::Status ReadScale(bool present, float scale, std::optional<float>* out) {
+  if (!present) return absl::OkStatus();
+  if (!std::isfinite(scale)) {
+    return Invalid("scale", absl::StrCat("expected a finite number, got ", scale));
+  }
+  *out = scale;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<FloatTensor> TensorFromJson(absl::string_view text, const std::string& field) {
+  v1::Tensor t;
+  if (absl::Status s = Parse(text, &t, field, "shape, values"); !s.ok()) return s;
+  return ToTensor(t, field);
+}
+
 absl::StatusOr<AttendInput> AttendInputFromJson(absl::string_view text) {
-  absl::StatusOr<Value> root = Document(text);
-  if (!root.ok()) return root.status();
-  if (absl::Status s = OnlyMembers(*root, "", {"q", "k", "v", "mask", "scale"}); !s.ok()) return s;
+  v1::AttendRequest request;
+  if (absl::Status s = Parse(text, &request, "", absl::StrJoin(AttendMembers(), ", ")); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = OnlyAccepted(request, "", AttendMembers()); !s.ok()) return s;
   AttendInput input;
-  for (auto [name, target] : {std::pair{"q", &input.q}, {"k", &input.k}, {"v", &input.v}}) {
-    absl::StatusOr<FloatTensor> t = RequiredTensor(*root, name);
+  for (auto [name, present, tensor, target] :
+       {std::tuple{"q", request.has_q(), &request.q(), &input.q},
+        {"k", request.has_k(), &request.k(), &input.k},
+        {"v", request.has_v(), &request.v(), &input.v}}) {
+    absl::StatusOr<FloatTensor> t = RequiredTensor(present, *tensor, name);
     if (!t.ok()) return t.status();
     *target = *std::move(t);
   }
-  if (const Value* mask = root->Find("mask")) {
-    if (absl::Status s = ReadMask(*mask, &input.mask); !s.ok()) return s;
-  }
-  if (const Value* scale = root->Find("scale")) {
-    if (absl::Status s = ReadScale(*scale, &input.scale); !s.ok()) return s;
+  if (absl::Status s = ReadMask(request.mask(), &input.mask); !s.ok()) return s;
+  if (absl::Status s = ReadScale(request.has_scale(), request.scale(), &input.scale); !s.ok()) {
+    return s;
   }
   return input;
 }
 
 absl::StatusOr<MultiHeadInput> MultiHeadInputFromJson(absl::string_view text) {
-  absl::StatusOr<Value> root = Document(text);
-  if (!root.ok()) return root.status();
-  if (absl::Status s = OnlyMembers(
-          *root, "", {"x", "wq", "wk", "wv", "wo", "n_head", "n_head_kv", "mask", "scale"});
+  v1::MultiHeadAttendRequest request;
+  if (absl::Status s = Parse(text, &request, "", absl::StrJoin(MultiHeadMembers(), ", "));
       !s.ok()) {
     return s;
   }
+  if (absl::Status s = OnlyAccepted(request, "", MultiHeadMembers()); !s.ok()) return s;
   MultiHeadInput input;
-  for (auto [name, target] :
-       {std::pair{"x", &input.x}, {"wq", &input.wq}, {"wk", &input.wk}, {"wv", &input.wv}}) {
-    absl::StatusOr<FloatTensor> t = RequiredTensor(*root, name);
+  for (auto [name, present, tensor, target] :
+       {std::tuple{"x", request.has_x(), &request.x(), &input.x},
+        {"wq", request.has_wq(), &request.wq(), &input.wq},
+        {"wk", request.has_wk(), &request.wk(), &input.wk},
+        {"wv", request.has_wv(), &request.wv(), &input.wv}}) {
+    absl::StatusOr<FloatTensor> t = RequiredTensor(present, *tensor, name);
     if (!t.ok()) return t.status();
     *target = *std::move(t);
   }
-  if (const Value* wo = root->Find("wo")) {
-    absl::StatusOr<FloatTensor> t = TensorFromJson(*wo, "wo");
+  if (request.has_wo()) {
+    absl::StatusOr<FloatTensor> t = ToTensor(request.wo(), "wo");
     if (!t.ok()) return t.status();
     input.wo = *std::move(t);
   }
-  const Value* n_head = root->Find("n_head");
-  if (n_head == nullptr) return Invalid("n_head", "missing (the number of query heads)");
-  for (auto [name, value, target] :
-       {std::tuple{"n_head", n_head, &input.n_head},
-        std::tuple{"n_head_kv", root->Find("n_head_kv"), &input.n_head_kv}}) {
-    if (value == nullptr) continue;
-    absl::StatusOr<int64_t> n = Integer(*value, name);
-    if (!n.ok()) return n.status();
-    if (*n > std::numeric_limits<int32_t>::max()) return Invalid(name, "too large");
-    *target = static_cast<int32_t>(*n);
+  // proto3's int32 has no presence: 0 is what an absent n_head reads as.
+  if (request.n_head() == 0) return Invalid("n_head", "missing or 0 (the number of query heads)");
+  if (request.n_head() < 0) {
+    return Invalid("n_head", absl::StrCat("expected a positive integer, got ", request.n_head()));
   }
-  if (const Value* mask = root->Find("mask")) {
-    if (absl::Status s = ReadMask(*mask, &input.mask); !s.ok()) return s;
+  if (request.n_head_kv() < 0) {
+    return Invalid("n_head_kv",
+                   absl::StrCat("expected a non-negative integer, got ", request.n_head_kv()));
   }
-  if (const Value* scale = root->Find("scale")) {
-    if (absl::Status s = ReadScale(*scale, &input.scale); !s.ok()) return s;
+  input.n_head = request.n_head();
+  input.n_head_kv = request.n_head_kv();
+  if (absl::Status s = ReadMask(request.mask(), &input.mask); !s.ok()) return s;
+  if (absl::Status s = ReadScale(request.has_scale(), request.scale(), &input.scale); !s.ok()) {
+    return s;
   }
   return input;
 }

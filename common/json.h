@@ -1,6 +1,7 @@
-// A strict, bounded JSON (RFC 8259) parser, shared by the planner (Hugging Face config.json
-// texts) and the client (request files of tensors). It depends on Abseil only, so that the client
-// can use it without linking the core (and oneDNN).
+// A strict, bounded JSON (RFC 8259) parser for untrusted text: the planner's import of Hugging
+// Face config.json files (planner/import). The client's request files are proto3 JSON and go
+// through protobuf's parser (client/json_input.h); this one stays for documents that are not a
+// proto message. It depends on Abseil only.
 //
 // Strict: no comments, trailing commas, NaN/Infinity (unless Limits allow Python's), leading
 // zeros or '+', unescaped control
@@ -10,12 +11,13 @@
 // Bounded: the input size, nesting depth, string and number lengths, array and object sizes and
 // the total number of values are capped (Limits) and checked before memory is spent on them, so
 // that a hostile text costs O(input) time and memory. Each caller passes the limits its inputs
-// need: the planner small ones for config.json, the client large ones for requests.
+// need: the planner small ones for config.json (HfConfigJsonLimits).
 //
-// Two representations of numbers, for the two kinds of documents:
+// Two representations of numbers:
 //   - an array whose elements are all numbers (the empty array included) is stored densely, as
-//     doubles (numbers()), so that a request of millions of values costs 8 bytes per value and
-//     no Value each; its elements do not keep their text;
+//     doubles (numbers()), so that an array of millions of values (what the client's request
+//     files held when they were read with this parser) costs 8 bytes per value and no Value
+//     each; its elements do not keep their text;
 //   - every other number is a Value that keeps its literal text (number_text()), so that
 //     AsInt64() is exact and detects integers that do not fit in 64 bits (2^70).
 // Callers that want the elements of an array must handle both: numbers() when all_numbers(),
@@ -41,8 +43,8 @@
 
 namespace attend::json {
 
-// Caps on what one document may hold. The defaults suit large machine-written inputs (requests
-// of tensors); callers reading small hand-written files pass tighter ones.
+// Caps on what one document may hold. The defaults suit large machine-written inputs (arrays of
+// millions of numbers); callers reading small hand-written files pass tighter ones.
 struct Limits {
   size_t max_input_bytes = size_t{1} << 30;
   int max_depth = 32;                         // nested arrays and objects

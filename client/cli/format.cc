@@ -8,15 +8,17 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "client/cli/json_int64.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace attend::cli {
@@ -289,6 +291,112 @@ std::string JsonTensor(const client::FloatTensor& tensor) {
                       "], \"values\": ", JsonNumbers(absl::MakeConstSpan(tensor.values)), "}");
 }
 
+namespace {
+
+using google::protobuf::Descriptor;
+using google::protobuf::FieldDescriptor;
+
+// `value` (a member's or element's JSON text) without its quotes when `field` is a 64-bit
+// integer and `value` a quoted integer of magnitude at most 2^53.
+std::optional<absl::string_view> ExactInt64(absl::string_view value, const FieldDescriptor* field) {
+  if (field == nullptr || !absl::ConsumePrefix(&value, "\"") ||
+      !absl::ConsumeSuffix(&value, "\"")) {
+    return std::nullopt;
+  }
+  constexpr uint64_t kExact = uint64_t{1} << 53;
+  int64_t i = 0;
+  uint64_t u = 0;
+  switch (field->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT64:
+      if (absl::SimpleAtoi(value, &i) && i >= -static_cast<int64_t>(kExact) &&
+          i <= static_cast<int64_t>(kExact)) {
+        return value;
+      }
+      return std::nullopt;
+    case FieldDescriptor::CPPTYPE_UINT64:
+      if (absl::SimpleAtoi(value, &u) && u <= kExact) return value;
+      return std::nullopt;
+    default:
+      return std::nullopt;
+  }
+}
+
+}  // namespace
+
+std::string UnquoteExactInt64s(absl::string_view json, const Descriptor& type) {
+  // The printer's indented layout has one member, element, opening or closing on each line:
+  // `"key": value`, `value`, `"key": {`, `"key": [`, `{`, `}` and `]`, each but the openings
+  // with an optional trailing comma, and `[]` or `{}` for empty ones. An open object or array is
+  // a frame: an object of message `type` (nullptr: one copied as it is, such as a well-known
+  // type's), a map's object, whose members' values are `field`, or an array of `field`.
+  struct Frame {
+    enum Kind { kMessage, kMap, kArray } kind;
+    const Descriptor* type;
+    const FieldDescriptor* field;
+  };
+  std::vector<Frame> open;
+  bool seen_root = false;
+  std::string out;
+  out.reserve(json.size());
+  const std::vector<absl::string_view> lines = absl::StrSplit(json, '\n');
+  for (size_t n = 0; n < lines.size(); ++n) {
+    const absl::string_view line = lines[n];
+    if (n > 0) out += '\n';
+    absl::string_view value = absl::StripLeadingAsciiWhitespace(line);
+    const bool comma = absl::ConsumeSuffix(&value, ",");
+    if (value.empty() || value == "}" || value == "]") {
+      if (!value.empty()) {
+        if (open.empty()) return std::string(json);
+        open.pop_back();
+      }
+      absl::StrAppend(&out, line);
+      continue;
+    }
+    // The field whose value this line holds (nullptr where there is none).
+    const FieldDescriptor* field = nullptr;
+    if (open.empty()) {
+      if (value != "{" || seen_root) return std::string(json);  // one object, the message
+      seen_root = true;
+    } else if (open.back().kind == Frame::kArray) {
+      field = open.back().field;
+    } else {
+      // A key: a JSON string, then ": ".
+      size_t end = 1;
+      while (end < value.size() && value[end] != '"') end += value[end] == '\\' ? 2 : 1;
+      if (value[0] != '"' || !absl::StartsWith(value.substr(std::min(end, value.size())), "\": ")) {
+        return std::string(json);
+      }
+      const absl::string_view key = value.substr(1, end - 1);
+      value.remove_prefix(end + 3);
+      const Frame& frame = open.back();
+      field = frame.kind == Frame::kMap ? frame.field
+              : frame.type != nullptr   ? frame.type->FindFieldByName(std::string(key))
+                                        : nullptr;
+    }
+    if (value == "{") {
+      if (field != nullptr && field->is_map() && open.back().kind != Frame::kArray) {
+        open.push_back({Frame::kMap, nullptr, field->message_type()->map_value()});
+      } else {
+        const Descriptor* message = open.empty()       ? &type
+                                    : field != nullptr ? field->message_type()
+                                                       : nullptr;
+        if (message != nullptr && absl::StartsWith(message->full_name(), "google.protobuf.")) {
+          message = nullptr;
+        }
+        open.push_back({Frame::kMessage, message, nullptr});
+      }
+    } else if (value == "[") {
+      open.push_back({Frame::kArray, nullptr, field});
+    } else if (const std::optional<absl::string_view> digits = ExactInt64(value, field)) {
+      absl::StrAppend(&out, line.substr(0, line.size() - value.size() - (comma ? 1 : 0)), *digits,
+                      comma ? "," : "");
+      continue;
+    }
+    absl::StrAppend(&out, line);
+  }
+  return open.empty() ? out : std::string(json);
+}
+
 std::string ToJson(const google::protobuf::Message& message) {
   std::string json;
   google::protobuf::util::JsonPrintOptions options;
@@ -297,8 +405,6 @@ std::string ToJson(const google::protobuf::Message& message) {
   options.preserve_proto_field_names = true;
   // Printing a message the client holds cannot fail: it has no Any fields.
   (void)google::protobuf::util::MessageToJsonString(message, &json, options);
-  // The printer quotes every 64-bit integer; the CLI's rule (json_int64.h) quotes only those a
-  // double cannot hold exactly.
   return UnquoteExactInt64s(json, *message.GetDescriptor());
 }
 

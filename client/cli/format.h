@@ -19,6 +19,7 @@
 #include "attend/v1/tensor.pb.h"
 #include "client/cli/args.h"
 #include "client/tensor.h"
+#include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
 
 namespace attend::cli {
@@ -129,8 +130,21 @@ std::string JsonString(const std::string& s);
 // {"shape": [...], "values": [...]}: what `attend attend --input` reads back.
 std::string JsonTensor(const client::FloatTensor& tensor);
 // A response message as indented JSON with the proto field names, defaults included; 64-bit
-// integers are numbers up to 2^53 in magnitude and strings beyond (json_int64.h).
+// integers are numbers up to 2^53 in magnitude and strings beyond (UnquoteExactInt64s).
 std::string ToJson(const google::protobuf::Message& message);
+
+// --json's rule for 64-bit integers: a number when a double holds it exactly (|x| <= 2^53), else
+// a string. protobuf's JSON printer quotes every int64 and uint64 (proto3's JSON mapping, for
+// readers that parse numbers as doubles), which makes "tokens": "42" of every count; only values
+// past 2^53 would lose digits in such a reader, so only they stay quoted.
+//
+// `json` as MessageToJsonString printed a message of type `type` with add_whitespace (proto
+// field names), with the quotes taken off each value of a 64-bit integer field (singular,
+// repeated, map values, in nested messages) that fits. The printer's layout puts one member or
+// element on each line, so the text is read line by line alongside the descriptor: a string
+// field holding digits stays a string, and google.protobuf's messages are copied as they are.
+// Text in any other layout is returned unchanged (still valid proto3 JSON). A pure function.
+std::string UnquoteExactInt64s(absl::string_view json, const google::protobuf::Descriptor& type);
 
 // Rows [row, head] of a [rows, heads, dim] tensor (a [rows, dim] one has one head), at most
 // `max_rows` rows and `max_cols` columns. The first column is named `row_name` and counts from

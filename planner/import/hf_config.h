@@ -53,10 +53,10 @@ namespace attend::planner {
 absl::StatusOr<ModelSpec> ImportHfConfig(absl::string_view json, absl::string_view name);
 
 // The bounds ImportHfConfig parses with. config.json files are a few KiB of hand-written keys, so
-// these are far tighter than json::Limits' defaults (which suit requests of tensors): 1 MiB of
-// text, nesting 64 deep, strings up to 64 KiB, numbers up to 256 characters, arrays of 2^16
-// elements, objects of 2^14 members, 2^16 values in all; Python's NaN and Infinity are accepted
-// (transformers writes them).
+// these are far tighter than json::Limits' defaults (made for arrays of millions of numbers):
+// 1 MiB of text, nesting 64 deep, strings up to 64 KiB, numbers up to 256 characters, arrays of
+// 2^16 elements, objects of 2^14 members, 2^16 values in all; Python's NaN and Infinity are
+// accepted (transformers writes them).
 json::Limits HfConfigJsonLimits();
 
 }  // namespace attend::planner

@@ -1,7 +1,6 @@
 // The shared JSON parser: every kind of value, the strict grammar (what RFC 8259 refuses, hostile
 // bytes), errors that say where, the limits, dense arrays of numbers and AsInt64's exactness.
-// Its callers' own tests: tests/planner/import/hf_config_test.cc (config.json) and
-// tests/client/json_input_test.cc (request files).
+// Its caller's own tests: tests/planner/import/hf_config_test.cc (config.json).
 #include "common/json.h"
 
 #include <cmath>
