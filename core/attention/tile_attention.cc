@@ -413,26 +413,39 @@ bool SmallDecode(const std::vector<Work>& works) {
   return true;
 }
 
-}  // namespace
-
-absl::Status Run(const std::vector<Work>& works, int threads, const Cancellation* cancel) {
+// The threads a Run uses: all of OpenMP's when `threads` is not positive, and one when the whole
+// call is a small decode, where waking and joining threads costs more than they save
+// (kSerialDecodeBytes says how much).
+int RunThreads(const std::vector<Work>& works, int threads) {
   if (threads <= 0) threads = omp_get_max_threads();
+  if (threads > 1 && SmallDecode(works)) threads = 1;
+  return threads;
+}
+
+// Whether the tasks run span by span (Work::key_span says why): only when every work asks for
+// it and all of them are decode-sized, as RunKernelJobs, which runs a span's tasks as one, is
+// for decode only.
+bool BySpan(const std::vector<Work>& works) {
+  return std::all_of(works.begin(), works.end(),
+                     [](const Work& w) { return w.key_span > 0 && UsesKernels(w.n_q, w.group); });
+}
+
+// Phase 1, the splits: cuts every work's query tokens into jobs of at most kQueryTileRows folded
+// rows, and each job's keys into splits of whole tiles. With fewer than two jobs per thread (decode
+// over few heads), a job's keys are split so that every thread gets a share of the stream; span by
+// span, each split is at most a span. The tasks come out slot by slot (one slot per job) and,
+// within a slot, in key order, which MergeSplits relies on.
+std::vector<Task> PlanTasks(const std::vector<Work>& works, int threads, bool by_span) {
   int64_t jobs = 0;
   for (const Work& w : works) {
     const int64_t tokens = std::max<int64_t>(1, kQueryTileRows / w.group);
     jobs += (w.n_q + tokens - 1) / tokens;
   }
-  const bool by_span = std::all_of(works.begin(), works.end(), [](const Work& w) {
-    return w.key_span > 0 && UsesKernels(w.n_q, w.group);
-  });
-  if (threads > 1 && SmallDecode(works)) threads = 1;
   std::vector<Task> tasks;
   int64_t slot = 0;
   for (const Work& w : works) {
     const int64_t tokens_per_job = std::max<int64_t>(1, kQueryTileRows / w.group);
     const int64_t key_tiles = (w.keys->keys + w.keys->width - 1) / w.keys->width;
-    // Fewer jobs than threads (decode over few heads): split each job's keys so that every
-    // thread gets a share of the stream.
     int64_t splits = jobs >= 2 * threads
                          ? 1
                          : std::clamp<int64_t>((2 * threads + jobs - 1) / jobs, 1, key_tiles);
@@ -451,15 +464,96 @@ absl::Status Run(const std::vector<Work>& works, int threads, const Cancellation
       }
     }
   }
-  // The order tasks run in: as made, or span by span (Work::key_span; the stable sort keeps the
-  // works' order within a span).
-  std::vector<size_t> order(tasks.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  return tasks;
+}
+
+// The tasks in the order they run, cut into units: the tasks of a unit run together, on one
+// thread.
+struct Units {
+  std::vector<size_t> order;  // indices into the tasks, in run order
+  std::vector<size_t> begin;  // unit u is order[begin[u], begin[u + 1]); one past the last too
+  size_t count() const { return begin.size() - 1; }
+};
+
+// Phase 2, the units: without spans, each task is a unit of its own, in the order PlanTasks made
+// them. Span by span, the tasks are ordered by their first key (the stable sort keeps the works'
+// order within a span), and a span's tasks (every work's piece of the same keys, over tiles of
+// the same width) make one unit, which RunKernelJobs reads interleaved: whole token rows of the
+// caller's tensor one after another.
+Units GroupUnits(const std::vector<Task>& tasks, bool by_span) {
+  Units units;
+  units.order.resize(tasks.size());
+  for (size_t i = 0; i < units.order.size(); ++i) units.order[i] = i;
   if (by_span) {
-    std::stable_sort(order.begin(), order.end(),
+    std::stable_sort(units.order.begin(), units.order.end(),
                      [&](size_t a, size_t b) { return tasks[a].key_begin < tasks[b].key_begin; });
   }
-  std::vector<State> partials(tasks.size());
+  for (size_t i = 0; i < units.order.size(); ++i) {
+    const Task& task = tasks[units.order[i]];
+    const Task* prev = i > 0 ? &tasks[units.order[i - 1]] : nullptr;
+    if (prev == nullptr || !by_span || task.key_begin != prev->key_begin ||
+        task.work->keys->width != prev->work->keys->width) {
+      units.begin.push_back(i);
+    }
+  }
+  units.begin.push_back(units.order.size());
+  return units;
+}
+
+// Runs unit `unit`: packs its tasks' queries, runs them (RunTileJob for a unit of one task,
+// RunKernelJobs for a span's tasks) and finishes the tasks that cover every key. A split task
+// leaves its partial softmax in (*partials)[task index] for MergeSplits; distinct units write
+// distinct elements, so units may run on different threads at once. The buffers are the
+// thread's own, kept between calls.
+absl::Status RunUnit(const std::vector<Work>& works, const std::vector<Task>& tasks,
+                     const Units& units, size_t unit, ConvertedTiles* converted,
+                     const Cancellation* cancel, std::vector<State>* partials) {
+  const size_t first = units.begin[unit];
+  const size_t n = units.begin[unit + 1] - first;
+  thread_local std::vector<std::vector<float>> packed;
+  thread_local std::vector<std::vector<float*>> out_rows, weight_rows;
+  thread_local std::vector<Job> jobs;
+  thread_local std::vector<State*> states;
+  thread_local State whole_state;
+  for (auto* rows : {&out_rows, &weight_rows}) {
+    if (rows->size() < n) rows->resize(n);
+  }
+  if (packed.size() < n) packed.resize(n);
+  jobs.resize(n);
+  states.resize(n);
+  for (size_t j = 0; j < n; ++j) {
+    const size_t index = units.order[first + j];
+    const Task& task = tasks[index];
+    Job& job = jobs[j];
+    job = MakeJob(task, &packed[j]);
+    job.converted = converted;
+    job.work = task.work - works.data();
+    job.cancel = cancel;
+    RowsOf(task, &out_rows[j], &weight_rows[j]);
+    if (task.work->weights != nullptr) job.weight_rows = weight_rows[j].data();
+    // A unit's whole tasks need a state each, and every task has one in `partials`.
+    states[j] = task.whole && n == 1 ? &whole_state : &(*partials)[index];
+    states[j]->Reset(job.m, task.work->keys->head_dim_v);
+  }
+  ATTEND_RETURN_IF_ERROR(n == 1
+                             ? RunTileJob(jobs[0], states[0])
+                             : RunKernelJobs(jobs.data(), states.data(), static_cast<int64_t>(n)));
+  for (size_t j = 0; j < n; ++j) {
+    const Task& task = tasks[units.order[first + j]];
+    if (!task.whole) continue;
+    Finish(jobs[j], *states[j], out_rows[j].data(),
+           task.work->weights ? weight_rows[j].data() : nullptr);
+  }
+  return absl::OkStatus();
+}
+
+// Phase 3, the run: every unit, on up to `threads` OpenMP threads. The first error stops the
+// units not yet started and is returned. Span by span, each thread takes one contiguous run of
+// the (equal) spans (Work::key_span says why); otherwise the units are dealt one at a time, as
+// their sizes differ.
+absl::Status RunUnits(const std::vector<Work>& works, const std::vector<Task>& tasks,
+                      const Units& units, bool by_span, int threads, const Cancellation* cancel,
+                      std::vector<State>* partials) {
   // Only the matmul path converts tiles (decode's kernels read every dtype in place).
   std::optional<ConvertedTiles> converted;
   for (const Work& w : works) {
@@ -468,105 +562,72 @@ absl::Status Run(const std::vector<Work>& works, int threads, const Cancellation
       break;
     }
   }
-
-  // Units of tasks run together: in span order, a span's tasks (every work's piece of the same
-  // keys) go to RunKernelJobs as one, which reads their rows interleaved; otherwise one task.
-  std::vector<size_t> unit_begin;  // into `order`
-  for (size_t i = 0; i < order.size(); ++i) {
-    const Task& task = tasks[order[i]];
-    const Task* prev = i > 0 ? &tasks[order[i - 1]] : nullptr;
-    if (prev == nullptr || !by_span || task.key_begin != prev->key_begin ||
-        task.work->keys->width != prev->work->keys->width) {
-      unit_begin.push_back(i);
-    }
-  }
-  unit_begin.push_back(order.size());
-  const size_t units = unit_begin.size() - 1;
-
-  auto run = [&](size_t unit) -> absl::Status {
-    const size_t first = unit_begin[unit];
-    const size_t n = unit_begin[unit + 1] - first;
-    thread_local std::vector<std::vector<float>> packed;
-    thread_local std::vector<std::vector<float*>> out_rows, weight_rows;
-    thread_local std::vector<Job> jobs;
-    thread_local std::vector<State*> states;
-    thread_local State whole_state;
-    for (auto* rows : {&out_rows, &weight_rows}) {
-      if (rows->size() < n) rows->resize(n);
-    }
-    if (packed.size() < n) packed.resize(n);
-    jobs.resize(n);
-    states.resize(n);
-    for (size_t j = 0; j < n; ++j) {
-      const size_t index = order[first + j];
-      const Task& task = tasks[index];
-      Job& job = jobs[j];
-      job = MakeJob(task, &packed[j]);
-      job.converted = converted ? &*converted : nullptr;
-      job.work = task.work - works.data();
-      job.cancel = cancel;
-      RowsOf(task, &out_rows[j], &weight_rows[j]);
-      if (task.work->weights != nullptr) job.weight_rows = weight_rows[j].data();
-      // A unit's whole tasks need a state each, and every task has one in `partials`.
-      states[j] = task.whole && n == 1 ? &whole_state : &partials[index];
-      states[j]->Reset(job.m, task.work->keys->head_dim_v);
-    }
-    ATTEND_RETURN_IF_ERROR(
-        n == 1 ? RunTileJob(jobs[0], states[0])
-               : RunKernelJobs(jobs.data(), states.data(), static_cast<int64_t>(n)));
-    for (size_t j = 0; j < n; ++j) {
-      const Task& task = tasks[order[first + j]];
-      if (!task.whole) continue;
-      Finish(jobs[j], *states[j], out_rows[j].data(),
-             task.work->weights ? weight_rows[j].data() : nullptr);
-    }
-    return absl::OkStatus();
+  ConvertedTiles* const shared = converted ? &*converted : nullptr;
+  const auto run = [&](size_t unit) {
+    return RunUnit(works, tasks, units, unit, shared, cancel, partials);
   };
-
+  const size_t count = units.count();
   absl::Status status;
-  if (units == 1 || threads == 1) {
+  if (count == 1 || threads == 1) {
     // Without the cap, a call limited to one thread would run oneDNN's matmuls on every CPU.
     const onednn::ScopedThreadLimit limit(threads);
-    for (size_t u = 0; u < units && status.ok(); ++u) status = run(u);
-  } else {
-    Mutex mu;
-    std::atomic<bool> failed{false};
-    const auto run_one = [&](size_t u) {
-      if (failed.load(std::memory_order_relaxed)) return;
-      absl::Status unit_status = run(u);
-      if (!unit_status.ok()) {
-        MutexLock lock(&mu);
-        if (status.ok()) status = unit_status;
-        failed.store(true, std::memory_order_relaxed);
-      }
-    };
-    if (by_span) {
-      // Equal spans: one contiguous run of them per thread (Work::key_span says why).
-#pragma omp parallel for schedule(static) num_threads(threads)
-      for (size_t u = 0; u < units; ++u) run_one(u);
-    } else {
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-      for (size_t u = 0; u < units; ++u) run_one(u);
-    }
+    for (size_t u = 0; u < count && status.ok(); ++u) status = run(u);
+    return status;
   }
-  if (!status.ok()) return status;
+  Mutex mu;
+  std::atomic<bool> failed{false};
+  const auto run_one = [&](size_t u) {
+    if (failed.load(std::memory_order_relaxed)) return;
+    absl::Status unit_status = run(u);
+    if (!unit_status.ok()) {
+      MutexLock lock(&mu);
+      if (status.ok()) status = unit_status;
+      failed.store(true, std::memory_order_relaxed);
+    }
+  };
+  if (by_span) {
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (size_t u = 0; u < count; ++u) run_one(u);
+  } else {
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+    for (size_t u = 0; u < count; ++u) run_one(u);
+  }
+  return status;
+}
 
-  // Key splits: merge each slot's partial softmaxes in key order, then normalise.
+// Phase 4, the merge: the tasks of a split slot each hold a partial softmax over their keys;
+// combines them in key order (as Merge requires) into the slot's first, then normalises it and
+// writes the outputs and weights over every key of the rows. Whole tasks were finished as they
+// ran.
+void MergeSplits(const std::vector<Task>& tasks, std::vector<State>* partials) {
   std::vector<float*> out_rows, weight_rows;
   for (size_t i = 0; i < tasks.size();) {
     size_t end = i + 1;
     while (end < tasks.size() && tasks[end].slot == tasks[i].slot) ++end;
     if (!tasks[i].whole) {
-      for (size_t p = i + 1; p < end; ++p) Merge(partials[p], &partials[i]);
+      for (size_t p = i + 1; p < end; ++p) Merge((*partials)[p], &(*partials)[i]);
       Task all = tasks[i];
       all.key_begin = 0;
       all.key_end = all.work->keys->keys;
       const Job job = MakeJob(all, nullptr);
       RowsOf(all, &out_rows, &weight_rows);
-      Finish(job, partials[i], out_rows.data(), all.work->weights ? weight_rows.data() : nullptr);
+      Finish(job, (*partials)[i], out_rows.data(),
+             all.work->weights ? weight_rows.data() : nullptr);
     }
     i = end;
   }
+}
+
+}  // namespace
+
+absl::Status Run(const std::vector<Work>& works, int threads, const Cancellation* cancel) {
+  threads = RunThreads(works, threads);
+  const bool by_span = BySpan(works);
+  const std::vector<Task> tasks = PlanTasks(works, threads, by_span);
+  const Units units = GroupUnits(tasks, by_span);
+  std::vector<State> partials(tasks.size());
+  ATTEND_RETURN_IF_ERROR(RunUnits(works, tasks, units, by_span, threads, cancel, &partials));
+  MergeSplits(tasks, &partials);
   return absl::OkStatus();
 }
 

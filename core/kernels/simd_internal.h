@@ -30,7 +30,15 @@ struct Kernels {
   void (*accumulate_rows)(const float*, int64_t, int64_t, const Rows&, int64_t, int64_t, float*);
 };
 
-// The AVX2 + FMA kernels (simd.cc); the AVX-512 sets reuse those they do not replace.
+// The kernel sets, each in its own file compiled for its instruction set, and what the dispatch
+// (simd.cc) takes from them. Each table is constant-initialised, so it may be used at any time,
+// static initialisation included.
+//
+// The portable kernels (simd_scalar.cc): every CPU runs them.
+const Kernels& ScalarKernels();
+
+// The AVX2 + FMA kernels (simd_avx2.cc); the AVX-512 sets reuse those they do not replace.
+// REQUIRES (to call its kernels): the CPU has AVX2 and FMA.
 const Kernels& Avx2Kernels();
 
 // The AVX-512 kernel sets (simd_avx512.cc): "avx512" (F, BW, VL, DQ; every kernel at 16 lanes,
@@ -77,6 +85,11 @@ inline float ScaleMaxScalar(float* x, int64_t n, float scale) {
     m = std::max(m, x[i]);
   }
   return finite ? m : std::numeric_limits<float>::quiet_NaN();
+}
+
+// RoundToBf16's scalar loop, also the vector versions' tail.
+inline void RoundToBf16Scalar(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = Bf16ToFloat(FloatToBf16(x[i]));
 }
 
 inline void ToBf16Scalar(const float* x, int64_t n, uint16_t* out) {

@@ -10,9 +10,9 @@
 //     (Cauchy-Schwarz bounds sum|q_c k_c|). Operands that are off by e per element (int8
 //     storage) add |scale| |q|_1 e.
 //   - Probabilities: scores off by at most delta change each softmax probability by a factor in
-//     [e^-2delta, e^2delta]; the exponential kernel adds kExpError relative (simd.cc documents
-//     about 1e-7; we allow 2^-21), and summing |J| terms plus one rescale per tile or key split
-//     (at most one per 64 keys, plus one) adds about n_terms u. Under bf16 precision each
+//     [e^-2delta, e^2delta]; the exponential kernel adds kExpError relative (simd_internal.h
+//     documents about 1e-7; we allow 2^-21), and summing |J| terms plus one rescale per tile or key
+//     split (at most one per 64 keys, plus one) adds about n_terms u. Under bf16 precision each
 //     probability is rounded to bf16 before it weighs the values: relative 2^-8 (bf16 keeps 8
 //     significant bits, round to nearest).
 //   - Outputs: o = sum p_j v_j / sum p_j with every p_j off by a relative eta and the sum off by
