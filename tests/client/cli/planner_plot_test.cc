@@ -40,7 +40,11 @@ class PlannerPlotTest : public ::attend::testing::CliServerSuite {
     EXPECT_TRUE(status.ok()) << status << "\n" << out_.str();
     return m;
   }
-  const std::string path_ = ::testing::TempDir() + "/planner_plot.svg";
+  // One file per test: ctest runs the tests of this fixture as separate processes, in parallel
+  // under -j, and a shared name let one test read another's picture.
+  const std::string path_ = ::testing::TempDir() + "/planner_plot_" +
+                            ::testing::UnitTest::GetInstance()->current_test_info()->name() +
+                            ".svg";
 };
 
 TEST_F(PlannerPlotTest, PlanLogYHasATickPerPowerOfTen) {
