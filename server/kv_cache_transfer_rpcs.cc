@@ -85,7 +85,10 @@ class KvCacheService::ExportReactor : public grpc::ServerWriteReactor<v1::Sequen
             End(ToGrpcStatus(service_->TransferBusy(need)));
             return;
           }
-          reserved_ = need;
+          {
+            std::lock_guard<std::mutex> lock(end_mu_);
+            reserved_ = need;
+          }
           data_.reserve(static_cast<size_t>(need));  // grown once, not by doubling
           const absl::Status saved = service_->cache_->Save(id, kv::StringSink(&data_), Version());
           if (!saved.ok()) {
@@ -138,19 +141,26 @@ class KvCacheService::ExportReactor : public grpc::ServerWriteReactor<v1::Sequen
     if (!ended_) StartWrite(&chunk_);
   }
 
-  // Finish, once: the idle watch's thread may end the call while a write is out.
+  // Finish, once: the idle watch's thread may end the call while a write is out. The budget
+  // goes back before the client hears the end, so that a caller told "done" may start its next
+  // transfer at once. Finish is called outside end_mu_ and is the last use of `this`: OnDone may
+  // run (and delete this reactor) on another thread as soon as Finish is called.
   void End(grpc::Status status) {
-    std::lock_guard<std::mutex> lock(end_mu_);
-    if (ended_) return;
-    ended_ = true;
+    {
+      std::lock_guard<std::mutex> lock(end_mu_);
+      if (ended_) return;
+      ended_ = true;
+      service_->ReleaseTransfer(reserved_);
+      reserved_ = 0;
+    }
     Finish(std::move(status));
   }
 
   KvCacheService* const service_;
   std::mutex end_mu_;
-  bool ended_ = false;
+  bool ended_ = false;    // guarded by end_mu_
   int64_t ticket_ = 0;    // in the service's transfer watch, once writing
-  int64_t reserved_ = 0;  // of the service's transfer budget
+  int64_t reserved_ = 0;  // of the service's transfer budget; guarded by end_mu_
   size_t chunk_bytes_ = kChunkBytes;
   std::string data_;
   size_t sent_ = 0;
@@ -215,7 +225,15 @@ class KvCacheService::ImportReactor : public grpc::ServerReadReactor<v1::ImportS
         End(ToGrpcStatus(service_->TransferBusy(need)));
         return;
       }
-      reserved_ += need;
+      {
+        // Under end_mu_: the idle watch's End gives reserved_ back from its own thread.
+        std::lock_guard<std::mutex> lock(end_mu_);
+        if (ended_) {
+          service_->ReleaseTransfer(need);
+          return;
+        }
+        reserved_ += need;
+      }
       // Kept as it came: no copy into one growing buffer (which page-faulted its way through
       // twice the bytes).
       size_ += piece_.data().size();
@@ -338,11 +356,16 @@ class KvCacheService::ImportReactor : public grpc::ServerReadReactor<v1::ImportS
     return out;
   }
 
-  // Finish, once: the idle watch's thread may end the call while a read is out.
+  // Finish, once: the idle watch's thread may end the call while a read is out. As in the
+  // export: the budget goes back first, and Finish, outside end_mu_, is the last use of `this`.
   void End(grpc::Status status) {
-    std::lock_guard<std::mutex> lock(end_mu_);
-    if (ended_) return;
-    ended_ = true;
+    {
+      std::lock_guard<std::mutex> lock(end_mu_);
+      if (ended_) return;
+      ended_ = true;
+      service_->ReleaseTransfer(reserved_);
+      reserved_ = 0;
+    }
     Finish(std::move(status));
   }
   void ReadMore() {
@@ -360,10 +383,10 @@ class KvCacheService::ImportReactor : public grpc::ServerReadReactor<v1::ImportS
   const Route route_;
   const bool handed_off_;
   const int64_t limit_;
-  int64_t reserved_ = 0;  // of the service's transfer budget
   std::mutex end_mu_;
-  bool ended_ = false;
-  int64_t ticket_ = 0;  // in the service's transfer watch
+  bool ended_ = false;    // guarded by end_mu_
+  int64_t reserved_ = 0;  // of the service's transfer budget; guarded by end_mu_
+  int64_t ticket_ = 0;    // in the service's transfer watch
   bool first_ = true;
   bool header_checked_ = false;
   std::string id_;

@@ -101,14 +101,22 @@ class Client {
     grpc::ClientContext context;
     return stub_->Release(&context, request, &response);
   }
+  // Every sequence, page by page (a page holds at most 1000; a busy forker makes more).
   std::map<std::string, v1::SequenceInfo> List() {
-    v1::ListSequencesRequest request;
-    request.set_page_size(1000);
-    v1::ListSequencesResponse response;
-    grpc::ClientContext context;
-    EXPECT_TRUE(stub_->ListSequences(&context, request, &response).ok());
     std::map<std::string, v1::SequenceInfo> out;
-    for (const v1::SequenceInfo& info : response.sequences()) out[info.sequence_id()] = info;
+    std::string token;
+    do {
+      v1::ListSequencesRequest request;
+      request.set_page_size(1000);
+      request.set_page_token(token);
+      v1::ListSequencesResponse response;
+      grpc::ClientContext context;
+      const grpc::Status status = stub_->ListSequences(&context, request, &response);
+      EXPECT_TRUE(status.ok()) << status.error_message();
+      if (!status.ok()) break;
+      for (const v1::SequenceInfo& info : response.sequences()) out[info.sequence_id()] = info;
+      token = response.next_page_token();
+    } while (!token.empty());
     return out;
   }
   grpc::Status Save(const std::string& id, const std::string& name,

@@ -244,7 +244,7 @@ TEST_P(Kernels, GeneratedRowsMatchLoops) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Simd, Kernels, ::testing::ValuesIn(testing::RunnableKernels()),
-                         [](const auto& info) { return info.param; });
+                         [](const auto& test_param) { return test_param.param; });
 
 TEST(SimdKernels, NameSaysWhichKernelsRun) {
   const std::vector<std::string> runnable = testing::RunnableKernels();

@@ -167,10 +167,10 @@ INSTANTIATE_TEST_SUITE_P(KvCache, CachedEqualsOneShot,
                                                               Shape{4, 1, 8}),  // MQA
                                             ::testing::Values(DType::kFloat32, DType::kBFloat16,
                                                               DType::kInt8)),
-                         [](const auto& info) {
-                           const Shape s = std::get<0>(info.param);
+                         [](const auto& test_param) {
+                           const Shape s = std::get<0>(test_param.param);
                            return absl::StrCat("h", s.n_head, "_kv", s.n_head_kv, "_d", s.head_dim,
-                                               "_", DTypeName(std::get<1>(info.param)));
+                                               "_", DTypeName(std::get<1>(test_param.param)));
                          });
 
 // The first sequence of a shape creates the primitives its prefills use, so that no Append

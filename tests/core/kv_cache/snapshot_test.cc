@@ -201,7 +201,9 @@ TEST(Snapshot, ForksShareTheirBlocksAgain) {
   // Without its source, or without sharing: its own blocks, the same rows.
   for (const bool with_source : {false, true}) {
     KvCache apart(Options(block));
-    if (with_source) ASSERT_TRUE(Load(apart, source).ok());
+    if (with_source) {
+      ASSERT_TRUE(Load(apart, source).ok());
+    }
     absl::StatusOr<SequenceInfo> own = Load(apart, fork, /*share=*/false);
     ASSERT_TRUE(own.ok()) << own.status();
     EXPECT_EQ(own->shared_blocks, 0);
@@ -243,7 +245,9 @@ TEST(Snapshot, ForksMadeMidBlockShareThatBlockAgain) {
   for (size_t i = 0; i < saved.size(); ++i) {
     absl::StatusOr<SequenceInfo> info = Load(loaded, saved[i]);
     ASSERT_TRUE(info.ok()) << i << ": " << info.status();
-    if (i > 0) EXPECT_EQ(info->shared_blocks, 2 * 7);
+    if (i > 0) {
+      EXPECT_EQ(info->shared_blocks, 2 * 7);
+    }
     EXPECT_EQ(Save(loaded, info->id), saved[i]) << info->id;
   }
   EXPECT_EQ(loaded.Stats().used_bytes, capacity);
