@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/attention/tile_attention.h"
 #include "core/base/status_macros.h"
 #include "server/kv_cache_convert.h"
 #include "server/parse_errors.h"
@@ -540,7 +539,7 @@ bool KvCacheService::RunsHere(const v1::DecodeBatchRequest& request) const {
   std::vector<absl::string_view> ids;
   ids.reserve(static_cast<size_t>(request.steps_size()));
   for (const v1::DecodeStep& step : request.steps()) ids.push_back(step.sequence_id());
-  return cache_->DecodeReadBytes(ids) < tile::kSerialDecodeBytes;
+  return cache_->DecodeRunsOnCallingThread(ids);
 }
 
 grpc::ServerUnaryReactor* KvCacheService::DecodeBatch(grpc::CallbackServerContext* context,

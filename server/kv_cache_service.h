@@ -145,8 +145,8 @@ class KvCacheService final : public KvCacheCallbackService {
                              v1::AppendBatchResponse* response, const Cancellation* cancel,
                              const Route& route);
   // Whether a decode request is small enough to run on the gRPC thread that received it: at
-  // most 64 steps, reading under tile::kSerialDecodeBytes of K/V in all (the size
-  // that runs on one thread anyway). Reads the cache's estimate; waits for no sequence.
+  // most 64 steps, which the cache would compute on the calling thread anyway
+  // (kv::KvCache::DecodeRunsOnCallingThread). Reads the cache's estimate; waits for no sequence.
   bool RunsHere(const v1::DecodeBatchRequest& request) const;
 
   const ServiceLimits limits_;
