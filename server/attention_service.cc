@@ -13,7 +13,7 @@
 #include "core/lessons/multi_head_attention.h"
 #include "core/lessons/scaling_experiment.h"
 #include "core/lessons/softmax.h"
-#include "server/tensor_codec.h"
+#include "server/convert/tensor.h"
 
 namespace attend::server {
 namespace {
@@ -151,10 +151,7 @@ void FillLayerInfo(const MultiHeadAttention& layer, v1::MultiHeadAttendResponse*
 }
 
 void FillStats(const AttentionStats& stats, double queue_seconds, v1::ComputeStats* out) {
-  out->set_attended_pairs(stats.attended_pairs);
-  out->set_attention_flops(stats.attention_flops);
-  out->set_compute_seconds(stats.compute_seconds);
-  out->set_engine(stats.engine);
+  ToProto(stats, out);
   out->set_queue_seconds(queue_seconds);
 }
 

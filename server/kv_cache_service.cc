@@ -6,58 +6,17 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/attention/tile_attention.h"
 #include "core/base/status_macros.h"
-#include "server/kv_cache_convert.h"
+#include "server/convert/kv_cache.h"
+#include "server/convert/tensor.h"
 #include "server/parse_errors.h"
 #include "server/status_convert.h"
-#include "server/tensor_codec.h"
 
 namespace attend::server {
 namespace {
 
-absl::StatusOr<kv::SequenceConfig> FromProto(const v1::SequenceConfig& c) {
-  kv::SequenceConfig config;
-  config.layers = c.layers();
-  config.n_head = c.n_head();
-  config.n_head_kv = c.n_head_kv();
-  config.head_dim = c.head_dim();
-  config.head_dim_v = c.head_dim_v();
-  switch (c.kv_dtype()) {
-    case v1::DTYPE_UNSPECIFIED:
-    case v1::BFLOAT16:
-      config.kv_dtype = DType::kBFloat16;
-      break;
-    case v1::FLOAT32:
-      config.kv_dtype = DType::kFloat32;
-      break;
-    case v1::FLOAT16:
-      config.kv_dtype = DType::kFloat16;  // refused by the cache with the reason
-      break;
-    case v1::INT8:
-      config.kv_dtype = DType::kInt8;
-      break;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("config.kv_dtype: unknown value ", static_cast<int>(c.kv_dtype())));
-  }
-  if (c.has_scale()) config.scale = c.scale();
-  config.window = c.window_tokens();
-  return config;
-}
-
-// An id that names an existing sequence: empty is a missing field (ids have 1 to 128
-// characters), not an unknown sequence.
-
 double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-void FillStats(const AttentionStats& stats, v1::ComputeStats* out) {
-  out->set_attended_pairs(stats.attended_pairs);
-  out->set_attention_flops(stats.attention_flops);
-  out->set_compute_seconds(stats.compute_seconds);
-  out->set_engine(stats.engine);
 }
 
 // The phases of one handler, for ComputeStats' prepare, cache and respond seconds: a client
@@ -98,38 +57,6 @@ absl::Status RequireId(absl::string_view id, absl::string_view field) {
   if (!id.empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(
       absl::StrCat(field, ": empty; give the id CreateSequence (or Fork) returned"));
-}
-
-void ToProto(const kv::SequenceInfo& info, v1::SequenceInfo* out) {
-  out->set_sequence_id(info.id);
-  v1::SequenceConfig* c = out->mutable_config();
-  c->set_layers(static_cast<int32_t>(info.config.layers));
-  c->set_n_head(static_cast<int32_t>(info.config.n_head));
-  c->set_n_head_kv(static_cast<int32_t>(info.config.n_head_kv));
-  c->set_head_dim(static_cast<int32_t>(info.config.head_dim));
-  c->set_head_dim_v(static_cast<int32_t>(info.config.head_dim_v));
-  switch (info.config.kv_dtype) {
-    case DType::kFloat32:
-      c->set_kv_dtype(v1::FLOAT32);
-      break;
-    case DType::kInt8:
-      c->set_kv_dtype(v1::INT8);
-      break;
-    default:
-      c->set_kv_dtype(v1::BFLOAT16);
-  }
-  if (info.config.scale) c->set_scale(*info.config.scale);
-  c->set_window_tokens(info.config.window);
-  out->mutable_layer_tokens()->Add(info.layer_tokens.begin(), info.layer_tokens.end());
-  out->set_tokens(info.tokens);
-  out->set_blocks(info.blocks);
-  out->set_shared_blocks(info.shared_blocks);
-  out->set_bytes(info.bytes);
-  out->set_reserved_tokens(info.reserved_tokens);
-  out->set_forked_from(info.forked_from);
-  out->set_created_unix_ms(info.created_ms);
-  out->set_last_used_unix_ms(info.last_used_ms);
-  out->set_tokens_per_block(info.tokens_per_block);
 }
 
 // One DecodeStream: read a message, process it on the worker pool, write its response, read the
@@ -336,7 +263,7 @@ absl::Status KvCacheService::DoAppend(const v1::AppendRequest& request,
                    DType::kFloat32, response->mutable_weights());
     }
     metrics_->AttentionComputed("Append", stats);
-    FillStats(stats, response->mutable_stats());
+    ToProto(stats, response->mutable_stats());
   }
   metrics_->TokensAppended("Append", input.k.dim(0));
   response->set_first_position(result.first_position);
@@ -415,7 +342,7 @@ absl::Status KvCacheService::DoDecodeBatch(const v1::DecodeBatchRequest& request
   metrics_->AttentionComputed(method, stats);
   metrics_->TokensAppended(method, appended);
   metrics_->TokensDecoded(method, static_cast<int64_t>(results.size()));
-  FillStats(stats, response->mutable_stats());
+  ToProto(stats, response->mutable_stats());
   response->set_request_id(request.request_id());
   phases.Fill(stats.compute_seconds, response->mutable_stats());
   return absl::OkStatus();
@@ -510,7 +437,7 @@ absl::Status KvCacheService::DoAppendBatch(const v1::AppendBatchRequest& request
     EncodeTensorParts(parts, {rows, q->view.dim(1), v.view.dim(2)}, as_values, out_dtype,
                       response->mutable_output());
     metrics_->AttentionComputed("AppendBatch", stats);
-    FillStats(stats, response->mutable_stats());
+    ToProto(stats, response->mutable_stats());
   }
   for (const kv::AppendResult& r : results) {
     response->add_first_positions(r.first_position);
@@ -540,7 +467,7 @@ bool KvCacheService::RunsHere(const v1::DecodeBatchRequest& request) const {
   std::vector<absl::string_view> ids;
   ids.reserve(static_cast<size_t>(request.steps_size()));
   for (const v1::DecodeStep& step : request.steps()) ids.push_back(step.sequence_id());
-  return cache_->DecodeReadBytes(ids) < tile::kSerialDecodeBytes;
+  return cache_->DecodeRunsOnCallingThread(ids);
 }
 
 grpc::ServerUnaryReactor* KvCacheService::DecodeBatch(grpc::CallbackServerContext* context,
@@ -668,22 +595,7 @@ grpc::ServerUnaryReactor* KvCacheService::ListSequences(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* KvCacheService::Stats(grpc::CallbackServerContext* context,
                                                 const v1::StatsRequest*, v1::CacheStats* response) {
   // Cheap and lock-light: answered on the callback thread.
-  const kv::CacheStats s = cache_->Stats();
-  response->set_capacity_bytes(s.capacity_bytes);
-  response->set_used_bytes(s.used_bytes);
-  response->set_usage_ratio(
-      s.capacity_bytes > 0 ? static_cast<double>(s.used_bytes) / s.capacity_bytes : 0.0);
-  response->set_block_bytes(s.block_bytes);
-  response->set_blocks_total(s.blocks_total);
-  response->set_blocks_used(s.blocks_used);
-  response->set_blocks_free(s.blocks_free);
-  response->set_sequences(s.sequences);
-  response->set_tokens(s.tokens);
-  response->set_evictions(s.evictions);
-  response->set_rejections(s.rejections);
-  response->set_eviction_policy(std::string(kv::EvictionPolicyName(s.policy)));
-  response->set_bookkeeping_bytes(s.bookkeeping_bytes);
-  response->set_bookkeeping_limit_bytes(s.bookkeeping_limit_bytes);
+  ToProto(cache_->Stats(), response);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;

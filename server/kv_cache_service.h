@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "attend/v1/kv_cache.grpc.pb.h"
 #include "core/kv_cache/kv_cache.h"
 #include "server/hand_off.h"
@@ -26,6 +27,12 @@
 #include "server/worker_pool.h"
 
 namespace attend::server {
+
+// The id check of every KvCache call that names a sequence, shared by the service's files
+// (kv_cache_service.cc, kv_cache_snapshot_rpcs.cc, kv_cache_transfer_rpcs.cc): INVALID_ARGUMENT
+// naming `field` when `id` is empty, OK otherwise. Empty is a missing field (ids have 1 to 128
+// characters), not an unknown sequence.
+absl::Status RequireId(absl::string_view id, absl::string_view field);
 
 // KvCache's callback service with DecodeStream on raw bytes, which the stream parses itself:
 // gRPC's own parsing ends a read with the same `false` for a message that does not parse as for
@@ -145,8 +152,8 @@ class KvCacheService final : public KvCacheCallbackService {
                              v1::AppendBatchResponse* response, const Cancellation* cancel,
                              const Route& route);
   // Whether a decode request is small enough to run on the gRPC thread that received it: at
-  // most 64 steps, reading under tile::kSerialDecodeBytes of K/V in all (the size
-  // that runs on one thread anyway). Reads the cache's estimate; waits for no sequence.
+  // most 64 steps, which the cache would compute on the calling thread anyway
+  // (kv::KvCache::DecodeRunsOnCallingThread). Reads the cache's estimate; waits for no sequence.
   bool RunsHere(const v1::DecodeBatchRequest& request) const;
 
   const ServiceLimits limits_;

@@ -5,7 +5,7 @@
 
 #include "core/base/status_macros.h"
 #include "core/kv_cache/sequence_registry.h"
-#include "server/kv_cache_convert.h"
+#include "server/convert/kv_cache.h"
 #include "server/kv_cache_service.h"
 
 namespace attend::server {

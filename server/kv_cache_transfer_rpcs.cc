@@ -16,8 +16,8 @@
 #include "core/base/status_macros.h"
 #include "core/kv_cache/sequence_registry.h"
 #include "core/kv_cache/snapshot_format.h"
+#include "server/convert/kv_cache.h"
 #include "server/hand_off.h"
-#include "server/kv_cache_convert.h"
 #include "server/kv_cache_service.h"
 #include "server/status_convert.h"
 

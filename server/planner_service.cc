@@ -12,7 +12,7 @@
 #include "planner/import/gguf.h"
 #include "planner/import/hf_config.h"
 #include "planner/kv_plan.h"
-#include "server/planner_convert.h"
+#include "server/convert/planner.h"
 #include "server/service_support.h"
 
 namespace attend::server {

@@ -1,6 +1,6 @@
 // attend.v1.Planner on the gRPC callback API: the model catalog, config.json / GGUF import,
 // KV-cache plans and cost estimates. The math lives in planner/ and the proto <-> planner
-// conversions in planner_convert.h; the service resolves the model and hardware a request names,
+// conversions in convert/planner.h; the service resolves the model and hardware a request names,
 // has every error name the request field (it passes the field's path to the planner, e.g.
 // "model.spec.n_head_kv: ..." or "custom.memory_bandwidth_bytes_per_second: ...") and bounds
 // imports before parsing them.

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "core/attention/tile_attention.h"
 #include "core/base/status_macros.h"
 #include "core/kv_cache/paged_attention.h"
 #include "core/kv_cache/pending_write.h"
@@ -515,7 +516,7 @@ absl::StatusOr<std::vector<AppendResult>> KvCache::AppendMany(
   return results;
 }
 
-int64_t KvCache::DecodeReadBytes(absl::Span<const absl::string_view> ids) {
+int64_t KvCache::DecodeReadBytes(absl::Span<const absl::string_view> ids) const {
   int64_t bytes = 0;
   for (absl::string_view id : ids) {
     absl::StatusOr<std::shared_ptr<Sequence>> sequence = registry_->Find(id);
@@ -525,6 +526,12 @@ int64_t KvCache::DecodeReadBytes(absl::Span<const absl::string_view> ids) {
     bytes += tokens * s.layout.token_bytes();
   }
   return bytes;
+}
+
+bool KvCache::DecodeRunsOnCallingThread(absl::Span<const absl::string_view> ids) const {
+  // The engine decides per call from the works' own rows (tile::Run); this is the same
+  // threshold applied to the cache's estimate of those rows.
+  return DecodeReadBytes(ids) < tile::kSerialDecodeBytes;
 }
 
 absl::StatusOr<SequenceInfo> KvCache::Get(absl::string_view id) {

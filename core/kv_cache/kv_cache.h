@@ -196,7 +196,17 @@ class KvCache {
   // tokens (averaged over its layers) times its bytes per token and layer, scales included;
   // unknown and released ids count 0. An estimate for choosing where to run a step: it waits
   // for no sequence's lock, and the sequences may change before the step runs.
-  int64_t DecodeReadBytes(absl::Span<const absl::string_view> ids);
+  int64_t DecodeReadBytes(absl::Span<const absl::string_view> ids) const;
+
+  // Whether a DecodeBatch of these sequences is small enough that its attention runs on the
+  // calling thread alone, without waking the OpenMP team: DecodeReadBytes(ids) under the
+  // attention engine's serial threshold (tile::kSerialDecodeBytes, 1 MiB: about what waking and
+  // joining a thread costs). A caller with threads of its own (a server's request threads) can
+  // then run such a step where it is instead of handing it to a worker, which would only add
+  // a hand-off. The same estimate as DecodeReadBytes, with its caveats: it waits for no lock and
+  // may be stale by the time the step runs; a wrong answer costs time, never correctness. True
+  // for no known sequence (nothing to read).
+  bool DecodeRunsOnCallingThread(absl::Span<const absl::string_view> ids) const;
 
   // A new sequence sharing the first `tokens` (default: every layer's common length) of
   // `source`, copy-on-write. `new_id` empty: a generated id that routes by the source's routing

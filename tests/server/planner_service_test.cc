@@ -17,7 +17,7 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "planner/catalog.h"
 #include "planner/hardware.h"
-#include "server/planner_convert.h"
+#include "server/convert/planner.h"
 #include "tests/server/planner_service_fixture.h"
 #include "tests/server/server_fixture.h"
 #include "tests/test_util.h"

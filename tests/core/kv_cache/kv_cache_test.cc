@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/half.h"
 #include "core/attention/testing/reference_attention.h"
+#include "core/attention/tile_attention.h"
 #include "core/kernels/onednn.h"
 #include "tests/test_util.h"
 
@@ -476,6 +477,39 @@ TEST(KvCache, DecodeReadBytesIsWhatAStepOfTheSequencesReads) {
   ASSERT_OK(cache.Release("int8"));
   const std::vector<absl::string_view> released = {"int8"};
   EXPECT_EQ(cache.DecodeReadBytes(released), 0);
+}
+
+TEST(KvCache, DecodeRunsOnCallingThreadBelowTheEnginesSerialThreshold) {
+  // One layer of 8 f32 heads of 128 + 128 values: 8 KiB per token, so the threshold is a whole
+  // number of tokens (128 at 1 MiB).
+  const Shape shape{8, 8, 128};
+  const int64_t token_bytes = 8 * (128 + 128) * 4;
+  ASSERT_EQ(tile::kSerialDecodeBytes % token_bytes, 0);
+  const int64_t limit = tile::kSerialDecodeBytes / token_bytes;
+  KvCache cache(SmallCache());
+  const Tokens t = MakeTokens(limit, shape, 3);
+  ASSERT_OK(cache.Create(Config(shape, DType::kFloat32, 1), "a", 0));
+  ASSERT_OK(cache.Create(Config(shape, DType::kFloat32, 1), "b", 0));
+  const std::vector<absl::string_view> a = {"a"}, both = {"a", "b"};
+  const std::vector<absl::string_view> none = {}, unknown = {"nobody"};
+  EXPECT_TRUE(cache.DecodeRunsOnCallingThread(none));
+  EXPECT_TRUE(cache.DecodeRunsOnCallingThread(unknown));  // nothing to read
+  EXPECT_TRUE(cache.DecodeRunsOnCallingThread(a));        // empty
+
+  ASSERT_OK(cache.Append(0, t.Input("a", 0, limit - 1), Precision::kAuto, false, nullptr));
+  EXPECT_EQ(cache.DecodeReadBytes(a), tile::kSerialDecodeBytes - token_bytes);
+  EXPECT_TRUE(cache.DecodeRunsOnCallingThread(a));
+  // At the threshold the engine takes its threads: the comparison is strict, as tile::Run's.
+  ASSERT_OK(cache.Append(0, t.Input("a", limit - 1, 1), Precision::kAuto, false, nullptr));
+  EXPECT_FALSE(cache.DecodeRunsOnCallingThread(a));
+
+  // The sequences of a step count together: two halves are one whole.
+  ASSERT_OK(cache.Truncate("a", limit / 2));
+  ASSERT_OK(cache.Append(0, t.Input("b", 0, limit / 2), Precision::kAuto, false, nullptr));
+  EXPECT_TRUE(cache.DecodeRunsOnCallingThread(a));
+  EXPECT_FALSE(cache.DecodeRunsOnCallingThread(both));
+  ASSERT_OK(cache.Release("b"));
+  EXPECT_TRUE(cache.DecodeRunsOnCallingThread(both));  // released ids read nothing
 }
 
 TEST(KvCache, ForkSharesBlocksUntilTheBranchesDiverge) {

@@ -1,4 +1,5 @@
-// Conversion between attend.v1.Tensor messages and core tensor views.
+// Conversion between attend.v1.Tensor messages and core tensor views, and of the other
+// tensor.proto types (Precision, ComputeStats). Dtypes map through server/convert/dtype.h.
 //
 // Decoding validates everything a request can get wrong about a tensor, before anything is
 // allocated from its shape: the dtype is known, exactly one of data/values is set, values come
@@ -8,8 +9,8 @@
 // (NaN, infinities) are the core's to check, on every path and on its compute threads.
 //
 // Thread-safety: pure functions. A decoded view points into the message and lives as long as it.
-#ifndef ATTEND_SERVER_TENSOR_CODEC_H_
-#define ATTEND_SERVER_TENSOR_CODEC_H_
+#ifndef ATTEND_SERVER_CONVERT_TENSOR_H_
+#define ATTEND_SERVER_CONVERT_TENSOR_H_
 
 #include <cstdint>
 #include <string>
@@ -32,10 +33,16 @@ struct DecodedTensor {
 absl::StatusOr<DecodedTensor> DecodeTensor(const v1::Tensor& tensor, absl::string_view field,
                                            int64_t max_elements);
 
-// The dtype for response tensors: FLOAT32 when unspecified; INVALID_ARGUMENT for unknown values.
+// The dtype for response tensors: FLOAT32 when unspecified (kUnspecifiedTensorDType);
+// INVALID_ARGUMENT for INT8 (storage only) and unknown values.
 absl::StatusOr<DType> DecodeOutputDType(v1::DType dtype, absl::string_view field);
-// The precision enum; INVALID_ARGUMENT for unknown values.
+// The precision enum (PRECISION_UNSPECIFIED is kAuto, as tensor.proto documents); INVALID_ARGUMENT
+// for unknown values.
 absl::StatusOr<Precision> DecodePrecision(v1::Precision precision);
+
+// The engine's figures (attended_pairs, attention_flops, compute_seconds, engine); the call's
+// own times (queue, prepare, cache, respond) are the service's to set.
+void ToProto(const AttentionStats& stats, v1::ComputeStats* out);
 
 // Writes float values into `out` with `shape`: as `values` when `as_values`, else as raw
 // little-endian `dtype` bytes.
@@ -57,4 +64,4 @@ int64_t EncodedBytes(int64_t elements, bool as_values, DType dtype);
 
 }  // namespace attend::server
 
-#endif  // ATTEND_SERVER_TENSOR_CODEC_H_
+#endif  // ATTEND_SERVER_CONVERT_TENSOR_H_

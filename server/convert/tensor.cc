@@ -1,36 +1,29 @@
-#include "server/tensor_codec.h"
+#include "server/convert/tensor.h"
 
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "core/base/status_macros.h"
+#include "server/convert/dtype.h"
 
 namespace attend::server {
 
 absl::StatusOr<DecodedTensor> DecodeTensor(const v1::Tensor& tensor, absl::string_view field,
                                            int64_t max_elements) {
-  DType dtype;
-  switch (tensor.dtype()) {
-    case v1::DTYPE_UNSPECIFIED:
-    case v1::FLOAT32:
-      dtype = DType::kFloat32;
-      break;
-    case v1::BFLOAT16:
-      dtype = DType::kBFloat16;
-      break;
-    case v1::FLOAT16:
-      dtype = DType::kFloat16;
-      break;
-    case v1::INT8:
-      return absl::InvalidArgumentError(
-          absl::StrCat(field,
-                       ".dtype: INT8 is a KV-cache storage type, not a tensor dtype; send FLOAT32, "
-                       "BFLOAT16 or FLOAT16"));
-    default:
-      return absl::InvalidArgumentError(absl::StrCat(field, ".dtype: unknown value ",
-                                                     static_cast<int>(tensor.dtype()),
-                                                     "; use FLOAT32, BFLOAT16 or FLOAT16"));
+  const std::optional<DType> known = FromProto(tensor.dtype(), kUnspecifiedTensorDType);
+  if (!known) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ".dtype: unknown value ",
+                                                   static_cast<int>(tensor.dtype()),
+                                                   "; use FLOAT32, BFLOAT16 or FLOAT16"));
   }
+  if (*known == DType::kInt8) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field,
+                     ".dtype: INT8 is a KV-cache storage type, not a tensor dtype; send FLOAT32, "
+                     "BFLOAT16 or FLOAT16"));
+  }
+  const DType dtype = *known;
   // The shape first: a shape with a zero or negative dimension has no bytes to send, and the
   // dimension, not the missing data, is what to fix.
   if (tensor.shape().empty()) {
@@ -80,24 +73,19 @@ absl::StatusOr<DecodedTensor> DecodeTensor(const v1::Tensor& tensor, absl::strin
 }
 
 absl::StatusOr<DType> DecodeOutputDType(v1::DType dtype, absl::string_view field) {
-  switch (dtype) {
-    case v1::DTYPE_UNSPECIFIED:
-    case v1::FLOAT32:
-      return DType::kFloat32;
-    case v1::BFLOAT16:
-      return DType::kBFloat16;
-    case v1::FLOAT16:
-      return DType::kFloat16;
-    case v1::INT8:
-      return absl::InvalidArgumentError(
-          absl::StrCat(field,
-                       ": INT8 is a KV-cache storage type, not an output dtype; use "
-                       "FLOAT32, BFLOAT16 or FLOAT16"));
-    default:
-      return absl::InvalidArgumentError(absl::StrCat(field, ": unknown dtype value ",
-                                                     static_cast<int>(dtype),
-                                                     "; use FLOAT32, BFLOAT16 or FLOAT16"));
+  const std::optional<DType> known = FromProto(dtype, kUnspecifiedTensorDType);
+  if (!known) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": unknown dtype value ",
+                                                   static_cast<int>(dtype),
+                                                   "; use FLOAT32, BFLOAT16 or FLOAT16"));
   }
+  if (*known == DType::kInt8) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field,
+                     ": INT8 is a KV-cache storage type, not an output dtype; use "
+                     "FLOAT32, BFLOAT16 or FLOAT16"));
+  }
+  return *known;
 }
 
 absl::StatusOr<Precision> DecodePrecision(v1::Precision precision) {
@@ -139,19 +127,7 @@ void EncodeTensorParts(absl::Span<const absl::Span<const float>> parts,
     }
     return;
   }
-  switch (dtype) {
-    case DType::kFloat32:
-      out->set_dtype(v1::FLOAT32);
-      break;
-    case DType::kBFloat16:
-      out->set_dtype(v1::BFLOAT16);
-      break;
-    case DType::kFloat16:
-      out->set_dtype(v1::FLOAT16);
-      break;
-    case DType::kInt8:  // storage only: never an output dtype
-      break;
-  }
+  out->set_dtype(ToProto(dtype));
   std::string* data = out->mutable_data();
   data->reserve(elements * static_cast<size_t>(DTypeSize(dtype)));
   for (absl::Span<const float> part : parts) AppendEncoded(part, dtype, data);
@@ -163,6 +139,13 @@ int64_t EncodedBytes(int64_t elements, bool as_values, DType dtype) {
 
 absl::Status CheckEncodable(absl::Span<const float> values, DType dtype, absl::string_view field) {
   return CheckFitsDType(values, dtype, field, "; ask for output_dtype FLOAT32 (or BFLOAT16)");
+}
+
+void ToProto(const AttentionStats& stats, v1::ComputeStats* out) {
+  out->set_attended_pairs(stats.attended_pairs);
+  out->set_attention_flops(stats.attention_flops);
+  out->set_compute_seconds(stats.compute_seconds);
+  out->set_engine(stats.engine);
 }
 
 }  // namespace attend::server

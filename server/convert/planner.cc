@@ -1,4 +1,4 @@
-#include "server/planner_convert.h"
+#include "server/convert/planner.h"
 
 #include <cstdint>
 

@@ -5,15 +5,18 @@
 // LayerKind), or more layer_specs than a model has layers.
 //
 // The planner structs mirror the protos field by field; KvDType's planner value is the proto
-// value minus 1 (KV_DTYPE_UNSPECIFIED means float16), LayerKind's the proto value. A request's
-// state_dtype of KV_DTYPE_UNSPECIFIED means "the kv_dtype" (nullopt). The conversions check only
+// value minus 1, LayerKind's the proto value. KvDType is planner.proto's own enum (it has FP8 and
+// the GGUF block types), not attend.v1.DType (server/convert/dtype.h). KV_DTYPE_UNSPECIFIED
+// means float16 in kv_dtype (planner.proto), but "the kv_dtype" (nullopt) in a request's
+// state_dtype and "as published" (nullopt) in its indexer_dtype: FromProto(KvDType) maps it to
+// float16, and the request conversions test for it before calling that. The conversions check only
 // what a copy needs; every other check is the planner's (CanonicalModel, ValidateHardware,
 // PlanKvCache, EstimateCost). Errors are INVALID_ARGUMENT and name the field by its path in the
 // request, which the caller passes in (`field`, or `field_prefix` for the fields of a message).
 //
 // Thread-safety: pure functions.
-#ifndef ATTEND_SERVER_PLANNER_CONVERT_H_
-#define ATTEND_SERVER_PLANNER_CONVERT_H_
+#ifndef ATTEND_SERVER_CONVERT_PLANNER_H_
+#define ATTEND_SERVER_CONVERT_PLANNER_H_
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -60,4 +63,4 @@ void ToProto(const planner::PhaseCost& phase, v1::PhaseCost* out);
 
 }  // namespace attend::server
 
-#endif  // ATTEND_SERVER_PLANNER_CONVERT_H_
+#endif  // ATTEND_SERVER_CONVERT_PLANNER_H_
