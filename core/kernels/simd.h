@@ -10,7 +10,7 @@
 //
 // Which set runs is chosen once per process, per storage type of the rows (f32, bf16, int8), by
 // measurement (ChooseKernels): the instructions a CPU has do not say which set is fastest on its
-// cores (on a Zen 5 the avx512_bf16 set read bf16 K/V at 10.6-14 GB/s, the avx2 set at 23.5).
+// cores (on a Zen 5 the avx512_bf16 set read bf16 K/V at 10.6-14 GB/s, the avx2 set at 23.3-23.6).
 // The row kernels (RowToFloat, DotRows, AccumulateRows) dispatch on Rows::dtype to that type's
 // set; the others (exponentials, maxima, bf16 rounding, ScaleAdd) use the f32 rows' set: they
 // are f32 loops over data in cache, as the f32 row kernels are, so that set's measurement is the

@@ -1,7 +1,7 @@
 // The measurement behind simd::ChooseKernels: which kernel set decodes each storage type fastest
 // on this machine's cores. The instructions a CPU reports do not answer it: on a Zen 5 the
-// avx512_bf16 set (vdpbf16ps) read bf16 K/V at 10.6-14 GB/s where the avx2 set read 23.5, and on
-// Intel cores vdpbf16ps runs at half the FMAs' rate.
+// avx512_bf16 set (vdpbf16ps) read bf16 K/V at 10.6-14 GB/s where the avx2 set read 23.3-23.6, and
+// on Intel cores vdpbf16ps runs at half the FMAs' rate.
 //
 // The problem is one decode step of one key/value head: 4 query rows (a GQA group) against 256
 // cached tokens of d = 128, DotRows then AccumulateRows, dense rows as the KV cache's blocks hold
