@@ -114,6 +114,7 @@ RowChoice MeasureRowKernels(const std::vector<const Kernels*>& candidates,
   if (n > 1) {
     Values values;
     std::vector<Problem> problems;
+    problems.reserve(kRowTypes);  // each Problem's Rows point into its own buffers
     for (DType type : {DType::kFloat32, DType::kBFloat16, DType::kInt8}) {
       problems.emplace_back(type, values);
     }
