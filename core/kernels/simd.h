@@ -61,11 +61,11 @@ inline constexpr double kClearMargin = 0.05;
 // Chooses the kernel set of each storage type, unless UseKernels or an earlier call did: times
 // decode's row kernels (DotRows then AccumulateRows, 4 query rows against 256 rows of d = 128, in
 // the L2 cache) for every vector set the CPU runs (scalar ones only where there is none) and each
-// storage type, interleaving sets, and keeps the fastest per type (best of the repetitions; the
-// default unless another is faster by kClearMargin). It takes at most 50 ms (14-32 ms on a shared
-// 2-vCPU Xeon), on the calling thread. The server calls it at start-up, before it serves, so that
-// no request waits for it; any other program measures at its first kernel call. Thread-safe:
-// concurrent callers wait for one measurement.
+// storage type, interleaving sets, and keeps the fastest per type (the default unless another is
+// faster by kClearMargin in both its best and its median repetition). It takes at most 50 ms
+// (13-35 ms on a shared 2-vCPU Xeon), on the calling thread. The server calls it at start-up,
+// before it serves, so that no request waits for it; any other program measures at its first
+// kernel call. Thread-safe: concurrent callers wait for one measurement.
 void ChooseKernels();
 
 // Makes every kernel use the set `name` (one of RunnableKernels()) instead of the measured

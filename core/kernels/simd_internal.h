@@ -66,6 +66,17 @@ struct RowChoice {
   double seconds = 0;
 };
 
+// One set's samples of one row type: the best (the least disturbed) and the upper median (what
+// most rounds saw, which one lucky sample cannot lower), in seconds.
+struct SetTimes {
+  double best, median;
+};
+
+// The index of the set to use among `times`: `fallback` (the default) unless another beats it by
+// kClearMargin in both statistics, then the one of those with the lowest median.
+// REQUIRES: fallback < times.size().
+size_t ChooseSet(const std::vector<SetTimes>& times, size_t fallback);
+
 // Times decode's row kernels of each of `candidates` for each row type and chooses the fastest
 // per type, keeping `fallback` unless another is faster by kClearMargin (simd_choice.cc says
 // how). REQUIRES: the CPU runs every candidate; `fallback` is one of them.
