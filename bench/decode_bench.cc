@@ -9,6 +9,10 @@
 // their arithmetic ceiling, against the core's FMA throughput. Two cores at that rate are what
 // decode could reach if memory were free; below the read bandwidth, decode is compute-bound.
 //
+// BM_KernelChoice checks the kernel sets chosen at start-up (simd::ChooseKernels, per storage
+// type) against a longer measurement of every set in the same run: whether the chosen set is
+// within 5% of the fastest.
+//
 // BM_DecodeLayout runs the same kernels over a 128 MiB sequence in memory in three layouts and
 // orders, nothing of the engine around them: what the layout alone costs.
 //
@@ -26,10 +30,12 @@
 #include <immintrin.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -181,10 +187,75 @@ void BM_DecodeBatch(benchmark::State& state) {
   state.SetLabel(stats.engine);
 }
 
-// The decode kernels (q.k for a GQA group of 4 query heads, then p.v) over `rows` cached tokens
-// of one KV head, on the calling thread; args: storage, kernel set (an index into the sets this
-// CPU runs, simd::testing::RunnableKernels(); -1 = the one decode uses: the best, or
-// ATTEND_SIMD_KERNELS). K and V (256 KiB for f32) stay in L2.
+// One decode step of the kernels alone: q.k for a GQA group of 4 query heads, then p.v, over
+// kRows cached tokens of one KV head in `storage`, dense rows (as the KV cache's blocks hold
+// them). K and V (256 KiB for f32) stay in L2.
+class KernelStep {
+ public:
+  static constexpr int64_t kGroup = kHeads / kKvHeads, kRows = 256;
+
+  explicit KernelStep(DType storage) : storage_(storage) {
+    q_ = Random(kGroup * kDim, 4);
+    const std::vector<float> values = Random(2 * kRows * kDim, 5);
+    // Over bf16 storage decode computes in bf16 (Precision::kAuto): q arrives rounded.
+    if (storage == DType::kBFloat16) {
+      for (float& x : q_) x = Bf16ToFloat(FloatToBf16(x));
+    }
+    // K and V in the storage dtype; int8 with one scale per row (the values' absmax / 127).
+    kv_.resize(static_cast<size_t>(2 * kRows * kDim * DTypeSize(storage)));
+    scales_.assign(2 * kRows, 1.0f);
+    for (int64_t row = 0; row < 2 * kRows; ++row) {
+      float absmax = 0;
+      for (int64_t c = 0; c < kDim; ++c) {
+        absmax = std::max(absmax, std::abs(values[row * kDim + c]));
+      }
+      if (storage == DType::kInt8) scales_[row] = absmax / 127.0f;
+      for (int64_t c = 0; c < kDim; ++c) {
+        const int64_t i = row * kDim + c;
+        if (storage == DType::kFloat32) {
+          reinterpret_cast<float*>(kv_.data())[i] = values[i];
+        } else if (storage == DType::kBFloat16) {
+          reinterpret_cast<uint16_t*>(kv_.data())[i] = FloatToBf16(values[i]);
+        } else {
+          kv_[i] = static_cast<char>(std::lround(values[i] / scales_[row]));
+        }
+      }
+    }
+    k_ = simd::Rows{kv_.data(), storage, kDim, scales_.data()};
+    v_ = simd::Rows{kv_.data() + kRows * kDim * DTypeSize(storage), storage, kDim,
+                    scales_.data() + kRows};
+    // As under native bf16 arithmetic: the bf16 sets' dot product instructions may run.
+    k_.native_bf16 = v_.native_bf16 = storage == DType::kBFloat16;
+    scores_.resize(kGroup * kRows);
+    out_.resize(kGroup * kDim);
+  }
+
+  // Runs `steps` steps on the kernel set in use.
+  void Run(int steps) {
+    // Weights like a softmax's (positive, summing to 1 per row); the kernels' speed does not
+    // depend on them, only the output's scale does.
+    const float weight = 1.0f / kRows;
+    for (int rep = 0; rep < steps; ++rep) {
+      simd::DotRows(q_.data(), kGroup, kDim, k_, kRows, scores_.data(), kRows);
+      for (float& s : scores_) s = weight;
+      simd::AccumulateRows(scores_.data(), kRows, kGroup, v_, kRows, kDim, out_.data());
+    }
+    benchmark::DoNotOptimize(out_.data());
+  }
+
+  // K and V bytes a step reads.
+  double Bytes() const { return 2.0 * kRows * kDim * DTypeSize(storage_); }
+
+ private:
+  DType storage_;
+  std::vector<float> q_, scales_, scores_, out_;
+  std::vector<char> kv_;
+  simd::Rows k_, v_;
+};
+
+// The decode kernels (KernelStep) on the calling thread; args: storage, kernel set (an index into
+// the sets this CPU runs, simd::testing::RunnableKernels(); -1 = the one decode uses: the one
+// measured at start-up for the storage type, or ATTEND_SIMD_KERNELS).
 void BM_DecodeKernel(benchmark::State& state) {
   const DType storage = StorageOf(state.range(0));
   MeasureMachineLimits();  // first: it applies ATTEND_SIMD_KERNELS
@@ -195,61 +266,69 @@ void BM_DecodeKernel(benchmark::State& state) {
     return;
   }
   if (state.range(1) >= 0) simd::UseKernels(sets[static_cast<size_t>(state.range(1))]);
-  constexpr int64_t kGroup = kHeads / kKvHeads, kRows = 256;
-  std::vector<float> q = Random(kGroup * kDim, 4);
-  const std::vector<float> values = Random(2 * kRows * kDim, 5);
-  // Over bf16 storage decode computes in bf16 (Precision::kAuto): q arrives rounded.
-  if (storage == DType::kBFloat16) {
-    for (float& x : q) x = Bf16ToFloat(FloatToBf16(x));
-  }
-  // K and V in the storage dtype; int8 with one scale per row (the values' absmax / 127).
-  std::vector<char> kv(static_cast<size_t>(2 * kRows * kDim * DTypeSize(storage)));
-  std::vector<float> scales(2 * kRows, 1.0f);
-  for (int64_t row = 0; row < 2 * kRows; ++row) {
-    float absmax = 0;
-    for (int64_t c = 0; c < kDim; ++c) absmax = std::max(absmax, std::abs(values[row * kDim + c]));
-    if (storage == DType::kInt8) scales[row] = absmax / 127.0f;
-    for (int64_t c = 0; c < kDim; ++c) {
-      const int64_t i = row * kDim + c;
-      if (storage == DType::kFloat32) {
-        reinterpret_cast<float*>(kv.data())[i] = values[i];
-      } else if (storage == DType::kBFloat16) {
-        reinterpret_cast<uint16_t*>(kv.data())[i] = FloatToBf16(values[i]);
-      } else {
-        kv[i] = static_cast<char>(std::lround(values[i] / scales[row]));
-      }
-    }
-  }
-  simd::Rows k{kv.data(), storage, kDim, scales.data()};
-  simd::Rows v{kv.data() + kRows * kDim * DTypeSize(storage), storage, kDim, scales.data() + kRows};
-  // As under native bf16 arithmetic: the bf16 sets' dot product instructions may run.
-  k.native_bf16 = v.native_bf16 = storage == DType::kBFloat16;
-  std::vector<float> scores(kGroup * kRows), out(kGroup * kDim);
-  // Weights like a softmax's (positive, summing to 1 per row); the kernels' speed does not
-  // depend on them, only the output's scale does.
-  const float weight = 1.0f / kRows;
+  KernelStep step(storage);
   double seconds = 0;
   const MachineLimits before = MeasureLimitsNow();
   for (auto _ : state) {
     const auto start = std::chrono::steady_clock::now();
-    for (int rep = 0; rep < 64; ++rep) {
-      simd::DotRows(q.data(), kGroup, kDim, k, kRows, scores.data(), kRows);
-      for (float& s : scores) s = weight;
-      simd::AccumulateRows(scores.data(), kRows, kGroup, v, kRows, kDim, out.data());
-    }
+    step.Run(64);
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    benchmark::DoNotOptimize(out.data());
   }
   const double steps = 64.0 * state.iterations();
-  const double bytes = steps * 2 * kRows * kDim * DTypeSize(storage);
-  const double fma8 = steps * 2 * kGroup * kRows * kDim / 8.0;  // 8-lane FMAs of q.k and p.v
+  const double bytes = steps * step.Bytes();
+  // 8-lane FMAs of q.k and p.v.
+  const double fma8 = steps * 2 * KernelStep::kGroup * KernelStep::kRows * kDim / 8.0;
   const MachineLimits limits = BetterOf(before, MeasureLimitsNow());
   state.counters["KV_GBs_one_core"] = bytes / seconds / 1e9;
   state.counters["fma_use"] =
       limits.fma8_per_second_per_core > 0 ? fma8 / seconds / limits.fma8_per_second_per_core : 0.0;
   state.counters["two_cores_vs_read_bw"] = 2 * bytes / seconds / limits.read_bytes_per_second;
-  state.SetLabel(simd::KernelName());
-  simd::UseKernels(decode_set);  // back to the set the other cases measure
+  state.SetLabel(simd::KernelName({storage}));
+  simd::UseKernels(decode_set);  // back to the sets the other cases measure
+}
+
+// The start-up choice (simd::ChooseKernels) checked against a longer measurement in the same
+// run: BM_DecodeKernel's step on every vector set the CPU runs (and the chosen set, were it the
+// scalar one), interleaved, one sample of 16 steps per set per iteration. Reports each set's K/V
+// rate (GBs_<set>, median sample), and chosen_vs_fastest: the chosen set's rate over the fastest
+// one's; the label says whether the choice is within 5% of the fastest (the measurement keeps
+// the default unless another set is 5% faster, simd::kClearMargin). arg: storage.
+void BM_KernelChoice(benchmark::State& state) {
+  const DType storage = StorageOf(state.range(0));
+  MeasureMachineLimits();  // first: it applies ATTEND_SIMD_KERNELS
+  const std::string decode_set = simd::KernelName();
+  const std::string chosen = simd::KernelName({storage});
+  std::vector<std::string> sets = simd::RunnableKernels();
+  if (sets.size() > 1) sets.erase(sets.begin());  // as the measurement: the vector sets
+  if (std::find(sets.begin(), sets.end(), chosen) == sets.end()) sets.push_back(chosen);
+  KernelStep step(storage);
+  std::vector<StepTimes> times(sets.size());
+  constexpr int kSteps = 16;
+  size_t round = 0;
+  for (auto _ : state) {
+    for (size_t i = 0; i < sets.size(); ++i) {
+      const size_t set = (i + round) % sets.size();
+      simd::UseKernels(sets[set]);
+      const auto start = std::chrono::steady_clock::now();
+      step.Run(kSteps);
+      times[set].Add(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    ++round;
+  }
+  simd::UseKernels(decode_set);
+  size_t fastest = 0, chosen_index = 0;
+  std::vector<double> rate(sets.size());
+  for (size_t i = 0; i < sets.size(); ++i) {
+    rate[i] = kSteps * step.Bytes() / times[i].Median();
+    state.counters["GBs_" + sets[i]] = rate[i] / 1e9;
+    if (rate[i] > rate[fastest]) fastest = i;
+    if (sets[i] == chosen) chosen_index = i;
+  }
+  const double ratio = rate[chosen_index] / rate[fastest];
+  state.counters["chosen_vs_fastest"] = ratio;
+  state.SetLabel(absl::StrCat("chosen ", chosen, ", fastest ", sets[fastest],
+                              ratio >= 0.95 ? ": within 5%" : ": NOT within 5%"));
 }
 
 // Reads floats [begin, end) of `data` as kStreams sequential streams (four as the probe does;
@@ -555,6 +634,7 @@ BENCHMARK(BM_DecodeKernel)
     ->ArgNames({"storage", "kernels"})
     ->ArgsProduct({{0, 1, 2}, {-1}})
     ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_KernelChoice)->ArgName("storage")->DenseRange(0, 2)->Unit(benchmark::kMillisecond);
 // Every kernel set against every other (1 = avx2, then the AVX-512 sets the CPU has).
 BENCHMARK(BM_DecodeKernel)
     ->ArgNames({"storage", "kernels"})

@@ -87,7 +87,8 @@ const MachineLimits& MeasureMachineLimits() {
         "machine: %d threads, isa %s, oneDNN matmul f32 %.1f GFLOP/s, bf16 %s, read bandwidth "
         "%.2f GB/s, one core %.2f G 8-lane FMA/s, decode kernels %s\n",
         omp_get_max_threads(), m.cpu_isa.c_str(), m.matmul_f32_flops / 1e9, bf16.c_str(),
-        m.read_bytes_per_second / 1e9, m.fma8_per_second_per_core / 1e9, simd::KernelName());
+        m.read_bytes_per_second / 1e9, m.fma8_per_second_per_core / 1e9,
+        simd::KernelName().c_str());
     return m;
   }();
   return limits;

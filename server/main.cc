@@ -52,9 +52,11 @@ ABSL_FLAG(int, worker_threads, 0,
           "Threads that run requests, at most 1024; 0 = number of CPUs (the cgroup's CPU quota "
           "when lower)");
 ABSL_FLAG(std::string, simd_kernels, "",
-          "Decode kernel set: empty = the best this CPU runs (the start-up line names it); or "
-          "one of scalar, avx2, avx512, avx512_vnni, avx512_bf16 that this CPU runs, for the "
-          "same arithmetic across a fleet of mixed CPUs");
+          "Decode kernel sets: empty = the fastest this CPU runs for each KV storage type, "
+          "measured at start-up (the start-up line names them); or one of scalar, avx2, avx512, "
+          "avx512_vnni, avx512_bf16 that this CPU runs, for every type, or one per type as the "
+          "start-up line prints them (f32:avx512,bf16:avx2,int8:avx512_vnni), for the same "
+          "arithmetic across a fleet of mixed CPUs");
 ABSL_FLAG(int, compute_threads, 0,
           "OpenMP threads per attention call, at most 1024; 0 = number of CPUs (the cgroup's CPU "
           "quota when lower)");
@@ -250,7 +252,8 @@ absl::StatusOr<attend::server::ServerOptions> OptionsFromFlags() {
       !kernels.empty() && !attend::simd::UseKernels(kernels)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--simd_kernels '", kernels, "' is not a kernel set this CPU runs (",
-                     absl::StrJoin(attend::simd::RunnableKernels(), ", "), ")"));
+                     absl::StrJoin(attend::simd::RunnableKernels(), ", "),
+                     "), nor one per type (f32:SET,bf16:SET,int8:SET)"));
   }
   if (absl::GetFlag(FLAGS_shutdown_grace) < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--shutdown_grace must not be negative");

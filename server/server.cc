@@ -22,6 +22,7 @@
 #include "common/version.h"
 #include "core/attention/attention_engine.h"
 #include "core/base/status_macros.h"
+#include "core/kernels/simd.h"
 #include "core/kv_cache/kv_cache.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "server/attention_service.h"
@@ -259,6 +260,9 @@ absl::StatusOr<std::unique_ptr<AttendServer>> AttendServer::Start(const ServerOp
   std::unique_ptr<AttendServer> self(new AttendServer());
   Parts& p = *self->parts_;
   const int cpus = DefaultThreads();
+  // The decode kernel set of each storage type, measured now (up to 50 ms) unless --simd_kernels
+  // named them: before attend_build_info names them, and so that no request waits for it.
+  simd::ChooseKernels();
   p.metrics = std::make_unique<Metrics>();
   p.gate = std::make_unique<CallGate>();
   // Security next: a misconfiguration is refused before anything listens or starts a thread.

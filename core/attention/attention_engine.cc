@@ -276,10 +276,11 @@ absl::Status AttentionEngine::Compute(const AttentionProblem& problem, absl::Spa
     *stats = CountAttentionWork(s, options.mask);
     stats->compute_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    // Decode-sized calls run the vector kernels: the engine names their set.
+    // Decode-sized calls run the vector kernels: the engine names the set of the storage type
+    // they read (K and V as f32 or bf16).
     stats->engine =
         absl::StrCat("onednn/", PrecisionName(precision), bf16 && !native_bf16 ? "-emulated" : "",
-                     kernels ? absl::StrCat("+", simd::KernelName()) : "");
+                     kernels ? absl::StrCat("+", simd::KernelName({storage})) : "");
   }
   return absl::OkStatus();
 }

@@ -5,33 +5,76 @@
 //
 // Each kernel has a portable scalar version, an AVX2+FMA one and AVX-512 ones (bf16 dot products
 // on vdpbf16ps where the CPU has AVX512-BF16, else int8 ones on vpdpbusd where it has
-// AVX512-VNNI);
-// the best set the CPU runs is chosen once per process, at the first call. The build targets
-// no particular CPU: each set is compiled for its instruction set with target attributes.
+// AVX512-VNNI). The build targets no particular CPU: each set is compiled for its instruction
+// set with target attributes.
 //
-// Thread-safety: pure functions.
+// Which set runs is chosen once per process, per storage type of the rows (f32, bf16, int8), by
+// measurement (ChooseKernels): the instructions a CPU has do not say which set is fastest on its
+// cores (on a Zen 5 the avx512_bf16 set read bf16 K/V at 10.6-14 GB/s, the avx2 set at 23.3-23.6).
+// The row kernels (RowToFloat, DotRows, AccumulateRows) dispatch on Rows::dtype to that type's
+// set; the others (exponentials, maxima, bf16 rounding, ScaleAdd) use the f32 rows' set: they
+// are f32 loops over data in cache, as the f32 row kernels are, so that set's measurement is the
+// nearest evidence for them, and one rule then covers the measured and the pinned choice.
+// Every set keeps the contract stated below for every storage type (the differences between sets
+// are the ones the comments of DotRows and AccumulateRows allow), so a choice per type changes
+// speed, and the last bits of the sums, only.
+//
+// Thread-safety: the kernels are pure functions and may run on any thread. The first kernel
+// call (or ChooseKernels) measures and sets the choice under a lock: concurrent first callers
+// wait for one measurement. UseKernels and the testing hooks are not synchronised with kernels
+// running on other threads: call them at start-up, or between tests.
 #ifndef ATTEND_CORE_KERNELS_SIMD_H_
 #define ATTEND_CORE_KERNELS_SIMD_H_
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "core/base/tensor.h"
 
 namespace attend::simd {
 
-// The kernel set this process uses: "avx512_bf16", "avx512_vnni", "avx512", "avx2" or "scalar".
-const char* KernelName();
+// The kernel sets in use, for the start-up line, attend_build_info and stats.engine: one name
+// ("avx512_bf16", "avx512_vnni", "avx512", "avx2" or "scalar") when the rows of every storage
+// type use the same set, else each type's set, "f32:avx512,bf16:avx2,int8:avx512_vnni". The
+// latter is accepted by UseKernels, to pin a measured choice across a fleet. Chooses the sets
+// first when nothing has (ChooseKernels).
+std::string KernelName();
 
-// The names of the kernel sets this CPU can run, "scalar" first and the best last.
+// As KernelName() over the storage types a call read (kFloat32, kBFloat16, kInt8; kFloat16
+// counts as f32): the one set's name when those types' sets agree, else "bf16:avx2,int8:avx512".
+std::string KernelName(absl::Span<const DType> storage);
+
+// The names of the kernel sets this CPU can run, "scalar" first, the default last: the set
+// kept for every type unless the measurement finds another clearly faster (by kClearMargin).
 std::vector<std::string> RunnableKernels();
 
-// Makes every kernel use the set `name` (one of RunnableKernels()) instead of the best, for an
-// operator who wants the same arithmetic on every machine of a fleet, or to compare sets; false
-// (and no change) if this CPU cannot run it. Call before any kernel runs (at start-up): the
-// switch is not synchronised with kernels running on other threads.
+// How much faster (as a fraction of the default's time) another set must decode a storage type
+// for the measurement to choose it over the default: less than this is within the run-to-run
+// noise of a 50 ms measurement, and a choice that flipped between restarts would change
+// stats.engine and the sums' last bits for no gain.
+inline constexpr double kClearMargin = 0.05;
+
+// Chooses the kernel set of each storage type, unless UseKernels or an earlier call did: times
+// decode's row kernels (DotRows then AccumulateRows, 4 query rows against 256 rows of d = 128, in
+// the L2 cache) for every vector set the CPU runs (scalar ones only where there is none) and each
+// storage type, interleaving sets, and keeps the fastest per type (the default unless another is
+// faster by kClearMargin in both its best and its median repetition). It takes at most 50 ms
+// (13-35 ms on a shared 2-vCPU Xeon), on the calling thread. The server calls it at start-up,
+// before it serves, so that no request waits for it; any other program measures at its first
+// kernel call. Thread-safe: concurrent callers wait for one measurement.
+void ChooseKernels();
+
+// Makes every kernel use the set `name` (one of RunnableKernels()) instead of the measured
+// choice, for every storage type, with no measurement; or, given the per-type form KernelName()
+// prints ("f32:avx512,bf16:avx2,int8:avx512_vnni", each of the three types once), that set per
+// type (the other kernels take the f32 set). For an operator who wants the same arithmetic on
+// every machine of a fleet, or to compare sets. False (and no change) if `name` is neither, or
+// this CPU cannot run a set it names. Call before any kernel runs (at start-up): the switch is
+// not synchronised with kernels running on other threads.
 bool UseKernels(std::string_view name);
 
 // y[i] = exp(x[i] - shift) for i < n; returns the sum of the y[i]. x and y may be the same.
@@ -86,24 +129,36 @@ void AccumulateRows(const float* p, int64_t ld, int64_t m, const Rows& v, int64_
                     float* acc);
 
 namespace testing {
-// Makes every kernel use the portable scalar code (true) or the CPU's best (false), so that
-// tests cover both. Not for concurrent use with the kernels.
+// Makes every kernel use the portable scalar code (true) or the chosen sets (false: the
+// measurement's choice, measured first if it has not run), so that tests cover both. Not for
+// concurrent use with the kernels.
 void UseScalarKernels(bool scalar);
 // As the functions above; tests switch sets between cases.
 using ::attend::simd::RunnableKernels;
 using ::attend::simd::UseKernels;
 
-// Uses the set `name` while it lives (ok() false, and no change, when this CPU cannot run it),
-// then the CPU's best again.
+// What ChooseKernels' measurement chose for each storage type, and how long it took.
+struct Measurement {
+  std::string f32, bf16, int8;
+  double seconds = 0;
+};
+// Runs ChooseKernels' measurement again, on the calling thread, and returns its choice without
+// applying it: to check the choice and the time budget.
+Measurement MeasureKernels();
+
+// Uses the set `name` (either form UseKernels takes) while it lives (ok() false, and no change,
+// when UseKernels refuses it), then the sets in use before it again (not yet chosen, if
+// nothing had been).
 class ScopedKernels {
  public:
-  explicit ScopedKernels(std::string_view name) : ok_(UseKernels(name)) {}
-  ~ScopedKernels() { UseScalarKernels(false); }
+  explicit ScopedKernels(std::string_view name);
+  ~ScopedKernels();
   ScopedKernels(const ScopedKernels&) = delete;
   ScopedKernels& operator=(const ScopedKernels&) = delete;
   bool ok() const { return ok_; }
 
  private:
+  std::array<const void*, 3> saved_;  // the sets in use before (simd.cc's selection)
   bool ok_;
 };
 }  // namespace testing

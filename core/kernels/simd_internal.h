@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "common/half.h"
 #include "core/kernels/simd.h"
@@ -51,6 +52,35 @@ struct Avx512Set {
   bool cpu_ok;
 };
 const Avx512Set* Avx512Sets(int* count);
+
+// The storage types whose row kernels get a set each, in this order (RowType gives the index).
+inline constexpr int kRowTypes = 3;
+inline constexpr const char* kRowTypeNames[kRowTypes] = {"f32", "bf16", "int8"};
+inline int RowType(DType dtype) {
+  return dtype == DType::kBFloat16 ? 1 : (dtype == DType::kInt8 ? 2 : 0);
+}
+
+// What MeasureRowKernels found: the set chosen for each row type, and the measurement's time.
+struct RowChoice {
+  const Kernels* sets[kRowTypes] = {};
+  double seconds = 0;
+};
+
+// One set's samples of one row type: the best (the least disturbed) and the upper median (what
+// most rounds saw, which one lucky sample cannot lower), in seconds.
+struct SetTimes {
+  double best, median;
+};
+
+// The index of the set to use among `times`: `fallback` (the default) unless another beats it by
+// kClearMargin in both statistics, then the one of those with the lowest median.
+// REQUIRES: fallback < times.size().
+size_t ChooseSet(const std::vector<SetTimes>& times, size_t fallback);
+
+// Times decode's row kernels of each of `candidates` for each row type and chooses the fastest
+// per type, keeping `fallback` unless another is faster by kClearMargin (simd_choice.cc says
+// how). REQUIRES: the CPU runs every candidate; `fallback` is one of them.
+RowChoice MeasureRowKernels(const std::vector<const Kernels*>& candidates, const Kernels* fallback);
 
 // exp(x) for x <= 0 as 2^n * e^r: n = round(x / ln 2), r = x - n ln 2 (Cody-Waite split), e^r by
 // a degree-6 polynomial; relative error about 1e-7. Below -87 the result is 0. The vector

@@ -66,8 +66,9 @@ absl::Status RunPagedAttention(absl::Span<const PagedProblem> problems, Precisio
   heads.reserve(total_heads);  // Work keeps pointers into it
   works.reserve(total_heads);
   int64_t pairs = 0, flops = 0;
-  bool any_f32 = false, any_bf16 = false, any_emulated = false, any_int8 = false,
-       any_kernels = false;
+  bool any_f32 = false, any_bf16 = false, any_emulated = false, any_int8 = false;
+  // The storage types the vector kernels read: each has its own kernel set (simd.h).
+  std::vector<DType> kernel_storage;
   for (const PagedProblem& p : problems) {
     if (p.n == 0) continue;
     const BlockLayout& layout = *p.layout;
@@ -78,7 +79,11 @@ absl::Status RunPagedAttention(absl::Span<const PagedProblem> problems, Precisio
     any_bf16 |= bf16;
     any_emulated |= bf16 && !native;
     any_int8 |= layout.quantized();
-    any_kernels |= tile::UsesKernels(p.n, p.n_head / layout.n_head_kv);
+    if (tile::UsesKernels(p.n, p.n_head / layout.n_head_kv) &&
+        std::find(kernel_storage.begin(), kernel_storage.end(), layout.dtype) ==
+            kernel_storage.end()) {
+      kernel_storage.push_back(layout.dtype);
+    }
     if (p.weights != nullptr) std::fill_n(p.weights, p.n_head * p.n * p.tokens, 0.0f);
     for (int64_t g = 0; g < layout.n_head_kv; ++g) {
       heads.emplace_back(p, g);
@@ -117,11 +122,13 @@ absl::Status RunPagedAttention(absl::Span<const PagedProblem> problems, Precisio
     stats->attention_flops += flops;
     stats->compute_seconds +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    // A batch of sequences stored in f32 and in bf16 names both arithmetics.
-    stats->engine = absl::StrCat("onednn-paged/",
-                                 any_f32 && any_bf16 ? "f32,bf16" : (any_bf16 ? "bf16" : "f32"),
-                                 any_emulated ? "-emulated" : "", any_int8 ? "+int8kv" : "",
-                                 any_kernels ? absl::StrCat("+", simd::KernelName()) : "");
+    // A batch of sequences stored in f32 and in bf16 names both arithmetics, and the kernel sets
+    // of the storage types the vector kernels read ("+bf16:avx2,int8:avx512_vnni" where they
+    // differ).
+    stats->engine = absl::StrCat(
+        "onednn-paged/", any_f32 && any_bf16 ? "f32,bf16" : (any_bf16 ? "bf16" : "f32"),
+        any_emulated ? "-emulated" : "", any_int8 ? "+int8kv" : "",
+        kernel_storage.empty() ? "" : absl::StrCat("+", simd::KernelName(kernel_storage)));
   }
   return absl::OkStatus();
 }

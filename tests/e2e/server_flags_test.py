@@ -135,13 +135,16 @@ class FlagRanges(unittest.TestCase):
 
 class SimdKernels(unittest.TestCase):
     def test_a_chosen_set_is_the_one_that_runs(self):
-        """--simd_kernels (or ATTEND_SIMD_KERNELS) picks the decode kernels: the start-up line
-        and each decode-sized call's engine name them."""
+        """--simd_kernels (or ATTEND_SIMD_KERNELS) picks the decode kernels, for every storage
+        type or one per type: the start-up line names them, and each decode-sized call's engine
+        the set of the storage type it read (f32 here)."""
         import grpc
         import numpy as np
         a, t = PB["attention"], PB["tensor"]
-        for flags, env, name in ((["--simd_kernels=scalar"], None, "scalar"),
-                                 ([], {"ATTEND_SIMD_KERNELS": "avx2"}, "avx2")):
+        per_type = "f32:scalar,bf16:avx2,int8:avx2"
+        for flags, env, name, f32 in ((["--simd_kernels=scalar"], None, "scalar", "scalar"),
+                                      ([], {"ATTEND_SIMD_KERNELS": "avx2"}, "avx2", "avx2"),
+                                      (["--simd_kernels=" + per_type], None, per_type, "scalar")):
             got = subprocess.Popen([ARGS.server, "--address=127.0.0.1:0", "--metrics_address="]
                                    + flags, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    text=True, env=dict(os.environ, **(env or {})))
@@ -158,7 +161,7 @@ class SimdKernels(unittest.TestCase):
                     response = PB["attention_grpc"].AttentionStub(channel).Attend(
                         a.AttendRequest(q=tensor((1, 4, 64)), k=tensor((33, 2, 64)),
                                         v=tensor((33, 2, 64))), timeout=30)
-                self.assertTrue(response.stats.engine.endswith("+" + name), response.stats.engine)
+                self.assertTrue(response.stats.engine.endswith("+" + f32), response.stats.engine)
             finally:
                 got.terminate()
                 got.wait(timeout=30)

@@ -87,7 +87,8 @@ TEST_F(AttentionServiceTest, AttendReproducesTheItExample) {
   EXPECT_EQ(response.stats().attended_pairs(), 3);
   EXPECT_EQ(response.stats().attention_flops(), 3 * 2 * (4 + 2));
   // One query row: the vector kernels ran, and the engine names their set.
-  EXPECT_EQ(response.stats().engine(), absl::StrCat("onednn/f32+", simd::KernelName()));
+  EXPECT_EQ(response.stats().engine(),
+            absl::StrCat("onednn/f32+", simd::KernelName({DType::kFloat32})));
 }
 
 // A response whose tensors alone fit the message limit but whose framing (tags, shapes, stats)

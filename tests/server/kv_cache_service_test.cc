@@ -164,7 +164,7 @@ TEST_F(KvCacheServiceTest, AppendWithValuesAnswersWithValuesAndWeights) {
   // "-emulated" where bf16 matmuls would run on f32 ones).
   EXPECT_EQ(response.stats().engine(),
             absl::StrCat("onednn-paged/bf16", UseBf16Matmul() ? "" : "-emulated", "+",
-                         simd::KernelName()));
+                         simd::KernelName({DType::kBFloat16})));
 }
 
 TEST_F(KvCacheServiceTest, DecodeBatchComputesEverySequence) {

@@ -126,7 +126,8 @@ TEST_F(CliTest, AttendPrintsOutputWeightsAndStats) {
   EXPECT_NE(out.find("weights, head 0"), std::string::npos) << out;
   EXPECT_NE(out.find("1.000  0.000  0.000"), std::string::npos) << out;  // first causal row
   // Three query rows: the vector kernels ran, and the engine names their set.
-  EXPECT_NE(out.find(absl::StrCat("engine onednn/f32+", simd::KernelName(), ": 6 attended pairs")),
+  EXPECT_NE(out.find(absl::StrCat("engine onednn/f32+", simd::KernelName({DType::kFloat32}),
+                                  ": 6 attended pairs")),
             std::string::npos)
       << out;
 }

@@ -134,7 +134,7 @@ class Walk {
     EXPECT_TRUE(simd::testing::UseKernels(kernels_)) << kernels_;
     Cover("kernels " + kernels_);
     for (int64_t op = 0; op < kOpsPerCase && !::testing::Test::HasFatalFailure(); ++op) Step();
-    simd::testing::UseScalarKernels(false);  // back to the best
+    simd::testing::UseScalarKernels(false);  // back to the chosen sets
     for (const auto& [id, model] : std::map<std::string, Model>(models_)) ReleaseSequence(id);
     const CacheStats stats = cache_->Stats();
     EXPECT_EQ(stats.used_bytes, 0) << Describe();

@@ -7,11 +7,13 @@
 #include <random>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/half.h"
 #include "core/attention/testing/reference_attention.h"
 #include "core/attention/tile_attention.h"
 #include "core/kernels/onednn.h"
+#include "core/kernels/simd.h"
 #include "tests/test_util.h"
 
 namespace attend::kv {
@@ -362,6 +364,39 @@ TEST(KvCache, DecodeBatchEqualsSeparateAppends) {
   EXPECT_EQ(stats.attended_pairs, 8 * (11 + 16 + 21 + 26 + 31));
   // f32 and bf16 sequences in one batch: the engine names both arithmetics.
   EXPECT_EQ(stats.engine.rfind("onednn-paged/f32,bf16", 0), 0u) << stats.engine;
+}
+
+// The engine names the kernel set of each storage type a decode step read: one name where they
+// agree, each type's where they differ (here pinned to differ).
+TEST(KvCache, DecodeBatchNamesTheKernelSetOfEachStorageType) {
+  const std::string last = simd::testing::RunnableKernels().back();
+  const simd::testing::ScopedKernels kernels("f32:scalar,bf16:" + last + ",int8:" + last);
+  ASSERT_TRUE(kernels.ok());
+  const Shape shape{8, 2, 16};
+  KvCache cache(SmallCache());
+  std::vector<Tokens> tokens;
+  const DType storage[] = {DType::kFloat32, DType::kBFloat16, DType::kInt8};
+  const std::string ids[] = {"f32", "bf16", "int8"};
+  for (int s = 0; s < 3; ++s) {
+    tokens.push_back(MakeTokens(20, shape, 200 + s));
+    ASSERT_OK(cache.Create(Config(shape, storage[s]), ids[s], 0));
+    ASSERT_OK(cache.Append(0, tokens[s].Input(ids[s], 0, 10), Precision::kAuto, false, nullptr));
+  }
+  auto engine = [&](std::vector<int> sequences, int64_t token) {
+    std::vector<AppendInput> step;
+    for (int s : sequences) step.push_back(tokens[s].Input(ids[s], token, 1));
+    AttentionStats stats;
+    EXPECT_TRUE(cache.DecodeBatch(0, step, Precision::kAuto, &stats).ok());
+    return stats.engine;
+  };
+  const std::string bf16_int8 = engine({1, 2}, 10);
+  EXPECT_TRUE(absl::EndsWith(bf16_int8, "+" + last)) << bf16_int8;
+  const std::string all = engine({0, 1, 2}, 11);
+  if (last != "scalar") {
+    EXPECT_TRUE(absl::EndsWith(all, "+f32:scalar,bf16:" + last + ",int8:" + last)) << all;
+  }
+  const std::string f32 = engine({0}, 12);
+  EXPECT_TRUE(absl::EndsWith(f32, "+scalar")) << f32;
 }
 
 // AppendBatch over ragged token counts (prompts, decode steps, only-appends, f32/bf16/int8
