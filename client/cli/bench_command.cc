@@ -369,7 +369,7 @@ void PrintBenchText(Context& c, const Workload& work, const BenchOptions& o, con
     table.AddRow(SummaryRow("overhead", r.overhead));
   }
   if (empty) table.AddRow(SummaryRow("empty unary", empty->latency));
-  PrintTable(table, TableStyleFromFlags(c.args), *c.out, *c.err);
+  PrintTable(table, TableStyleFromFlags(c.no_headers, c.wide), *c.out, *c.err);
   *c.out << "\n"
          << absl::StrFormat("throughput %.1f requests/s (%s wall)", r.rate, Duration(r.wall));
   if (r.server_times && r.compute_total > 0) {

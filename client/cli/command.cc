@@ -82,7 +82,7 @@ std::string LimitFor(int64_t bytes) {
 std::string MessageSizeHint(const Context& context, const absl::Status& status) {
   if (status.code() != absl::StatusCode::kResourceExhausted) return "";
   const absl::string_view m = status.message();
-  const std::string wire = context.args.GetString("wire", "f32");
+  const std::string& wire = context.wire;
   const std::string narrower = wire == "bf16" || wire == "f16"
                                    ? ""
                                    : "send the tensors as bf16 with --wire bf16 (half "

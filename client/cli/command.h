@@ -40,8 +40,13 @@ enum ExitCode {
 
 struct Context {
   Args args;
+  std::vector<std::string> positional;
   client::ConnectionOptions connection;
-  bool json = false;
+  bool json = false;        // --json or -o json
+  bool wide = false;        // -o wide: every column of a table
+  bool no_headers = false;  // --no_headers
+  // How the command sends tensors (--wire), for the hint when a message is over a size limit.
+  std::string wire = "f32";
   std::ostream* out = &std::cout;
   std::ostream* err = &std::cerr;
   // Whether *err is a terminal: progress lines and "working..." notes (terminal_notes.h) are
@@ -60,11 +65,16 @@ struct Context {
 // Command::max_positional for commands that check their positional arguments themselves.
 inline constexpr int kAnyPositional = -1;
 
+// What runs a command, once its flags are parsed into the options struct it holds.
+using Runner = std::function<int(Context&)>;
+
 struct Command {
   std::string name;
   std::string summary;
   std::string usage;    // e.g. "attend softmax <logit>... [--jacobian]"
   std::string details;  // longer help, examples included
+  // The flags as help and completion show them. RunCli fills them in from the CLI::App that
+  // `define` declared them on (a group's are its subcommands', for its help).
   std::vector<FlagSpec> flags;
   std::function<int(Context&)> run;
   // A command group's members, named "<group> <sub>", for `attend <group> <sub> --help`.
@@ -77,7 +87,22 @@ struct Command {
   bool connects = true;
   // What shell completion offers for the first positional argument (e.g. example names).
   std::vector<std::string> positional_words = {};
+  // Declares the command's flags, bound to an options struct the returned Runner owns; the
+  // Runner runs it. Commands without one declare `flags` (as strings that `run` reads from
+  // Context::args) until they have an options struct.
+  std::function<Runner(Flags&)> define = nullptr;
 };
+
+// Command::define for `Options`, a struct of the command's flags with their defaults and a
+// `void Declare(Flags&)` that binds them: `run` gets them parsed.
+template <typename Options>
+std::function<Runner(Flags&)> Define(int (*run)(Context&, const Options&)) {
+  return [run](Flags& flags) -> Runner {
+    auto options = std::make_shared<Options>();
+    options->Declare(flags);
+    return [run, options](Context& c) { return run(c, *options); };
+  };
+}
 
 // Prints "error: <CODE>: <message>" and returns the exit code for `status`.
 int ReportError(Context& context, const absl::Status& status);

@@ -342,7 +342,7 @@ int RunCost(Context& c) {
   if (c.json) {
     *c.out << ToJson(*r);
   } else {
-    PrintCost(*c.out, *c.err, *r, request->price_per_hour_usd() > 0, TableStyleFromFlags(c.args));
+    PrintCost(*c.out, *c.err, *r, request->price_per_hour_usd() > 0, TableStyleFromFlags(c.no_headers, c.wide));
   }
   WarnIfNotFits(*c.err, *request, *r);
   if (c.args.Has("plot")) {

@@ -29,7 +29,7 @@ int RunHealth(Context& c) {
     absl::StrAppend(&json, json.size() > 1 ? ", " : "",
                     JsonString(service.empty() ? "server" : service), ": ", JsonString(*status));
   }
-  *c.out << (c.json ? json + "}\n" : table.Render(TableStyleFromFlags(c.args)));
+  *c.out << (c.json ? json + "}\n" : table.Render(TableStyleFromFlags(c.no_headers, c.wide)));
   return all_serving ? kExitOk : kExitNotServing;
 }
 

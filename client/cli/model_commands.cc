@@ -227,7 +227,7 @@ int RunModels(Context& c) {
                   Shorten(m.source(), 60)});
   }
   table.set_drop_order({"source", "window", "head dim", "max context"});
-  const TableStyle style = TableStyleFromFlags(c.args);
+  const TableStyle style = TableStyleFromFlags(c.no_headers, c.wide);
   PrintTable(table, style, *c.out, *c.err);
   if (style.headers) {
     *c.out << "'attend model <name>' shows one in full; 'attend plan <name>' sizes its KV cache.\n";

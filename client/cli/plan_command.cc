@@ -421,7 +421,7 @@ int RunPlan(Context& c) {
   if (c.json) {
     *c.out << ToJson(*r);
   } else {
-    PrintPlan(*c.out, *c.err, *r, TableStyleFromFlags(c.args), c.args.GetBool("layers"));
+    PrintPlan(*c.out, *c.err, *r, TableStyleFromFlags(c.no_headers, c.wide), c.args.GetBool("layers"));
     if (c.args.Has("indexer_dtype") && r->indexer_bytes_per_token() == 0) {
       *c.err << "note: --indexer_dtype: the model has no sparse-attention indexer; the flag "
                 "changes nothing\n";

@@ -402,7 +402,7 @@ int RunList(Context& c) {
                     Count(s.shared_blocks()), BinaryBytes(s.bytes()),
                     s.forked_from().empty() ? "-" : s.forked_from(), Ago(s.last_used_unix_ms())});
     }
-    const TableStyle style = TableStyleFromFlags(c.args);
+    const TableStyle style = TableStyleFromFlags(c.no_headers, c.wide);
     PrintTable(table, style, *c.out, *c.err);
     // The summary is a note below the table: --no-headers leaves the rows alone.
     if (style.headers) {
@@ -441,7 +441,7 @@ int RunStats(Context& c) {
       absl::StrCat(s->eviction_policy(), "; ", Plural(s->evictions(), "eviction", "evictions"),
                    ", ", Plural(s->rejections(), "rejection", "rejections"), " for lack of room"));
   *c.out << "KV cache of " << c.connection.target << "\n"
-         << f.Render("  ", TableStyleFromFlags(c.args).max_width);
+         << f.Render("  ", TableStyleFromFlags(c.no_headers, c.wide).max_width);
   return kExitOk;
 }
 
@@ -659,7 +659,7 @@ int RunHandOff(Context& c) {
                                  r->failed_size() == 0 ? "" : ", still here and serving (below)"));
     f.Add("sent", absl::StrCat(BytesWithCount(r->bytes()), " in ", Duration(r->seconds())));
     *c.out << "hand-off of " << c.connection.target << " (to its --handoff_target)\n"
-           << f.Render("  ", TableStyleFromFlags(c.args).max_width);
+           << f.Render("  ", TableStyleFromFlags(c.no_headers, c.wide).max_width);
     for (const v1::HandOffFailure& failed : r->failed()) {
       *c.out << "  " << Quoted(failed.sequence_id()) << ": " << failed.error() << "\n";
     }
