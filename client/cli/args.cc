@@ -190,6 +190,11 @@ Flag Flags::Add(const std::string& name, bool* value, const std::string& help) {
   return Flag(app_->add_flag("--" + name, *value, help));
 }
 
+Flag Flags::Add(const std::string& name, std::optional<bool>* value, const std::string& help) {
+  return Flag(app_->add_flag_function(
+      "--" + name, [value](int64_t count) { *value = count > 0; }, help));
+}
+
 Flag Flags::Add(const std::string& name, std::string* value, const std::string& help) {
   return Flag(app_->add_option("--" + name, *value, help)->default_str(*value));
 }
@@ -209,6 +214,13 @@ Flag Flags::Add(const std::string& name, int64_t* value, const std::string& help
 Flag Flags::Add(const std::string& name, std::optional<int64_t>* value, const std::string& help) {
   return Flag(Parsed<int64_t>(app_, name, help, "an integer", kInt,
                               [value](const int64_t& v) { *value = v; }));
+}
+
+Flag Flags::Add(const std::string& name, Given<int64_t>* value, const std::string& help) {
+  return Flag(Parsed<int64_t>(app_, name, help, "an integer", kInt, [value](const int64_t& v) {
+                value->value = v;
+                value->given = true;
+              })->default_str(absl::StrCat(value->value)));
 }
 
 Flag Flags::Add(const std::string& name, double* value, const std::string& help) {

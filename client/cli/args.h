@@ -57,6 +57,14 @@ class Flag {
   CLI::Option* option_;
 };
 
+// A flag's value (its default until parsed) and whether the command line gave it: for flags
+// whose presence matters, e.g. one that conflicts with another.
+template <typename T>
+struct Given {
+  T value;
+  bool given = false;
+};
+
 // Declares flags on one CLI::App, each bound to a field that must outlive the parse. A field's
 // value when declared is the default; help shows it unless it is empty, false or unset (an
 // std::optional field is "not given" until parsed: for defaults that follow other flags).
@@ -67,10 +75,13 @@ class Flags {
  public:
   explicit Flags(CLI::App* app) : app_(app) {}
   Flag Add(const std::string& name, bool* value, const std::string& help);
+  // Unset unless given: --name (true) or --name=false, to override a setting from elsewhere.
+  Flag Add(const std::string& name, std::optional<bool>* value, const std::string& help);
   Flag Add(const std::string& name, std::string* value, const std::string& help);
   Flag Add(const std::string& name, std::optional<std::string>* value, const std::string& help);
   Flag Add(const std::string& name, int64_t* value, const std::string& help);
   Flag Add(const std::string& name, std::optional<int64_t>* value, const std::string& help);
+  Flag Add(const std::string& name, Given<int64_t>* value, const std::string& help);
   Flag Add(const std::string& name, double* value, const std::string& help);
   Flag Add(const std::string& name, std::optional<double>* value, const std::string& help);
   // Comma-separated integers, e.g. "4,64,1024".

@@ -201,7 +201,11 @@ absl::StatusOr<std::ifstream> OpenForReading(const std::string& path) {
 }
 
 absl::StatusOr<client::FloatTensor> ReadNpyFlag(const Context& c, const std::string& flag) {
-  const std::string path = c.args.GetString(flag);
+  return ReadNpyFlag(c, flag, c.args.GetString(flag));
+}
+
+absl::StatusOr<client::FloatTensor> ReadNpyFlag(const Context& c, const std::string& flag,
+                                                const std::string& path) {
   absl::StatusOr<std::ifstream> opened = OpenForReading(path);
   if (!opened.ok()) return opened.status();
   client::NpyLimits limits;
@@ -223,7 +227,10 @@ absl::StatusOr<int64_t> IntFlag(const Args& args, const std::string& flag, int64
 }
 
 absl::StatusOr<v1::Precision> ParsePrecision(const Args& args) {
-  const std::string p = args.GetString("precision", "");
+  return ParsePrecision(args.GetString("precision", ""));
+}
+
+absl::StatusOr<v1::Precision> ParsePrecision(const std::string& p) {
   if (p.empty()) return v1::PRECISION_UNSPECIFIED;
   if (p == "f32" || p == "float32") return v1::PRECISION_FLOAT32;
   if (p == "bf16" || p == "bfloat16") return v1::PRECISION_BFLOAT16;
@@ -236,6 +243,14 @@ FlagSpec PrecisionFlag() {
 
 FlagSpec WireFlag() {
   return {"wire", "how tensors travel: f32, bf16, f16 or values", false, "f32"};
+}
+
+void DeclarePrecision(Flags& f, std::string* precision) {
+  f.Add("precision", precision, "f32 or bf16 products").Shown("f32 (bf16 when inputs are bf16)");
+}
+
+void DeclareWire(Flags& f, std::string* wire) {
+  f.Add("wire", wire, "how tensors travel: f32, bf16, f16 or values");
 }
 
 client::FloatTensor RandomTensor(std::mt19937_64& rng, std::vector<int64_t> shape, float stddev) {

@@ -153,6 +153,13 @@ absl::StatusOr<v1::Precision> ParsePrecision(const Args& args);
 // sends tensors declares them.
 FlagSpec PrecisionFlag();
 FlagSpec WireFlag();
+void DeclarePrecision(Flags& f, std::string* precision);
+void DeclareWire(Flags& f, std::string* wire);
+// A --precision value: "" (unspecified), f32/float32 or bf16/bfloat16.
+absl::StatusOr<v1::Precision> ParsePrecision(const std::string& precision);
+// ReadNpyFlag for the path --<flag> gave.
+absl::StatusOr<client::FloatTensor> ReadNpyFlag(const Context& c, const std::string& flag,
+                                                const std::string& path);
 
 // A tensor of `shape` with standard normal values (times `stddev`) drawn from `rng`.
 client::FloatTensor RandomTensor(std::mt19937_64& rng, std::vector<int64_t> shape,
