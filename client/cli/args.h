@@ -12,7 +12,6 @@
 #define ATTEND_CLIENT_CLI_ARGS_H_
 
 #include <cstdint>
-#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -120,31 +119,6 @@ std::string DidYouMean(absl::string_view word, const std::vector<std::string>& c
 
 // "--name=<value>  help (default: x)" lines for a command's help.
 std::string FlagsHelp(const std::vector<FlagSpec>& specs);
-
-// --- for commands not yet on options structs (to go once every command has one) ---
-
-// Declares `specs` on `app` as string options and boolean flags, for Args to read back.
-void DeclareFlags(CLI::App* app, const std::vector<FlagSpec>& specs);
-
-// The flags given to the apps of `parsed`, looked up by name as strings.
-class Args {
- public:
-  Args() = default;
-  explicit Args(const ParsedCommandLine& parsed);
-
-  bool Has(const std::string& name) const { return values_.count(name) > 0; }
-  bool GetBool(const std::string& name) const;
-  std::string GetString(const std::string& name, const std::string& fallback = "") const;
-  absl::StatusOr<int64_t> GetInt(const std::string& name, int64_t fallback) const;
-  absl::StatusOr<double> GetDouble(const std::string& name, double fallback) const;
-  // Comma-separated integers, e.g. "4,64,1024".
-  absl::StatusOr<std::vector<int64_t>> GetIntList(const std::string& name) const;
-  const std::vector<std::string>& positional() const { return positional_; }
-
- private:
-  std::map<std::string, std::string> values_;
-  std::vector<std::string> positional_;
-};
 
 }  // namespace attend::cli
 

@@ -306,20 +306,16 @@ std::vector<Command> CliCommands(const std::vector<Command>* commands,
        "attend help [<command> [<subcommand>]]",
        "The same as 'attend --help' and 'attend <command> [<subcommand>] --help'.\n"
        "Examples:\n  attend help\n  attend help plan\n  attend help seq create\n",
-       {},
-       [commands, globals](Context& c) { return RunHelp(c, *commands, *globals); },
+       Define([commands, globals](Context& c) { return RunHelp(c, *commands, *globals); }),
        {},
        2},
-      {"version",
-       "print the client's version and, when it answers, the server's",
-       "attend version",
+      {"version", "print the client's version and, when it answers, the server's", "attend version",
        "The client's version line, then the server's, which every attend-server response\n"
        "carries in its initial metadata (attend-server-version), read here from one\n"
        "Health/Check of at most 2 s. An unreachable server is reported on its line and the\n"
        "exit code is still 0. --version prints the client's line alone, without a call.\n"
        "Examples:\n  attend version\n  attend version --json\n",
-       {},
-       RunVersion},
+       Define(RunVersion)},
       {"completion",
        "print a bash or zsh completion script: source <(attend completion bash)",
        "attend completion bash|zsh",
@@ -327,8 +323,7 @@ std::vector<Command> CliCommands(const std::vector<Command>* commands,
        "(-o table|json|wide, --example, ...) and the names of 'attend example'.\n"
        "Examples:\n  source <(attend completion bash)\n"
        "  attend completion zsh > \"${fpath[1]}/_attend\"\n",
-       {},
-       [commands, globals](Context& c) { return RunCompletion(c, *commands, *globals); },
+       Define([commands, globals](Context& c) { return RunCompletion(c, *commands, *globals); }),
        {},
        1},
   };
@@ -383,19 +378,18 @@ int OutputFromFlags(Context& c, const GlobalOptions& g) {
 // completion.
 void DeclareCommand(CLI::App* app, Command& command,
                     std::map<const CLI::App*, std::pair<Command*, Runner>>& runners) {
-  Runner run = command.run;
+  Runner run;
   if (command.define) {
     Flags flags(app);
     run = command.define(flags);
-  } else if (command.subcommands.empty()) {
-    DeclareFlags(app, command.flags);
   }
-  if (command.subcommands.empty()) command.flags = FlagsOf(*app);
+  command.flags = FlagsOf(*app);
   runners[app] = {&command, run};
   for (Command& sub : command.subcommands) {
     const std::string name(absl::StripPrefix(sub.name, command.name + " "));
     DeclareCommand(app->add_subcommand(name, sub.summary), sub, runners);
   }
+  if (command.group_flags) command.flags = command.group_flags(command.subcommands);
 }
 
 }  // namespace
@@ -454,8 +448,6 @@ int RunCli(const std::vector<std::string>& tokens, std::ostream& out, std::ostre
   }
   if (!stray.empty()) return UsageError(context, absl::InvalidArgumentError(stray));
 
-  context.args = Args(*parsed);
-  context.wire = context.args.GetString("wire", "f32");
   if (int code = OutputFromFlags(context, g); code != kExitOk) return code;
   if (command->connects) {
     if (int code = ConnectionFromFlags(context, g); code != kExitOk) return code;

@@ -200,10 +200,6 @@ absl::StatusOr<std::ifstream> OpenForReading(const std::string& path) {
   }
 }
 
-absl::StatusOr<client::FloatTensor> ReadNpyFlag(const Context& c, const std::string& flag) {
-  return ReadNpyFlag(c, flag, c.args.GetString(flag));
-}
-
 absl::StatusOr<client::FloatTensor> ReadNpyFlag(const Context& c, const std::string& flag,
                                                 const std::string& path) {
   absl::StatusOr<std::ifstream> opened = OpenForReading(path);
@@ -215,34 +211,11 @@ absl::StatusOr<client::FloatTensor> ReadNpyFlag(const Context& c, const std::str
   return client::ReadNpy(*opened, absl::StrCat("--", flag, " ", path), limits);
 }
 
-absl::StatusOr<int64_t> IntFlag(const Args& args, const std::string& flag, int64_t fallback,
-                                int64_t min, int64_t max) {
-  absl::StatusOr<int64_t> value = args.GetInt(flag, fallback);
-  if (!value.ok()) return value.status();
-  if (*value < min || *value > max) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--", flag, " must be between ", min, " and ", max, ", got ", *value));
-  }
-  return *value;
-}
-
-absl::StatusOr<v1::Precision> ParsePrecision(const Args& args) {
-  return ParsePrecision(args.GetString("precision", ""));
-}
-
 absl::StatusOr<v1::Precision> ParsePrecision(const std::string& p) {
   if (p.empty()) return v1::PRECISION_UNSPECIFIED;
   if (p == "f32" || p == "float32") return v1::PRECISION_FLOAT32;
   if (p == "bf16" || p == "bfloat16") return v1::PRECISION_BFLOAT16;
   return absl::InvalidArgumentError(absl::StrCat("--precision: '", p, "'; use f32 or bf16"));
-}
-
-FlagSpec PrecisionFlag() {
-  return {"precision", "f32 or bf16 products", false, "f32 (bf16 when inputs are bf16)"};
-}
-
-FlagSpec WireFlag() {
-  return {"wire", "how tensors travel: f32, bf16, f16 or values", false, "f32"};
 }
 
 void DeclarePrecision(Flags& f, std::string* precision) {

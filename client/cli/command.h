@@ -39,8 +39,7 @@ enum ExitCode {
 };
 
 struct Context {
-  Args args;
-  std::vector<std::string> positional;
+  std::vector<std::string> positional;  // the arguments that are not flags, in order
   client::ConnectionOptions connection;
   bool json = false;        // --json or -o json
   bool wide = false;        // -o wide: every column of a table
@@ -73,28 +72,30 @@ struct Command {
   std::string summary;
   std::string usage;    // e.g. "attend softmax <logit>... [--jacobian]"
   std::string details;  // longer help, examples included
-  // The flags as help and completion show them. RunCli fills them in from the CLI::App that
-  // `define` declared them on (a group's are its subcommands', for its help).
-  std::vector<FlagSpec> flags;
-  std::function<int(Context&)> run;
-  // A command group's members, named "<group> <sub>", for `attend <group> <sub> --help`.
+  // Declares the command's flags on its CLI::App, bound to an options struct that the returned
+  // Runner owns; the Runner runs the command with them parsed. Made by Define. A group's is null:
+  // its subcommands run.
+  std::function<Runner(Flags&)> define = nullptr;
+  // A command group's members, named "<group> <sub>", which RunCli makes CLI11 subcommands.
   std::vector<Command> subcommands = {};
   // How many positional arguments RunCli lets through; more are a usage error naming the first
-  // stray one. kAnyPositional leaves them to `run`.
+  // stray one. kAnyPositional leaves them to the command.
   int max_positional = 0;
   // False for the commands that never talk to a server (help, version, completion): RunCli
   // does not read the connection flags for them.
   bool connects = true;
   // What shell completion offers for the first positional argument (e.g. example names).
   std::vector<std::string> positional_words = {};
-  // Declares the command's flags, bound to an options struct the returned Runner owns; the
-  // Runner runs it. Commands without one declare `flags` (as strings that `run` reads from
-  // Context::args) until they have an options struct.
-  std::function<Runner(Flags&)> define = nullptr;
+  // A group's flags as its help lists them, from its subcommands' `flags`.
+  std::vector<FlagSpec> (*group_flags)(const std::vector<Command>& subcommands) = nullptr;
+  // The flags as help and completion show them: RunCli reads them back from the CLI::App that
+  // `define` declared them on (a group's from `group_flags`).
+  std::vector<FlagSpec> flags = {};
 };
 
 // Command::define for `Options`, a struct of the command's flags with their defaults and a
-// `void Declare(Flags&)` that binds them: `run` gets them parsed.
+// `void Declare(Flags&)` that binds them: `run` gets them parsed. The options live as long as
+// the Runner, so that CLI11 may write to them while it parses.
 template <typename Options>
 std::function<Runner(Flags&)> Define(int (*run)(Context&, const Options&)) {
   return [run](Flags& flags) -> Runner {
@@ -102,6 +103,11 @@ std::function<Runner(Flags&)> Define(int (*run)(Context&, const Options&)) {
     options->Declare(flags);
     return [run, options](Context& c) { return run(c, *options); };
   };
+}
+
+// Command::define for a command without flags of its own.
+inline std::function<Runner(Flags&)> Define(Runner run) {
+  return [run](Flags&) { return run; };
 }
 
 // Prints "error: <CODE>: <message>" and returns the exit code for `status`.
@@ -134,32 +140,21 @@ std::vector<Command> SeqSubcommands();
 // system's reason (UNKNOWN).
 absl::StatusOr<std::ifstream> OpenForReading(const std::string& path);
 
-// The array in the .npy file that --<flag> names, opened by OpenForReading and read header first
-// by client::ReadNpy, whose errors then start with "--<flag> <path>: ". The array may hold no
-// more values than one request of c.connection.max_message_bytes carries at 2 bytes a value
-// (client::MaxNpyValuesForMessage), so that /dev/zero, an endless FIFO or an array that could
-// never be sent fails before its data is read.
-absl::StatusOr<client::FloatTensor> ReadNpyFlag(const Context& c, const std::string& flag);
+// The array in the .npy file `path` (what --<flag> gave), opened by OpenForReading and read
+// header first by client::ReadNpy, whose errors then start with "--<flag> <path>: ". The array
+// may hold no more values than one request of c.connection.max_message_bytes carries at 2 bytes a
+// value (client::MaxNpyValuesForMessage), so that /dev/zero, an endless FIFO or an array that
+// could never be sent fails before its data is read.
+absl::StatusOr<client::FloatTensor> ReadNpyFlag(const Context& c, const std::string& flag,
+                                                const std::string& path);
 
-// The integer flag --<flag> in [min, max]; `fallback` when absent. INVALID_ARGUMENT naming the
-// flag and the range otherwise.
-absl::StatusOr<int64_t> IntFlag(const Args& args, const std::string& flag, int64_t fallback,
-                                int64_t min, int64_t max);
-
-// --precision: "" (unspecified), f32/float32 or bf16/bfloat16.
-absl::StatusOr<v1::Precision> ParsePrecision(const Args& args);
+// A --precision value: "" (unspecified), f32/float32 or bf16/bfloat16.
+absl::StatusOr<v1::Precision> ParsePrecision(const std::string& precision);
 
 // --precision and --wire (read by ParsePrecision and client::ParseWire) as every command that
 // sends tensors declares them.
-FlagSpec PrecisionFlag();
-FlagSpec WireFlag();
 void DeclarePrecision(Flags& f, std::string* precision);
 void DeclareWire(Flags& f, std::string* wire);
-// A --precision value: "" (unspecified), f32/float32 or bf16/bfloat16.
-absl::StatusOr<v1::Precision> ParsePrecision(const std::string& precision);
-// ReadNpyFlag for the path --<flag> gave.
-absl::StatusOr<client::FloatTensor> ReadNpyFlag(const Context& c, const std::string& flag,
-                                                const std::string& path);
 
 // A tensor of `shape` with standard normal values (times `stddev`) drawn from `rng`.
 client::FloatTensor RandomTensor(std::mt19937_64& rng, std::vector<int64_t> shape,
