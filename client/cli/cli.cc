@@ -279,14 +279,15 @@ int RunVersion(Context& c) {
   return kExitOk;
 }
 
-// `attend completion bash|zsh`.
-int RunCompletion(Context& c, const std::vector<Command>& commands,
-                  const std::vector<FlagSpec>& globals) {
+// `attend completion bash|zsh`: the scripts for `root`, the CLI::App of `commands`.
+int RunCompletion(Context& c, const CLI::App& root, const std::vector<Command>& commands) {
   const std::vector<std::string>& shell = c.positional;
+  PositionalWords words;
+  for (const Command& command : commands) words[command.name] = command.positional_words;
   if (shell.size() == 1 && shell[0] == "bash") {
-    *c.out << BashCompletion(commands, globals);
+    *c.out << BashCompletion(root, words);
   } else if (shell.size() == 1 && shell[0] == "zsh") {
-    *c.out << ZshCompletion(commands, globals);
+    *c.out << ZshCompletion(root, words);
   } else {
     return UsageError(c, absl::InvalidArgumentError(absl::StrCat(
                              "give a shell: attend completion bash|zsh",
@@ -297,9 +298,9 @@ int RunCompletion(Context& c, const std::vector<Command>& commands,
 
 // help, version and completion: commands of the CLI itself, which run without a server.
 // `commands` is the whole table, these included, which help and completion describe with
-// `globals`; both are filled in before any runs.
+// `globals` and `root` (the CLI::App of them all); all are filled in before any runs.
 std::vector<Command> CliCommands(const std::vector<Command>* commands,
-                                 const std::vector<FlagSpec>* globals) {
+                                 const std::vector<FlagSpec>* globals, const CLI::App* root) {
   std::vector<Command> cli = {
       {"help",
        "the overview, or a command's help: attend help [<command> [<subcommand>]]",
@@ -323,7 +324,7 @@ std::vector<Command> CliCommands(const std::vector<Command>* commands,
        "(-o table|json|wide, --example, ...) and the names of 'attend example'.\n"
        "Examples:\n  source <(attend completion bash)\n"
        "  attend completion zsh > \"${fpath[1]}/_attend\"\n",
-       Define([commands, globals](Context& c) { return RunCompletion(c, *commands, *globals); }),
+       Define([root, commands](Context& c) { return RunCompletion(c, *root, *commands); }),
        {},
        1},
   };
@@ -403,9 +404,9 @@ int RunCli(const std::vector<std::string>& tokens, std::ostream& out, std::ostre
   for (Command& c : SeqCommands()) commands.push_back(std::move(c));
   for (Command& c : BenchCommands()) commands.push_back(std::move(c));
   for (Command& c : ExampleCommands()) commands.push_back(std::move(c));
-  for (Command& c : CliCommands(&commands, &globals)) commands.push_back(std::move(c));
-
   CLI::App root("attend", "attend");
+  for (Command& c : CliCommands(&commands, &globals, &root)) commands.push_back(std::move(c));
+
   root.set_help_flag();  // ours: --help, -h, and `attend help`, in the layout of FlagsHelp
   root.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   GlobalOptions g;
