@@ -99,18 +99,20 @@ bool SiblingHas(CLI::App* parent, const std::string& name) {
 }
 
 // A flag token split: "--n-q=4" is {"n_q", "4", "--n-q"}; -h is --help and -o is --output.
+// Other tokens of one dash are no flag at all (`unknown`), whatever their name.
 struct FlagToken {
   std::string name;
   std::optional<std::string> value;
   std::string typed;  // as given, without the value, for messages
+  bool unknown = false;
 };
 
-absl::StatusOr<FlagToken> SplitFlag(const std::string& token) {
+FlagToken SplitFlag(const std::string& token) {
   FlagToken f;
   if (token == "-h") return FlagToken{"help", std::nullopt, token};
   const bool short_output = token == "-o" || absl::StartsWith(token, "-o=");
   if (token[1] != '-' && !short_output) {
-    return FlagToken{absl::StrReplaceAll(token.substr(1), {{"-", "_"}}), std::nullopt, token};
+    return {absl::StrReplaceAll(token.substr(1), {{"-", "_"}}), std::nullopt, token, true};
   }
   f.name = short_output ? absl::StrCat("output", token.substr(2)) : token.substr(2);
   if (const size_t eq = f.name.find('='); eq != std::string::npos) {
@@ -124,8 +126,12 @@ absl::StatusOr<FlagToken> SplitFlag(const std::string& token) {
 
 absl::Status UnknownFlag(const std::string& typed, const std::string& name,
                          const std::vector<CLI::App*>& path) {
+  std::vector<CLI::App*> apps = path;
+  if (path.size() >= 2) {  // a group's flags are its subcommands'
+    for (CLI::App* sub : SubcommandsOf(path.back())) apps.push_back(sub);
+  }
   std::vector<std::string> names;
-  for (CLI::App* app : path) {
+  for (CLI::App* app : apps) {
     for (const FlagSpec& f : FlagsOf(*app)) names.push_back(f.name);
   }
   const std::string guess = DidYouMean(name, names);
@@ -271,8 +277,8 @@ absl::StatusOr<ParsedCommandLine> ParseCommandLine(CLI::App& root,
     if (!only_positional && t == "--") {
       only_positional = true;
     } else if (!only_positional && IsFlagToken(t)) {
-      absl::StatusOr<FlagToken> f = SplitFlag(t);
-      if (f.ok() && !f->value && TakesValue(parsed.path, f->name)) ++i;
+      const FlagToken f = SplitFlag(t);
+      if (!f.unknown && !f.value && TakesValue(parsed.path, f.name)) ++i;
     } else {
       CLI::App* leaf = parsed.path.back();
       const std::vector<CLI::App*> subs = SubcommandsOf(leaf);
@@ -307,41 +313,40 @@ absl::StatusOr<ParsedCommandLine> ParseCommandLine(CLI::App& root,
       only_positional = true;
       continue;
     }
-    absl::StatusOr<FlagToken> f = SplitFlag(t);
-    if (!f.ok()) return f.status();
-    const auto [owner, option] = t[1] == '-' || f->name == "help" || f->name == "output"
-                                     ? FindOption(parsed.path, f->name)
-                                     : std::pair<int, const CLI::Option*>{-1, nullptr};
+    FlagToken f = SplitFlag(t);
+    const auto [owner, option] = f.unknown ? std::pair<int, const CLI::Option*>{-1, nullptr}
+                                           : FindOption(parsed.path, f.name);
     if (option == nullptr) {
       // A group's flags belong to its subcommands: without one, the group says to give one.
-      if (parsed.path.size() >= 2 && SiblingHas(parsed.path.back(), f->name)) {
-        if (!f->value && TakesValue(parsed.path, f->name)) ++i;
+      if (!f.unknown && parsed.path.size() >= 2 && SiblingHas(parsed.path.back(), f.name)) {
+        if (!f.value && TakesValue(parsed.path, f.name)) ++i;
         continue;
       }
-      if (parsed.path.size() >= 3 && SiblingHas(parsed.path[parsed.path.size() - 2], f->name)) {
+      if (!f.unknown && parsed.path.size() >= 3 &&
+          SiblingHas(parsed.path[parsed.path.size() - 2], f.name)) {
         const std::string command = absl::StrCat("attend ", parsed.path[1]->get_name(), " ",
                                                  parsed.path.back()->get_name());
-        return absl::InvalidArgumentError(absl::StrCat("--", f->name, " is not a flag of '",
-                                                       command, "' (", command, " --help)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("--", f.name, " is not a flag of '", command, "' (", command, " --help)"));
       }
-      return UnknownFlag(f->typed, f->name, parsed.path);
+      return UnknownFlag(f.typed, f.name, parsed.path);
     }
     if (option->get_expected_min() == 0) {
-      if (f->value && *f->value != "true" && *f->value != "false") {
+      if (f.value && *f.value != "true" && *f.value != "false") {
         return absl::InvalidArgumentError(absl::StrCat(
-            "--", f->name, " takes no value (or =true / =false), got '", *f->value, "'"));
+            "--", f.name, " takes no value (or =true / =false), got '", *f.value, "'"));
       }
-      by_app[owner].push_back(absl::StrCat("--", f->name, "=", f->value.value_or("true")));
+      by_app[owner].push_back(absl::StrCat("--", f.name, "=", f.value.value_or("true")));
       continue;
     }
-    if (!f->value) {
+    if (!f.value) {
       if (i + 1 >= tokens.size()) {
-        return absl::InvalidArgumentError(absl::StrCat("--", f->name, " needs a value"));
+        return absl::InvalidArgumentError(absl::StrCat("--", f.name, " needs a value"));
       }
-      f->value = tokens[++i];
+      f.value = tokens[++i];
     }
-    by_app[owner].push_back("--" + f->name);
-    by_app[owner].push_back(*f->value);
+    by_app[owner].push_back("--" + f.name);
+    by_app[owner].push_back(*f.value);
   }
   std::vector<std::string> args;
   for (size_t a = 0; a < parsed.path.size(); ++a) {

@@ -208,6 +208,12 @@ TEST_F(CliArgsTest, RejectsUnknownFlagsMissingValuesAndBadValues) {
               StatusIs(absl::StatusCode::kInvalidArgument, {"unknown flag --bogus"}));
   EXPECT_THAT(Parse({"run", "--causl"}),
               StatusIs(absl::StatusCode::kInvalidArgument, {"did you mean --causal?"}));
+  // One dash is --help and --output's short forms only: "-causal" and "-help" are typos.
+  EXPECT_THAT(Parse({"run", "-causal"}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       {"unknown flag -causal; did you mean --causal?"}));
+  EXPECT_THAT(Parse({"run", "-json"}),
+              StatusIs(absl::StatusCode::kInvalidArgument, {"unknown flag -json"}));
   EXPECT_THAT(Parse({"rn"}), StatusIs(absl::StatusCode::kInvalidArgument,
                                       {"unknown command 'rn'; did you mean 'run'?"}));
   EXPECT_THAT(Parse({"run", "--n_q"}),
