@@ -1,13 +1,15 @@
-// The attend CLI's flags on CLI11 (CLI/CLI.hpp, included by args.cc and cli.cc alone, since it
-// is slow to compile): each command binds its flags to the typed fields of an options struct
-// through Flags, so that a flag's default is written once, in the struct, and a misspelt field is
-// a compile error. NormalizeCommandLine adds the habits CLI11 lacks before CLI11 parses: hyphens
-// in a flag's name read as underscores (`--n-q` is `--n_q`), `-h` is `--help`, `-o` is
-// `--output`, negative numbers (-1.5, -inf) are positional arguments, flags may come before the
-// subcommand they belong to, and unknown flags are refused with a suggestion when one is close.
+// The attend CLI's flags on CLI11 (CLI/CLI.hpp, included by args.cc, cli.cc and completion.cc
+// alone, since it is slow to compile): each command binds its flags to the typed fields of an
+// options struct through Flags, so that a flag's default is written once, in the struct, and a
+// misspelt field is a compile error. ParseCommandLine adds the habits CLI11 lacks before CLI11
+// parses: hyphens in a flag's name read as underscores (`--n-q` is `--n_q`), `-h` is `--help`,
+// `-o` is `--output`, negative numbers (-1.5, -inf) are positional arguments, flags may come
+// before the subcommand they belong to, and unknown flags are refused with a suggestion when one
+// is close.
 //
-// Thread-safety: Flags and Flag write to the CLI::App and fields they are given, which belong to
-// one parse on one thread; the free functions are pure.
+// Thread-safety: Flags, Flag and ParseCommandLine write to the CLI::App and the fields bound to
+// it, which belong to one parse on one thread (ParseCommandLine also reads the environment, for
+// Flag::Env); the other free functions are pure.
 #ifndef ATTEND_CLIENT_CLI_ARGS_H_
 #define ATTEND_CLIENT_CLI_ARGS_H_
 

@@ -1,5 +1,6 @@
-// The CLI's command table: each command declares its flags, help and examples, and runs with
-// the parsed arguments and a connection. Exit codes are shared by every command.
+// The CLI's command table: each command has its help and examples, declares its flags on a
+// CLI::App through an options struct (Define), and runs with them parsed and a connection. Exit
+// codes are shared by every command.
 //
 // Thread-safety: a Context belongs to one run of one command, on one thread. The commands keep
 // no state between runs, so runs with their own Contexts may go on concurrently. The helpers
@@ -123,13 +124,13 @@ std::vector<Command> HealthCommands();
 std::vector<Command> AttentionCommands();
 // Commands of the Planner service: models, model, plan, cost.
 std::vector<Command> PlannerCommands();
-// The `seq` command group of the KvCache service (one command that dispatches on its first
-// positional argument: create, append, decode, fork, truncate, release, get, list, stats, save,
-// load, export, import, hand-off).
+// The `seq` command group of the KvCache service, whose subcommands (create, append, decode,
+// fork, truncate, release, get, list, stats, save, load, export, import, hand-off) are CLI11
+// subcommands.
 std::vector<Command> SeqCommands();
 // `bench`: latency and throughput of the server as a client sees them.
 std::vector<Command> BenchCommands();
-// The subcommands of `seq`, named "seq <subcommand>" and holding only their own flags: what
+// The subcommands of `seq`, named "seq <subcommand>", each with its own flags: what
 // `attend seq <subcommand> --help` prints.
 std::vector<Command> SeqSubcommands();
 
