@@ -15,6 +15,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler grpc-proto
   libabsl-dev libdnnl-dev prometheus-cpp-dev
   libxxhash-dev  # XXH3 checksums of KV-cache snapshots
+  libcli11-dev  # the CLI's flag parsing
   ocl-icd-opencl-dev  # oneDNN's CMake config needs OpenCL; libdnnl-dev only recommends it
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-grpcio python3-numpy python3-protobuf

@@ -3,8 +3,10 @@
 // lessons' worked examples (--example), and draw the attention weights as an SVG heatmap.
 #include <cmath>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -28,53 +30,63 @@ namespace {
 
 using client::FloatTensor;
 
-std::vector<FlagSpec> CommonAttentionFlags() {
-  return {
-      {"causal", "hide keys after each query's position", true},
-      {"window", "sliding window in tokens (0 = unlimited)", false, "0"},
-      {"scale", "multiplies q.k before softmax", false, "1/sqrt(head_dim)"},
-      PrecisionFlag(),
-      WireFlag(),
-      {"seed", "seed of the random inputs", false, "1"},
-      {"input", "read the request from this JSON file (see --help)"},
-      {"weights", "print the attention weights per head", true},
-      {"out", "write the output to this .npy file", false},
-      {"weights_out", "write the weights to this .npy file", false},
-      {"heatmap", "write the weights as an SVG heatmap, one panel per head, to this file"},
-      {"labels", "comma-separated names of the tokens (keys), for the heatmap"},
-      HeatmapScaleFlag(),
-  };
-}
+// The flags `attend attend` and `attend mha` share: the mask, scale, precision and wire, the
+// random inputs' seed, and what to do with the answer.
+struct CommonAttentionOptions {
+  std::optional<bool> causal;
+  std::optional<int64_t> window;
+  std::optional<double> scale;
+  std::string precision;
+  std::string wire = "f32";
+  Given<int64_t> seed{1};
+  std::optional<std::string> input;
+  bool weights = false;
+  std::optional<std::string> out;
+  std::optional<std::string> weights_out;
+  HeatmapFlags heatmap;
+  std::optional<std::string> labels;
+
+  void Declare(Flags& f) {
+    f.Add("causal", &causal, "hide keys after each query's position");
+    f.Add("window", &window, "sliding window in tokens (0 = unlimited)").Shown("0");
+    f.Add("scale", &scale, "multiplies q.k before softmax").Shown("1/sqrt(head_dim)");
+    DeclarePrecision(f, &precision);
+    DeclareWire(f, &wire);
+    f.Add("seed", &seed, "seed of the random inputs");
+    f.Add("input", &input, "read the request from this JSON file (see --help)");
+    f.Add("weights", &weights, "print the attention weights per head");
+    f.Add("out", &out, "write the output to this .npy file");
+    f.Add("weights_out", &weights_out, "write the weights to this .npy file");
+    f.Add("heatmap", &heatmap.path,
+          "write the weights as an SVG heatmap, one panel per head, to this file");
+    f.Add("labels", &labels, "comma-separated names of the tokens (keys), for the heatmap");
+    heatmap.DeclareScale(f);
+  }
+};
 
 // Mask, scale, precision and wire from the command line. The mask and scale change only when
 // their flags are given, so that they can override a JSON request's or an example's.
-absl::Status ApplyCommon(const Args& args, client::MaskSettings* mask, std::optional<float>* scale,
-                         v1::Precision* precision, client::Wire* wire) {
-  if (args.Has("causal")) mask->causal = args.GetBool("causal");
-  if (args.Has("window")) {
-    absl::StatusOr<int64_t> window = args.GetInt("window", 0);
-    if (!window.ok()) return window.status();
-    mask->window_tokens = *window;
-  }
-  if (args.Has("scale")) {
-    absl::StatusOr<double> s = args.GetDouble("scale", 0.0);
-    if (!s.ok()) return s.status();
-    *scale = static_cast<float>(*s);
-  }
-  absl::StatusOr<v1::Precision> p = ParsePrecision(args);
+absl::Status ApplyCommon(Context& c, const CommonAttentionOptions& o, client::MaskSettings* mask,
+                         std::optional<float>* scale, v1::Precision* precision,
+                         client::Wire* wire) {
+  if (o.causal) mask->causal = *o.causal;
+  if (o.window) mask->window_tokens = *o.window;
+  if (o.scale) *scale = static_cast<float>(*o.scale);
+  absl::StatusOr<v1::Precision> p = ParsePrecision(o.precision);
   if (!p.ok()) return p.status();
   *precision = *p;
-  absl::StatusOr<client::Wire> w = client::ParseWire(args.GetString("wire", "f32"));
+  c.wire = o.wire;
+  absl::StatusOr<client::Wire> w = client::ParseWire(o.wire);
   if (!w.ok()) return w.status();
   *wire = *w;
   // Checked before the call, which --heatmap_scale only draws.
-  return ParseHeatmapScale(args).status();
+  return o.heatmap.Check();
 }
 
-// Writes the tensor of --<flag> when the flag is given.
-absl::Status SaveIfAsked(const Args& args, const std::string& flag, const FloatTensor& t) {
-  if (!args.Has(flag)) return absl::OkStatus();
-  return client::WriteNpyFile(args.GetString(flag), t);
+// Writes `t` to the file `path` names, if it names one.
+absl::Status SaveIfAsked(const std::optional<std::string>& path, const FloatTensor& t) {
+  if (!path) return absl::OkStatus();
+  return client::WriteNpyFile(*path, t);
 }
 
 // The request in the JSON file --input, read by `parse` (AttendInputFromJson or
@@ -85,9 +97,8 @@ absl::Status SaveIfAsked(const Args& args, const std::string& flag, const FloatT
 // spends at least 2 bytes a value ("0,"), as many as the narrowest wire (bf16), and usually
 // several times the 4 of f32 ("-0.1234567, ").
 template <typename Input>
-absl::StatusOr<Input> ReadJsonRequest(const Context& c,
+absl::StatusOr<Input> ReadJsonRequest(const Context& c, const std::string& path,
                                       absl::StatusOr<Input> (*parse)(absl::string_view)) {
-  const std::string path = c.args.GetString("input");
   const std::string name = absl::StrCat("--input ", path);
   absl::StatusOr<std::ifstream> opened = OpenForReading(path);
   if (!opened.ok()) return opened.status();
@@ -111,10 +122,11 @@ absl::StatusOr<Input> ReadJsonRequest(const Context& c,
 }
 
 // "--input x.json goes alone": the flags that choose other inputs cannot come with it.
-absl::Status OnlyOneSource(const Args& args, const std::string& source,
-                           const std::vector<std::string>& others) {
-  for (const std::string& flag : others) {
-    if (args.Has(flag)) {
+// `others` are the flags with whether each was given.
+absl::Status OnlyOneSource(const std::string& source,
+                           const std::vector<std::pair<std::string, bool>>& others) {
+  for (const auto& [flag, given] : others) {
+    if (given) {
       return absl::InvalidArgumentError(
           absl::StrCat(source, " and --", flag, " both choose the inputs; give one of them"));
     }
@@ -186,9 +198,10 @@ absl::StatusOr<Example> FindExample(const std::string& name) {
 // --- heatmaps ----------------------------------------------------------------------------------
 
 // Comma-separated names; exactly `n` of them.
-absl::StatusOr<std::vector<std::string>> ParseLabels(const Args& args, const std::string& flag,
-                                                     int64_t n, const std::string& what) {
-  std::vector<std::string> labels = absl::StrSplit(args.GetString(flag), ',');
+absl::StatusOr<std::vector<std::string>> ParseLabels(const std::string& text,
+                                                     const std::string& flag, int64_t n,
+                                                     const std::string& what) {
+  std::vector<std::string> labels = absl::StrSplit(text, ',');
   if (static_cast<int64_t>(labels.size()) != n) {
     return absl::InvalidArgumentError(
         absl::StrCat("--", flag, " names ", labels.size(), " tokens but there are ", n, " ", what));
@@ -199,20 +212,31 @@ absl::StatusOr<std::vector<std::string>> ParseLabels(const Args& args, const std
 // Writes `weights` [heads, n_q, n_kv] to --heatmap. Key labels come from --labels (or
 // `key_labels`); the queries take the labels of their positions unless `query_labels` names
 // them (--labels renames the tokens, so it drops `query_labels`).
-int WriteHeatmap(Context& c, const FloatTensor& weights, AttentionPicture picture) {
-  if (c.args.Has("labels")) {
+int WriteHeatmap(Context& c, const CommonAttentionOptions& o, const FloatTensor& weights,
+                 AttentionPicture picture) {
+  if (o.labels) {
     absl::StatusOr<std::vector<std::string>> labels =
-        ParseLabels(c.args, "labels", weights.shape[2], "keys");
+        ParseLabels(*o.labels, "labels", weights.shape[2], "keys");
     if (!labels.ok()) return UsageError(c, labels.status());
     picture.key_labels = *std::move(labels);
     picture.query_labels.clear();
   }
-  return WriteAttentionHeatmap(c, weights, std::move(picture));
+  return WriteAttentionHeatmap(c, o.heatmap, weights, std::move(picture));
 }
 
-int RunSoftmax(Context& c) {
+struct SoftmaxOptions {
+  bool jacobian = false;
+  std::optional<double> temperature;
+
+  void Declare(Flags& f) {
+    f.Add("jacobian", &jacobian, "also print diag(p) - p p^T");
+    f.Add("temperature", &temperature, "divide the scores first").Shown("1");
+  }
+};
+
+int RunSoftmax(Context& c, const SoftmaxOptions& o) {
   std::vector<double> logits;
-  for (const std::string& token : c.args.positional()) {
+  for (const std::string& token : c.positional) {
     double value;
     if (!ParseDecimal(token, &value)) {
       return UsageError(c, absl::InvalidArgumentError(absl::StrCat(
@@ -224,15 +248,8 @@ int RunSoftmax(Context& c) {
     return UsageError(c,
                       absl::InvalidArgumentError("give the scores, e.g. attend softmax 2 1 0.5"));
   }
-  std::optional<double> temperature;
-  if (c.args.Has("temperature")) {
-    absl::StatusOr<double> t = c.args.GetDouble("temperature", 1.0);
-    if (!t.ok()) return UsageError(c, t.status());
-    temperature = *t;
-  }
   client::AttentionClient client(c.Channel(), c.connection);
-  absl::StatusOr<v1::SoftmaxResponse> r =
-      client.Softmax(logits, c.args.GetBool("jacobian"), temperature);
+  absl::StatusOr<v1::SoftmaxResponse> r = client.Softmax(logits, o.jacobian, o.temperature);
   if (!r.ok()) return ReportError(c, r.status());
   if (c.json) {
     *c.out << ToJson(*r);
@@ -250,7 +267,7 @@ int RunSoftmax(Context& c) {
   *c.out << "sum of exp(logit) = " << absl::StrFormat("%.6g", std::exp(r->log_sum_exp()))
          << " (log " << Fixed(r->log_sum_exp(), 6) << "), entropy " << Fixed(r->entropy_nats(), 4)
          << " nats\n";
-  if (c.args.GetBool("jacobian")) {
+  if (o.jacobian) {
     const size_t n = logits.size();
     *c.out << "jacobian diag(p) - p p^T (each row sums to 0):\n";
     std::vector<std::string> header = {""};
@@ -266,29 +283,62 @@ int RunSoftmax(Context& c) {
   return kExitOk;
 }
 
-// Standard normal q/k/v of the sizes the flags give, from --seed; INVALID_ARGUMENT for sizes
-// that are not numbers or out of range.
-absl::StatusOr<client::AttendInput> RandomAttendInput(const Args& args) {
-  absl::StatusOr<int64_t> n_q = args.GetInt("n_q", 4);
-  absl::StatusOr<int64_t> n_kv = args.GetInt("n_kv", n_q.ok() ? *n_q : 4);
-  absl::StatusOr<int64_t> n_head = args.GetInt("n_head", 2);
-  absl::StatusOr<int64_t> n_head_kv = args.GetInt("n_head_kv", n_head.ok() ? *n_head : 2);
-  absl::StatusOr<int64_t> head_dim = args.GetInt("head_dim", 8);
-  absl::StatusOr<int64_t> head_dim_v = args.GetInt("head_dim_v", head_dim.ok() ? *head_dim : 8);
-  absl::StatusOr<int64_t> seed = args.GetInt("seed", 1);
-  for (const auto* s : {&n_q, &n_kv, &n_head, &n_head_kv, &head_dim, &head_dim_v, &seed}) {
-    if (!s->ok()) return s->status();
+struct AttendOptions {
+  std::optional<std::string> q;
+  std::optional<std::string> k;
+  std::optional<std::string> v;
+  Given<int64_t> n_q{4};
+  std::optional<int64_t> n_kv;  // unset: n_q
+  Given<int64_t> n_head{2};
+  std::optional<int64_t> n_head_kv;  // unset: n_head
+  Given<int64_t> head_dim{8};
+  std::optional<int64_t> head_dim_v;  // unset: head_dim
+  bool scores = false;
+  std::optional<std::string> example;
+  CommonAttentionOptions common;
+
+  void Declare(Flags& f) {
+    f.Add("q", &q, ".npy file [n_q, n_head, head_dim] (with --k and --v)");
+    f.Add("k", &k, ".npy file [n_kv, n_head_kv, head_dim]");
+    f.Add("v", &v, ".npy file [n_kv, n_head_kv, head_dim_v]");
+    f.Add("n_q", &n_q, "random queries");
+    f.Add("n_kv", &n_kv, "random keys and values").Shown("n_q");
+    f.Add("n_head", &n_head, "query heads");
+    f.Add("n_head_kv", &n_head_kv, "key/value heads (divides n_head)").Shown("n_head");
+    f.Add("head_dim", &head_dim, "query/key head size");
+    f.Add("head_dim_v", &head_dim_v, "value head size").Shown("head_dim");
+    f.Add("scores", &scores, "print each head's score table, raw and masked");
+    f.Add("example", &example,
+          "a worked example of the lessons: it (\"it\" over animal/tired/street) or causal (\"The "
+          "cat sat down\")")
+        .Values({"it", "causal"});
+    common.Declare(f);
   }
-  for (int64_t d : {*n_q, *n_kv, *n_head, *n_head_kv, *head_dim, *head_dim_v}) {
+  // The flags of the random inputs, with whether each was given.
+  std::vector<std::pair<std::string, bool>> RandomFlags() const {
+    return {{"n_q", n_q.given},           {"n_kv", n_kv.has_value()},
+            {"n_head", n_head.given},     {"n_head_kv", n_head_kv.has_value()},
+            {"head_dim", head_dim.given}, {"head_dim_v", head_dim_v.has_value()},
+            {"seed", common.seed.given}};
+  }
+};
+
+// Standard normal q/k/v of the sizes the flags give, from --seed; INVALID_ARGUMENT for sizes
+// out of range.
+absl::StatusOr<client::AttendInput> RandomAttendInput(const AttendOptions& o) {
+  const int64_t n_q = o.n_q.value, n_kv = o.n_kv.value_or(n_q);
+  const int64_t n_head = o.n_head.value, n_head_kv = o.n_head_kv.value_or(n_head);
+  const int64_t head_dim = o.head_dim.value, head_dim_v = o.head_dim_v.value_or(head_dim);
+  for (int64_t d : {n_q, n_kv, n_head, n_head_kv, head_dim, head_dim_v}) {
     if (d < 1 || d > (int64_t{1} << 24)) {
       return absl::InvalidArgumentError("sizes must be between 1 and 2^24 for random inputs");
     }
   }
-  std::mt19937_64 rng(static_cast<uint64_t>(*seed));
+  std::mt19937_64 rng(static_cast<uint64_t>(o.common.seed.value));
   client::AttendInput input;
-  input.q = RandomTensor(rng, {*n_q, *n_head, *head_dim});
-  input.k = RandomTensor(rng, {*n_kv, *n_head_kv, *head_dim});
-  input.v = RandomTensor(rng, {*n_kv, *n_head_kv, *head_dim_v});
+  input.q = RandomTensor(rng, {n_q, n_head, head_dim});
+  input.k = RandomTensor(rng, {n_kv, n_head_kv, head_dim});
+  input.v = RandomTensor(rng, {n_kv, n_head_kv, head_dim_v});
   return input;
 }
 
@@ -302,66 +352,68 @@ struct AttendRequest {
 // The inputs from one source: --example, --input, --q/--k/--v, or random sizes. The mask,
 // scale, precision and wire flags are applied afterwards. Returns kExitOk, or prints the problem
 // and returns its exit code.
-int AttendRequestFromFlags(Context& c, AttendRequest* request) {
-  const bool from_files = c.args.Has("q") || c.args.Has("k") || c.args.Has("v");
-  const std::vector<std::string> random_flags = {"n_q",      "n_kv",       "n_head", "n_head_kv",
-                                                 "head_dim", "head_dim_v", "seed"};
-  std::vector<std::string> not_with_source = random_flags;
-  for (const char* f : {"q", "k", "v"}) not_with_source.emplace_back(f);
-  if (c.args.Has("example")) {
-    std::vector<std::string> others = not_with_source;
-    others.emplace_back("input");
-    if (absl::Status s = OnlyOneSource(c.args, "--example", others); !s.ok()) {
-      return UsageError(c, s);
-    }
-    absl::StatusOr<Example> example = FindExample(c.args.GetString("example"));
+int AttendRequestFromFlags(Context& c, const AttendOptions& o, AttendRequest* request) {
+  const bool from_files = o.q || o.k || o.v;
+  const std::vector<std::pair<std::string, bool>> random_flags = o.RandomFlags();
+  std::vector<std::pair<std::string, bool>> not_with_source = random_flags;
+  for (const auto& [flag, path] : {std::pair{"q", &o.q}, {"k", &o.k}, {"v", &o.v}}) {
+    not_with_source.emplace_back(flag, path->has_value());
+  }
+  if (o.example) {
+    std::vector<std::pair<std::string, bool>> others = not_with_source;
+    others.emplace_back("input", o.common.input.has_value());
+    if (absl::Status s = OnlyOneSource("--example", others); !s.ok()) return UsageError(c, s);
+    absl::StatusOr<Example> example = FindExample(*o.example);
     if (!example.ok()) return UsageError(c, example.status());
     request->input = std::move(example->input);
     request->key_labels = std::move(example->key_labels);
     request->query_labels = std::move(example->query_labels);
-    request->title = absl::StrCat("attention weights: example '", c.args.GetString("example"), "'");
+    request->title = absl::StrCat("attention weights: example '", *o.example, "'");
     if (!c.json) *c.out << "example: " << example->description << "\n";
-  } else if (c.args.Has("input")) {
-    if (absl::Status s = OnlyOneSource(c.args, "--input", not_with_source); !s.ok()) {
+  } else if (o.common.input) {
+    if (absl::Status s = OnlyOneSource("--input", not_with_source); !s.ok()) {
       return UsageError(c, s);
     }
-    absl::StatusOr<client::AttendInput> parsed = ReadJsonRequest(c, &client::AttendInputFromJson);
+    absl::StatusOr<client::AttendInput> parsed =
+        ReadJsonRequest(c, *o.common.input, &client::AttendInputFromJson);
     if (!parsed.ok()) return LocalError(c, parsed.status());
     request->input = *std::move(parsed);
-    request->title = absl::StrCat("attention weights: ", c.args.GetString("input"));
+    request->title = absl::StrCat("attention weights: ", *o.common.input);
   } else if (from_files) {
-    if (!c.args.Has("q") || !c.args.Has("k") || !c.args.Has("v")) {
+    if (!o.q || !o.k || !o.v) {
       return UsageError(c, absl::InvalidArgumentError("--q, --k and --v go together"));
     }
-    if (absl::Status s = OnlyOneSource(c.args, "--q/--k/--v", random_flags); !s.ok()) {
+    if (absl::Status s = OnlyOneSource("--q/--k/--v", random_flags); !s.ok()) {
       return UsageError(c, s);
     }
     client::AttendInput& input = request->input;
-    for (auto [flag, target] : {std::pair{"q", &input.q}, {"k", &input.k}, {"v", &input.v}}) {
-      absl::StatusOr<FloatTensor> t = ReadNpyFlag(c, flag);
+    for (auto [flag, path, target] :
+         {std::tuple{"q", &o.q, &input.q}, std::tuple{"k", &o.k, &input.k},
+          std::tuple{"v", &o.v, &input.v}}) {
+      absl::StatusOr<FloatTensor> t = ReadNpyFlag(c, flag, **path);
       if (!t.ok()) return LocalError(c, t.status());
       *target = *std::move(t);
     }
   } else {
-    absl::StatusOr<client::AttendInput> random = RandomAttendInput(c.args);
+    absl::StatusOr<client::AttendInput> random = RandomAttendInput(o);
     if (!random.ok()) return UsageError(c, random.status());
     request->input = *std::move(random);
   }
   return kExitOk;
 }
 
-int RunAttend(Context& c) {
+int RunAttend(Context& c, const AttendOptions& o) {
+  const CommonAttentionOptions& common = o.common;
   AttendRequest request;
-  if (int code = AttendRequestFromFlags(c, &request); code != kExitOk) return code;
+  if (int code = AttendRequestFromFlags(c, o, &request); code != kExitOk) return code;
   client::AttendInput& input = request.input;
   if (absl::Status s =
-          ApplyCommon(c.args, &input.mask, &input.scale, &input.precision, &input.wire);
+          ApplyCommon(c, common, &input.mask, &input.scale, &input.precision, &input.wire);
       !s.ok()) {
     return UsageError(c, s);
   }
-  input.return_weights = c.args.GetBool("weights") || c.args.Has("weights_out") ||
-                         c.args.Has("heatmap") || c.args.Has("example");
-  input.return_scores = c.args.GetBool("scores");
+  input.return_weights = common.weights || common.weights_out || common.heatmap.path || o.example;
+  input.return_scores = o.scores;
   client::AttentionClient client(c.Channel(), c.connection);
   absl::StatusOr<client::AttendOutput> r;
   {
@@ -370,10 +422,11 @@ int RunAttend(Context& c) {
     r = client.Attend(input);
   }
   if (!r.ok()) return ReportError(c, r.status());
-  for (auto [flag, tensor] : {std::pair<const char*, const FloatTensor*>{"out", &r->output},
-                              {"weights_out", r->weights ? &*r->weights : nullptr}}) {
+  for (auto [path, tensor] :
+       {std::pair<const std::optional<std::string>*, const FloatTensor*>{&common.out, &r->output},
+        {&common.weights_out, r->weights ? &*r->weights : nullptr}}) {
     if (tensor == nullptr) continue;
-    if (absl::Status s = SaveIfAsked(c.args, flag, *tensor); !s.ok()) return LocalError(c, s);
+    if (absl::Status s = SaveIfAsked(*path, *tensor); !s.ok()) return LocalError(c, s);
   }
   if (c.json) {
     *c.out << "{\"output\": " << JsonTensor(r->output);
@@ -383,111 +436,140 @@ int RunAttend(Context& c) {
   } else {
     *c.out << "output " << ShapeString(r->output.shape) << " = [n_q, n_head, head_dim_v]:\n";
     PrintHeadRows(*c.out, r->output, "token");
-    if (r->weights && (c.args.GetBool("weights") || c.args.Has("example"))) {
+    if (r->weights && (common.weights || o.example)) {
       PrintWeights(*c.out, *r->weights, "query", "key");
     }
     if (r->scores && r->masked_scores) PrintScoreTables(*c.out, *r->scores, *r->masked_scores);
     PrintStats(*c.out, r->stats);
   }
-  if (c.args.Has("heatmap") && r->weights) {
+  if (common.heatmap.path && r->weights) {
     AttentionPicture picture;
     picture.title = request.title;
     picture.mask = input.mask;
     picture.n_head_kv = input.k.shape.size() == 3 ? input.k.shape[1] : 0;
     picture.key_labels = std::move(request.key_labels);
     picture.query_labels = std::move(request.query_labels);
-    return WriteHeatmap(c, *r->weights, std::move(picture));
+    return WriteHeatmap(c, common, *r->weights, std::move(picture));
   }
   return kExitOk;
 }
 
+struct MhaOptions {
+  Given<int64_t> n{4};
+  Given<int64_t> d_model{8};
+  Given<int64_t> n_head{2};
+  std::optional<int64_t> n_head_kv;  // unset: n_head
+  std::optional<int64_t> head_dim;   // unset: d_model / n_head
+  std::optional<int64_t> d_out;      // unset: d_model
+  bool projections = false;
+  bool scores = false;
+  LessonFlags lesson;
+  CommonAttentionOptions common;
+
+  void Declare(Flags& f) {
+    f.Add("n", &n, "tokens");
+    f.Add("d_model", &d_model, "model width");
+    f.Add("n_head", &n_head, "query heads");
+    f.Add("n_head_kv", &n_head_kv, "key/value heads").Shown("n_head");
+    f.Add("head_dim", &head_dim, "head size").Shown("d_model / n_head");
+    f.Add("d_out", &d_out, "columns of Wo; 0 = no Wo").Shown("d_model");
+    f.Add("projections", &projections, "print q, k and v");
+    f.Add("scores", &scores, "print each head's score table, raw and masked");
+    lesson.Declare(f);
+    common.Declare(f);
+  }
+  LayerSizes Sizes() const {
+    return {n.value, d_model.value, n_head.value, n_head_kv, head_dim, d_out};
+  }
+};
+
 // A random layer of the sizes the flags give, from --seed: standard normal x and weights scaled
 // by 1/sqrt(d_model). INVALID_ARGUMENT for sizes that are not numbers or out of range.
-absl::StatusOr<client::MultiHeadInput> RandomMultiHeadInput(const Args& args) {
-  absl::StatusOr<int64_t> n = args.GetInt("n", 4);
-  absl::StatusOr<int64_t> d_model = args.GetInt("d_model", 8);
-  absl::StatusOr<int64_t> n_head = args.GetInt("n_head", 2);
-  absl::StatusOr<int64_t> n_head_kv = args.GetInt("n_head_kv", n_head.ok() ? *n_head : 2);
-  absl::StatusOr<int64_t> seed = args.GetInt("seed", 1);
-  for (const auto* s : {&n, &d_model, &n_head, &n_head_kv, &seed}) {
-    if (!s->ok()) return s->status();
-  }
+absl::StatusOr<client::MultiHeadInput> RandomMultiHeadInput(const MhaOptions& o) {
+  const int64_t n = o.n.value, d_model = o.d_model.value, n_head = o.n_head.value;
+  const int64_t n_head_kv = o.n_head_kv.value_or(n_head);
   // head_dim defaults to d_model / n_head only where that divides: rounding it down would
   // compute a smaller layer than the one asked for.
-  if (!args.Has("head_dim") && *n_head > 0 && *d_model % *n_head != 0) {
+  if (!o.head_dim && n_head > 0 && d_model % n_head != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "d_model ", *d_model, " is not a multiple of n_head ", *n_head,
+        "d_model ", d_model, " is not a multiple of n_head ", n_head,
         "; give --head_dim to choose each head's size (the projections are then d_model x "
         "n_head*head_dim)"));
   }
-  absl::StatusOr<int64_t> head_dim = args.GetInt("head_dim", *n_head > 0 ? *d_model / *n_head : 1);
-  absl::StatusOr<int64_t> d_out = args.GetInt("d_out", *d_model);
-  if (!head_dim.ok()) return head_dim.status();
-  if (!d_out.ok()) return d_out.status();
-  for (int64_t d : {*n, *d_model, *n_head, *n_head_kv, *head_dim}) {
+  const int64_t head_dim = o.head_dim.value_or(n_head > 0 ? d_model / n_head : 1);
+  const int64_t d_out = o.d_out.value_or(d_model);
+  for (int64_t d : {n, d_model, n_head, n_head_kv, head_dim}) {
     if (d < 1 || d > (int64_t{1} << 20)) {
       return absl::InvalidArgumentError("sizes must be between 1 and 2^20");
     }
   }
-  std::mt19937_64 rng(static_cast<uint64_t>(*seed));
-  const float init = 1.0f / std::sqrt(static_cast<float>(*d_model));
+  std::mt19937_64 rng(static_cast<uint64_t>(o.common.seed.value));
+  const float init = 1.0f / std::sqrt(static_cast<float>(d_model));
   client::MultiHeadInput input;
-  input.x = RandomTensor(rng, {*n, *d_model});
-  input.wq = RandomTensor(rng, {*d_model, *n_head * *head_dim}, init);
-  input.wk = RandomTensor(rng, {*d_model, *n_head_kv * *head_dim}, init);
-  input.wv = RandomTensor(rng, {*d_model, *n_head_kv * *head_dim}, init);
-  if (*d_out > 0) input.wo = RandomTensor(rng, {*n_head * *head_dim, *d_out}, init);
-  input.n_head = static_cast<int32_t>(*n_head);
-  input.n_head_kv = static_cast<int32_t>(*n_head_kv);
+  input.x = RandomTensor(rng, {n, d_model});
+  input.wq = RandomTensor(rng, {d_model, n_head * head_dim}, init);
+  input.wk = RandomTensor(rng, {d_model, n_head_kv * head_dim}, init);
+  input.wv = RandomTensor(rng, {d_model, n_head_kv * head_dim}, init);
+  if (d_out > 0) input.wo = RandomTensor(rng, {n_head * head_dim, d_out}, init);
+  input.n_head = static_cast<int32_t>(n_head);
+  input.n_head_kv = static_cast<int32_t>(n_head_kv);
   return input;
 }
 
 // The layer from one source: --input, --java_seed (drawn on the server) or --seed's random
 // sizes. Returns kExitOk, or prints the problem and returns its exit code.
-int MultiHeadInputFromFlags(Context& c, client::MultiHeadInput* input, std::string* title) {
-  const std::vector<std::string> random_flags = {"n",        "d_model", "n_head", "n_head_kv",
-                                                 "head_dim", "d_out",   "seed",   "java_seed"};
-  if (c.args.Has("input")) {
-    if (absl::Status s = OnlyOneSource(c.args, "--input", random_flags); !s.ok()) {
+int MultiHeadInputFromFlags(Context& c, const MhaOptions& o, client::MultiHeadInput* input,
+                            std::string* title) {
+  const std::vector<std::pair<std::string, bool>> random_flags = {
+      {"n", o.n.given},
+      {"d_model", o.d_model.given},
+      {"n_head", o.n_head.given},
+      {"n_head_kv", o.n_head_kv.has_value()},
+      {"head_dim", o.head_dim.has_value()},
+      {"d_out", o.d_out.has_value()},
+      {"seed", o.common.seed.given},
+      {"java_seed", o.lesson.java_seed.has_value()}};
+  if (o.common.input) {
+    if (absl::Status s = OnlyOneSource("--input", random_flags); !s.ok()) {
       return UsageError(c, s);
     }
     absl::StatusOr<client::MultiHeadInput> parsed =
-        ReadJsonRequest(c, &client::MultiHeadInputFromJson);
+        ReadJsonRequest(c, *o.common.input, &client::MultiHeadInputFromJson);
     if (!parsed.ok()) return LocalError(c, parsed.status());
     *input = *std::move(parsed);
-    *title = absl::StrCat("attention weights: ", c.args.GetString("input"));
-  } else if (c.args.Has("java_seed")) {
-    if (absl::Status s = OnlyOneSource(c.args, "--java_seed", {"seed"}); !s.ok()) {
+    *title = absl::StrCat("attention weights: ", *o.common.input);
+  } else if (o.lesson.java_seed) {
+    if (absl::Status s = OnlyOneSource("--java_seed", {{"seed", o.common.seed.given}}); !s.ok()) {
       return UsageError(c, s);
     }
-    absl::StatusOr<client::MultiHeadInput> drawn = LessonMultiHeadInput(c.args);
+    absl::StatusOr<client::MultiHeadInput> drawn = LessonMultiHeadInput(o.lesson, o.Sizes());
     if (!drawn.ok()) return UsageError(c, drawn.status());
     *input = *std::move(drawn);
     *title = absl::StrCat("attention weights: java.util.Random(", input->init->seed(), ")");
   } else {
-    if (c.args.Has("std")) {
+    if (o.lesson.std) {
       return UsageError(c, absl::InvalidArgumentError("--std goes with --java_seed"));
     }
-    absl::StatusOr<client::MultiHeadInput> random = RandomMultiHeadInput(c.args);
+    absl::StatusOr<client::MultiHeadInput> random = RandomMultiHeadInput(o);
     if (!random.ok()) return UsageError(c, random.status());
     *input = *std::move(random);
   }
   return kExitOk;
 }
 
-int RunMultiHead(Context& c) {
+int RunMultiHead(Context& c, const MhaOptions& o) {
+  const CommonAttentionOptions& common = o.common;
   client::MultiHeadInput input;
   std::string title = "attention weights of the layer";
-  if (int code = MultiHeadInputFromFlags(c, &input, &title); code != kExitOk) return code;
+  if (int code = MultiHeadInputFromFlags(c, o, &input, &title); code != kExitOk) return code;
   if (absl::Status s =
-          ApplyCommon(c.args, &input.mask, &input.scale, &input.precision, &input.wire);
+          ApplyCommon(c, common, &input.mask, &input.scale, &input.precision, &input.wire);
       !s.ok()) {
     return UsageError(c, s);
   }
-  input.return_weights =
-      c.args.GetBool("weights") || c.args.Has("weights_out") || c.args.Has("heatmap");
-  input.return_projections = c.args.GetBool("projections");
-  input.return_scores = c.args.GetBool("scores");
+  input.return_weights = common.weights || common.weights_out || common.heatmap.path;
+  input.return_projections = o.projections;
+  input.return_scores = o.scores;
   client::AttentionClient client(c.Channel(), c.connection);
   absl::StatusOr<client::MultiHeadOutput> r;
   {
@@ -496,53 +578,62 @@ int RunMultiHead(Context& c) {
     r = client.MultiHeadAttend(input);
   }
   if (!r.ok()) return ReportError(c, r.status());
-  if (absl::Status s = SaveIfAsked(c.args, "out", r->output); !s.ok()) return LocalError(c, s);
+  if (absl::Status s = SaveIfAsked(common.out, r->output); !s.ok()) return LocalError(c, s);
   if (r->weights) {
-    if (absl::Status s = SaveIfAsked(c.args, "weights_out", *r->weights); !s.ok()) {
+    if (absl::Status s = SaveIfAsked(common.weights_out, *r->weights); !s.ok()) {
       return LocalError(c, s);
     }
   }
   if (c.json) {
     *c.out << MultiHeadJson(*r);
   } else {
-    PrintMultiHead(*c.out, *r, c.args.GetBool("weights"));
+    PrintMultiHead(*c.out, *r, common.weights);
   }
-  if (c.args.Has("heatmap") && r->weights) {
+  if (common.heatmap.path && r->weights) {
     AttentionPicture picture;
     picture.title = title;
     picture.mask = input.mask;
     picture.n_head_kv = input.n_head_kv;
-    return WriteHeatmap(c, *r->weights, std::move(picture));
+    return WriteHeatmap(c, common, *r->weights, std::move(picture));
   }
   return kExitOk;
 }
 
-int RunScaling(Context& c) {
+// The server's defaults stand for flags left out (empty or 0): those help shows.
+struct ScalingOptions {
+  std::vector<int64_t> head_dims;
+  int64_t pairs = 0;
+  int64_t trials = 0;
+  int64_t keys = 0;
+  std::optional<int64_t> seed;
+
+  void Declare(Flags& f) {
+    f.Add("head_dims", &head_dims, "comma-separated head sizes").Shown("4,64,1024");
+    f.Add("pairs", &pairs, "random pairs for the spread of q.k").Shown("2000");
+    f.Add("trials", &trials, "softmax trials per head size").Shown("500");
+    f.Add("keys", &keys, "keys per trial").Shown("8");
+    f.Add("seed", &seed, "java.util.Random seed").Shown("5");
+  }
+};
+
+int RunScaling(Context& c, const ScalingOptions& o) {
   v1::ScalingExperimentRequest request;
-  absl::StatusOr<std::vector<int64_t>> dims = c.args.GetIntList("head_dims");
-  if (!dims.ok()) return UsageError(c, dims.status());
-  for (int64_t d : *dims) {
+  for (int64_t d : o.head_dims) {
     if (d < 1 || d > (int64_t{1} << 30)) {
       return UsageError(c, absl::InvalidArgumentError("--head_dims must be between 1 and 2^30"));
     }
     request.add_head_dims(static_cast<int32_t>(d));
   }
-  for (const char* flag : {"pairs", "trials", "keys"}) {
-    absl::StatusOr<int64_t> v = c.args.GetInt(flag, 0);
-    if (!v.ok()) return UsageError(c, v.status());
-    if (*v < 0 || *v > (int64_t{1} << 30)) {
+  for (const auto& [flag, value, setter] :
+       {std::tuple{"pairs", o.pairs, &v1::ScalingExperimentRequest::set_pairs},
+        std::tuple{"trials", o.trials, &v1::ScalingExperimentRequest::set_trials},
+        std::tuple{"keys", o.keys, &v1::ScalingExperimentRequest::set_keys}}) {
+    if (value < 0 || value > (int64_t{1} << 30)) {
       return UsageError(c, absl::InvalidArgumentError(absl::StrCat("--", flag, " out of range")));
     }
-    const int32_t value = static_cast<int32_t>(*v);
-    if (std::string(flag) == "pairs") request.set_pairs(value);
-    if (std::string(flag) == "trials") request.set_trials(value);
-    if (std::string(flag) == "keys") request.set_keys(value);
+    (request.*setter)(static_cast<int32_t>(value));
   }
-  if (c.args.Has("seed")) {
-    absl::StatusOr<int64_t> seed = c.args.GetInt("seed", 5);
-    if (!seed.ok()) return UsageError(c, seed.status());
-    request.set_seed(static_cast<uint64_t>(*seed));
-  }
+  if (o.seed) request.set_seed(static_cast<uint64_t>(*o.seed));
   client::AttentionClient client(c.Channel(), c.connection);
   absl::StatusOr<v1::ScalingExperimentResponse> r = client.ScalingExperiment(request);
   if (!r.ok()) return ReportError(c, r.status());
@@ -562,29 +653,8 @@ int RunScaling(Context& c) {
 }
 
 Command AttendCommand() {
-  std::vector<FlagSpec> attend_flags = {
-      {"q", ".npy file [n_q, n_head, head_dim] (with --k and --v)"},
-      {"k", ".npy file [n_kv, n_head_kv, head_dim]"},
-      {"v", ".npy file [n_kv, n_head_kv, head_dim_v]"},
-      {"n_q", "random queries", false, "4"},
-      {"n_kv", "random keys and values", false, "n_q"},
-      {"n_head", "query heads", false, "2"},
-      {"n_head_kv", "key/value heads (divides n_head)", false, "n_head"},
-      {"head_dim", "query/key head size", false, "8"},
-      {"head_dim_v", "value head size", false, "head_dim"},
-      {"scores", "print each head's score table, raw and masked", true},
-  };
-  attend_flags.push_back(
-      {"example",
-       "a worked example of the lessons: it (\"it\" over animal/tired/street) or "
-       "causal (\"The cat sat down\")",
-       false,
-       "",
-       {"it", "causal"}});
-  for (FlagSpec& f : CommonAttentionFlags()) attend_flags.push_back(f);
-  return {
-      "attend",
-      "scaled dot-product attention of q over k/v (random, .npy, JSON or an example)",
+  Command attend{
+      "attend", "scaled dot-product attention of q over k/v (random, .npy, JSON or an example)",
       "attend attend [--q=q.npy --k=k.npy --v=v.npy | --input=request.json | --example=it|causal "
       "| --n_q=N --n_kv=N --n_head=H ...] [--causal] [--weights] [--heatmap=w.svg]",
       "Without files, q/k/v are standard normal from --seed.\n"
@@ -602,68 +672,43 @@ Command AttendCommand() {
       "  attend attend --example causal --heatmap causal.svg --labels The,cat,sat,down\n"
       "  attend attend --n_q 1 --n_kv 4096 --n_head 32 --n_head_kv 8 --head_dim 128\n"
       "  attend attend --q q.npy --k k.npy --v v.npy --out o.npy\n"
-      "  attend attend --input request.json --heatmap w.svg\n",
-      attend_flags,
-      RunAttend};
+      "  attend attend --input request.json --heatmap w.svg\n"};
+  attend.define = Define(RunAttend);
+  return attend;
 }
 
 Command MultiHeadCommand() {
-  std::vector<FlagSpec> mha_flags = {
-      {"n", "tokens", false, "4"},
-      {"d_model", "model width", false, "8"},
-      {"n_head", "query heads", false, "2"},
-      {"n_head_kv", "key/value heads", false, "n_head"},
-      {"head_dim", "head size", false, "d_model / n_head"},
-      {"d_out", "columns of Wo; 0 = no Wo", false, "d_model"},
-      {"projections", "print q, k and v", true},
-      {"scores", "print each head's score table, raw and masked", true},
-  };
-  for (FlagSpec& f : LessonInitFlags()) mha_flags.push_back(f);
-  for (FlagSpec& f : CommonAttentionFlags()) mha_flags.push_back(f);
-  return {"mha",
-          "a whole attention layer (Wq, Wk, Wv, Wo) on random or JSON inputs",
-          "attend mha [--n=N --d_model=D --n_head=H --n_head_kv=G] [--causal] [--weights]",
-          "Random inputs from --seed, or --input request.json: {\"x\": T, \"wq\": T, \"wk\": T, "
-          "\"wv\": T,\n\"wo\": T, \"n_head\": 2, \"n_head_kv\": 1, \"mask\": {...}, "
-          "\"scale\": 0.5} (wo, n_head_kv, mask and\nscale optional; T as in 'attend attend "
-          "--help').\n"
-          "Examples:\n  attend mha --n 4 --d_model 8 --n_head 2 --causal --weights\n"
-          "  attend mha --n 6 --n_head 4 --causal --heatmap mha.svg --labels a,b,c,d,e,f\n"
-          "  attend mha --d_model 4096 --n_head 32 --n_head_kv 8 --n 16\n"
-          "  attend mha --java_seed 1 --n 4 --d_model 4 --n_head 1 --head_dim 2 --projections\n",
-          mha_flags,
-          RunMultiHead};
+  Command mha{
+      "mha", "a whole attention layer (Wq, Wk, Wv, Wo) on random or JSON inputs",
+      "attend mha [--n=N --d_model=D --n_head=H --n_head_kv=G] [--causal] [--weights]",
+      "Random inputs from --seed, or --input request.json: {\"x\": T, \"wq\": T, \"wk\": T, "
+      "\"wv\": T,\n\"wo\": T, \"n_head\": 2, \"n_head_kv\": 1, \"mask\": {...}, "
+      "\"scale\": 0.5} (wo, n_head_kv, mask and\nscale optional; T as in 'attend attend "
+      "--help').\n"
+      "Examples:\n  attend mha --n 4 --d_model 8 --n_head 2 --causal --weights\n"
+      "  attend mha --n 6 --n_head 4 --causal --heatmap mha.svg --labels a,b,c,d,e,f\n"
+      "  attend mha --d_model 4096 --n_head 32 --n_head_kv 8 --n 16\n"
+      "  attend mha --java_seed 1 --n 4 --d_model 4 --n_head 1 --head_dim 2 --projections\n"};
+  mha.define = Define(RunMultiHead);
+  return mha;
 }
 
 }  // namespace
 
 std::vector<Command> AttentionCommands() {
-  std::vector<Command> commands;
-  commands.push_back({"softmax",
-                      "softmax of a list of scores, with the Jacobian on request",
-                      "attend softmax <score>... [--jacobian] [--temperature=<t>]",
-                      "Scores may be negative or -inf (masked: share exactly 0).\n"
-                      "Examples:\n  attend softmax 2 1 0.5\n  attend softmax 3 -inf 1 --jacobian\n",
-                      {{"jacobian", "also print diag(p) - p p^T", true},
-                       {"temperature", "divide the scores first", false, "1"}},
-                      RunSoftmax,
-                      {},
-                      kAnyPositional});
-  commands.push_back(AttendCommand());
-  commands.push_back(MultiHeadCommand());
-  commands.push_back(
-      {"scaling",
-       "the sqrt(d_head) experiment: why scores are scaled",
-       "attend scaling [--head_dims=4,64,1024] [--seed=5]",
-       "With the defaults (seed 5) this prints the lesson's table.\n"
-       "Examples:\n  attend scaling\n  attend scaling --head_dims 8,128,512 --trials 200\n",
-       {{"head_dims", "comma-separated head sizes", false, "4,64,1024"},
-        {"pairs", "random pairs for the spread of q.k", false, "2000"},
-        {"trials", "softmax trials per head size", false, "500"},
-        {"keys", "keys per trial", false, "8"},
-        {"seed", "java.util.Random seed", false, "5"}},
-       RunScaling});
-  return commands;
+  Command softmax{"softmax", "softmax of a list of scores, with the Jacobian on request",
+                  "attend softmax <score>... [--jacobian] [--temperature=<t>]",
+                  "Scores may be negative or -inf (masked: share exactly 0).\n"
+                  "Examples:\n  attend softmax 2 1 0.5\n  attend softmax 3 -inf 1 --jacobian\n"};
+  softmax.define = Define(RunSoftmax);
+  softmax.max_positional = kAnyPositional;
+  Command scaling{
+      "scaling", "the sqrt(d_head) experiment: why scores are scaled",
+      "attend scaling [--head_dims=4,64,1024] [--seed=5]",
+      "With the defaults (seed 5) this prints the lesson's table.\n"
+      "Examples:\n  attend scaling\n  attend scaling --head_dims 8,128,512 --trials 200\n"};
+  scaling.define = Define(RunScaling);
+  return {softmax, AttendCommand(), MultiHeadCommand(), scaling};
 }
 
 }  // namespace attend::cli

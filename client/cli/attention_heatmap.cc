@@ -22,24 +22,19 @@ std::string MaskWords(const client::MaskSettings& mask) {
 
 }  // namespace
 
-FlagSpec HeatmapScaleFlag() {
-  return {"heatmap_scale",
-          "colours of --heatmap: 'auto' (each picture its own range) or 'fixed' (0 to 1, "
-          "comparable across pictures)",
-          false,
-          "auto",
-          {"auto", "fixed"}};
+void HeatmapFlags::DeclareScale(Flags& f) {
+  f.Add("heatmap_scale", &scale,
+        "colours of --heatmap: 'auto' (each picture its own range) or 'fixed' (0 to 1, "
+        "comparable across pictures)")
+      .Values({"auto", "fixed"}, "--heatmap_scale: '%s'; use auto (default) or fixed")
+      .Shown("auto");
 }
 
-absl::StatusOr<bool> ParseHeatmapScale(const Args& args) {
-  if (args.Has("heatmap_scale") && !args.Has("heatmap")) {
+absl::Status HeatmapFlags::Check() const {
+  if (scale && !path) {
     return absl::InvalidArgumentError("--heatmap_scale goes with --heatmap <file.svg>");
   }
-  const std::string scale = args.GetString("heatmap_scale", "auto");
-  if (scale == "auto") return false;
-  if (scale == "fixed") return true;
-  return absl::InvalidArgumentError(
-      absl::StrCat("--heatmap_scale: '", scale, "'; use auto (default) or fixed"));
+  return absl::OkStatus();
 }
 
 Heatmap AttentionHeatmap(const client::FloatTensor& weights, AttentionPicture picture) {
@@ -92,16 +87,15 @@ Heatmap AttentionHeatmap(const client::FloatTensor& weights, AttentionPicture pi
   return h;
 }
 
-int WriteAttentionHeatmap(Context& c, const client::FloatTensor& weights,
-                          AttentionPicture picture) {
+int WriteAttentionHeatmap(Context& c, const HeatmapFlags& heatmap,
+                          const client::FloatTensor& weights, AttentionPicture picture) {
   const int64_t heads = weights.shape[0], n_q = weights.shape[1], n_kv = weights.shape[2];
-  absl::StatusOr<bool> fixed = ParseHeatmapScale(c.args);
-  if (!fixed.ok()) return UsageError(c, fixed.status());
-  picture.fixed_scale = *fixed;
+  if (absl::Status s = heatmap.Check(); !s.ok()) return UsageError(c, s);
+  picture.fixed_scale = heatmap.scale == "fixed";
   const Heatmap h = AttentionHeatmap(weights, std::move(picture));
   absl::StatusOr<std::string> svg = RenderHeatmapSvg(h);
   if (!svg.ok()) return LocalError(c, svg.status());
-  const std::string path = c.args.GetString("heatmap");
+  const std::string& path = *heatmap.path;
   if (absl::Status s = WriteTextFile(path, *svg); !s.ok()) return LocalError(c, s);
   if (c.json) return kExitOk;
   *c.out << "wrote " << path << ": " << Plural(heads, "head", "heads") << " of " << n_q << " x "

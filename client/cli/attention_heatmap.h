@@ -11,6 +11,7 @@
 #define ATTEND_CLIENT_CLI_ATTENTION_HEATMAP_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,11 +38,17 @@ struct AttentionPicture {
   bool fixed_scale = false;  // colours over [0, 1] instead of this picture's range
 };
 
-// --heatmap_scale: "auto" (the default, each picture its own range) or "fixed" (0 to 1).
-FlagSpec HeatmapScaleFlag();
-// True for "fixed"; INVALID_ARGUMENT naming the flag for anything but "auto" or "fixed", and
-// when --heatmap_scale comes without --heatmap.
-absl::StatusOr<bool> ParseHeatmapScale(const Args& args);
+// --heatmap (the file to draw the weights to) and --heatmap_scale: "auto" (unset, each picture
+// its own range) or "fixed" (0 to 1; CLI11 refuses other values).
+struct HeatmapFlags {
+  std::optional<std::string> path;
+  std::optional<std::string> scale;
+
+  // Declares --heatmap_scale; each command declares --heatmap, with its own help.
+  void DeclareScale(Flags& f);
+  // INVALID_ARGUMENT when --heatmap_scale comes without --heatmap.
+  absl::Status Check() const;
+};
 
 // The heatmap of `weights` [n_head, n_q, n_kv] with the masked cells, the panel titles ("head
 // 5 (KV head 1)" when heads share), the rows' positions and a subtitle of the sizes and mask.
@@ -50,7 +57,9 @@ Heatmap AttentionHeatmap(const client::FloatTensor& weights, AttentionPicture pi
 
 // Draws `weights` to the file of --heatmap and, unless --json, prints "wrote <path>: ..." with
 // what the picture leaves out. Returns kExitOk, or prints the problem and returns its code.
-int WriteAttentionHeatmap(Context& c, const client::FloatTensor& weights, AttentionPicture picture);
+// REQUIRES: heatmap.path is set.
+int WriteAttentionHeatmap(Context& c, const HeatmapFlags& heatmap,
+                          const client::FloatTensor& weights, AttentionPicture picture);
 
 }  // namespace attend::cli
 

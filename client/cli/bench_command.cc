@@ -71,75 +71,106 @@ std::vector<std::string> SummaryRow(const std::string& name, const Summary& s) {
           Duration(s.max)};
 }
 
-// The integer flag --<flag>, or its older name --<alias> (IntFlag's checks either way);
-// INVALID_ARGUMENT when both are given.
-absl::StatusOr<int64_t> AliasedIntFlag(const Args& args, const std::string& flag,
-                                       const std::string& alias, int64_t fallback, int64_t min,
-                                       int64_t max) {
-  if (args.Has(flag) && args.Has(alias)) {
+// The flags of `attend bench`, with the workload's defaults (BenchOptions).
+struct BenchFlags {
+  std::string rpc = "attend";
+  int64_t requests = BenchOptions().requests;
+  int64_t concurrency = BenchOptions().workers;
+  int64_t warmup = BenchOptions().warmup;
+  Given<int64_t> n_q{BenchOptions().n_q};
+  int64_t n_kv = BenchOptions().n_kv;
+  Given<int64_t> n_head{BenchOptions().heads};
+  std::optional<int64_t> n_head_kv;  // unset: n_head
+  std::optional<int64_t> heads;      // older names of --n_head and --n_head_kv
+  std::optional<int64_t> heads_kv;
+  int64_t head_dim = BenchOptions().head_dim;
+  Given<int64_t> batch{BenchOptions().batch};
+  bool causal = false;
+  std::string kv_dtype = "bf16";
+  bool no_empty_unary = false;
+  std::string precision;
+  std::string wire = "f32";
+  int64_t seed = BenchOptions().seed;
+
+  void Declare(Flags& f) {
+    f.Add("rpc", &rpc,
+          "attend (Attend), decode (DecodeBatch over the KV cache), decode_stream (its steps "
+          "over one DecodeStream) or softmax")
+        .Values({"attend", "decode", "decode_stream", "softmax"},
+                "--rpc: '%s'; use attend, decode, decode_stream or softmax");
+    f.Add("requests", &requests, "measured calls").Range(1, int64_t{1} << 30);
+    f.Add("concurrency", &concurrency, "callers at once (threads sharing the channel)")
+        .Range(1, 1024);
+    f.Add("warmup", &warmup, "calls before measuring").Range(0, int64_t{1} << 20);
+    f.Add("n_q", &n_q, "attend: queries").Range(1, 1 << 20);
+    f.Add("n_kv", &n_kv, "attend: keys; decode, decode_stream: prefilled tokens; softmax: scores")
+        .Range(1, 1 << 24);
+    f.Add("n_head", &n_head, "query heads").Range(1, 1 << 16);
+    f.Add("n_head_kv", &n_head_kv, "key/value heads (divides n_head)")
+        .Range(1, 1 << 16)
+        .Shown("n_head");
+    f.Add("heads", &heads, "alias of --n_head").Range(1, 1 << 16);
+    f.Add("heads_kv", &heads_kv, "alias of --n_head_kv").Range(1, 1 << 16);
+    f.Add("head_dim", &head_dim, "head size").Range(1, 1 << 16);
+    f.Add("batch", &batch, "decode, decode_stream: sequences per step").Range(1, 4096);
+    f.Add("causal", &causal, "attend: causal mask");
+    f.Add("kv_dtype", &kv_dtype, "decode, decode_stream: the cache's storage, bf16, f32 or int8");
+    f.Add("no_empty_unary", &no_empty_unary,
+          "do not time Health/Check, the yardstick of the overhead ratio");
+    DeclarePrecision(f, &precision);
+    DeclareWire(f, &wire);
+    f.Add("seed", &seed, "seed of the random inputs").Range(0, INT64_MAX);
+  }
+};
+
+// The flag's value, or its older name's; INVALID_ARGUMENT when both are given.
+absl::StatusOr<int64_t> Aliased(const char* flag, const Given<int64_t>& value, const char* alias,
+                                const std::optional<int64_t>& alias_value) {
+  if (value.given && alias_value) {
     return absl::InvalidArgumentError(
         absl::StrCat("give --", flag, " or its alias --", alias, ", not both"));
   }
-  return IntFlag(args, args.Has(alias) ? alias : flag, fallback, min, max);
+  return alias_value.value_or(value.value);
 }
 
-// The bench flags; INVALID_ARGUMENT for the first that is wrong or does not go with --rpc.
-absl::StatusOr<BenchOptions> ParseBenchFlags(const Args& args) {
+// The workload the flags describe; INVALID_ARGUMENT for flags that do not go with --rpc.
+absl::StatusOr<BenchOptions> ParseBenchFlags(const BenchFlags& f) {
   BenchOptions o;
-  o.rpc = args.GetString("rpc", "attend");
-  if (o.rpc != "attend" && o.rpc != "decode" && o.rpc != "decode_stream" && o.rpc != "softmax") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--rpc: '", o.rpc, "'; use attend, decode, decode_stream or softmax"));
-  }
+  o.rpc = f.rpc;
   const bool decode = o.rpc == "decode" || o.rpc == "decode_stream";
-  if (!args.positional().empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'attend bench' takes flags only; unexpected '", args.positional()[0], "'"));
-  }
-  absl::StatusOr<int64_t> requests = IntFlag(args, "requests", 100, 1, int64_t{1} << 30);
-  absl::StatusOr<int64_t> concurrency = IntFlag(args, "concurrency", 1, 1, 1024);
-  absl::StatusOr<int64_t> warmup = IntFlag(args, "warmup", 5, 0, int64_t{1} << 20);
-  absl::StatusOr<int64_t> n_q = IntFlag(args, "n_q", 1, 1, 1 << 20);
-  absl::StatusOr<int64_t> n_kv = IntFlag(args, "n_kv", 1024, 1, 1 << 24);
-  absl::StatusOr<int64_t> heads = AliasedIntFlag(args, "n_head", "heads", 8, 1, 1 << 16);
-  absl::StatusOr<int64_t> seed = IntFlag(args, "seed", 1, 0, INT64_MAX);
-  for (const auto* v : {&requests, &concurrency, &warmup, &n_q, &n_kv, &heads, &seed}) {
-    if (!v->ok()) return v->status();
-  }
+  absl::StatusOr<int64_t> heads = Aliased("n_head", f.n_head, "heads", f.heads);
+  if (!heads.ok()) return heads.status();
   absl::StatusOr<int64_t> heads_kv =
-      AliasedIntFlag(args, "n_head_kv", "heads_kv", *heads, 1, 1 << 16);
-  absl::StatusOr<int64_t> head_dim = IntFlag(args, "head_dim", 64, 1, 1 << 16);
-  absl::StatusOr<int64_t> batch = IntFlag(args, "batch", 1, 1, 4096);
-  for (const auto* v : {&heads_kv, &head_dim, &batch}) {
-    if (!v->ok()) return v->status();
-  }
-  if (!decode && args.Has("batch")) {
+      Aliased("n_head_kv", Given<int64_t>{f.n_head_kv.value_or(*heads), f.n_head_kv.has_value()},
+              "heads_kv", f.heads_kv);
+  if (!heads_kv.ok()) return heads_kv.status();
+  if (!decode && f.batch.given) {
     return absl::InvalidArgumentError("--batch is for --rpc decode and decode_stream");
   }
-  if (decode && args.Has("n_q")) {
+  if (decode && f.n_q.given) {
     return absl::InvalidArgumentError(
         absl::StrCat("--rpc ", o.rpc, " sends one query per sequence; --n_q is for attend"));
   }
-  absl::StatusOr<v1::Precision> precision = ParsePrecision(args);
+  absl::StatusOr<v1::Precision> precision = ParsePrecision(f.precision);
   if (!precision.ok()) return precision.status();
-  absl::StatusOr<client::Wire> wire = client::ParseWire(args.GetString("wire", "f32"));
+  absl::StatusOr<client::Wire> wire = client::ParseWire(f.wire);
   if (!wire.ok()) return wire.status();
-  o.kv_dtype = args.GetString("kv_dtype", "bf16");
+  o.kv_dtype = f.kv_dtype;
   if (o.kv_dtype != "bf16" && o.kv_dtype != "f32" && o.kv_dtype != "int8") {
     return absl::InvalidArgumentError("--kv_dtype: use bf16, f32 or int8");
   }
-  o.requests = *requests;
-  o.workers = static_cast<int>(*concurrency);
-  o.warmup = *warmup;
-  o.n_q = *n_q;
-  o.n_kv = *n_kv;
+  o.requests = f.requests;
+  o.workers = static_cast<int>(f.concurrency);
+  o.warmup = f.warmup;
+  o.n_q = f.n_q.value;
+  o.n_kv = f.n_kv;
   o.heads = *heads;
-  o.seed = *seed;
+  o.seed = f.seed;
   o.heads_kv = *heads_kv;
-  o.head_dim = *head_dim;
-  o.batch = *batch;
-  o.causal = args.GetBool("causal");
-  o.empty_unary = !args.GetBool("no_empty_unary");
+  o.head_dim = f.head_dim;
+  o.batch = f.batch.value;
+  o.causal = f.causal;
+  o.empty_unary = !f.no_empty_unary;
   o.precision = *precision;
   o.wire = *wire;
   return o;
@@ -369,7 +400,7 @@ void PrintBenchText(Context& c, const Workload& work, const BenchOptions& o, con
     table.AddRow(SummaryRow("overhead", r.overhead));
   }
   if (empty) table.AddRow(SummaryRow("empty unary", empty->latency));
-  PrintTable(table, TableStyleFromFlags(c.args), *c.out, *c.err);
+  PrintTable(table, TableStyleFromFlags(c.no_headers, c.wide), *c.out, *c.err);
   *c.out << "\n"
          << absl::StrFormat("throughput %.1f requests/s (%s wall)", r.rate, Duration(r.wall));
   if (r.server_times && r.compute_total > 0) {
@@ -391,8 +422,9 @@ void PrintBenchText(Context& c, const Workload& work, const BenchOptions& o, con
   }
 }
 
-int RunBench(Context& c) {
-  absl::StatusOr<BenchOptions> options = ParseBenchFlags(c.args);
+int RunBench(Context& c, const BenchFlags& flags) {
+  c.wire = flags.wire;
+  absl::StatusOr<BenchOptions> options = ParseBenchFlags(flags);
   if (!options.ok()) return UsageError(c, options.status());
   std::mt19937_64 rng(static_cast<uint64_t>(options->seed));
   client::AttentionClient attention(c.Channel(), c.connection);
@@ -429,58 +461,32 @@ int RunBench(Context& c) {
 }  // namespace
 
 std::vector<Command> BenchCommands() {
-  return {
-      {"bench",
-       "measure the server from here: latency percentiles, requests/s, server compute",
-       "attend bench [--rpc attend|decode|decode_stream|softmax] [--n_q N] [--n_kv N] "
-       "[--n_head H] [--requests N] [--concurrency C] [--warmup N]",
-       "Sends --requests calls from --concurrency threads over one channel, after --warmup\n"
-       "calls that are not measured, and prints the client's latency percentiles (p50, p90, p99:\n"
-       "nearest rank), requests per second, and the compute and queue times the server reports,\n"
-       "so that the RPC's own cost shows as the difference ('overhead'). The inputs are random\n"
-       "and made before the clock starts. --rpc decode creates --batch sequences per caller\n"
-       "(one layer each), prefills --n_kv tokens, times DecodeBatch steps (each adds a token) and\n"
-       "releases the sequences at the end; --rpc decode_stream does the same over one "
-       "DecodeStream\n"
-       "per caller and times each step (message written to response read). Health/Check (the\n"
-       "empty unary) is timed on the same channel with as many callers and calls, in up to 10\n"
-       "rounds that alternate with the RPC's (each of at least 20 calls per caller) so that both\n"
-       "see the machine alike, and each RPC's per-call overhead is printed as a ratio to it\n"
-       "(--no_empty_unary skips it).\n"
-       "On a terminal a progress line shows on stderr. The run stops at the first failed call\n"
-       "and reports it.\n"
-       "Examples:\n  attend bench\n"
-       "  attend bench --rpc attend --n_q 1 --n_kv 4096 --n_head 32 --n_head_kv 8 --head_dim 128\n"
-       "  attend bench --rpc decode --n_kv 2048 --batch 4 --concurrency 2 --requests 200\n"
-       "  attend bench --rpc decode_stream --n_kv 2048 --requests 1000\n"
-       "  attend bench --rpc softmax --n_kv 8 --requests 1000 --json\n",
-       {{"rpc",
-         "attend (Attend), decode (DecodeBatch over the KV cache), decode_stream (its steps over "
-         "one DecodeStream) or softmax",
-         false,
-         "attend",
-         {"attend", "decode", "decode_stream", "softmax"}},
-        {"requests", "measured calls", false, "100"},
-        {"concurrency", "callers at once (threads sharing the channel)", false, "1"},
-        {"warmup", "calls before measuring", false, "5"},
-        {"n_q", "attend: queries", false, "1"},
-        {"n_kv", "attend: keys; decode, decode_stream: prefilled tokens; softmax: scores", false,
-         "1024"},
-        {"n_head", "query heads", false, "8"},
-        {"n_head_kv", "key/value heads (divides n_head)", false, "n_head"},
-        {"heads", "alias of --n_head"},
-        {"heads_kv", "alias of --n_head_kv"},
-        {"head_dim", "head size", false, "64"},
-        {"batch", "decode, decode_stream: sequences per step", false, "1"},
-        {"causal", "attend: causal mask", true},
-        {"kv_dtype", "decode, decode_stream: the cache's storage, bf16, f32 or int8", false,
-         "bf16"},
-        {"no_empty_unary", "do not time Health/Check, the yardstick of the overhead ratio", true},
-        PrecisionFlag(),
-        WireFlag(),
-        {"seed", "seed of the random inputs", false, "1"}},
-       RunBench},
-  };
+  Command bench{
+      "bench", "measure the server from here: latency percentiles, requests/s, server compute",
+      "attend bench [--rpc attend|decode|decode_stream|softmax] [--n_q N] [--n_kv N] "
+      "[--n_head H] [--requests N] [--concurrency C] [--warmup N]",
+      "Sends --requests calls from --concurrency threads over one channel, after --warmup\n"
+      "calls that are not measured, and prints the client's latency percentiles (p50, p90, p99:\n"
+      "nearest rank), requests per second, and the compute and queue times the server reports,\n"
+      "so that the RPC's own cost shows as the difference ('overhead'). The inputs are random\n"
+      "and made before the clock starts. --rpc decode creates --batch sequences per caller\n"
+      "(one layer each), prefills --n_kv tokens, times DecodeBatch steps (each adds a token) and\n"
+      "releases the sequences at the end; --rpc decode_stream does the same over one "
+      "DecodeStream\n"
+      "per caller and times each step (message written to response read). Health/Check (the\n"
+      "empty unary) is timed on the same channel with as many callers and calls, in up to 10\n"
+      "rounds that alternate with the RPC's (each of at least 20 calls per caller) so that both\n"
+      "see the machine alike, and each RPC's per-call overhead is printed as a ratio to it\n"
+      "(--no_empty_unary skips it).\n"
+      "On a terminal a progress line shows on stderr. The run stops at the first failed call\n"
+      "and reports it.\n"
+      "Examples:\n  attend bench\n"
+      "  attend bench --rpc attend --n_q 1 --n_kv 4096 --n_head 32 --n_head_kv 8 --head_dim 128\n"
+      "  attend bench --rpc decode --n_kv 2048 --batch 4 --concurrency 2 --requests 200\n"
+      "  attend bench --rpc decode_stream --n_kv 2048 --requests 1000\n"
+      "  attend bench --rpc softmax --n_kv 8 --requests 1000 --json\n"};
+  bench.define = Define(RunBench);
+  return {bench};
 }
 
 }  // namespace attend::cli

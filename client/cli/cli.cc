@@ -3,11 +3,14 @@
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
+#include <map>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -27,108 +30,112 @@
 namespace attend::cli {
 namespace {
 
-std::vector<FlagSpec> GlobalFlags() {
-  return {
-      {"target", "server address (env ATTEND_TARGET)", false, "localhost:50051"},
-      {"deadline", "seconds each call may take (env ATTEND_DEADLINE)", false, "30"},
-      {"max_message_bytes", "largest message (env ATTEND_MAX_MESSAGE_BYTES)", false, "67108864"},
-      {"tls", "connect with TLS (env ATTEND_TLS=1)", true},
-      {"ca_cert", "PEM of the CA that signed the server's certificate (env ATTEND_CA_CERT)", false,
-       "the system's roots"},
-      {"client_cert", "mutual TLS: this client's PEM certificate (env ATTEND_CLIENT_CERT)"},
-      {"client_key", "mutual TLS: its PEM private key (env ATTEND_CLIENT_KEY)"},
-      {"tls_server_name",
-       "name to check the server's certificate against (env "
-       "ATTEND_TLS_SERVER_NAME)",
-       false, "the target's host"},
-      {"token_file",
-       "file holding a bearer token, sent as 'authorization: Bearer <token>' "
-       "(env ATTEND_TOKEN_FILE)"},
-      {"token",
-       "the bearer token itself; prefer --token_file or ATTEND_TOKEN, which other "
-       "users cannot see in the process list"},
-      {"keepalive_seconds",
-       "HTTP/2 keepalive ping interval, 0 = off, else >= 10 (env "
-       "ATTEND_KEEPALIVE_SECONDS)",
-       false, "0"},
-      {"json",
-       "print JSON instead of tables (the same as -o json); 64-bit integers are numbers up to "
-       "2^53, strings beyond",
-       true},
-      {"output",
-       "-o: table, json (the same as --json) or wide (every column of a table, however wide)",
-       false,
-       "table",
-       {"table", "json", "wide"}},
-      {"no_headers", "tables without their header line (and without notes below them)", true},
-      {"help", "show help", true},
-      {"version", "print the client's version and commit ('attend version' adds the server's)",
-       true},
-  };
-}
+// The global flags: the connection's (each also read from its ATTEND_* variable; a flag given on
+// the command line wins), the output's, --help and --version.
+struct GlobalOptions {
+  std::string target = client::ConnectionOptions().target;
+  double deadline = 30;
+  int64_t max_message_bytes = client::ConnectionOptions().max_message_bytes;
+  bool tls = false;
+  std::string ca_cert;
+  std::string client_cert;
+  std::string client_key;
+  std::string tls_server_name;
+  std::string token_file;
+  std::string token;
+  double keepalive_seconds = 0;
+  bool json = false;
+  std::optional<std::string> output;  // unset: table; -o table with --json contradicts it
+  bool no_headers = false;
+  bool help = false;
+  bool version = false;
 
-std::string Env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? v : "";
-}
-
-// A string option: the flag, else the environment variable, else "".
-std::string FlagOrEnv(const Args& args, const char* flag, const char* env) {
-  return args.Has(flag) ? args.GetString(flag) : Env(env);
-}
-
-// --tls, the PEM files of --ca_cert, --client_cert and --client_key (which need --tls), and
-// --tls_server_name, each else from its ATTEND_* variable. Returns kExitOk, or reports the
-// problem and returns its exit code.
-int TlsFromFlags(Context& c) {
-  const Args& args = c.args;
-  client::TlsOptions& tls_options = c.connection.tls;
-  if (args.Has("tls")) {
-    tls_options.enabled = args.GetBool("tls");
-  } else if (!Env("ATTEND_TLS").empty()) {
-    const std::string tls = absl::AsciiStrToLower(Env("ATTEND_TLS"));
-    if (tls != "1" && tls != "0" && tls != "true" && tls != "false") {
-      return UsageError(c, absl::InvalidArgumentError("ATTEND_TLS must be 1, 0, true or false"));
-    }
-    tls_options.enabled = tls == "1" || tls == "true";
+  void Declare(Flags& f) {
+    f.Add("target", &target, "server address (env ATTEND_TARGET)").Env("ATTEND_TARGET");
+    f.Add("deadline", &deadline, "seconds each call may take (env ATTEND_DEADLINE)")
+        .Env("ATTEND_DEADLINE");
+    f.Add("max_message_bytes", &max_message_bytes, "largest message (env ATTEND_MAX_MESSAGE_BYTES)")
+        .Env("ATTEND_MAX_MESSAGE_BYTES");
+    f.Add("tls", &tls, "connect with TLS (env ATTEND_TLS=1)")
+        .Values({"1", "0", "true", "false", "TRUE", "FALSE", "True", "False"},
+                "ATTEND_TLS must be 1, 0, true or false")
+        .Env("ATTEND_TLS");
+    f.Add("ca_cert", &ca_cert,
+          "PEM of the CA that signed the server's certificate (env ATTEND_CA_CERT)")
+        .Env("ATTEND_CA_CERT")
+        .Shown("the system's roots");
+    f.Add("client_cert", &client_cert,
+          "mutual TLS: this client's PEM certificate (env ATTEND_CLIENT_CERT)")
+        .Env("ATTEND_CLIENT_CERT");
+    f.Add("client_key", &client_key, "mutual TLS: its PEM private key (env ATTEND_CLIENT_KEY)")
+        .Env("ATTEND_CLIENT_KEY");
+    f.Add("tls_server_name", &tls_server_name,
+          "name to check the server's certificate against (env ATTEND_TLS_SERVER_NAME)")
+        .Env("ATTEND_TLS_SERVER_NAME")
+        .Shown("the target's host");
+    f.Add("token_file", &token_file,
+          "file holding a bearer token, sent as 'authorization: Bearer <token>' (env "
+          "ATTEND_TOKEN_FILE)")
+        .Env("ATTEND_TOKEN_FILE");
+    f.Add("token", &token,
+          "the bearer token itself; prefer --token_file or ATTEND_TOKEN, which other users "
+          "cannot see in the process list")
+        .Env("ATTEND_TOKEN");
+    f.Add("keepalive_seconds", &keepalive_seconds,
+          "HTTP/2 keepalive ping interval, 0 = off, else >= 10 (env ATTEND_KEEPALIVE_SECONDS)")
+        .Env("ATTEND_KEEPALIVE_SECONDS");
+    f.Add("json", &json,
+          "print JSON instead of tables (the same as -o json); 64-bit integers are numbers up to "
+          "2^53, strings beyond");
+    f.Add("output", &output,
+          "-o: table, json (the same as --json) or wide (every column of a table, however wide)")
+        .Values({"table", "json", "wide"}, "-o/--output: '%s'; use table, json or wide")
+        .Shown("table");
+    f.Add("no_headers", &no_headers,
+          "tables without their header line (and without notes below them)");
+    f.Add("help", &help, "show help");
+    f.Add("version", &version,
+          "print the client's version and commit ('attend version' adds the server's)");
   }
-  for (const auto& [flag, env, target] :
-       {std::tuple{"ca_cert", "ATTEND_CA_CERT", &tls_options.ca_cert_pem},
-        std::tuple{"client_cert", "ATTEND_CLIENT_CERT", &tls_options.client_cert_pem},
-        std::tuple{"client_key", "ATTEND_CLIENT_KEY", &tls_options.client_key_pem}}) {
-    const std::string path = FlagOrEnv(args, flag, env);
-    if (path.empty()) continue;
+};
+
+// --tls and the PEM files of --ca_cert, --client_cert and --client_key (which need --tls), and
+// --tls_server_name. Returns kExitOk, or reports the problem and returns its exit code.
+int TlsFromFlags(Context& c, const GlobalOptions& g) {
+  client::TlsOptions& tls_options = c.connection.tls;
+  tls_options.enabled = g.tls;
+  for (const auto& [flag, env, path, target] :
+       {std::tuple{"ca_cert", "ATTEND_CA_CERT", &g.ca_cert, &tls_options.ca_cert_pem},
+        std::tuple{"client_cert", "ATTEND_CLIENT_CERT", &g.client_cert,
+                   &tls_options.client_cert_pem},
+        std::tuple{"client_key", "ATTEND_CLIENT_KEY", &g.client_key,
+                   &tls_options.client_key_pem}}) {
+    if (path->empty()) continue;
     if (!tls_options.enabled) {
       return UsageError(
           c, absl::InvalidArgumentError(absl::StrCat("--", flag, " (or ", env, ") needs --tls")));
     }
-    absl::StatusOr<std::string> pem = client::ReadPemFile(path, absl::StrCat("--", flag));
+    absl::StatusOr<std::string> pem = client::ReadPemFile(*path, absl::StrCat("--", flag));
     if (!pem.ok()) return LocalError(c, pem.status());
     *target = *std::move(pem);
   }
-  tls_options.server_name = FlagOrEnv(args, "tls_server_name", "ATTEND_TLS_SERVER_NAME");
+  tls_options.server_name = g.tls_server_name;
   return kExitOk;
 }
 
-// The bearer token: read from --token_file, or --token itself, each else from its ATTEND_*
-// variable; giving both is a usage error. Returns kExitOk, or reports the problem and returns its
-// exit code.
-int TokenFromFlags(Context& c) {
-  const Args& args = c.args;
-  client::ConnectionOptions& o = c.connection;
-  const std::string token_file = FlagOrEnv(args, "token_file", "ATTEND_TOKEN_FILE");
-  const std::string token = args.Has("token") ? args.GetString("token") : Env("ATTEND_TOKEN");
-  if (!token_file.empty() && !token.empty()) {
+// The bearer token: read from --token_file, or --token itself; giving both is a usage error.
+// Returns kExitOk, or reports the problem and returns its exit code.
+int TokenFromFlags(Context& c, const GlobalOptions& g) {
+  if (!g.token_file.empty() && !g.token.empty()) {
     return UsageError(c, absl::InvalidArgumentError(
                              "give the token once: --token_file (ATTEND_TOKEN_FILE) or --token "
                              "(ATTEND_TOKEN)"));
   }
-  if (!token_file.empty()) {
-    absl::StatusOr<std::string> read = client::ReadTokenFile(token_file);
+  c.connection.bearer_token = g.token;
+  if (!g.token_file.empty()) {
+    absl::StatusOr<std::string> read = client::ReadTokenFile(g.token_file);
     if (!read.ok()) return LocalError(c, read.status());
-    o.bearer_token = *std::move(read);
-  } else {
-    o.bearer_token = token;
+    c.connection.bearer_token = *std::move(read);
   }
   return kExitOk;
 }
@@ -155,63 +162,39 @@ absl::Status CheckTarget(const std::string& target) {
   return absl::OkStatus();
 }
 
-// The connection options from the global flags and their ATTEND_* variables (a flag wins).
-// Returns kExitOk, or reports the problem and returns its exit code: usage for flags that do
-// not fit together, local error for files that cannot be read.
-int ConnectionFromFlags(Context& c) {
-  const Args& args = c.args;
+// The connection options from the global flags. Returns kExitOk, or reports the problem and
+// returns its exit code: usage for flags that do not fit together, local error for files that
+// cannot be read.
+int ConnectionFromFlags(Context& c, const GlobalOptions& g) {
   client::ConnectionOptions& o = c.connection;
-  o.target = args.Has("target") ? args.GetString("target")
-                                : (Env("ATTEND_TARGET").empty() ? o.target : Env("ATTEND_TARGET"));
+  o.target = g.target;
   if (absl::Status s = CheckTarget(o.target); !s.ok()) return UsageError(c, s);
-  double deadline_seconds = 30;
-  if (!Env("ATTEND_DEADLINE").empty() && !ParseDecimal(Env("ATTEND_DEADLINE"), &deadline_seconds)) {
-    return UsageError(c, absl::InvalidArgumentError("ATTEND_DEADLINE must be a number of seconds"));
-  }
-  absl::StatusOr<double> deadline = args.GetDouble("deadline", deadline_seconds);
-  if (!deadline.ok()) return UsageError(c, deadline.status());
-  if (!(*deadline > 0) || *deadline > 1e9) {
+  if (!(g.deadline > 0) || g.deadline > 1e9) {
     return UsageError(c, absl::InvalidArgumentError("--deadline must be positive"));
   }
-  o.deadline = absl::Seconds(*deadline);
-  int64_t max_message = o.max_message_bytes;
-  if (!Env("ATTEND_MAX_MESSAGE_BYTES").empty() &&
-      !absl::SimpleAtoi(Env("ATTEND_MAX_MESSAGE_BYTES"), &max_message)) {
-    return UsageError(c, absl::InvalidArgumentError("ATTEND_MAX_MESSAGE_BYTES must be an integer"));
-  }
-  absl::StatusOr<int64_t> max = args.GetInt("max_message_bytes", max_message);
-  if (!max.ok()) return UsageError(c, max.status());
-  if (*max < 1)
+  o.deadline = absl::Seconds(g.deadline);
+  if (g.max_message_bytes < 1) {
     return UsageError(c, absl::InvalidArgumentError("--max_message_bytes must be >= 1"));
-  o.max_message_bytes = *max;
-
-  if (int code = TlsFromFlags(c); code != kExitOk) return code;
-  if (int code = TokenFromFlags(c); code != kExitOk) return code;
-
-  double keepalive = 0;
-  if (!Env("ATTEND_KEEPALIVE_SECONDS").empty() &&
-      !ParseDecimal(Env("ATTEND_KEEPALIVE_SECONDS"), &keepalive)) {
-    return UsageError(
-        c, absl::InvalidArgumentError("ATTEND_KEEPALIVE_SECONDS must be a number of seconds"));
   }
-  absl::StatusOr<double> keepalive_flag = args.GetDouble("keepalive_seconds", keepalive);
-  if (!keepalive_flag.ok()) return UsageError(c, keepalive_flag.status());
-  if (!(*keepalive_flag >= 0) || *keepalive_flag > 1e9) {
+  o.max_message_bytes = g.max_message_bytes;
+  if (int code = TlsFromFlags(c, g); code != kExitOk) return code;
+  if (int code = TokenFromFlags(c, g); code != kExitOk) return code;
+  if (!(g.keepalive_seconds >= 0) || g.keepalive_seconds > 1e9) {
     return UsageError(c, absl::InvalidArgumentError("--keepalive_seconds must be >= 0"));
   }
-  o.keepalive = absl::Seconds(*keepalive_flag);
+  o.keepalive = absl::Seconds(g.keepalive_seconds);
   if (absl::Status s = client::ValidateConnectionOptions(o); !s.ok()) return UsageError(c, s);
   return kExitOk;
 }
 
-std::string Overview(const std::vector<Command>& commands) {
+std::string Overview(const std::vector<Command>& commands, const std::vector<FlagSpec>& globals) {
   std::string out =
       "attend: talk to an attend server (attention, KV caches, capacity planning).\n\n"
       "usage: attend [global flags] <command> [flags] [args]\n\ncommands:\n";
   for (const Command& c : commands) {
     absl::StrAppend(&out, PadRight("  " + c.name, 12), " ", c.summary, "\n");
   }
-  absl::StrAppend(&out, "\nglobal flags:\n", FlagsHelp(GlobalFlags()),
+  absl::StrAppend(&out, "\nglobal flags:\n", FlagsHelp(globals),
                   "\nexit codes: 0 ok, 1 local file error, 2 usage, 3 server unreachable, "
                   "4 server error, 5 not serving\n"
                   "Run 'attend help <command>' (or 'attend <command> --help') for a command's "
@@ -219,9 +202,9 @@ std::string Overview(const std::vector<Command>& commands) {
   return out;
 }
 
-std::string CommandHelp(const Command& c) {
+std::string CommandHelp(const Command& c, const std::vector<FlagSpec>& globals) {
   return absl::StrCat(c.summary, "\n\nusage: ", c.usage, "\n\n", c.details, "\nflags:\n",
-                      FlagsHelp(c.flags), "\nglobal flags:\n", FlagsHelp(GlobalFlags()));
+                      FlagsHelp(c.flags), "\nglobal flags:\n", FlagsHelp(globals));
 }
 
 // "unknown <what> '<word>'", with "; did you mean '<name>'?" when one of `commands` is close.
@@ -235,10 +218,11 @@ std::string Unknown(absl::string_view what, const std::string& word,
 }
 
 // `attend help [<command> [<subcommand>]]`.
-int RunHelp(Context& c, const std::vector<Command>& commands) {
-  const std::vector<std::string>& words = c.args.positional();
+int RunHelp(Context& c, const std::vector<Command>& commands,
+            const std::vector<FlagSpec>& globals) {
+  const std::vector<std::string>& words = c.positional;
   if (words.empty()) {
-    *c.out << Overview(commands);
+    *c.out << Overview(commands, globals);
     return kExitOk;
   }
   const auto command = std::find_if(commands.begin(), commands.end(),
@@ -247,13 +231,13 @@ int RunHelp(Context& c, const std::vector<Command>& commands) {
     return UsageError(c, absl::InvalidArgumentError(Unknown("command", words[0], commands)));
   }
   if (words.size() == 1) {
-    *c.out << CommandHelp(*command);
+    *c.out << CommandHelp(*command, globals);
     return kExitOk;
   }
   const std::string name = command->name + " " + words[1];
   for (const Command& sub : command->subcommands) {
     if (sub.name == name) {
-      *c.out << CommandHelp(sub);
+      *c.out << CommandHelp(sub, globals);
       return kExitOk;
     }
   }
@@ -295,13 +279,15 @@ int RunVersion(Context& c) {
   return kExitOk;
 }
 
-// `attend completion bash|zsh`.
-int RunCompletion(Context& c, const std::vector<Command>& commands) {
-  const std::vector<std::string>& shell = c.args.positional();
+// `attend completion bash|zsh`: the scripts for `root`, the CLI::App of `commands`.
+int RunCompletion(Context& c, const CLI::App& root, const std::vector<Command>& commands) {
+  const std::vector<std::string>& shell = c.positional;
+  PositionalWords words;
+  for (const Command& command : commands) words[command.name] = command.positional_words;
   if (shell.size() == 1 && shell[0] == "bash") {
-    *c.out << BashCompletion(commands, GlobalFlags());
+    *c.out << BashCompletion(root, words);
   } else if (shell.size() == 1 && shell[0] == "zsh") {
-    *c.out << ZshCompletion(commands, GlobalFlags());
+    *c.out << ZshCompletion(root, words);
   } else {
     return UsageError(c, absl::InvalidArgumentError(absl::StrCat(
                              "give a shell: attend completion bash|zsh",
@@ -311,28 +297,26 @@ int RunCompletion(Context& c, const std::vector<Command>& commands) {
 }
 
 // help, version and completion: commands of the CLI itself, which run without a server.
-// `commands` is the whole table, these included, which help and completion describe.
-std::vector<Command> CliCommands(const std::vector<Command>* commands) {
+// `commands` is the whole table, these included, which help and completion describe with
+// `globals` and `root` (the CLI::App of them all); all are filled in before any runs.
+std::vector<Command> CliCommands(const std::vector<Command>* commands,
+                                 const std::vector<FlagSpec>* globals, const CLI::App* root) {
   std::vector<Command> cli = {
       {"help",
        "the overview, or a command's help: attend help [<command> [<subcommand>]]",
        "attend help [<command> [<subcommand>]]",
        "The same as 'attend --help' and 'attend <command> [<subcommand>] --help'.\n"
        "Examples:\n  attend help\n  attend help plan\n  attend help seq create\n",
-       {},
-       [commands](Context& c) { return RunHelp(c, *commands); },
+       Define([commands, globals](Context& c) { return RunHelp(c, *commands, *globals); }),
        {},
        2},
-      {"version",
-       "print the client's version and, when it answers, the server's",
-       "attend version",
+      {"version", "print the client's version and, when it answers, the server's", "attend version",
        "The client's version line, then the server's, which every attend-server response\n"
        "carries in its initial metadata (attend-server-version), read here from one\n"
        "Health/Check of at most 2 s. An unreachable server is reported on its line and the\n"
        "exit code is still 0. --version prints the client's line alone, without a call.\n"
        "Examples:\n  attend version\n  attend version --json\n",
-       {},
-       RunVersion},
+       Define(RunVersion)},
       {"completion",
        "print a bash or zsh completion script: source <(attend completion bash)",
        "attend completion bash|zsh",
@@ -340,8 +324,7 @@ std::vector<Command> CliCommands(const std::vector<Command>* commands) {
        "(-o table|json|wide, --example, ...) and the names of 'attend example'.\n"
        "Examples:\n  source <(attend completion bash)\n"
        "  attend completion zsh > \"${fpath[1]}/_attend\"\n",
-       {},
-       [commands](Context& c) { return RunCompletion(c, *commands); },
+       Define([root, commands](Context& c) { return RunCompletion(c, *root, *commands); }),
        {},
        1},
   };
@@ -349,41 +332,65 @@ std::vector<Command> CliCommands(const std::vector<Command>* commands) {
   return cli;
 }
 
-// The token with `-` read as `_` in a flag's name ("--n-q=a-b" is "--n_q=a-b").
-std::string NormalFlag(const std::string& token) {
-  const size_t eq = token.find('=');
-  return absl::StrCat(absl::StrReplaceAll(token.substr(0, eq), {{"-", "_"}}),
-                      eq == std::string::npos ? "" : token.substr(eq));
-}
-
-// "'attend <command>' takes no arguments; unexpected '<first stray>' ..." when `args` has more
-// positional arguments than `command` takes; "" otherwise.
-std::string StrayArgument(const Command& command, const Args& args) {
+// "'attend <command>' takes no arguments; unexpected '<first stray>' ..." when `positional`
+// holds more arguments than `command` takes; "" otherwise.
+std::string StrayArgument(const Command& command, const std::vector<std::string>& positional) {
   const int max = command.max_positional;
-  if (max == kAnyPositional || args.positional().size() <= static_cast<size_t>(max)) return "";
-  return absl::StrCat(
-      "'attend ", command.name, "' takes ",
-      max == 0 ? "no arguments"
-               : absl::StrCat("at most ", max, max == 1 ? " argument" : " arguments"),
-      "; unexpected '", args.positional()[max], "' (attend help ", command.name, ")");
+  if (max == kAnyPositional || positional.size() <= static_cast<size_t>(max)) return "";
+  return absl::StrCat("'attend ", command.name, "' takes ",
+                      max == 0
+                          ? "no arguments"
+                          : absl::StrCat("at most ", max, max == 1 ? " argument" : " arguments"),
+                      "; unexpected '", positional[max], "' (attend help ", command.name, ")");
 }
 
-// -o / --output and --json: sets context.json for either. Returns kExitOk, or reports a value
-// other than table, json or wide, or a --json that -o contradicts, as a usage error.
-int OutputFromFlags(Context& c) {
-  c.json = c.args.GetBool("json");
-  if (!c.args.Has("output")) return kExitOk;
-  const std::string output = c.args.GetString("output");
-  if (output != "table" && output != "json" && output != "wide") {
-    return UsageError(c, absl::InvalidArgumentError(
-                             absl::StrCat("-o/--output: '", output, "'; use table, json or wide")));
+// The usage error for a group (`seq`) given without one of its subcommands; `positional` holds
+// what was given instead, if anything.
+std::string MissingSubcommand(const Command& group, const std::vector<std::string>& positional) {
+  std::vector<std::string> names;
+  for (const Command& sub : group.subcommands) {
+    names.emplace_back(absl::StripPrefix(sub.name, group.name + " "));
   }
-  if (c.json && output != "json") {
-    return UsageError(c, absl::InvalidArgumentError(
-                             absl::StrCat("--json contradicts -o ", output, "; give one")));
+  if (positional.empty()) {
+    return absl::StrCat("give a subcommand: ", absl::StrJoin(names, ", "), " (attend ", group.name,
+                        " --help)");
   }
-  c.json = output == "json";
+  return absl::StrCat("unknown subcommand '", positional[0], "'; use one of ",
+                      absl::StrJoin(names, ", "));
+}
+
+// --json, -o / --output (CLI11 checked its value) and --no_headers into `c`. Returns kExitOk,
+// or reports a --json that -o contradicts as a usage error.
+int OutputFromFlags(Context& c, const GlobalOptions& g) {
+  c.json = g.json;
+  c.no_headers = g.no_headers;
+  if (!g.output) return kExitOk;
+  if (c.json && *g.output != "json") {
+    return UsageError(c, absl::InvalidArgumentError(
+                             absl::StrCat("--json contradicts -o ", *g.output, "; give one")));
+  }
+  c.json = *g.output == "json";
+  c.wide = *g.output == "wide";
   return kExitOk;
+}
+
+// Declares `command`'s flags on `app` (and its subcommands' on subcommands of it), records the
+// Runner of each app in `runners`, and fills in Command::flags from the apps for help and
+// completion.
+void DeclareCommand(CLI::App* app, Command& command,
+                    std::map<const CLI::App*, std::pair<Command*, Runner>>& runners) {
+  Runner run;
+  if (command.define) {
+    Flags flags(app);
+    run = command.define(flags);
+  }
+  command.flags = FlagsOf(*app);
+  runners[app] = {&command, run};
+  for (Command& sub : command.subcommands) {
+    const std::string name(absl::StripPrefix(sub.name, command.name + " "));
+    DeclareCommand(app->add_subcommand(name, sub.summary), sub, runners);
+  }
+  if (command.group_flags) command.flags = command.group_flags(command.subcommands);
 }
 
 }  // namespace
@@ -391,97 +398,62 @@ int OutputFromFlags(Context& c) {
 int RunCli(const std::vector<std::string>& tokens, std::ostream& out, std::ostream& err,
            const CliOptions& options) {
   std::vector<Command> commands = HealthCommands();
+  std::vector<FlagSpec> globals;
   for (Command& c : AttentionCommands()) commands.push_back(std::move(c));
   for (Command& c : PlannerCommands()) commands.push_back(std::move(c));
   for (Command& c : SeqCommands()) commands.push_back(std::move(c));
   for (Command& c : BenchCommands()) commands.push_back(std::move(c));
   for (Command& c : ExampleCommands()) commands.push_back(std::move(c));
-  for (Command& c : CliCommands(&commands)) commands.push_back(std::move(c));
-  const std::vector<FlagSpec> globals = GlobalFlags();
+  CLI::App root("attend", "attend");
+  for (Command& c : CliCommands(&commands, &globals, &root)) commands.push_back(std::move(c));
 
-  // The command is the first token that is neither a flag nor a global flag's value.
-  const Command* command = nullptr;
-  std::vector<std::string> rest;
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    const std::string& t = tokens[i];
-    if (command == nullptr && t.size() >= 2 && t[0] == '-') {  // Args::Parse reads it
-      rest.push_back(t);
-      if (t == "-o" && i + 1 < tokens.size()) rest.push_back(tokens[++i]);  // -o json
-      if (t.rfind("--", 0) != 0) continue;
-      const std::string name = NormalFlag(t).substr(
-          2, t.find('=') == std::string::npos ? std::string::npos : t.find('=') - 2);
-      for (const FlagSpec& g : globals) {
-        if (g.name == name && !g.is_bool && t.find('=') == std::string::npos &&
-            i + 1 < tokens.size()) {
-          rest.push_back(tokens[++i]);
-        }
-      }
-      continue;
-    }
-    if (command == nullptr) {
-      for (const Command& c : commands) {
-        if (c.name == t) command = &c;
-      }
-      if (command == nullptr) {
-        err << "usage error: " << Unknown("command", t, commands)
-            << "\nRun 'attend help' for the commands.\n";
-        return kExitUsage;
-      }
-      continue;
-    }
-    rest.push_back(t);
-  }
-
-  std::vector<FlagSpec> specs = globals;
-  if (command) specs.insert(specs.end(), command->flags.begin(), command->flags.end());
-  absl::StatusOr<Args> args = Args::Parse(rest, specs);
-  if (!args.ok()) {
-    err << "usage error: " << args.status().message() << "\n";
-    return kExitUsage;
-  }
-  if (args->GetBool("version")) {
-    out << VersionLine("attend") << "\n";
-    return kExitOk;
-  }
-  if (command == nullptr) {
-    out << Overview(commands);
-    return args->GetBool("help") ? kExitOk : kExitUsage;
-  }
-  if (args->GetBool("help")) {
-    // A command group documents each subcommand: `attend seq append --help`.
-    if (!command->subcommands.empty() && !args->positional().empty()) {
-      std::vector<std::string> names;
-      for (const Command& sub : command->subcommands) {
-        if (sub.name == command->name + " " + args->positional()[0]) {
-          out << CommandHelp(sub);
-          return kExitOk;
-        }
-        names.push_back(sub.name.substr(command->name.size() + 1));
-      }
-      // Help for a subcommand that does not exist is a usage error, as running it is.
-      err << "usage error: unknown subcommand '" << args->positional()[0] << "'; use one of "
-          << absl::StrJoin(names, ", ") << "\n";
-      return kExitUsage;
-    }
-    out << CommandHelp(*command);
-    return kExitOk;
-  }
-  if (const std::string stray = StrayArgument(*command, *args); !stray.empty()) {
-    err << "usage error: " << stray << "\n";
-    return kExitUsage;
-  }
+  root.set_help_flag();  // ours: --help, -h, and `attend help`, in the layout of FlagsHelp
+  root.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  GlobalOptions g;
+  Flags global_flags(&root);
+  g.Declare(global_flags);
+  globals = FlagsOf(root);
+  std::map<const CLI::App*, std::pair<Command*, Runner>> runners;
+  for (Command& c : commands) DeclareCommand(root.add_subcommand(c.name, c.summary), c, runners);
 
   Context context;
   context.out = &out;
   context.err = &err;
   context.err_is_terminal = options.err_is_terminal;
   context.working_note_after = options.working_note_after;
-  context.args = *std::move(args);
-  if (int code = OutputFromFlags(context); code != kExitOk) return code;
-  if (command->connects) {
-    if (int code = ConnectionFromFlags(context); code != kExitOk) return code;
+  absl::StatusOr<ParsedCommandLine> parsed = ParseCommandLine(root, tokens);
+  if (!parsed.ok()) return UsageError(context, parsed.status());
+  if (g.version) {
+    out << VersionLine("attend") << "\n";
+    return kExitOk;
   }
-  return command->run(context);
+  if (parsed->path.size() == 1) {
+    out << Overview(commands, globals);
+    return g.help ? kExitOk : kExitUsage;
+  }
+  const auto& [command, run] = runners[parsed->path.back()];
+  context.positional = parsed->positional;
+  if (!command->subcommands.empty() && (!g.help || !context.positional.empty())) {
+    return UsageError(context,
+                      absl::InvalidArgumentError(MissingSubcommand(*command, context.positional)));
+  }
+  if (g.help) {
+    out << CommandHelp(*command, globals);
+    return kExitOk;
+  }
+  std::string stray = StrayArgument(*command, context.positional);
+  if (parsed->path.size() == 3 && !context.positional.empty()) {
+    // Subcommands of `seq`, the only group, take flags only; sequences are named by --id.
+    stray = absl::StrCat("'attend ", command->name, "' takes flags only; unexpected '",
+                         context.positional[0], "' (ids go in --id)");
+  }
+  if (!stray.empty()) return UsageError(context, absl::InvalidArgumentError(stray));
+
+  if (int code = OutputFromFlags(context, g); code != kExitOk) return code;
+  if (command->connects) {
+    if (int code = ConnectionFromFlags(context, g); code != kExitOk) return code;
+  }
+  return run(context);
 }
 
 }  // namespace attend::cli

@@ -82,7 +82,7 @@ std::string LimitFor(int64_t bytes) {
 std::string MessageSizeHint(const Context& context, const absl::Status& status) {
   if (status.code() != absl::StatusCode::kResourceExhausted) return "";
   const absl::string_view m = status.message();
-  const std::string wire = context.args.GetString("wire", "f32");
+  const std::string& wire = context.wire;
   const std::string narrower = wire == "bf16" || wire == "f16"
                                    ? ""
                                    : "send the tensors as bf16 with --wire bf16 (half "
@@ -200,8 +200,8 @@ absl::StatusOr<std::ifstream> OpenForReading(const std::string& path) {
   }
 }
 
-absl::StatusOr<client::FloatTensor> ReadNpyFlag(const Context& c, const std::string& flag) {
-  const std::string path = c.args.GetString(flag);
+absl::StatusOr<client::FloatTensor> ReadNpyFlag(const Context& c, const std::string& flag,
+                                                const std::string& path) {
   absl::StatusOr<std::ifstream> opened = OpenForReading(path);
   if (!opened.ok()) return opened.status();
   client::NpyLimits limits;
@@ -211,31 +211,19 @@ absl::StatusOr<client::FloatTensor> ReadNpyFlag(const Context& c, const std::str
   return client::ReadNpy(*opened, absl::StrCat("--", flag, " ", path), limits);
 }
 
-absl::StatusOr<int64_t> IntFlag(const Args& args, const std::string& flag, int64_t fallback,
-                                int64_t min, int64_t max) {
-  absl::StatusOr<int64_t> value = args.GetInt(flag, fallback);
-  if (!value.ok()) return value.status();
-  if (*value < min || *value > max) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--", flag, " must be between ", min, " and ", max, ", got ", *value));
-  }
-  return *value;
-}
-
-absl::StatusOr<v1::Precision> ParsePrecision(const Args& args) {
-  const std::string p = args.GetString("precision", "");
+absl::StatusOr<v1::Precision> ParsePrecision(const std::string& p) {
   if (p.empty()) return v1::PRECISION_UNSPECIFIED;
   if (p == "f32" || p == "float32") return v1::PRECISION_FLOAT32;
   if (p == "bf16" || p == "bfloat16") return v1::PRECISION_BFLOAT16;
   return absl::InvalidArgumentError(absl::StrCat("--precision: '", p, "'; use f32 or bf16"));
 }
 
-FlagSpec PrecisionFlag() {
-  return {"precision", "f32 or bf16 products", false, "f32 (bf16 when inputs are bf16)"};
+void DeclarePrecision(Flags& f, std::string* precision) {
+  f.Add("precision", precision, "f32 or bf16 products").Shown("f32 (bf16 when inputs are bf16)");
 }
 
-FlagSpec WireFlag() {
-  return {"wire", "how tensors travel: f32, bf16, f16 or values", false, "f32"};
+void DeclareWire(Flags& f, std::string* wire) {
+  f.Add("wire", wire, "how tensors travel: f32, bf16, f16 or values");
 }
 
 client::FloatTensor RandomTensor(std::mt19937_64& rng, std::vector<int64_t> shape, float stddev) {

@@ -1,5 +1,6 @@
-// The CLI's command table: each command declares its flags, help and examples, and runs with
-// the parsed arguments and a connection. Exit codes are shared by every command.
+// The CLI's command table: each command has its help and examples, declares its flags on a
+// CLI::App through an options struct (Define), and runs with them parsed and a connection. Exit
+// codes are shared by every command.
 //
 // Thread-safety: a Context belongs to one run of one command, on one thread. The commands keep
 // no state between runs, so runs with their own Contexts may go on concurrently. The helpers
@@ -39,9 +40,13 @@ enum ExitCode {
 };
 
 struct Context {
-  Args args;
+  std::vector<std::string> positional;  // the arguments that are not flags, in order
   client::ConnectionOptions connection;
-  bool json = false;
+  bool json = false;        // --json or -o json
+  bool wide = false;        // -o wide: every column of a table
+  bool no_headers = false;  // --no_headers
+  // How the command sends tensors (--wire), for the hint when a message is over a size limit.
+  std::string wire = "f32";
   std::ostream* out = &std::cout;
   std::ostream* err = &std::cerr;
   // Whether *err is a terminal: progress lines and "working..." notes (terminal_notes.h) are
@@ -60,24 +65,51 @@ struct Context {
 // Command::max_positional for commands that check their positional arguments themselves.
 inline constexpr int kAnyPositional = -1;
 
+// What runs a command, once its flags are parsed into the options struct it holds.
+using Runner = std::function<int(Context&)>;
+
 struct Command {
   std::string name;
   std::string summary;
   std::string usage;    // e.g. "attend softmax <logit>... [--jacobian]"
   std::string details;  // longer help, examples included
-  std::vector<FlagSpec> flags;
-  std::function<int(Context&)> run;
-  // A command group's members, named "<group> <sub>", for `attend <group> <sub> --help`.
+  // Declares the command's flags on its CLI::App, bound to an options struct that the returned
+  // Runner owns; the Runner runs the command with them parsed. Made by Define. A group's is null:
+  // its subcommands run.
+  std::function<Runner(Flags&)> define = nullptr;
+  // A command group's members, named "<group> <sub>", which RunCli makes CLI11 subcommands.
   std::vector<Command> subcommands = {};
   // How many positional arguments RunCli lets through; more are a usage error naming the first
-  // stray one. kAnyPositional leaves them to `run`.
+  // stray one. kAnyPositional leaves them to the command.
   int max_positional = 0;
   // False for the commands that never talk to a server (help, version, completion): RunCli
   // does not read the connection flags for them.
   bool connects = true;
   // What shell completion offers for the first positional argument (e.g. example names).
   std::vector<std::string> positional_words = {};
+  // A group's flags as its help lists them, from its subcommands' `flags`.
+  std::vector<FlagSpec> (*group_flags)(const std::vector<Command>& subcommands) = nullptr;
+  // The flags as help and completion show them: RunCli reads them back from the CLI::App that
+  // `define` declared them on (a group's from `group_flags`).
+  std::vector<FlagSpec> flags = {};
 };
+
+// Command::define for `Options`, a struct of the command's flags with their defaults and a
+// `void Declare(Flags&)` that binds them: `run` gets them parsed. The options live as long as
+// the Runner, so that CLI11 may write to them while it parses.
+template <typename Options>
+std::function<Runner(Flags&)> Define(int (*run)(Context&, const Options&)) {
+  return [run](Flags& flags) -> Runner {
+    auto options = std::make_shared<Options>();
+    options->Declare(flags);
+    return [run, options](Context& c) { return run(c, *options); };
+  };
+}
+
+// Command::define for a command without flags of its own.
+inline std::function<Runner(Flags&)> Define(Runner run) {
+  return [run](Flags&) { return run; };
+}
 
 // Prints "error: <CODE>: <message>" and returns the exit code for `status`.
 int ReportError(Context& context, const absl::Status& status);
@@ -92,13 +124,13 @@ std::vector<Command> HealthCommands();
 std::vector<Command> AttentionCommands();
 // Commands of the Planner service: models, model, plan, cost.
 std::vector<Command> PlannerCommands();
-// The `seq` command group of the KvCache service (one command that dispatches on its first
-// positional argument: create, append, decode, fork, truncate, release, get, list, stats, save,
-// load, export, import, hand-off).
+// The `seq` command group of the KvCache service, whose subcommands (create, append, decode,
+// fork, truncate, release, get, list, stats, save, load, export, import, hand-off) are CLI11
+// subcommands.
 std::vector<Command> SeqCommands();
 // `bench`: latency and throughput of the server as a client sees them.
 std::vector<Command> BenchCommands();
-// The subcommands of `seq`, named "seq <subcommand>" and holding only their own flags: what
+// The subcommands of `seq`, named "seq <subcommand>", each with its own flags: what
 // `attend seq <subcommand> --help` prints.
 std::vector<Command> SeqSubcommands();
 
@@ -109,25 +141,21 @@ std::vector<Command> SeqSubcommands();
 // system's reason (UNKNOWN).
 absl::StatusOr<std::ifstream> OpenForReading(const std::string& path);
 
-// The array in the .npy file that --<flag> names, opened by OpenForReading and read header first
-// by client::ReadNpy, whose errors then start with "--<flag> <path>: ". The array may hold no
-// more values than one request of c.connection.max_message_bytes carries at 2 bytes a value
-// (client::MaxNpyValuesForMessage), so that /dev/zero, an endless FIFO or an array that could
-// never be sent fails before its data is read.
-absl::StatusOr<client::FloatTensor> ReadNpyFlag(const Context& c, const std::string& flag);
+// The array in the .npy file `path` (what --<flag> gave), opened by OpenForReading and read
+// header first by client::ReadNpy, whose errors then start with "--<flag> <path>: ". The array
+// may hold no more values than one request of c.connection.max_message_bytes carries at 2 bytes a
+// value (client::MaxNpyValuesForMessage), so that /dev/zero, an endless FIFO or an array that
+// could never be sent fails before its data is read.
+absl::StatusOr<client::FloatTensor> ReadNpyFlag(const Context& c, const std::string& flag,
+                                                const std::string& path);
 
-// The integer flag --<flag> in [min, max]; `fallback` when absent. INVALID_ARGUMENT naming the
-// flag and the range otherwise.
-absl::StatusOr<int64_t> IntFlag(const Args& args, const std::string& flag, int64_t fallback,
-                                int64_t min, int64_t max);
-
-// --precision: "" (unspecified), f32/float32 or bf16/bfloat16.
-absl::StatusOr<v1::Precision> ParsePrecision(const Args& args);
+// A --precision value: "" (unspecified), f32/float32 or bf16/bfloat16.
+absl::StatusOr<v1::Precision> ParsePrecision(const std::string& precision);
 
 // --precision and --wire (read by ParsePrecision and client::ParseWire) as every command that
 // sends tensors declares them.
-FlagSpec PrecisionFlag();
-FlagSpec WireFlag();
+void DeclarePrecision(Flags& f, std::string* precision);
+void DeclareWire(Flags& f, std::string* wire);
 
 // A tensor of `shape` with standard normal values (times `stddev`) drawn from `rng`.
 client::FloatTensor RandomTensor(std::mt19937_64& rng, std::vector<int64_t> shape,

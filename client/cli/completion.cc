@@ -5,13 +5,40 @@
 #include <string>
 #include <vector>
 
+#include "CLI/CLI.hpp"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "client/cli/args.h"
 
 namespace attend::cli {
 namespace {
+
+// A command (or subcommand) as completion sees it, read from its CLI::App.
+struct Node {
+  std::string name;
+  std::vector<FlagSpec> flags;
+  std::vector<Node> subcommands;
+  std::vector<std::string> positional_words;
+};
+
+Node NodeOf(const CLI::App& app, const PositionalWords& words) {
+  Node node{app.get_name(), FlagsOf(app), {}, {}};
+  if (auto it = words.find(node.name); it != words.end()) node.positional_words = it->second;
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    node.subcommands.push_back(NodeOf(*sub, words));
+  }
+  // A group without flags of its own (`seq`) takes its subcommands': each once, where it first
+  // appears.
+  std::set<std::string> seen;
+  for (const Node& sub : node.flags.empty() ? node.subcommands : std::vector<Node>()) {
+    for (const FlagSpec& f : sub.flags) {
+      if (seen.insert(f.name).second) node.flags.push_back(f);
+    }
+  }
+  return node;
+}
 
 // `a` and `b` with a space between, or the one that is not empty.
 std::string Words(const std::string& a, const std::string& b) {
@@ -27,7 +54,7 @@ std::string FlagWords(const std::vector<FlagSpec>& flags) {
 
 // "--target|--deadline|...": every flag of `globals` and `commands` that takes a value (and
 // -o, --output's short name), as a case pattern; the word after one is its value, not a command.
-std::string ValueFlagPattern(const std::vector<Command>& commands,
+std::string ValueFlagPattern(const std::vector<Node>& commands,
                              const std::vector<FlagSpec>& globals) {
   std::set<std::string> names;
   const auto add = [&names](const FlagSpec& f) {
@@ -36,7 +63,7 @@ std::string ValueFlagPattern(const std::vector<Command>& commands,
     if (f.name == "output") names.insert("-o");
   };
   for (const FlagSpec& f : globals) add(f);
-  for (const Command& c : commands) {
+  for (const Node& c : commands) {
     for (const FlagSpec& f : c.flags) add(f);
   }
   return absl::StrJoin(names, "|");
@@ -44,7 +71,7 @@ std::string ValueFlagPattern(const std::vector<Command>& commands,
 
 // For each flag with FlagSpec::values, a case pattern ("--output|-o") and the values offered
 // after it; a name that several commands declare offers the values of all of them.
-std::map<std::string, std::set<std::string>> FlagValues(const std::vector<Command>& commands,
+std::map<std::string, std::set<std::string>> FlagValues(const std::vector<Node>& commands,
                                                         const std::vector<FlagSpec>& globals) {
   std::map<std::string, std::set<std::string>> out;
   const auto add = [&out](const FlagSpec& f) {
@@ -53,7 +80,7 @@ std::map<std::string, std::set<std::string>> FlagValues(const std::vector<Comman
     out[pattern].insert(f.values.begin(), f.values.end());
   };
   for (const FlagSpec& f : globals) add(f);
-  for (const Command& c : commands) {
+  for (const Node& c : commands) {
     for (const FlagSpec& f : c.flags) add(f);
   }
   return out;
@@ -61,8 +88,8 @@ std::map<std::string, std::set<std::string>> FlagValues(const std::vector<Comman
 
 // The `case "$prev"` arms for the flags of FlagValues, each ending in `reply(words)`.
 template <typename Reply>
-std::string FlagValueCases(const std::vector<Command>& commands,
-                           const std::vector<FlagSpec>& globals, Reply reply) {
+std::string FlagValueCases(const std::vector<Node>& commands, const std::vector<FlagSpec>& globals,
+                           Reply reply) {
   std::string out;
   for (const auto& [pattern, values] : FlagValues(commands, globals)) {
     absl::StrAppend(&out, "    ", pattern, ")\n      ",
@@ -75,15 +102,15 @@ std::string FlagValueCases(const std::vector<Command>& commands,
 // neither flags nor flag values) in words 1 .. $cword - 1 of $cwords, then sets the candidates
 // with `set_words("...")` for the word being completed. Both shells read this `case` alike.
 template <typename SetWords>
-std::string CaseBody(const std::vector<Command>& commands, const std::vector<FlagSpec>& globals,
+std::string CaseBody(const std::vector<Node>& commands, const std::vector<FlagSpec>& globals,
                      SetWords set_words) {
   const std::string global_words = FlagWords(globals);
   std::vector<std::string> names;
-  for (const Command& c : commands) names.push_back(c.name);
+  for (const Node& c : commands) names.push_back(c.name);
   const std::string command_words = absl::StrJoin(names, " ");
   std::string out = "  case \"$cmd\" in\n";
   absl::StrAppend(&out, "    \"\") ", set_words(Words(command_words, global_words)), " ;;\n");
-  for (const Command& c : commands) {
+  for (const Node& c : commands) {
     const std::string flags = Words(FlagWords(c.flags), global_words);
     if (c.name == "help") {
       absl::StrAppend(&out, "    help) ", set_words(command_words), " ;;\n");
@@ -100,8 +127,8 @@ std::string CaseBody(const std::vector<Command>& commands, const std::vector<Fla
     }
     std::vector<std::string> subs;
     std::string sub_cases;
-    for (const Command& s : c.subcommands) {
-      const std::string sub(absl::StripPrefix(s.name, c.name + " "));
+    for (const Node& s : c.subcommands) {
+      const std::string& sub = s.name;
       subs.push_back(sub);
       absl::StrAppend(&sub_cases, "        ", sub, ") ",
                       set_words(Words(FlagWords(s.flags), global_words)), " ;;\n");
@@ -115,7 +142,7 @@ std::string CaseBody(const std::vector<Command>& commands, const std::vector<Fla
 }
 
 // The loop that finds $cmd and $sub; `first` is the index of the first word after `attend`.
-std::string ScanLoop(const std::vector<Command>& commands, const std::vector<FlagSpec>& globals,
+std::string ScanLoop(const std::vector<Node>& commands, const std::vector<FlagSpec>& globals,
                      int first) {
   return absl::StrCat("  local cmd=\"\" sub=\"\" i w\n  for ((i = ", first,
                       "; i < cword; i++)); do\n    w=\"${cwords[i]}\"\n    case \"$w\" in\n      ",
@@ -127,8 +154,10 @@ std::string ScanLoop(const std::vector<Command>& commands, const std::vector<Fla
 
 }  // namespace
 
-std::string BashCompletion(const std::vector<Command>& commands,
-                           const std::vector<FlagSpec>& globals) {
+std::string BashCompletion(const CLI::App& root, const PositionalWords& words) {
+  const Node tree = NodeOf(root, words);
+  const std::vector<Node>& commands = tree.subcommands;
+  const std::vector<FlagSpec>& globals = tree.flags;
   std::string out =
       "# bash completion for attend, generated by 'attend completion bash'.\n"
       "# Use: source <(attend completion bash)\n"
@@ -155,8 +184,10 @@ std::string BashCompletion(const std::vector<Command>& commands,
   return out;
 }
 
-std::string ZshCompletion(const std::vector<Command>& commands,
-                          const std::vector<FlagSpec>& globals) {
+std::string ZshCompletion(const CLI::App& root, const PositionalWords& words) {
+  const Node tree = NodeOf(root, words);
+  const std::vector<Node>& commands = tree.subcommands;
+  const std::vector<FlagSpec>& globals = tree.flags;
   std::string out =
       "#compdef attend\n"
       "# zsh completion for attend, generated by 'attend completion zsh'.\n"

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <ostream>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -23,8 +25,7 @@ namespace attend::cli {
 namespace {
 
 // A count flag that may be written in scientific notation ("8e9"), rounded to a whole number.
-absl::StatusOr<int64_t> ParseCount(const Args& args, const std::string& flag) {
-  const std::string text = args.GetString(flag);
+absl::StatusOr<int64_t> ParseCount(const std::string& text, const std::string& flag) {
   double value;
   if (!ParseDecimal(text, &value) || !std::isfinite(value) || value < 0 || value >= 9.2e18) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -33,8 +34,7 @@ absl::StatusOr<int64_t> ParseCount(const Args& args, const std::string& flag) {
   return static_cast<int64_t>(std::llround(value));
 }
 
-absl::StatusOr<double> ParseRate(const Args& args, const std::string& flag) {
-  const std::string text = args.GetString(flag);
+absl::StatusOr<double> ParseRate(const std::string& text, const std::string& flag) {
   double value;
   if (!ParseDecimal(text, &value) || !std::isfinite(value)) {
     return absl::InvalidArgumentError(
@@ -258,33 +258,80 @@ absl::StatusOr<std::vector<LineChart>> CostCharts(const client::PlannerClient& p
   return charts;
 }
 
+struct CostOptions {
+  std::optional<int64_t> prompt;
+  std::optional<int64_t> context;
+  int64_t batch = 0;  // 0: the server's default, one sequence
+  std::optional<std::string> hardware;
+  std::optional<std::string> price;
+  std::string compute_dtype;
+  std::string kv_dtype;
+  std::string weights_dtype;
+  std::optional<std::string> parameters;
+  bool non_causal = false;
+  std::optional<std::string> peak_flops;
+  std::optional<std::string> peak_flops_f32;
+  std::optional<std::string> peak_flops_fp8;
+  std::optional<std::string> bandwidth;
+  std::optional<std::string> memory;
+  std::optional<std::string> plot;
+  bool log_y = false;
+  ModelSource model;
+
+  void Declare(Flags& f) {
+    f.Add("prompt", &prompt, "prefill length in tokens");
+    f.Add("context", &context, "cache length of a decode step").Shown("--prompt");
+    f.Add("batch", &batch, "sequences").Shown("1");
+    f.Add("hardware", &hardware, "h100, h200, a100, cpu-socket or local (this server, measured)")
+        .Shown("h100");
+    f.Add("price", &price, "price per hour in USD, for $ per million tokens");
+    f.Add("compute_dtype", &compute_dtype, "bfloat16, float32 or fp8").Shown("bfloat16");
+    f.Add("kv_dtype", &kv_dtype, "f16, bf16, f32, fp8, int8, q8_0 or q4_0").Shown("f16");
+    f.Add("weights_dtype", &weights_dtype, "type of the weights read").Shown("the model's");
+    f.Add("parameters", &parameters, "P for weight FLOPs, e.g. 8e9")
+        .Shown("the model's active parameters");
+    f.Add("non_causal", &non_causal, "count n^2 prefill pairs instead of n(n+1)/2");
+    f.Add("peak_flops", &peak_flops, "custom hardware: bf16/f16 peak FLOP/s, e.g. 989.5e12");
+    f.Add("peak_flops_f32", &peak_flops_f32, "custom hardware: f32 peak FLOP/s");
+    f.Add("peak_flops_fp8", &peak_flops_fp8, "custom hardware: fp8/int8 peak FLOP/s");
+    f.Add("bandwidth", &bandwidth,
+          "custom hardware: memory bytes per second, e.g. 3.35e12 or 3.35TB");
+    f.Add("memory", &memory, "custom hardware: memory capacity, e.g. 80GiB");
+    f.Add("plot", &plot,
+          "also write an SVG of prefill FLOPs against prompt length, and of prefill and decode "
+          "roofline time, to this file");
+    f.Add("log_y", &log_y, "--plot with a log y axis for FLOPs too (time always has one)");
+    model.Declare(f);
+  }
+};
+
 // The hardware of --hardware, or a custom profile (named by --hardware) when any hardware figure
 // is on the command line. INVALID_ARGUMENT for a figure that is not a number or byte size.
-absl::Status HardwareFromFlags(const Args& args, v1::EstimateCostRequest* request) {
-  const bool custom = args.Has("peak_flops") || args.Has("peak_flops_f32") ||
-                      args.Has("peak_flops_fp8") || args.Has("bandwidth") || args.Has("memory");
+absl::Status HardwareFromFlags(const CostOptions& o, v1::EstimateCostRequest* request) {
+  const bool custom =
+      o.peak_flops || o.peak_flops_f32 || o.peak_flops_fp8 || o.bandwidth || o.memory;
   if (!custom) {
-    request->set_profile(args.GetString("hardware", "h100"));
+    request->set_profile(o.hardware.value_or("h100"));
     return absl::OkStatus();
   }
   v1::HardwareProfile* h = request->mutable_custom();
-  h->set_name(args.GetString("hardware", "custom"));
-  for (const auto& [flag, setter] :
-       {std::pair<const char*, void (v1::HardwareProfile::*)(double)>{
-            "peak_flops", &v1::HardwareProfile::set_peak_flops_bf16},
-        {"peak_flops_f32", &v1::HardwareProfile::set_peak_flops_f32},
-        {"peak_flops_fp8", &v1::HardwareProfile::set_peak_flops_fp8}}) {
-    if (!args.Has(flag)) continue;
-    absl::StatusOr<double> v = ParseRate(args, flag);
+  h->set_name(o.hardware.value_or("custom"));
+  for (const auto& [flag, value, setter] :
+       {std::tuple{"peak_flops", &o.peak_flops, &v1::HardwareProfile::set_peak_flops_bf16},
+        std::tuple{"peak_flops_f32", &o.peak_flops_f32, &v1::HardwareProfile::set_peak_flops_f32},
+        std::tuple{"peak_flops_fp8", &o.peak_flops_fp8,
+                   &v1::HardwareProfile::set_peak_flops_fp8}}) {
+    if (!*value) continue;
+    absl::StatusOr<double> v = ParseRate(**value, flag);
     if (!v.ok()) return v.status();
     (h->*setter)(*v);
   }
-  for (const auto& [flag, setter] :
-       {std::pair<const char*, void (v1::HardwareProfile::*)(double)>{
-            "bandwidth", &v1::HardwareProfile::set_memory_bandwidth_bytes_per_second},
-        {"memory", &v1::HardwareProfile::set_memory_bytes}}) {
-    if (!args.Has(flag)) continue;
-    absl::StatusOr<int64_t> v = ParseByteSize(args.GetString(flag), absl::StrCat("--", flag));
+  for (const auto& [flag, value, setter] :
+       {std::tuple{"bandwidth", &o.bandwidth,
+                   &v1::HardwareProfile::set_memory_bandwidth_bytes_per_second},
+        std::tuple{"memory", &o.memory, &v1::HardwareProfile::set_memory_bytes}}) {
+    if (!*value) continue;
+    absl::StatusOr<int64_t> v = ParseByteSize(**value, absl::StrCat("--", flag));
     if (!v.ok()) return v.status();
     (h->*setter)(static_cast<double>(*v));
   }
@@ -293,63 +340,59 @@ absl::Status HardwareFromFlags(const Args& args, v1::EstimateCostRequest* reques
 
 // The request the flags describe, the model aside. INVALID_ARGUMENT for the first flag that is
 // wrong, or when neither --prompt nor --context is given.
-absl::StatusOr<v1::EstimateCostRequest> CostRequestFromFlags(const Args& args) {
+absl::StatusOr<v1::EstimateCostRequest> CostRequestFromFlags(const CostOptions& o) {
   v1::EstimateCostRequest request;
-  absl::StatusOr<int64_t> prompt = args.GetInt("prompt", 0);
-  absl::StatusOr<int64_t> context = args.GetInt("context", 0);
-  absl::StatusOr<int64_t> batch = args.GetInt("batch", 0);
-  for (const auto* v : {&prompt, &context, &batch}) {
-    if (!v->ok()) return v->status();
-  }
-  if (!args.Has("prompt") && !args.Has("context")) {
+  if (!o.prompt && !o.context) {
     return absl::InvalidArgumentError(
         "give --prompt N (the prefill length) and/or --context N (the cache length of a decode "
         "step)");
   }
-  request.set_prompt_tokens(*prompt);
-  request.set_context_tokens(*context);
-  request.set_batch(*batch);
-  request.set_non_causal(args.GetBool("non_causal"));
-  request.set_compute_dtype(args.GetString("compute_dtype"));
-  request.set_weights_dtype(args.GetString("weights_dtype"));
-  absl::StatusOr<v1::KvDType> dtype = ParseKvDType(args.GetString("kv_dtype"));
+  request.set_prompt_tokens(o.prompt.value_or(0));
+  request.set_context_tokens(o.context.value_or(0));
+  request.set_batch(o.batch);
+  request.set_non_causal(o.non_causal);
+  request.set_compute_dtype(o.compute_dtype);
+  request.set_weights_dtype(o.weights_dtype);
+  absl::StatusOr<v1::KvDType> dtype = ParseKvDType(o.kv_dtype);
   if (!dtype.ok()) return dtype.status();
   request.set_kv_dtype(*dtype);
-  if (args.Has("parameters")) {
-    absl::StatusOr<int64_t> p = ParseCount(args, "parameters");
+  if (o.parameters) {
+    absl::StatusOr<int64_t> p = ParseCount(*o.parameters, "parameters");
     if (!p.ok()) return p.status();
     request.set_parameters(*p);
   }
-  if (args.Has("price")) {
-    absl::StatusOr<double> price = ParseRate(args, "price");
+  if (o.price) {
+    absl::StatusOr<double> price = ParseRate(*o.price, "price");
     if (!price.ok()) return price.status();
     request.set_price_per_hour_usd(*price);
   }
-  if (absl::Status s = HardwareFromFlags(args, &request); !s.ok()) return s;
+  if (absl::Status s = HardwareFromFlags(o, &request); !s.ok()) return s;
   return request;
 }
 
-int RunCost(Context& c) {
-  absl::StatusOr<v1::EstimateCostRequest> request = CostRequestFromFlags(c.args);
+int RunCost(Context& c, const CostOptions& o) {
+  absl::StatusOr<v1::EstimateCostRequest> request = CostRequestFromFlags(o);
   if (!request.ok()) return UsageError(c, request.status());
-  if (c.args.Has("log_y") && !c.args.Has("plot")) {
+  if (o.log_y && !o.plot) {
     return UsageError(c, absl::InvalidArgumentError("--log_y goes with --plot <file.svg>"));
   }
   client::PlannerClient planner(c.Channel(), c.connection);
-  if (int code = ResolveModel(c, planner, request->mutable_model()); code != kExitOk) return code;
+  if (int code = ResolveModel(c, planner, o.model, request->mutable_model()); code != kExitOk) {
+    return code;
+  }
   absl::StatusOr<v1::EstimateCostResponse> r = planner.EstimateCost(*request);
   if (!r.ok()) return ReportError(c, r.status());
   if (c.json) {
     *c.out << ToJson(*r);
   } else {
-    PrintCost(*c.out, *c.err, *r, request->price_per_hour_usd() > 0, TableStyleFromFlags(c.args));
+    PrintCost(*c.out, *c.err, *r, request->price_per_hour_usd() > 0,
+              TableStyleFromFlags(c.no_headers, c.wide));
   }
   WarnIfNotFits(*c.err, *request, *r);
-  if (c.args.Has("plot")) {
-    absl::StatusOr<std::vector<LineChart>> charts =
-        CostCharts(planner, *request, *r, c.args.GetBool("log_y"));
+  if (o.plot) {
+    absl::StatusOr<std::vector<LineChart>> charts = CostCharts(planner, *request, *r, o.log_y);
     if (!charts.ok()) return ReportError(c, charts.status());
-    const std::string path = c.args.GetString("plot");
+    const std::string& path = *o.plot;
     if (absl::Status s = WriteTextFile(path, RenderSvg(*charts)); !s.ok()) return LocalError(c, s);
     if (!c.json) *c.out << "\nwrote " << path << "\n";
   }
@@ -359,31 +402,8 @@ int RunCost(Context& c) {
 }  // namespace
 
 Command CostCommand() {
-  std::vector<FlagSpec> cost_flags = {
-      {"prompt", "prefill length in tokens"},
-      {"context", "cache length of a decode step", false, "--prompt"},
-      {"batch", "sequences", false, "1"},
-      {"hardware", "h100, h200, a100, cpu-socket or local (this server, measured)", false, "h100"},
-      {"price", "price per hour in USD, for $ per million tokens"},
-      {"compute_dtype", "bfloat16, float32 or fp8", false, "bfloat16"},
-      {"kv_dtype", "f16, bf16, f32, fp8, int8, q8_0 or q4_0", false, "f16"},
-      {"weights_dtype", "type of the weights read", false, "the model's"},
-      {"parameters", "P for weight FLOPs, e.g. 8e9", false, "the model's active parameters"},
-      {"non_causal", "count n^2 prefill pairs instead of n(n+1)/2", true},
-      {"peak_flops", "custom hardware: bf16/f16 peak FLOP/s, e.g. 989.5e12"},
-      {"peak_flops_f32", "custom hardware: f32 peak FLOP/s"},
-      {"peak_flops_fp8", "custom hardware: fp8/int8 peak FLOP/s"},
-      {"bandwidth", "custom hardware: memory bytes per second, e.g. 3.35e12 or 3.35TB"},
-      {"memory", "custom hardware: memory capacity, e.g. 80GiB"},
-      {"plot",
-       "also write an SVG of prefill FLOPs against prompt length, and of prefill and decode "
-       "roofline time, to this file"},
-      {"log_y", "--plot with a log y axis for FLOPs too (time always has one)", true},
-  };
-  for (FlagSpec& f : ModelSourceFlags()) cost_flags.push_back(f);
-  return {
-      "cost",
-      "prefill and decode FLOPs, bytes, roofline time and the attention crossover",
+  Command cost{
+      "cost", "prefill and decode FLOPs, bytes, roofline time and the attention crossover",
       "attend cost <model> --prompt N [--context N] [--batch B] [--hardware h100] [--price 2.5]",
       "FLOPs count 2 x (head_dim + head_dim_v) per attention pair and head, and 2P per token\n"
       "for the weights; time is the roofline max(FLOPs / peak, bytes / bandwidth).\n"
@@ -397,9 +417,9 @@ Command CostCommand() {
       "  attend cost llama-3-70b --prompt 4096 --hardware a100 --plot cost.svg --log_y\n"
       "  attend cost llama-3-70b --prompt 2048 --context 32768 --batch 32 --price 2.5\n"
       "  attend cost llama-3-8b --prompt 1024 --hardware local\n"
-      "  attend cost llama-3-8b --prompt 1024 --peak_flops 100e12 --bandwidth 1TB\n",
-      cost_flags,
-      RunCost};
+      "  attend cost llama-3-8b --prompt 1024 --peak_flops 100e12 --bandwidth 1TB\n"};
+  cost.define = Define(RunCost);
+  return cost;
 }
 
 }  // namespace attend::cli

@@ -129,18 +129,29 @@ int RunList(Context& c, const std::vector<examples::Example>& all) {
 }
 
 // Draws the example's weights to --heatmap, masked cells hatched.
-int WriteHeatmap(Context& c, const examples::Example& e, const examples::Weights& w) {
+int WriteHeatmap(Context& c, const HeatmapFlags& heatmap, const examples::Example& e,
+                 const examples::Weights& w) {
   AttentionPicture picture;
   picture.title = absl::StrCat("attention weights: ", e.lesson, " (attend example ", e.name, ")");
   picture.mask = w.mask;
   picture.key_labels = w.key_labels;
   picture.query_labels = w.query_labels;
-  return WriteAttentionHeatmap(c, w.weights, std::move(picture));
+  return WriteAttentionHeatmap(c, heatmap, w.weights, std::move(picture));
 }
 
-int RunExample(Context& c) {
+struct ExampleOptions {
+  HeatmapFlags heatmap;
+
+  void Declare(Flags& f) {
+    f.Add("heatmap", &heatmap.path,
+          "write the example's attention weights as an SVG heatmap to this file");
+    heatmap.DeclareScale(f);
+  }
+};
+
+int RunExample(Context& c, const ExampleOptions& o) {
   const std::vector<examples::Example> all = AllExamples();
-  const std::vector<std::string>& positional = c.args.positional();
+  const std::vector<std::string>& positional = c.positional;
   if (positional.size() != 1) {
     return UsageError(
         c, absl::InvalidArgumentError("give one example name, or 'list' (attend example list)"));
@@ -157,14 +168,12 @@ int RunExample(Context& c) {
                              absl::StrCat("'", positional[0], "' is not an example; one of: list, ",
                                           absl::StrJoin(names, ", "))));
   }
-  if (absl::StatusOr<bool> scale = ParseHeatmapScale(c.args); !scale.ok()) {
-    return UsageError(c, scale.status());
-  }
+  if (absl::Status s = o.heatmap.Check(); !s.ok()) return UsageError(c, s);
   client::AttentionClient attention(c.Channel(), c.connection);
   client::PlannerClient planner(c.Channel(), c.connection);
   absl::StatusOr<examples::Result> r = example->run({attention, planner});
   if (!r.ok()) return ReportError(c, r.status());
-  if (c.args.Has("heatmap") && !r->weights) {
+  if (o.heatmap.path && !r->weights) {
     return UsageError(c, absl::InvalidArgumentError(absl::StrCat(
                              "example '", example->name, "' has no attention weights to draw")));
   }
@@ -175,7 +184,7 @@ int RunExample(Context& c) {
   } else {
     *c.out << r->text;
   }
-  if (c.args.Has("heatmap")) return WriteHeatmap(c, *example, *r->weights);
+  if (o.heatmap.path) return WriteHeatmap(c, o.heatmap, *example, *r->weights);
   return kExitOk;
 }
 
@@ -184,22 +193,19 @@ int RunExample(Context& c) {
 std::vector<Command> ExampleCommands() {
   std::vector<std::string> names = {"list"};
   for (const examples::Example& e : AllExamples()) names.push_back(e.name);
-  std::vector<Command> commands = {
-      {"example",
-       "the lessons' worked examples, run on the server and printed as the lessons print them",
-       "attend example list | attend example <name> [--heatmap=w.svg]",
-       "`attend example list` names every example with its lesson. `attend example <name>`\n"
-       "runs it through the server and prints the lesson's numbers in the lesson's layout;\n"
-       "--json prints the computed numbers instead, --heatmap draws the attention weights.\n"
-       "Examples:\n  attend example list\n  attend example qkv\n"
-       "  attend example full-attention --heatmap full.svg\n  attend --json example cost\n",
-       {{"heatmap", "write the example's attention weights as an SVG heatmap to this file"},
-        HeatmapScaleFlag()},
-       RunExample,
-       {},
-       1}};
-  commands[0].positional_words = std::move(names);
-  return commands;
+  Command example{
+      "example",
+      "the lessons' worked examples, run on the server and printed as the lessons print them",
+      "attend example list | attend example <name> [--heatmap=w.svg]",
+      "`attend example list` names every example with its lesson. `attend example <name>`\n"
+      "runs it through the server and prints the lesson's numbers in the lesson's layout;\n"
+      "--json prints the computed numbers instead, --heatmap draws the attention weights.\n"
+      "Examples:\n  attend example list\n  attend example qkv\n"
+      "  attend example full-attention --heatmap full.svg\n  attend --json example cost\n"};
+  example.define = Define(RunExample);
+  example.max_positional = 1;
+  example.positional_words = std::move(names);
+  return {example};
 }
 
 }  // namespace attend::cli

@@ -43,10 +43,10 @@ std::string Numbers(absl::Span<const T> values) {
 
 }  // namespace
 
-TableStyle TableStyleFromFlags(const Args& args) {
+TableStyle TableStyleFromFlags(bool no_headers, bool wide) {
   TableStyle style;
-  style.headers = !args.GetBool("no_headers");
-  if (args.GetString("output") == "wide") return style;
+  style.headers = !no_headers;
+  if (wide) return style;
   int64_t columns = 0;
   if (const char* env = std::getenv("COLUMNS");
       env != nullptr && absl::SimpleAtoi(env, &columns) && columns > 0) {

@@ -17,7 +17,6 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "attend/v1/tensor.pb.h"
-#include "client/cli/args.h"
 #include "client/tensor.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
@@ -36,7 +35,7 @@ struct TableStyle {
 // limit with -o wide; else $COLUMNS when it is a positive number; else, when stdout is a
 // terminal, its width (80 when it does not tell); else (piped, as in scripts) no limit.
 // Reads the environment and stdout, nothing else.
-TableStyle TableStyleFromFlags(const Args& args);
+TableStyle TableStyleFromFlags(bool no_headers, bool wide);
 
 // Columns padded to their widest cell; numeric-looking cells are right-aligned.
 class Table {

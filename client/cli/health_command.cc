@@ -1,4 +1,5 @@
 // `attend health`: grpc.health.v1 for the server as a whole and each attend.v1 service.
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -10,10 +11,18 @@
 namespace attend::cli {
 namespace {
 
-int RunHealth(Context& c) {
+struct HealthOptions {
+  std::optional<std::string> service;
+
+  void Declare(Flags& f) {
+    f.Add("service", &service, "check only this service (\"\" = the server as a whole)");
+  }
+};
+
+int RunHealth(Context& c, const HealthOptions& o) {
   std::vector<std::string> services;
-  if (c.args.Has("service")) {
-    services.push_back(c.args.GetString("service"));
+  if (o.service) {
+    services.push_back(*o.service);
   } else {
     services = {"", "attend.v1.Attention", "attend.v1.KvCache", "attend.v1.Planner"};
   }
@@ -29,22 +38,19 @@ int RunHealth(Context& c) {
     absl::StrAppend(&json, json.size() > 1 ? ", " : "",
                     JsonString(service.empty() ? "server" : service), ": ", JsonString(*status));
   }
-  *c.out << (c.json ? json + "}\n" : table.Render(TableStyleFromFlags(c.args)));
+  *c.out << (c.json ? json + "}\n" : table.Render(TableStyleFromFlags(c.no_headers, c.wide)));
   return all_serving ? kExitOk : kExitNotServing;
 }
 
 }  // namespace
 
 std::vector<Command> HealthCommands() {
-  std::vector<Command> commands;
-  commands.push_back({"health",
-                      "report whether the server and each service is SERVING",
-                      "attend health [--service=<name>]",
-                      "Exits 0 when every service asked about is SERVING, 5 otherwise.\n"
-                      "Examples:\n  attend health\n  attend health --service attend.v1.Attention\n",
-                      {{"service", "check only this service (\"\" = the server as a whole)"}},
-                      RunHealth});
-  return commands;
+  Command health{"health", "report whether the server and each service is SERVING",
+                 "attend health [--service=<name>]",
+                 "Exits 0 when every service asked about is SERVING, 5 otherwise.\n"
+                 "Examples:\n  attend health\n  attend health --service attend.v1.Attention\n"};
+  health.define = Define(RunHealth);
+  return {health};
 }
 
 }  // namespace attend::cli

@@ -11,16 +11,13 @@
 namespace attend::cli {
 namespace {
 
-// The integer flag in [min, max], `fallback` when absent.
-absl::StatusOr<int32_t> SizeFlag(const Args& args, const std::string& flag, int64_t fallback,
-                                 int64_t min) {
-  absl::StatusOr<int64_t> v = args.GetInt(flag, fallback);
-  if (!v.ok()) return v.status();
-  if (*v < min || *v > (int64_t{1} << 20)) {
+// The size --<flag> when in [min, 2^20].
+absl::StatusOr<int32_t> SizeFlag(const std::string& flag, int64_t value, int64_t min) {
+  if (value < min || value > (int64_t{1} << 20)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--", flag, " must be between ", min, " and 2^20"));
   }
-  return static_cast<int32_t>(*v);
+  return static_cast<int32_t>(value);
 }
 
 void PrintTable(std::ostream& out, const client::FloatTensor& t, int64_t head) {
@@ -41,32 +38,27 @@ void PrintTable(std::ostream& out, const client::FloatTensor& t, int64_t head) {
 
 }  // namespace
 
-std::vector<FlagSpec> LessonInitFlags() {
-  return {
-      {"java_seed",
-       "draw x, Wq, Wk, Wv (and Wo) on the server with java.util.Random(S), as the lessons' "
-       "programs do (not --seed's generator)"},
-      {"std", "standard deviation of the --java_seed draws", false, "0.5"},
-  };
+void LessonFlags::Declare(Flags& f) {
+  f.Add("java_seed", &java_seed,
+        "draw x, Wq, Wk, Wv (and Wo) on the server with java.util.Random(S), as the lessons' "
+        "programs do (not --seed's generator)");
+  f.Add("std", &std, "standard deviation of the --java_seed draws").Shown("0.5");
 }
 
-absl::StatusOr<v1::LessonInit> LessonInitFromFlags(const Args& args) {
+absl::StatusOr<v1::LessonInit> LessonInitFromFlags(const LessonFlags& lesson,
+                                                   const LayerSizes& sizes) {
   v1::LessonInit init;
-  absl::StatusOr<int64_t> seed = args.GetInt("java_seed", 1);
-  if (!seed.ok()) return seed.status();
-  init.set_seed(*seed);
-  if (args.Has("std")) {
-    absl::StatusOr<double> std = args.GetDouble("std", 0.5);
-    if (!std.ok()) return std.status();
-    if (!std::isfinite(*std) || *std <= 0) {
+  init.set_seed(*lesson.java_seed);
+  if (lesson.std) {
+    if (!std::isfinite(*lesson.std) || *lesson.std <= 0) {
       return absl::InvalidArgumentError("--std must be finite and > 0");
     }
-    init.set_stddev(*std);
+    init.set_stddev(*lesson.std);
   }
-  absl::StatusOr<int32_t> n = SizeFlag(args, "n", 4, 1);
-  absl::StatusOr<int32_t> d_model = SizeFlag(args, "d_model", 8, 1);
-  absl::StatusOr<int32_t> head_dim = SizeFlag(args, "head_dim", 0, 0);
-  absl::StatusOr<int32_t> d_out = SizeFlag(args, "d_out", d_model.ok() ? *d_model : 8, 0);
+  absl::StatusOr<int32_t> n = SizeFlag("n", sizes.n, 1);
+  absl::StatusOr<int32_t> d_model = SizeFlag("d_model", sizes.d_model, 1);
+  absl::StatusOr<int32_t> head_dim = SizeFlag("head_dim", sizes.head_dim.value_or(0), 0);
+  absl::StatusOr<int32_t> d_out = SizeFlag("d_out", sizes.d_out.value_or(sizes.d_model), 0);
   for (const auto* s : {&n, &d_model, &head_dim, &d_out}) {
     if (!s->ok()) return s->status();
   }
@@ -78,12 +70,13 @@ absl::StatusOr<v1::LessonInit> LessonInitFromFlags(const Args& args) {
   return init;
 }
 
-absl::StatusOr<client::MultiHeadInput> LessonMultiHeadInput(const Args& args) {
-  absl::StatusOr<v1::LessonInit> init = LessonInitFromFlags(args);
+absl::StatusOr<client::MultiHeadInput> LessonMultiHeadInput(const LessonFlags& lesson,
+                                                            const LayerSizes& sizes) {
+  absl::StatusOr<v1::LessonInit> init = LessonInitFromFlags(lesson, sizes);
   if (!init.ok()) return init.status();
-  absl::StatusOr<int32_t> n_head = SizeFlag(args, "n_head", 2, 1);
+  absl::StatusOr<int32_t> n_head = SizeFlag("n_head", sizes.n_head, 1);
   if (!n_head.ok()) return n_head.status();
-  absl::StatusOr<int32_t> n_head_kv = SizeFlag(args, "n_head_kv", *n_head, 1);
+  absl::StatusOr<int32_t> n_head_kv = SizeFlag("n_head_kv", sizes.n_head_kv.value_or(*n_head), 1);
   if (!n_head_kv.ok()) return n_head_kv.status();
   client::MultiHeadInput input;
   input.init = *std::move(init);

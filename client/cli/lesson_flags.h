@@ -6,6 +6,7 @@
 #ifndef ATTEND_CLIENT_CLI_LESSON_FLAGS_H_
 #define ATTEND_CLIENT_CLI_LESSON_FLAGS_H_
 
+#include <cstdint>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -20,15 +21,32 @@
 
 namespace attend::cli {
 
-// --java_seed, --std and the sizes --n, --d_model, --n_head, --head_dim and --d_out (0 = no Wo)
-// as a LessonInit. INVALID_ARGUMENT for values that are not numbers or out of range.
-absl::StatusOr<v1::LessonInit> LessonInitFromFlags(const Args& args);
+// `attend mha`'s sizes: --n, --d_model, --n_head, and those whose defaults follow others.
+struct LayerSizes {
+  int64_t n = 0;
+  int64_t d_model = 0;
+  int64_t n_head = 0;
+  std::optional<int64_t> n_head_kv;  // unset: n_head
+  std::optional<int64_t> head_dim;   // unset: d_model / n_head
+  std::optional<int64_t> d_out;      // unset: d_model; 0 = no Wo
+};
 
-// The layer LessonInitFromFlags draws, with --n_head and --n_head_kv.
-absl::StatusOr<client::MultiHeadInput> LessonMultiHeadInput(const Args& args);
+// --java_seed and --std: the flags of the lessons' layer that are not also the random layer's.
+struct LessonFlags {
+  std::optional<int64_t> java_seed;
+  std::optional<double> std;
 
-// The flags above that are not also the random layer's: --java_seed and --std.
-std::vector<FlagSpec> LessonInitFlags();
+  void Declare(Flags& f);
+};
+
+// --java_seed, --std and `sizes` (n_head aside) as a LessonInit. INVALID_ARGUMENT for values
+// out of range. REQUIRES: lesson.java_seed is set.
+absl::StatusOr<v1::LessonInit> LessonInitFromFlags(const LessonFlags& lesson,
+                                                   const LayerSizes& sizes);
+
+// The layer LessonInitFromFlags draws, with `sizes`' n_head and n_head_kv.
+absl::StatusOr<client::MultiHeadInput> LessonMultiHeadInput(const LessonFlags& lesson,
+                                                            const LayerSizes& sizes);
 
 // Each head's raw and masked score table ([heads, n_q, n_kv] each), three decimals, masked
 // entries "-inf", under "scores, head h (scale * q.k):" and "masked scores, head h:".

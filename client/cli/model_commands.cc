@@ -185,26 +185,24 @@ int PrintModelDetails(Context& c, const client::PlannerClient& planner, const v1
   return kExitOk;
 }
 
-int RunModel(Context& c) {
+int RunModel(Context& c, const ModelSource& source) {
   client::PlannerClient planner(c.Channel(), c.connection);
-  if (c.args.Has("config") || c.args.Has("gguf")) {
+  if (source.given()) {
     v1::ModelRef ref;
-    if (int code = ResolveModel(c, planner, &ref); code != kExitOk) return code;
+    if (int code = ResolveModel(c, planner, source, &ref); code != kExitOk) return code;
     return PrintModelDetails(c, planner, ref.spec());
   }
-  if (c.args.positional().size() != 1) {
+  if (c.positional.size() != 1) {
     return UsageError(c, absl::InvalidArgumentError(
                              "give one model name (see 'attend models'), or --config / --gguf"));
   }
-  absl::StatusOr<v1::ModelSpec> m = planner.GetModel(c.args.positional()[0]);
+  absl::StatusOr<v1::ModelSpec> m = planner.GetModel(c.positional[0]);
   if (!m.ok()) return ReportError(c, m.status());
   return PrintModelDetails(c, planner, *m);
 }
 
-int RunModels(Context& c) {
-  if (!c.args.positional().empty() || c.args.Has("config") || c.args.Has("gguf")) {
-    return RunModel(c);
-  }
+int RunModels(Context& c, const ModelSource& source) {
+  if (!c.positional.empty() || source.given()) return RunModel(c, source);
   client::PlannerClient planner(c.Channel(), c.connection);
   absl::StatusOr<v1::ListModelsResponse> r = planner.ListModels();
   if (!r.ok()) return ReportError(c, r.status());
@@ -227,7 +225,7 @@ int RunModels(Context& c) {
                   Shorten(m.source(), 60)});
   }
   table.set_drop_order({"source", "window", "head dim", "max context"});
-  const TableStyle style = TableStyleFromFlags(c.args);
+  const TableStyle style = TableStyleFromFlags(c.no_headers, c.wide);
   PrintTable(table, style, *c.out, *c.err);
   if (style.headers) {
     *c.out << "'attend model <name>' shows one in full; 'attend plan <name>' sizes its KV cache.\n";
@@ -238,27 +236,26 @@ int RunModels(Context& c) {
 }  // namespace
 
 Command ModelsCommand() {
-  return {"models",
-          "list the model presets, or show one ('attend models <name>')",
-          "attend models [<name>] [--json | -o wide] [--no-headers]",
-          "Presets of published configurations; each names its source. With a name, the same as\n"
-          "'attend model <name>'.\n"
-          "Examples:\n  attend models\n  attend models llama-3-8b\n  attend --json models\n",
-          ModelSourceFlags(),
-          RunModels};
+  Command models{
+      "models", "list the model presets, or show one ('attend models <name>')",
+      "attend models [<name>] [--json | -o wide] [--no-headers]",
+      "Presets of published configurations; each names its source. With a name, the same as\n"
+      "'attend model <name>'.\n"
+      "Examples:\n  attend models\n  attend models llama-3-8b\n  attend --json models\n"};
+  models.define = Define(RunModels);
+  return models;
 }
 
 Command ModelCommand() {
-  return {
-      "model",
-      "show one model preset (or an imported config.json / GGUF) in full",
+  Command model{
+      "model", "show one model preset (or an imported config.json / GGUF) in full",
       "attend model <name> | attend model --config config.json | --gguf model.gguf [<name>]",
       "Shape, parameter count and its source, per-layer attention (sliding windows) and the KV\n"
       "cache per token.\n"
       "Examples:\n  attend model llama-3-70b\n  attend model gemma-2-9b\n"
-      "  attend model --config ~/models/Llama-3-8B/config.json\n",
-      ModelSourceFlags(),
-      RunModel};
+      "  attend model --config ~/models/Llama-3-8B/config.json\n"};
+  model.define = Define(RunModel);
+  return model;
 }
 
 }  // namespace attend::cli

@@ -354,24 +354,62 @@ absl::StatusOr<LineChart> KvChart(const client::PlannerClient& planner,
   return chart;
 }
 
-int RunPlan(Context& c) {
-  v1::PlanKvCacheRequest request;
-  absl::StatusOr<int64_t> context = c.args.GetInt("context", 0);
-  absl::StatusOr<int64_t> batch = c.args.GetInt("batch", 0);
-  absl::StatusOr<int64_t> block = c.args.GetInt("block_tokens", 0);
-  for (const auto* v : {&context, &batch, &block}) {
-    if (!v->ok()) return UsageError(c, v->status());
+struct PlanOptions {
+  int64_t context = 0;  // 0: the server sizes the model's max context
+  int64_t batch = 0;    // 0: the server's default, one sequence
+  std::string kv_dtype;
+  int64_t block_tokens = 0;
+  std::optional<std::string> indexer_dtype;
+  std::optional<std::string> budget;
+  bool subtract_weights = false;
+  std::string weights_dtype;
+  std::optional<std::string> weights_bytes;
+  std::optional<std::string> replica_memory;
+  bool layers = false;
+  std::optional<std::string> plot;
+  std::optional<std::string> plot_by;  // unset: variant
+  bool log_y = false;
+  ModelSource model;
+
+  void Declare(Flags& f) {
+    f.Add("context", &context, "tokens per sequence").Shown("the model's max context");
+    f.Add("batch", &batch, "concurrent sequences").Shown("1");
+    f.Add("kv_dtype", &kv_dtype, "f16, bf16, f32, fp8, int8, q8_0 or q4_0").Shown("f16");
+    f.Add("block_tokens", &block_tokens, "paged allocation block size (0 = no paging)");
+    f.Add("indexer_dtype", &indexer_dtype,
+          "type of sparse-attention indexer keys (DeepSeek-V3.2, GLM-5): 'kv' (the KV type) or a "
+          "type name")
+        .Shown("fp8 + scale, as published");
+    f.Add("budget", &budget, "memory for the cache, e.g. 80GiB, 80GB, 512MiB, 1e9");
+    f.Add("subtract_weights", &subtract_weights, "take the weights out of the budget first");
+    f.Add("weights_dtype", &weights_dtype, "type of the weights to subtract").Shown("the model's");
+    f.Add("weights_bytes", &weights_bytes,
+          "bytes of weights to subtract (instead of parameters x type)");
+    f.Add("replica_memory", &replica_memory,
+          "memory of one replica of a fleet (e.g. 64GiB): how many replicas hold --batch "
+          "sequences behind the consistent-hash proxy");
+    f.Add("layers", &layers, "also print the per-layer breakdown (kind, heads, bytes, state)");
+    f.Add("plot", &plot, "also write an SVG of KV-cache size against context to this file");
+    f.Add("plot_by", &plot_by, "one line per 'variant' (MHA/GQA/MQA) or per KV 'dtype'")
+        .Values({"variant", "dtype"}, "--plot_by: '%s'; use variant (default) or dtype")
+        .Shown("variant");
+    f.Add("log_y", &log_y, "--plot with a log y axis (MQA's megabytes beside MHA's gigabytes)");
+    model.Declare(f);
   }
-  request.set_context_tokens(*context);
-  request.set_batch(*batch);
-  request.set_block_tokens(*block);
-  absl::StatusOr<v1::KvDType> dtype = ParseKvDType(c.args.GetString("kv_dtype"));
+};
+
+int RunPlan(Context& c, const PlanOptions& o) {
+  v1::PlanKvCacheRequest request;
+  request.set_context_tokens(o.context);
+  request.set_batch(o.batch);
+  request.set_block_tokens(o.block_tokens);
+  absl::StatusOr<v1::KvDType> dtype = ParseKvDType(o.kv_dtype);
   if (!dtype.ok()) return UsageError(c, dtype.status());
   request.set_kv_dtype(*dtype);
-  if (c.args.Has("indexer_dtype")) {
+  if (o.indexer_dtype) {
     // "kv" keeps the indexer in the KV type; otherwise a type name. Without the flag the
     // server sizes it as published (fp8 values and a float32 scale).
-    const std::string name = c.args.GetString("indexer_dtype");
+    const std::string& name = *o.indexer_dtype;
     if (name.empty()) {
       // ParseKvDType reads empty as float16, which is neither the default nor "kv".
       return UsageError(c, absl::InvalidArgumentError(
@@ -384,54 +422,51 @@ int RunPlan(Context& c) {
     if (!indexer.ok()) return UsageError(c, indexer.status());
     request.set_indexer_dtype(*indexer);
   }
-  if (c.args.Has("budget")) {
-    absl::StatusOr<int64_t> budget = ParseByteSize(c.args.GetString("budget"), "--budget");
+  if (o.budget) {
+    absl::StatusOr<int64_t> budget = ParseByteSize(*o.budget, "--budget");
     if (!budget.ok()) return UsageError(c, budget.status());
     request.set_memory_budget_bytes(*budget);
   }
-  request.set_subtract_weights(c.args.GetBool("subtract_weights"));
-  if (c.args.Has("weights_bytes")) {
-    absl::StatusOr<int64_t> w = ParseByteSize(c.args.GetString("weights_bytes"), "--weights_bytes");
+  request.set_subtract_weights(o.subtract_weights);
+  if (o.weights_bytes) {
+    absl::StatusOr<int64_t> w = ParseByteSize(*o.weights_bytes, "--weights_bytes");
     if (!w.ok()) return UsageError(c, w.status());
     request.set_weights_bytes(*w);
   }
-  request.set_weights_dtype(c.args.GetString("weights_dtype"));
-  if (c.args.Has("replica_memory")) {
-    absl::StatusOr<int64_t> replica =
-        ParseByteSize(c.args.GetString("replica_memory"), "--replica_memory");
+  request.set_weights_dtype(o.weights_dtype);
+  if (o.replica_memory) {
+    absl::StatusOr<int64_t> replica = ParseByteSize(*o.replica_memory, "--replica_memory");
     if (!replica.ok()) return UsageError(c, replica.status());
     request.set_replica_memory_bytes(*replica);
   }
-  const std::string plot_by = c.args.GetString("plot_by", "variant");
-  if (plot_by != "variant" && plot_by != "dtype") {
-    return UsageError(c, absl::InvalidArgumentError(absl::StrCat(
-                             "--plot_by: '", plot_by, "'; use variant (default) or dtype")));
-  }
-  for (const char* flag : {"plot_by", "log_y"}) {
-    if (c.args.Has(flag) && !c.args.Has("plot")) {
+  const bool by_dtype = o.plot_by.value_or("variant") == "dtype";
+  for (const auto& [flag, given] :
+       {std::pair{"plot_by", o.plot_by.has_value()}, std::pair{"log_y", o.log_y}}) {
+    if (given && !o.plot) {
       return UsageError(
           c, absl::InvalidArgumentError(absl::StrCat("--", flag, " goes with --plot <file.svg>")));
     }
   }
 
   client::PlannerClient planner(c.Channel(), c.connection);
-  if (int code = ResolveModel(c, planner, request.mutable_model()); code != kExitOk) return code;
+  if (int code = ResolveModel(c, planner, o.model, request.mutable_model()); code != kExitOk) {
+    return code;
+  }
   absl::StatusOr<v1::PlanKvCacheResponse> r = planner.PlanKvCache(request);
   if (!r.ok()) return ReportError(c, r.status());
   if (c.json) {
     *c.out << ToJson(*r);
   } else {
-    PrintPlan(*c.out, *c.err, *r, TableStyleFromFlags(c.args), c.args.GetBool("layers"));
-    if (c.args.Has("indexer_dtype") && r->indexer_bytes_per_token() == 0) {
+    PrintPlan(*c.out, *c.err, *r, TableStyleFromFlags(c.no_headers, c.wide), o.layers);
+    if (o.indexer_dtype && r->indexer_bytes_per_token() == 0) {
       *c.err << "note: --indexer_dtype: the model has no sparse-attention indexer; the flag "
                 "changes nothing\n";
     }
   }
-  if (c.args.Has("plot")) {
-    absl::StatusOr<LineChart> chart =
-        KvChart(planner, request, *r, plot_by == "dtype", c.args.GetBool("log_y"));
+  if (o.plot) {
+    absl::StatusOr<LineChart> chart = KvChart(planner, request, *r, by_dtype, o.log_y);
     if (!chart.ok()) return ReportError(c, chart.status());
-    const std::string path = c.args.GetString("plot");
+    const std::string& path = *o.plot;
     if (absl::Status s = WriteTextFile(path, RenderSvg(*chart)); !s.ok()) return LocalError(c, s);
     if (!c.json) *c.out << "\nwrote " << path << " (" << chart->series.size() << " lines)\n";
   }
@@ -441,55 +476,29 @@ int RunPlan(Context& c) {
 }  // namespace
 
 Command PlanCommand() {
-  std::vector<FlagSpec> plan_flags = {
-      {"context", "tokens per sequence", false, "the model's max context"},
-      {"batch", "concurrent sequences", false, "1"},
-      {"kv_dtype", "f16, bf16, f32, fp8, int8, q8_0 or q4_0", false, "f16"},
-      {"block_tokens", "paged allocation block size (0 = no paging)", false, "0"},
-      {"indexer_dtype",
-       "type of sparse-attention indexer keys (DeepSeek-V3.2, GLM-5): 'kv' (the KV type) or a "
-       "type name",
-       false, "fp8 + scale, as published"},
-      {"budget", "memory for the cache, e.g. 80GiB, 80GB, 512MiB, 1e9"},
-      {"subtract_weights", "take the weights out of the budget first", true},
-      {"weights_dtype", "type of the weights to subtract", false, "the model's"},
-      {"weights_bytes", "bytes of weights to subtract (instead of parameters x type)"},
-      {"replica_memory",
-       "memory of one replica of a fleet (e.g. 64GiB): how many replicas hold --batch sequences "
-       "behind the consistent-hash proxy"},
-      {"layers", "also print the per-layer breakdown (kind, heads, bytes, state)", true},
-      {"plot", "also write an SVG of KV-cache size against context to this file"},
-      {"plot_by",
-       "one line per 'variant' (MHA/GQA/MQA) or per KV 'dtype'",
-       false,
-       "variant",
-       {"variant", "dtype"}},
-      {"log_y", "--plot with a log y axis (MQA's megabytes beside MHA's gigabytes)", true},
-  };
-  for (FlagSpec& f : ModelSourceFlags()) plan_flags.push_back(f);
-  return {"plan",
-          "KV-cache size of a model: per token, per sequence, batch, budget, MHA/GQA/MQA",
-          "attend plan <model> [--context N] [--batch B] [--kv_dtype fp8] [--budget 80GiB] "
-          "[--plot kv.svg]",
-          "Sizes in binary units (GiB = 2^30 bytes). With --budget, says whether the batch fits,\n"
-          "the longest context and the most sequences that do. Sliding-window layers stop growing\n"
-          "at their window; linear-attention and state-space layers hold a fixed state per\n"
-          "sequence (the state line), and --layers prints each layer kind. With\n"
-          "--replica_memory, how many replicas of that memory hold --batch sequences when a\n"
-          "consistent-hash proxy places them (the busiest replica holds more\n"
-          "than the mean; sized so that it fits in 99 of 100 fleets).\n"
-          "--plot draws the budget too, with a point where each line meets it (the longest\n"
-          "context that fits), and marks the model's maximum context when --context is beyond it.\n"
-          "Examples:\n  attend plan llama-3-8b --context 8192\n"
-          "  attend plan llama-3-70b --context 32768 --batch 16 --kv_dtype fp8 --budget 80GiB\n"
-          "  attend plan llama-3-8b --budget 80GB --subtract_weights --block_tokens 16\n"
-          "  attend plan llama-3-70b --context 32768 --batch 500 --replica_memory 64GiB\n"
-          "  attend plan mistral-7b --plot kv.svg\n"
-          "  attend plan llama-3-8b --context 32768 --budget 4GiB --plot kv.svg --log_y\n"
-          "  attend plan jamba-v0.1 --context 262144 --layers\n"
-          "  attend plan --config config.json --context 32768 --plot kv.svg --plot_by dtype\n",
-          plan_flags,
-          RunPlan};
+  Command plan{
+      "plan", "KV-cache size of a model: per token, per sequence, batch, budget, MHA/GQA/MQA",
+      "attend plan <model> [--context N] [--batch B] [--kv_dtype fp8] [--budget 80GiB] "
+      "[--plot kv.svg]",
+      "Sizes in binary units (GiB = 2^30 bytes). With --budget, says whether the batch fits,\n"
+      "the longest context and the most sequences that do. Sliding-window layers stop growing\n"
+      "at their window; linear-attention and state-space layers hold a fixed state per\n"
+      "sequence (the state line), and --layers prints each layer kind. With\n"
+      "--replica_memory, how many replicas of that memory hold --batch sequences when a\n"
+      "consistent-hash proxy places them (the busiest replica holds more\n"
+      "than the mean; sized so that it fits in 99 of 100 fleets).\n"
+      "--plot draws the budget too, with a point where each line meets it (the longest\n"
+      "context that fits), and marks the model's maximum context when --context is beyond it.\n"
+      "Examples:\n  attend plan llama-3-8b --context 8192\n"
+      "  attend plan llama-3-70b --context 32768 --batch 16 --kv_dtype fp8 --budget 80GiB\n"
+      "  attend plan llama-3-8b --budget 80GB --subtract_weights --block_tokens 16\n"
+      "  attend plan llama-3-70b --context 32768 --batch 500 --replica_memory 64GiB\n"
+      "  attend plan mistral-7b --plot kv.svg\n"
+      "  attend plan llama-3-8b --context 32768 --budget 4GiB --plot kv.svg --log_y\n"
+      "  attend plan jamba-v0.1 --context 262144 --layers\n"
+      "  attend plan --config config.json --context 32768 --plot kv.svg --plot_by dtype\n"};
+  plan.define = Define(RunPlan);
+  return plan;
 }
 
 }  // namespace attend::cli

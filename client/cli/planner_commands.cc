@@ -42,13 +42,14 @@ absl::StatusOr<v1::KvDType> ParseKvDType(const std::string& text, absl::string_v
       flag, ": '", text, "' is not a KV type; use f16, bf16, f32, fp8, int8, q8_0 or q4_0"));
 }
 
-int ResolveModel(Context& c, const client::PlannerClient& planner, v1::ModelRef* ref) {
-  const std::vector<std::string>& positional = c.args.positional();
+int ResolveModel(Context& c, const client::PlannerClient& planner, const ModelSource& source,
+                 v1::ModelRef* ref) {
+  const std::vector<std::string>& positional = c.positional;
   if (positional.size() > 1) {
     return UsageError(c, absl::InvalidArgumentError(absl::StrCat(
                              "one model at a time; got '", absl::StrJoin(positional, "' '"), "'")));
   }
-  const bool config = c.args.Has("config"), gguf = c.args.Has("gguf");
+  const bool config = source.config.has_value(), gguf = source.gguf.has_value();
   if (config && gguf) {
     return UsageError(c, absl::InvalidArgumentError("give --config or --gguf, not both"));
   }
@@ -66,7 +67,7 @@ int ResolveModel(Context& c, const client::PlannerClient& planner, v1::ModelRef*
   // not needed, so only the start of the file travels.
   const int64_t max_bytes = std::max<int64_t>(
       1, std::min<int64_t>(int64_t{64} << 20, c.connection.max_message_bytes - (int64_t{4} << 10)));
-  const std::string path = c.args.GetString(config ? "config" : "gguf");
+  const std::string path = config ? *source.config : *source.gguf;
   bool truncated = false;
   absl::StatusOr<std::string> data = ReadFilePrefix(path, max_bytes, &truncated);
   if (!data.ok()) return LocalError(c, data.status());
@@ -83,11 +84,9 @@ int ResolveModel(Context& c, const client::PlannerClient& planner, v1::ModelRef*
   return kExitOk;
 }
 
-std::vector<FlagSpec> ModelSourceFlags() {
-  return {
-      {"config", "a Hugging Face config.json to import (instead of a preset)"},
-      {"gguf", "a GGUF file to import (its header is read; instead of a preset)"},
-  };
+void ModelSource::Declare(Flags& f) {
+  f.Add("config", &config, "a Hugging Face config.json to import (instead of a preset)");
+  f.Add("gguf", &gguf, "a GGUF file to import (its header is read; instead of a preset)");
 }
 
 std::vector<Command> PlannerCommands() {

@@ -10,6 +10,7 @@
 #ifndef ATTEND_CLIENT_CLI_PLANNER_COMMANDS_H_
 #define ATTEND_CLIENT_CLI_PLANNER_COMMANDS_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,13 +29,20 @@ namespace attend::cli {
 absl::StatusOr<v1::KvDType> ParseKvDType(const std::string& text,
                                          absl::string_view flag = "--kv_dtype");
 
-// The model a planner command is about: a catalog name (the positional argument), or a model
-// imported through the server from --config / --gguf (the positional argument then names it).
-// Returns kExitOk and fills *ref, or prints the error and returns the exit code.
-int ResolveModel(Context& c, const client::PlannerClient& planner, v1::ModelRef* ref);
+// --config and --gguf: a model to import through the server instead of a preset.
+struct ModelSource {
+  std::optional<std::string> config;
+  std::optional<std::string> gguf;
 
-// --config and --gguf, the flags ResolveModel reads.
-std::vector<FlagSpec> ModelSourceFlags();
+  void Declare(Flags& f);
+  bool given() const { return config || gguf; }
+};
+
+// The model a planner command is about: a catalog name (the positional argument), or a model
+// imported through the server from `source` (the positional argument then names it).
+// Returns kExitOk and fills *ref, or prints the error and returns the exit code.
+int ResolveModel(Context& c, const client::PlannerClient& planner, const ModelSource& source,
+                 v1::ModelRef* ref);
 
 // The commands' table entries, in the order `attend --help` lists them.
 Command ModelsCommand();  // model_commands.cc

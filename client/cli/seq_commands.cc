@@ -10,12 +10,14 @@
 #include <random>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "client/cli/command.h"
 #include "client/cli/format.h"
 #include "client/cli/terminal_notes.h"
@@ -54,13 +56,32 @@ std::string DTypeName(v1::DType dtype) {
 // --- flags ---------------------------------------------------------------------------------------
 
 // The required --id.
-absl::StatusOr<std::string> RequiredId(const Args& args, const std::string& sub) {
-  if (!args.Has("id") || args.GetString("id").empty()) {
+absl::StatusOr<std::string> RequiredId(const std::string& id, const std::string& sub) {
+  if (id.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("'attend seq ", sub, "' needs --id <sequence id>"));
   }
-  return args.GetString("id");
+  return id;
 }
+
+// A required string flag: "'attend seq <sub>' needs --<flag> <what>" when absent or empty.
+absl::StatusOr<std::string> RequiredFlag(const std::string& value, const std::string& sub,
+                                         const std::string& flag, const std::string& what) {
+  if (value.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'attend seq ", sub, "' needs --", flag, " <", what, ">"));
+  }
+  return value;
+}
+
+// --id of the subcommands about one existing sequence.
+void DeclareSequenceId(Flags& f, std::string* id) { f.Add("id", id, "the sequence"); }
+
+// The subcommands that take --id alone.
+struct IdOptions {
+  std::string id;
+  void Declare(Flags& f) { DeclareSequenceId(f, &id); }
+};
 
 // --- printing ------------------------------------------------------------------------------------
 
@@ -119,23 +140,35 @@ void PrintSequence(Context& c, const v1::SequenceInfo& info, const std::string& 
 
 // --- subcommands ---------------------------------------------------------------------------------
 
-int RunCreate(Context& c) {
-  v1::SequenceConfig config;
-  absl::StatusOr<int64_t> layers = IntFlag(c.args, "layers", 2, 1, 1 << 16);
-  absl::StatusOr<int64_t> n_head = IntFlag(c.args, "n_head", 4, 1, 1 << 16);
-  if (!layers.ok()) return UsageError(c, layers.status());
-  if (!n_head.ok()) return UsageError(c, n_head.status());
-  absl::StatusOr<int64_t> n_head_kv = IntFlag(c.args, "n_head_kv", *n_head, 1, 1 << 16);
-  absl::StatusOr<int64_t> head_dim = IntFlag(c.args, "head_dim", 16, 1, 1 << 16);
-  if (!n_head_kv.ok()) return UsageError(c, n_head_kv.status());
-  if (!head_dim.ok()) return UsageError(c, head_dim.status());
-  absl::StatusOr<int64_t> head_dim_v = IntFlag(c.args, "head_dim_v", *head_dim, 1, 1 << 16);
-  absl::StatusOr<int64_t> window = IntFlag(c.args, "window", 0, 0, int64_t{1} << 40);
-  absl::StatusOr<int64_t> reserve = IntFlag(c.args, "reserve", 0, 0, int64_t{1} << 40);
-  for (const auto* s : {&head_dim_v, &window, &reserve}) {
-    if (!s->ok()) return UsageError(c, s->status());
+struct CreateOptions {
+  std::string id;
+  int64_t layers = 2;
+  int64_t n_head = 4;
+  std::optional<int64_t> n_head_kv;  // unset: n_head
+  int64_t head_dim = 16;
+  std::optional<int64_t> head_dim_v;  // unset: head_dim
+  std::string kv_dtype = "bf16";
+  int64_t window = 0;
+  int64_t reserve = 0;
+
+  void Declare(Flags& f) {
+    f.Add("id", &id, "sequence id, 1-128 of [A-Za-z0-9._:/-]").Shown("seq-<16 random hex digits>");
+    f.Add("layers", &layers, "layers").Range(1, 1 << 16);
+    f.Add("n_head", &n_head, "query heads").Range(1, 1 << 16);
+    f.Add("n_head_kv", &n_head_kv, "key/value heads (divides n_head)")
+        .Range(1, 1 << 16)
+        .Shown("n_head");
+    f.Add("head_dim", &head_dim, "query/key head size").Range(1, 1 << 16);
+    f.Add("head_dim_v", &head_dim_v, "value head size").Range(1, 1 << 16).Shown("head_dim");
+    f.Add("kv_dtype", &kv_dtype, "storage of keys and values: f32, bf16 or int8");
+    f.Add("window", &window, "sliding window in tokens (0 = unlimited)").Range(0, int64_t{1} << 40);
+    f.Add("reserve", &reserve, "tokens to reserve in every layer").Range(0, int64_t{1} << 40);
   }
-  const std::string dtype = c.args.GetString("kv_dtype", "bf16");
+};
+
+int RunCreate(Context& c, const CreateOptions& o) {
+  v1::SequenceConfig config;
+  const std::string& dtype = o.kv_dtype;
   if (dtype == "bf16" || dtype == "bfloat16") {
     config.set_kv_dtype(v1::BFLOAT16);
   } else if (dtype == "f32" || dtype == "float32") {
@@ -146,15 +179,14 @@ int RunCreate(Context& c) {
     return UsageError(c, absl::InvalidArgumentError(absl::StrCat(
                              "--kv_dtype: '", dtype, "'; the cache stores f32, bf16 or int8")));
   }
-  config.set_layers(static_cast<int32_t>(*layers));
-  config.set_n_head(static_cast<int32_t>(*n_head));
-  config.set_n_head_kv(static_cast<int32_t>(*n_head_kv));
-  config.set_head_dim(static_cast<int32_t>(*head_dim));
-  config.set_head_dim_v(static_cast<int32_t>(*head_dim_v));
-  config.set_window_tokens(*window);
+  config.set_layers(static_cast<int32_t>(o.layers));
+  config.set_n_head(static_cast<int32_t>(o.n_head));
+  config.set_n_head_kv(static_cast<int32_t>(o.n_head_kv.value_or(o.n_head)));
+  config.set_head_dim(static_cast<int32_t>(o.head_dim));
+  config.set_head_dim_v(static_cast<int32_t>(o.head_dim_v.value_or(o.head_dim)));
+  config.set_window_tokens(o.window);
   client::KvCacheClient kv(c.Channel(), c.connection);
-  absl::StatusOr<v1::SequenceInfo> info =
-      kv.CreateSequence(config, c.args.GetString("id", ""), *reserve);
+  absl::StatusOr<v1::SequenceInfo> info = kv.CreateSequence(config, o.id, o.reserve);
   if (!info.ok()) return ReportError(c, info.status());
   if (c.json) {
     *c.out << ToJson(*info);
@@ -164,25 +196,55 @@ int RunCreate(Context& c) {
   return kExitOk;
 }
 
+struct AppendOptions {
+  std::string id;
+  int64_t layer = 0;
+  Given<int64_t> n{1};
+  Given<int64_t> seed{1};
+  std::optional<std::string> q;
+  std::optional<std::string> k;
+  std::optional<std::string> v;
+  bool no_q = false;
+  bool weights = false;
+  std::optional<std::string> out;
+  std::string wire = "f32";
+  std::string precision;
+
+  void Declare(Flags& f) {
+    DeclareSequenceId(f, &id);
+    f.Add("layer", &layer, "layer to append to").Range(0, 1 << 16);
+    f.Add("n", &n, "random tokens").Range(1, 1 << 20);
+    DeclareRandomTokensSeed(f, &seed);
+    f.Add("q", &q, ".npy file of the queries [n, n_head, head_dim]");
+    f.Add("k", &k, ".npy file of the keys [n, n_head_kv, head_dim]");
+    f.Add("v", &v, ".npy file of the values [n, n_head_kv, head_dim_v]");
+    f.Add("no_q", &no_q, "send no queries: only cache the keys and values");
+    f.Add("weights", &weights, "also print the attention weights per head");
+    f.Add("out", &out, "write the output [n, n_head, head_dim_v] to this .npy file");
+    DeclareWire(f, &wire);
+    DeclarePrecision(f, &precision);
+  }
+};
+
 // The append flags that choose the tokens, checked together: .npy files (--k and --v, --q
 // optional) or random tokens (--n, --seed, --no_q), and --out or --weights only with queries.
-absl::Status CheckAppendSource(const Args& args) {
-  const bool no_q = args.GetBool("no_q");
-  const bool from_files = args.Has("q") || args.Has("k") || args.Has("v");
+absl::Status CheckAppendSource(const AppendOptions& o) {
+  const bool no_q = o.no_q;
+  const bool from_files = o.q || o.k || o.v;
   if (from_files) {
-    if (!args.Has("k") || !args.Has("v")) {
+    if (!o.k || !o.v) {
       return absl::InvalidArgumentError("--k and --v go together (--q optional)");
     }
-    if (args.Has("n") || args.Has("seed")) {
+    if (o.n.given || o.seed.given) {
       return absl::InvalidArgumentError(
           "--n and --seed make random tokens; not with --q/--k/--v files");
     }
-    if (no_q && args.Has("q")) {
+    if (no_q && o.q) {
       return absl::InvalidArgumentError("--no_q and --q contradict each other");
     }
   }
-  const bool has_q = from_files ? args.Has("q") : !no_q;
-  if (!has_q && (args.GetBool("weights") || args.Has("out"))) {
+  const bool has_q = from_files ? o.q.has_value() : !no_q;
+  if (!has_q && (o.weights || o.out)) {
     return absl::InvalidArgumentError(
         "without queries (--no_q, or --k/--v without --q) there is no output for --out or "
         "--weights");
@@ -193,31 +255,33 @@ absl::Status CheckAppendSource(const Args& args) {
 // Fills input->q/k/v from the .npy files the flags name, or with random tokens shaped like the
 // sequence (which the server is asked for). Returns kExitOk, or prints the problem and returns
 // its exit code.
-int FillAppendTokens(Context& c, const client::KvCacheClient& kv, client::AppendInput* input) {
-  if (c.args.Has("q") || c.args.Has("k") || c.args.Has("v")) {
-    for (const char* flag : {"q", "k", "v"}) {
-      if (!c.args.Has(flag)) continue;
-      absl::StatusOr<FloatTensor> t = ReadNpyFlag(c, flag);
+int FillAppendTokens(Context& c, const AppendOptions& o, const client::KvCacheClient& kv,
+                     client::AppendInput* input) {
+  if (o.q || o.k || o.v) {
+    if (o.q) {
+      absl::StatusOr<FloatTensor> q = ReadNpyFlag(c, "q", *o.q);
+      if (!q.ok()) return LocalError(c, q.status());
+      input->q = *std::move(q);
+    }
+    for (auto [flag, path, target] :
+         {std::tuple{"k", &o.k, &input->k}, std::tuple{"v", &o.v, &input->v}}) {
+      if (!*path) continue;
+      absl::StatusOr<FloatTensor> t = ReadNpyFlag(c, flag, **path);
       if (!t.ok()) return LocalError(c, t.status());
-      if (flag[0] == 'q') input->q = *std::move(t);
-      if (flag[0] == 'k') input->k = *std::move(t);
-      if (flag[0] == 'v') input->v = *std::move(t);
+      *target = *std::move(t);
     }
     return kExitOk;
   }
-  absl::StatusOr<int64_t> n = IntFlag(c.args, "n", 1, 1, 1 << 20);
-  absl::StatusOr<int64_t> seed = IntFlag(c.args, "seed", 1, 0, INT64_MAX);
-  if (!n.ok()) return UsageError(c, n.status());
-  if (!seed.ok()) return UsageError(c, seed.status());
+  const int64_t n = o.n.value;
   absl::StatusOr<v1::SequenceInfo> info = kv.GetSequence(input->sequence_id);
   if (!info.ok()) return ReportError(c, info.status());
   const v1::SequenceConfig& config = info->config();
-  std::mt19937_64 rng(static_cast<uint64_t>(*seed));
+  std::mt19937_64 rng(static_cast<uint64_t>(o.seed.value));
   // The queries are drawn even with --no_q: the keys and values a seed gives do not depend on it.
-  FloatTensor q = RandomTensor(rng, {*n, config.n_head(), config.head_dim()});
-  input->k = RandomTensor(rng, {*n, config.n_head_kv(), config.head_dim()});
-  input->v = RandomTensor(rng, {*n, config.n_head_kv(), config.head_dim_v()});
-  if (!c.args.GetBool("no_q")) input->q = std::move(q);
+  FloatTensor q = RandomTensor(rng, {n, config.n_head(), config.head_dim()});
+  input->k = RandomTensor(rng, {n, config.n_head_kv(), config.head_dim()});
+  input->v = RandomTensor(rng, {n, config.n_head_kv(), config.head_dim_v()});
+  if (!o.no_q) input->q = std::move(q);
   return kExitOk;
 }
 
@@ -250,25 +314,24 @@ void PrintAppended(Context& c, const client::AppendInput& input, int64_t n,
   PrintStats(*c.out, r.stats);
 }
 
-int RunAppend(Context& c) {
-  absl::StatusOr<std::string> id = RequiredId(c.args, "append");
+int RunAppend(Context& c, const AppendOptions& o) {
+  c.wire = o.wire;
+  absl::StatusOr<std::string> id = RequiredId(o.id, "append");
   if (!id.ok()) return UsageError(c, id.status());
-  absl::StatusOr<int64_t> layer = IntFlag(c.args, "layer", 0, 0, 1 << 16);
-  if (!layer.ok()) return UsageError(c, layer.status());
-  absl::StatusOr<v1::Precision> precision = ParsePrecision(c.args);
+  absl::StatusOr<v1::Precision> precision = ParsePrecision(o.precision);
   if (!precision.ok()) return UsageError(c, precision.status());
-  absl::StatusOr<client::Wire> wire = client::ParseWire(c.args.GetString("wire", "f32"));
+  absl::StatusOr<client::Wire> wire = client::ParseWire(o.wire);
   if (!wire.ok()) return UsageError(c, wire.status());
-  if (absl::Status s = CheckAppendSource(c.args); !s.ok()) return UsageError(c, s);
+  if (absl::Status s = CheckAppendSource(o); !s.ok()) return UsageError(c, s);
 
   client::KvCacheClient kv(c.Channel(), c.connection);
   client::AppendInput input;
   input.sequence_id = *id;
-  input.layer = static_cast<int32_t>(*layer);
+  input.layer = static_cast<int32_t>(o.layer);
   input.precision = *precision;
   input.wire = *wire;
-  input.return_weights = c.args.GetBool("weights");
-  if (int code = FillAppendTokens(c, kv, &input); code != kExitOk) return code;
+  input.return_weights = o.weights;
+  if (int code = FillAppendTokens(c, o, kv, &input); code != kExitOk) return code;
   const int64_t n = input.k.shape.empty() ? 0 : input.k.shape[0];
   absl::StatusOr<client::AppendOutput> r;
   {
@@ -278,8 +341,8 @@ int RunAppend(Context& c) {
     r = kv.Append(input);
   }
   if (!r.ok()) return ReportError(c, r.status());
-  if (c.args.Has("out")) {
-    if (absl::Status s = client::WriteNpyFile(c.args.GetString("out"), r->output); !s.ok()) {
+  if (o.out) {
+    if (absl::Status s = client::WriteNpyFile(*o.out, r->output); !s.ok()) {
       return LocalError(c,
                         absl::Status(s.code(), absl::StrCat(s.message(),
                                                             " (the tokens were "
@@ -290,17 +353,24 @@ int RunAppend(Context& c) {
   return kExitOk;
 }
 
-int RunFork(Context& c) {
-  absl::StatusOr<std::string> id = RequiredId(c.args, "fork");
-  if (!id.ok()) return UsageError(c, id.status());
-  std::optional<int64_t> tokens;
-  if (c.args.Has("tokens")) {
-    absl::StatusOr<int64_t> t = IntFlag(c.args, "tokens", 0, 0, int64_t{1} << 40);
-    if (!t.ok()) return UsageError(c, t.status());
-    tokens = *t;
+struct ForkOptions {
+  std::string id;
+  std::string new_id;
+  std::optional<int64_t> tokens;  // unset: every token all layers hold
+
+  void Declare(Flags& f) {
+    f.Add("id", &id, "the source sequence");
+    f.Add("new_id", &new_id, "id of the fork").Shown("<source key>/<16 hex digits>, by the server");
+    f.Add("tokens", &tokens, "tokens to share").Range(0, int64_t{1} << 40).Shown("all");
   }
+};
+
+int RunFork(Context& c, const ForkOptions& o) {
+  absl::StatusOr<std::string> id = RequiredId(o.id, "fork");
+  if (!id.ok()) return UsageError(c, id.status());
+  const std::optional<int64_t>& tokens = o.tokens;
   client::KvCacheClient kv(c.Channel(), c.connection);
-  absl::StatusOr<v1::SequenceInfo> info = kv.Fork(*id, c.args.GetString("new_id", ""), tokens);
+  absl::StatusOr<v1::SequenceInfo> info = kv.Fork(*id, o.new_id, tokens);
   if (!info.ok()) return ReportError(c, info.status());
   if (c.json) {
     *c.out << ToJson(*info);
@@ -314,16 +384,24 @@ int RunFork(Context& c) {
   return kExitOk;
 }
 
-int RunTruncate(Context& c) {
-  absl::StatusOr<std::string> id = RequiredId(c.args, "truncate");
+struct TruncateOptions {
+  std::string id;
+  std::optional<int64_t> tokens;
+
+  void Declare(Flags& f) {
+    DeclareSequenceId(f, &id);
+    f.Add("tokens", &tokens, "the new length").Range(0, int64_t{1} << 40);
+  }
+};
+
+int RunTruncate(Context& c, const TruncateOptions& o) {
+  absl::StatusOr<std::string> id = RequiredId(o.id, "truncate");
   if (!id.ok()) return UsageError(c, id.status());
-  if (!c.args.Has("tokens")) {
+  if (!o.tokens) {
     return UsageError(c, absl::InvalidArgumentError("'attend seq truncate' needs --tokens <n>"));
   }
-  absl::StatusOr<int64_t> tokens = IntFlag(c.args, "tokens", 0, 0, int64_t{1} << 40);
-  if (!tokens.ok()) return UsageError(c, tokens.status());
   client::KvCacheClient kv(c.Channel(), c.connection);
-  absl::StatusOr<v1::SequenceInfo> info = kv.Truncate(*id, *tokens);
+  absl::StatusOr<v1::SequenceInfo> info = kv.Truncate(*id, *o.tokens);
   if (!info.ok()) return ReportError(c, info.status());
   if (c.json) {
     *c.out << ToJson(*info);
@@ -331,12 +409,12 @@ int RunTruncate(Context& c) {
   }
   PrintSequence(
       c, *info,
-      absl::StrCat("truncated ", Quoted(*id), " to ", Plural(*tokens, "token", "tokens")));
+      absl::StrCat("truncated ", Quoted(*id), " to ", Plural(*o.tokens, "token", "tokens")));
   return kExitOk;
 }
 
-int RunRelease(Context& c) {
-  absl::StatusOr<std::string> id = RequiredId(c.args, "release");
+int RunRelease(Context& c, const IdOptions& o) {
+  absl::StatusOr<std::string> id = RequiredId(o.id, "release");
   if (!id.ok()) return UsageError(c, id.status());
   client::KvCacheClient kv(c.Channel(), c.connection);
   absl::StatusOr<int64_t> freed = kv.Release(*id);
@@ -350,8 +428,8 @@ int RunRelease(Context& c) {
   return kExitOk;
 }
 
-int RunGet(Context& c) {
-  absl::StatusOr<std::string> id = RequiredId(c.args, "get");
+int RunGet(Context& c, const IdOptions& o) {
+  absl::StatusOr<std::string> id = RequiredId(o.id, "get");
   if (!id.ok()) return UsageError(c, id.status());
   client::KvCacheClient kv(c.Channel(), c.connection);
   absl::StatusOr<v1::SequenceInfo> info = kv.GetSequence(*id);
@@ -364,20 +442,28 @@ int RunGet(Context& c) {
   return kExitOk;
 }
 
-int RunList(Context& c) {
-  absl::StatusOr<int64_t> page_size = IntFlag(c.args, "page_size", 0, 0, 1000);
-  if (!page_size.ok()) return UsageError(c, page_size.status());
+struct ListOptions {
+  int64_t page_size = 0;  // 0: the server's default, 100
+  std::optional<std::string> page_token;
+
+  void Declare(Flags& f) {
+    f.Add("page_size", &page_size, "sequences per call (at most 1000)").Range(0, 1000).Shown("100");
+    f.Add("page_token", &page_token, "print only the page after this token");
+  }
+};
+
+int RunList(Context& c, const ListOptions& o) {
   client::KvCacheClient kv(c.Channel(), c.connection);
   v1::ListSequencesResponse listed;
-  if (c.args.Has("page_token")) {
+  if (o.page_token) {
     // The page asked for, and where the next one starts.
     absl::StatusOr<v1::ListSequencesResponse> page =
-        kv.ListSequences(static_cast<int32_t>(*page_size), c.args.GetString("page_token"));
+        kv.ListSequences(static_cast<int32_t>(o.page_size), *o.page_token);
     if (!page.ok()) return ReportError(c, page.status());
     listed = *std::move(page);
   } else {
     absl::StatusOr<std::vector<v1::SequenceInfo>> all =
-        kv.ListAllSequences(static_cast<int32_t>(*page_size));
+        kv.ListAllSequences(static_cast<int32_t>(o.page_size));
     if (!all.ok()) return ReportError(c, all.status());
     for (v1::SequenceInfo& info : *all) *listed.add_sequences() = std::move(info);
   }
@@ -402,7 +488,7 @@ int RunList(Context& c) {
                     Count(s.shared_blocks()), BinaryBytes(s.bytes()),
                     s.forked_from().empty() ? "-" : s.forked_from(), Ago(s.last_used_unix_ms())});
     }
-    const TableStyle style = TableStyleFromFlags(c.args);
+    const TableStyle style = TableStyleFromFlags(c.no_headers, c.wide);
     PrintTable(table, style, *c.out, *c.err);
     // The summary is a note below the table: --no-headers leaves the rows alone.
     if (style.headers) {
@@ -441,28 +527,27 @@ int RunStats(Context& c) {
       absl::StrCat(s->eviction_policy(), "; ", Plural(s->evictions(), "eviction", "evictions"),
                    ", ", Plural(s->rejections(), "rejection", "rejections"), " for lack of room"));
   *c.out << "KV cache of " << c.connection.target << "\n"
-         << f.Render("  ", TableStyleFromFlags(c.args).max_width);
+         << f.Render("  ", TableStyleFromFlags(c.no_headers, c.wide).max_width);
   return kExitOk;
 }
 
 // --- save, load, export, import, hand-off --------------------------------------------------------
 
-// A required string flag: "'attend seq <sub>' needs --<flag> <what>" when absent or empty.
-absl::StatusOr<std::string> RequiredFlag(const Args& args, const std::string& sub,
-                                         const std::string& flag, const std::string& what) {
-  if (!args.Has(flag) || args.GetString(flag).empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'attend seq ", sub, "' needs --", flag, " <", what, ">"));
-  }
-  return args.GetString(flag);
-}
+struct SaveOptions {
+  std::string id;
+  std::string name;
 
-int RunSave(Context& c) {
-  absl::StatusOr<std::string> id = RequiredId(c.args, "save");
+  void Declare(Flags& f) {
+    DeclareSequenceId(f, &id);
+    f.Add("name", &name, "the file's name (rules of a sequence id)").Shown("the sequence id");
+  }
+};
+
+int RunSave(Context& c, const SaveOptions& o) {
+  absl::StatusOr<std::string> id = RequiredId(o.id, "save");
   if (!id.ok()) return UsageError(c, id.status());
   client::KvCacheClient kv(c.Channel(), c.connection);
-  absl::StatusOr<v1::SaveSequenceResponse> saved =
-      kv.SaveSequence(*id, c.args.GetString("name", ""));
+  absl::StatusOr<v1::SaveSequenceResponse> saved = kv.SaveSequence(*id, o.name);
   if (!saved.ok()) return ReportError(c, saved.status());
   if (c.json) {
     *c.out << ToJson(*saved);
@@ -475,11 +560,21 @@ int RunSave(Context& c) {
   return kExitOk;
 }
 
-int RunLoad(Context& c) {
-  absl::StatusOr<std::string> name = RequiredFlag(c.args, "load", "name", "saved name");
+struct LoadOptions {
+  std::string name;
+  std::string id;
+
+  void Declare(Flags& f) {
+    f.Add("name", &name, "the name it was saved under");
+    f.Add("id", &id, "id the loaded sequence gets").Shown("the id it was saved from");
+  }
+};
+
+int RunLoad(Context& c, const LoadOptions& o) {
+  absl::StatusOr<std::string> name = RequiredFlag(o.name, "load", "name", "saved name");
   if (!name.ok()) return UsageError(c, name.status());
   client::KvCacheClient kv(c.Channel(), c.connection);
-  absl::StatusOr<v1::SequenceInfo> info = kv.LoadSequence(*name, c.args.GetString("id", ""));
+  absl::StatusOr<v1::SequenceInfo> info = kv.LoadSequence(*name, o.id);
   if (!info.ok()) return ReportError(c, info.status());
   if (c.json) {
     *c.out << ToJson(*info);
@@ -496,10 +591,20 @@ absl::Status WriteError(const std::string& path, int error) {
       "cannot write '", path, "': ", error != 0 ? std::strerror(error) : "write failed"));
 }
 
-int RunExport(Context& c) {
-  absl::StatusOr<std::string> id = RequiredId(c.args, "export");
+struct ExportOptions {
+  std::string id;
+  std::string out;
+
+  void Declare(Flags& f) {
+    DeclareSequenceId(f, &id);
+    f.Add("out", &out, "the file to write, or - for stdout");
+  }
+};
+
+int RunExport(Context& c, const ExportOptions& o) {
+  absl::StatusOr<std::string> id = RequiredId(o.id, "export");
   if (!id.ok()) return UsageError(c, id.status());
-  absl::StatusOr<std::string> out = RequiredFlag(c.args, "export", "out", "file, or - for stdout");
+  absl::StatusOr<std::string> out = RequiredFlag(o.out, "export", "out", "file, or - for stdout");
   if (!out.ok()) return UsageError(c, out.status());
   client::KvCacheClient kv(c.Channel(), c.connection);
   if (*out == "-") {
@@ -579,10 +684,24 @@ int RunExport(Context& c) {
   return kExitOk;
 }
 
-int RunImport(Context& c) {
-  absl::StatusOr<std::string> path = RequiredFlag(c.args, "import", "in", "snapshot file");
+struct ImportOptions {
+  std::string in;
+  std::string id;
+  bool no_share = false;
+
+  void Declare(Flags& f) {
+    f.Add("in", &in, "the file 'attend seq export' wrote");
+    f.Add("id", &id, "id the imported sequence gets").Shown("the id it was exported from");
+    f.Add("no_share", &no_share,
+          "copy the leading tokens a fork shared with its source, even when that source is here "
+          "with the same rows");
+  }
+};
+
+int RunImport(Context& c, const ImportOptions& o) {
+  absl::StatusOr<std::string> path = RequiredFlag(o.in, "import", "in", "snapshot file");
   if (!path.ok()) return UsageError(c, path.status());
-  const std::string id = c.args.GetString("id", "");
+  const std::string& id = o.id;
   absl::StatusOr<std::ifstream> opened = OpenForReading(*path);
   if (!opened.ok()) return LocalError(c, opened.status());
   std::ifstream& in = *opened;
@@ -621,7 +740,7 @@ int RunImport(Context& c) {
     return from_head + *rest;
   };
   std::optional<bool> share;
-  if (c.args.GetBool("no_share")) share = false;
+  if (o.no_share) share = false;
   client::KvCacheClient kv(c.Channel(), c.connection);
   absl::StatusOr<v1::SequenceInfo> info;
   {
@@ -659,7 +778,7 @@ int RunHandOff(Context& c) {
                                  r->failed_size() == 0 ? "" : ", still here and serving (below)"));
     f.Add("sent", absl::StrCat(BytesWithCount(r->bytes()), " in ", Duration(r->seconds())));
     *c.out << "hand-off of " << c.connection.target << " (to its --handoff_target)\n"
-           << f.Render("  ", TableStyleFromFlags(c.args).max_width);
+           << f.Render("  ", TableStyleFromFlags(c.no_headers, c.wide).max_width);
     for (const v1::HandOffFailure& failed : r->failed()) {
       *c.out << "  " << Quoted(failed.sequence_id()) << ": " << failed.error() << "\n";
     }
@@ -672,13 +791,9 @@ int RunHandOff(Context& c) {
   return kExitServerError;
 }
 
-// --id of the subcommands about one existing sequence.
-FlagSpec SequenceIdFlag() { return {"id", "the sequence"}; }
-
 Command CreateSubcommand() {
   return {
-      "create",
-      "create a sequence of a given shape",
+      "create", "create a sequence of a given shape",
       "attend seq create [--id ID] [--layers L --n_head H --n_head_kv G --head_dim D] "
       "[--kv_dtype f32|bf16|int8] [--window W] [--reserve N]",
       "The shape is fixed for the sequence's life. --reserve takes the blocks of N tokens in\n"
@@ -686,22 +801,12 @@ Command CreateSubcommand() {
       "Examples:\n  attend seq create --id chat-1\n"
       "  attend seq create --id llama-like --layers 32 --n_head 32 --n_head_kv 8 --head_dim 128\n"
       "  attend seq create --id local --kv_dtype f32 --window 4096 --reserve 1024\n",
-      {{"id", "sequence id, 1-128 of [A-Za-z0-9._:/-]", false, "seq-<16 random hex digits>"},
-       {"layers", "layers", false, "2"},
-       {"n_head", "query heads", false, "4"},
-       {"n_head_kv", "key/value heads (divides n_head)", false, "n_head"},
-       {"head_dim", "query/key head size", false, "16"},
-       {"head_dim_v", "value head size", false, "head_dim"},
-       {"kv_dtype", "storage of keys and values: f32, bf16 or int8", false, "bf16"},
-       {"window", "sliding window in tokens (0 = unlimited)", false, "0"},
-       {"reserve", "tokens to reserve in every layer", false, "0"}},
-      RunCreate};
+      Define(RunCreate)};
 }
 
 Command AppendSubcommand() {
   return {
-      "append",
-      "append one layer's new tokens and print the attention of their queries",
+      "append", "append one layer's new tokens and print the attention of their queries",
       "attend seq append --id ID [--layer L] [--n N [--seed S] | --k k.npy --v v.npy [--q q.npy]] "
       "[--no_q] [--weights] [--out o.npy]",
       "Random tokens (standard normal, shaped like the sequence) unless --k/--v name .npy files\n"
@@ -712,30 +817,16 @@ Command AppendSubcommand() {
       "  attend seq append --id chat-1 --layer 1 --n 16 --no_q\n"
       "  attend seq append --id chat-1 --layer 0 --n 2 --weights\n"
       "  attend seq append --id chat-1 --q q.npy --k k.npy --v v.npy --out o.npy\n",
-      {SequenceIdFlag(),
-       {"layer", "layer to append to", false, "0"},
-       {"n", "random tokens", false, "1"},
-       RandomTokensSeedFlag(),
-       {"q", ".npy file of the queries [n, n_head, head_dim]"},
-       {"k", ".npy file of the keys [n, n_head_kv, head_dim]"},
-       {"v", ".npy file of the values [n, n_head_kv, head_dim_v]"},
-       {"no_q", "send no queries: only cache the keys and values", true},
-       {"weights", "also print the attention weights per head", true},
-       {"out", "write the output [n, n_head, head_dim_v] to this .npy file"},
-       WireFlag(),
-       PrecisionFlag()},
-      RunAppend};
+      Define(RunAppend)};
 }
 
 std::vector<Command> Subcommands() {
-  const FlagSpec id = SequenceIdFlag();
   std::vector<Command> subs;
   subs.push_back(CreateSubcommand());
   subs.push_back(AppendSubcommand());
   subs.push_back(SeqDecodeSubcommand());
   subs.push_back(
-      {"fork",
-       "fork a sequence copy-on-write (e.g. to branch a conversation)",
+      {"fork", "fork a sequence copy-on-write (e.g. to branch a conversation)",
        "attend seq fork --id SOURCE [--new_id ID] [--tokens N]",
        "The fork shares the source's first N tokens (default: every token all layers hold);\n"
        "blocks are copied only when one side writes into a shared one.\n"
@@ -743,57 +834,36 @@ std::vector<Command> Subcommands() {
        "the source's key (the id up to its first '/'): fork chat-1 as chat-1/<name>.\n"
        "Examples:\n  attend seq fork --id chat-1 --new_id chat-1/b\n"
        "  attend seq fork --id chat-1 --new_id chat-1/retry --tokens 12\n",
-       {{"id", "the source sequence"},
-        {"new_id", "id of the fork", false, "<source key>/<16 hex digits>, by the server"},
-        {"tokens", "tokens to share", false, "all"}},
-       RunFork});
-  subs.push_back({"truncate",
-                  "drop every token at or after a position in every layer",
+       Define(RunFork)});
+  subs.push_back({"truncate", "drop every token at or after a position in every layer",
                   "attend seq truncate --id ID --tokens N",
                   "Examples:\n  attend seq truncate --id chat-1 --tokens 12\n",
-                  {id, {"tokens", "the new length"}},
-                  RunTruncate});
-  subs.push_back({"release",
-                  "remove a sequence and return its memory",
-                  "attend seq release --id ID",
-                  "Examples:\n  attend seq release --id chat-1\n",
-                  {id},
-                  RunRelease});
-  subs.push_back({"get",
-                  "show a sequence: shape, tokens per layer, blocks, bytes",
+                  Define(RunTruncate)});
+  subs.push_back({"release", "remove a sequence and return its memory",
+                  "attend seq release --id ID", "Examples:\n  attend seq release --id chat-1\n",
+                  Define(RunRelease)});
+  subs.push_back({"get", "show a sequence: shape, tokens per layer, blocks, bytes",
                   "attend seq get --id ID",
                   "Examples:\n  attend seq get --id chat-1\n  attend --json seq get --id chat-1\n",
-                  {id},
-                  RunGet});
+                  Define(RunGet)});
   subs.push_back(
-      {"list",
-       "list the sequences",
-       "attend seq list [--page_size N] [--page_token T]",
+      {"list", "list the sequences", "attend seq list [--page_size N] [--page_token T]",
        "Follows every page unless --page_token asks for one page (whose next token is printed).\n"
        "Examples:\n  attend seq list\n  attend seq list --page_size 10 --page_token chat-1\n",
-       {{"page_size", "sequences per call (at most 1000)", false, "100"},
-        {"page_token", "print only the page after this token"}},
-       RunList});
-  subs.push_back({"stats",
-                  "the cache: capacity, usage, blocks, sequences, evictions",
-                  "attend seq stats",
-                  "Examples:\n  attend seq stats\n  attend --json seq stats\n",
-                  {},
-                  RunStats});
+       Define(RunList)});
+  subs.push_back({"stats", "the cache: capacity, usage, blocks, sequences, evictions",
+                  "attend seq stats", "Examples:\n  attend seq stats\n  attend --json seq stats\n",
+                  Define(RunStats)});
   subs.push_back(
-      {"save",
-       "write a sequence to the server's snapshot directory",
+      {"save", "write a sequence to the server's snapshot directory",
        "attend seq save --id ID [--name NAME]",
        "The server writes the sequence, whole and checksummed, as a file of its --snapshot_dir\n"
        "(replacing one of the same name); the sequence keeps serving meanwhile. 'attend seq\n"
        "load' adds it again, here or on a server that shares the directory.\n"
        "Examples:\n  attend seq save --id chat-1\n  attend seq save --id chat-1 --name chat-1-v2\n",
-       {id, {"name", "the file's name (rules of a sequence id)", false, "the sequence id"}},
-       RunSave});
+       Define(RunSave)});
   subs.push_back(
-      {"load",
-       "add a sequence 'attend seq save' wrote",
-       "attend seq load --name NAME [--id ID]",
+      {"load", "add a sequence 'attend seq save' wrote", "attend seq load --name NAME [--id ID]",
        "The sequence comes back as it was saved (tokens, rows byte for byte, shape,\n"
        "reservation). All or nothing: NOT_FOUND without such a file, DATA_LOSS for a damaged\n"
        "one, ALREADY_EXISTS when the id is taken. Through a fleet's proxy give --id (the call\n"
@@ -801,12 +871,9 @@ std::vector<Command> Subcommands() {
        "Examples:\n"
        "  attend seq load --name chat-1\n"
        "  attend seq load --name chat-1-v2 --id chat-1/v2\n",
-       {{"name", "the name it was saved under"},
-        {"id", "id the loaded sequence gets", false, "the id it was saved from"}},
-       RunLoad});
+       Define(RunLoad)});
   subs.push_back(
-      {"export",
-       "stream a sequence's snapshot bytes into a file (or stdout)",
+      {"export", "stream a sequence's snapshot bytes into a file (or stdout)",
        "attend seq export --id ID --out FILE|-",
        "The bytes are SaveSequence's file format, checksummed, of one moment; the sequence keeps\n"
        "serving meanwhile. They go to FILE.tmp, renamed to FILE when the stream ended well, so a\n"
@@ -814,11 +881,9 @@ std::vector<Command> Subcommands() {
        "Examples:\n  attend seq export --id chat-1 --out chat-1.attnsnap\n"
        "  attend seq export --id chat-1 --out - |\n"
        "      attend --target other:50051 seq import --in /dev/stdin\n",
-       {id, {"out", "the file to write, or - for stdout"}},
-       RunExport});
+       Define(RunExport)});
   subs.push_back(
-      {"import",
-       "add the sequence of an exported file",
+      {"import", "add the sequence of an exported file",
        "attend seq import --in FILE [--id ID] [--no_share]",
        "Sends the file in pieces of at most 512 KiB. All or nothing, checked end to end:\n"
        "DATA_LOSS for damaged or truncated bytes, INVALID_ARGUMENT for bytes that are no\n"
@@ -826,16 +891,9 @@ std::vector<Command> Subcommands() {
        "the new id's key: --id's, else the id in the file's header.\n"
        "Examples:\n  attend seq import --in chat-1.attnsnap\n"
        "  attend --target other:50051 seq import --in chat-1.attnsnap --id chat-1/copy\n",
-       {{"in", "the file 'attend seq export' wrote"},
-        {"id", "id the imported sequence gets", false, "the id it was exported from"},
-        {"no_share",
-         "copy the leading tokens a fork shared with its source, even when that source is here "
-         "with the same rows",
-         true}},
-       RunImport});
+       Define(RunImport)});
   subs.push_back(
-      {"hand-off",
-       "move this server's sequences to the replicas its --handoff_target maps them to",
+      {"hand-off", "move this server's sequences to the replicas its --handoff_target maps them to",
        "attend seq hand-off",
        "HandOff on the server of --target (a replica, not the fleet's proxy): each sequence\n"
        "goes through the server's --handoff_target (the proxy) with its routing key to the\n"
@@ -846,57 +904,20 @@ std::vector<Command> Subcommands() {
        "FAILED_PRECONDITION when the server has no --handoff_target.\n"
        "Examples:\n  attend --target replica-2:50051 seq hand-off\n"
        "  attend --target replica-2:50051 -o json seq hand-off\n",
-       {},
-       RunHandOff});
+       Define(RunHandOff)});
   return subs;
 }
 
-int RunSeq(Context& c) {
-  const std::vector<Command> subs = Subcommands();
-  std::vector<std::string> names;
-  for (const Command& s : subs) names.push_back(s.name);
-  const std::vector<std::string>& positional = c.args.positional();
-  if (positional.empty()) {
-    return UsageError(
-        c, absl::InvalidArgumentError(absl::StrCat(
-               "give a subcommand: ", absl::StrJoin(names, ", "), " (attend seq --help)")));
-  }
-  const auto sub = std::find_if(subs.begin(), subs.end(),
-                                [&](const Command& s) { return s.name == positional[0]; });
-  if (sub == subs.end()) {
-    return UsageError(
-        c, absl::InvalidArgumentError(absl::StrCat("unknown subcommand '", positional[0],
-                                                   "'; use one of ", absl::StrJoin(names, ", "))));
-  }
-  if (positional.size() > 1) {
-    return UsageError(c, absl::InvalidArgumentError(absl::StrCat(
-                             "'attend seq ", sub->name, "' takes flags only; unexpected '",
-                             positional[1], "' (ids go in --id)")));
-  }
-  std::set<std::string> own;
-  for (const FlagSpec& f : sub->flags) own.insert(f.name);
-  for (const Command& other : subs) {
-    for (const FlagSpec& f : other.flags) {
-      if (c.args.Has(f.name) && own.count(f.name) == 0) {
-        return UsageError(c, absl::InvalidArgumentError(
-                                 absl::StrCat("--", f.name, " is not a flag of 'attend seq ",
-                                              sub->name, "' (attend seq ", sub->name, " --help)")));
-      }
-    }
-  }
-  return sub->run(c);
-}
-
-// The group's flags: every subcommand's (RunSeq refuses the ones of other subcommands), each
-// once, in the order they first appear. The help says which subcommands take a flag, and what
-// it means to each when that differs.
+// The group's flags for its help: every subcommand's (RunCli refuses the ones of other
+// subcommands), each once, in the order they first appear. The help says which subcommands take
+// a flag, and what it means to each when that differs.
 std::vector<FlagSpec> GroupFlags(const std::vector<Command>& subs) {
   std::vector<std::string> order;
   std::map<std::string, std::vector<std::pair<std::string, FlagSpec>>> users;
   for (const Command& s : subs) {
     for (const FlagSpec& f : s.flags) {
       if (users[f.name].empty()) order.push_back(f.name);
-      users[f.name].emplace_back(s.name, f);
+      users[f.name].emplace_back(absl::StripPrefix(s.name, "seq "), f);
     }
   }
   std::vector<FlagSpec> flags;
@@ -941,7 +962,9 @@ std::vector<FlagSpec> GroupFlags(const std::vector<Command>& subs) {
 
 }  // namespace
 
-FlagSpec RandomTokensSeedFlag() { return {"seed", "seed of the random tokens", false, "1"}; }
+void DeclareRandomTokensSeed(Flags& f, Given<int64_t>* seed) {
+  f.Add("seed", seed, "seed of the random tokens").Range(0, INT64_MAX);
+}
 
 std::vector<Command> SeqSubcommands() {
   std::vector<Command> subs = Subcommands();
@@ -955,32 +978,31 @@ std::vector<Command> SeqCommands() {
   for (const Command& s : subs) {
     absl::StrAppend(&list, PadRight("  " + s.name, 11), " ", s.summary, "\n");
   }
-  const std::vector<FlagSpec> flags = GroupFlags(subs);
-  std::vector<Command> commands;
-  commands.push_back(
-      {"seq", "sequences in the server's KV cache: create, append, decode, fork, get, stats, ...",
-       "attend seq <subcommand> [flags]",
-       absl::StrCat(
-           "Per-sequence paged KV caches held by the server: each layer's new tokens are cached\n"
-           "and attended over everything that layer holds.\n\nsubcommands (attend seq <subcommand> "
-           "--help for each one's flags and examples):\n",
-           list,
-           "\nA session:\n"
-           "  attend seq create --id chat-1 --layers 2 --n_head 8 --n_head_kv 2 --head_dim 64\n"
-           "  attend seq append --id chat-1 --layer 0 --n 16\n"
-           "  attend seq append --id chat-1 --layer 1 --n 16\n"
-           "  attend seq decode --id chat-1 --steps 4 --stream\n"
-           "  attend seq fork --id chat-1 --new_id chat-1/b --tokens 8\n"
-           "  attend seq truncate --id chat-1 --tokens 12\n"
-           "  attend seq get --id chat-1\n"
-           "  attend seq list\n"
-           "  attend seq stats\n"
-           "  attend seq save --id chat-1\n"
-           "  attend seq export --id chat-1 --out chat-1.attnsnap\n"
-           "  attend seq release --id chat-1\n"
-           "  attend seq load --name chat-1\n"),
-       flags, RunSeq, SeqSubcommands(), kAnyPositional});  // RunSeq checks them
-  return commands;
+  Command seq{
+      "seq", "sequences in the server's KV cache: create, append, decode, fork, get, stats, ...",
+      "attend seq <subcommand> [flags]",
+      absl::StrCat(
+          "Per-sequence paged KV caches held by the server: each layer's new tokens are cached\n"
+          "and attended over everything that layer holds.\n\nsubcommands (attend seq <subcommand> "
+          "--help for each one's flags and examples):\n",
+          list,
+          "\nA session:\n"
+          "  attend seq create --id chat-1 --layers 2 --n_head 8 --n_head_kv 2 --head_dim 64\n"
+          "  attend seq append --id chat-1 --layer 0 --n 16\n"
+          "  attend seq append --id chat-1 --layer 1 --n 16\n"
+          "  attend seq decode --id chat-1 --steps 4 --stream\n"
+          "  attend seq fork --id chat-1 --new_id chat-1/b --tokens 8\n"
+          "  attend seq truncate --id chat-1 --tokens 12\n"
+          "  attend seq get --id chat-1\n"
+          "  attend seq list\n"
+          "  attend seq stats\n"
+          "  attend seq save --id chat-1\n"
+          "  attend seq export --id chat-1 --out chat-1.attnsnap\n"
+          "  attend seq release --id chat-1\n"
+          "  attend seq load --name chat-1\n")};
+  seq.subcommands = SeqSubcommands();
+  seq.group_flags = GroupFlags;
+  return {seq};
 }
 
 }  // namespace attend::cli

@@ -4,10 +4,8 @@
 // seq_commands.cc holds the group and every subcommand but decode, which is in
 // seq_decode_command.cc.
 //
-// The dispatcher matches one word, so the group is one command, `seq`, that accepts the flags
-// of every subcommand and dispatches on its first positional argument; each subcommand then
-// refuses the flags that are not its own, so that a flag meant for another subcommand is a usage
-// error rather than silently ignored.
+// `seq` is a group: each subcommand is a CLI11 subcommand with its own options struct, and a
+// flag meant for another subcommand is a usage error rather than silently ignored (RunCli).
 //
 // Thread-safety: as for every command (command.h), a call uses its Context alone.
 #ifndef ATTEND_CLIENT_CLI_SEQ_COMMANDS_H_
@@ -23,7 +21,7 @@ Command SeqDecodeSubcommand();
 
 // --seed of the subcommands that make random tokens (append, decode). The group's help lists a
 // flag once when every subcommand taking it means the same by it.
-FlagSpec RandomTokensSeedFlag();
+void DeclareRandomTokensSeed(Flags& f, Given<int64_t>* seed);
 
 }  // namespace attend::cli
 

@@ -36,16 +36,39 @@ struct DecodeOptions {
   bool stream = false;  // one DecodeStream instead of DecodeBatch calls
 };
 
-// The decode flags; INVALID_ARGUMENT for the first that is missing or wrong.
-absl::StatusOr<DecodeOptions> ParseDecodeFlags(const Args& args) {
-  if (args.Has("id") == args.Has("ids")) {
+// The flags of `attend seq decode`, with DecodeOptions' defaults.
+struct DecodeFlags {
+  std::optional<std::string> id;
+  std::optional<std::string> ids;
+  std::optional<int64_t> layer;  // unset: every layer
+  int64_t steps = DecodeOptions().steps;
+  bool stream = DecodeOptions().stream;
+  Given<int64_t> seed{DecodeOptions().seed};
+  std::string wire = "f32";
+  std::string precision;
+
+  void Declare(Flags& f) {
+    f.Add("id", &id, "the sequence (or --ids)");
+    f.Add("ids", &ids, "comma-separated sequences, decoded as one batch");
+    f.Add("layer", &layer, "decode only this layer").Range(0, 1 << 16).Shown("every layer");
+    f.Add("steps", &steps, "decode steps").Range(1, 1 << 20);
+    f.Add("stream", &stream, "use one DecodeStream instead of DecodeBatch calls");
+    DeclareRandomTokensSeed(f, &seed);
+    DeclareWire(f, &wire);
+    DeclarePrecision(f, &precision);
+  }
+};
+
+// The decode options the flags give; INVALID_ARGUMENT for the first that is missing or wrong.
+absl::StatusOr<DecodeOptions> ParseDecodeFlags(const DecodeFlags& f) {
+  if (f.id.has_value() == f.ids.has_value()) {
     return absl::InvalidArgumentError("give --id <id> or --ids a,b,c (one of them)");
   }
   DecodeOptions o;
-  if (args.Has("id")) {
-    o.ids.push_back(args.GetString("id"));
+  if (f.id) {
+    o.ids.push_back(*f.id);
   } else {
-    for (absl::string_view id : absl::StrSplit(args.GetString("ids"), ',', absl::SkipEmpty())) {
+    for (absl::string_view id : absl::StrSplit(*f.ids, ',', absl::SkipEmpty())) {
       o.ids.emplace_back(id);
     }
   }
@@ -56,24 +79,16 @@ absl::StatusOr<DecodeOptions> ParseDecodeFlags(const Args& args) {
     return absl::InvalidArgumentError(
         "--ids: a sequence appears twice (a decode step takes each once)");
   }
-  absl::StatusOr<int64_t> steps = IntFlag(args, "steps", 1, 1, 1 << 20);
-  absl::StatusOr<int64_t> seed = IntFlag(args, "seed", 1, 0, INT64_MAX);
-  if (!steps.ok()) return steps.status();
-  if (!seed.ok()) return seed.status();
-  o.steps = *steps;
-  o.seed = *seed;
-  if (args.Has("layer")) {
-    absl::StatusOr<int64_t> layer = IntFlag(args, "layer", 0, 0, 1 << 16);
-    if (!layer.ok()) return layer.status();
-    o.only_layer = static_cast<int32_t>(*layer);
-  }
-  absl::StatusOr<v1::Precision> precision = ParsePrecision(args);
+  o.steps = f.steps;
+  o.seed = f.seed.value;
+  if (f.layer) o.only_layer = static_cast<int32_t>(*f.layer);
+  absl::StatusOr<v1::Precision> precision = ParsePrecision(f.precision);
   if (!precision.ok()) return precision.status();
   o.precision = *precision;
-  absl::StatusOr<client::Wire> wire = client::ParseWire(args.GetString("wire", "f32"));
+  absl::StatusOr<client::Wire> wire = client::ParseWire(f.wire);
   if (!wire.ok()) return wire.status();
   o.wire = *wire;
-  o.stream = args.GetBool("stream");
+  o.stream = f.stream;
   return o;
 }
 
@@ -243,8 +258,9 @@ void PrintDecode(Context& c, const DecodeOptions& o, const DecodePlan& plan,
          << ", " << Duration(report.total_seconds / static_cast<double>(o.steps)) << " per step\n";
 }
 
-int RunDecode(Context& c) {
-  absl::StatusOr<DecodeOptions> options = ParseDecodeFlags(c.args);
+int RunDecode(Context& c, const DecodeFlags& flags) {
+  c.wire = flags.wire;
+  absl::StatusOr<DecodeOptions> options = ParseDecodeFlags(flags);
   if (!options.ok()) return UsageError(c, options.status());
   client::KvCacheClient kv(c.Channel(), c.connection);
   absl::StatusOr<DecodePlan> plan = PlanDecode(kv, *options);
@@ -273,8 +289,7 @@ int RunDecode(Context& c) {
 
 Command SeqDecodeSubcommand() {
   return {
-      "decode",
-      "run decode steps: one random token per layer per sequence",
+      "decode", "run decode steps: one random token per layer per sequence",
       "attend seq decode --id ID | --ids A,B,C [--steps N] [--layer L] [--stream] [--seed S]",
       "Each step sends every layer 0..L-1 in order (only --layer with --layer), each layer's\n"
       "tokens of all the sequences as one batch: a DecodeBatch call per layer, or with --stream\n"
@@ -283,15 +298,7 @@ Command SeqDecodeSubcommand() {
       "Examples:\n  attend seq decode --id chat-1 --steps 4\n"
       "  attend seq decode --ids chat-1,chat-2 --steps 8 --stream\n"
       "  attend seq decode --id chat-1 --layer 0 --json\n",
-      {{"id", "the sequence (or --ids)"},
-       {"ids", "comma-separated sequences, decoded as one batch"},
-       {"layer", "decode only this layer", false, "every layer"},
-       {"steps", "decode steps", false, "1"},
-       {"stream", "use one DecodeStream instead of DecodeBatch calls", true},
-       RandomTokensSeedFlag(),
-       WireFlag(),
-       PrecisionFlag()},
-      RunDecode};
+      Define(RunDecode)};
 }
 
 }  // namespace attend::cli

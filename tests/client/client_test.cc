@@ -3,6 +3,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "CLI/CLI.hpp"
 #include "client/cli/args.h"
 #include "client/cli/format.h"
 #include "client/npy.h"
@@ -160,29 +161,81 @@ TEST(Npy, RejectsHeadersWithRepeatedOrUnknownKeys) {
   EXPECT_TRUE(parse("{\"descr\": '<f4', 'fortran_order': False, 'shape': (2,)}").ok());
 }
 
-TEST(CliArgs, ParsesFlagsValuesAndNegativeNumbers) {
-  const std::vector<cli::FlagSpec> specs = {{"causal", "", true}, {"n_q", ""}, {"scale", ""}};
-  auto args =
-      cli::Args::Parse({"2", "--causal", "--n_q", "8", "-1.5", "--scale=0.25", "-inf"}, specs);
-  ASSERT_TRUE(args.ok()) << args.status();
-  EXPECT_TRUE(args->GetBool("causal"));
-  EXPECT_EQ(*args->GetInt("n_q", 0), 8);
-  EXPECT_EQ(*args->GetDouble("scale", 0), 0.25);
-  EXPECT_EQ(args->positional(), (std::vector<std::string>{"2", "-1.5", "-inf"}));
+// A command line for an app with one command, `run`, whose flags are bound by cli::Flags.
+struct CliArgsTest : ::testing::Test {
+  CliArgsTest() : root("t") {
+    root.set_help_flag();  // as RunCli: --help is a flag of its own, before the subcommands
+    run = root.add_subcommand("run");
+    cli::Flags globals(&root);
+    globals.Add("json", &json, "print JSON");
+    cli::Flags flags(run);
+    flags.Add("causal", &causal, "causal mask");
+    flags.Add("n_q", &n_q, "queries").Range(1, 100);
+    flags.Add("scale", &scale, "scale").Shown("1/sqrt(d)");
+    flags.Add("name", &name, "a name").Values({"x", "y"});
+  }
+  absl::StatusOr<cli::ParsedCommandLine> Parse(const std::vector<std::string>& tokens) {
+    return cli::ParseCommandLine(root, tokens);
+  }
+  CLI::App root;
+  CLI::App* run;
+  bool json = false;
+  bool causal = false;
+  int64_t n_q = 4;
+  std::optional<double> scale;
+  std::string name = "x";
+};
+
+TEST_F(CliArgsTest, ParsesFlagsValuesAndNegativeNumbers) {
+  auto parsed = Parse({"--json", "run", "2", "--causal", "--n-q", "8", "-1.5", "--scale=0.25",
+                       "-inf", "--name", "-"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->path.back(), run);
+  EXPECT_TRUE(json);
+  EXPECT_TRUE(causal);
+  EXPECT_EQ(n_q, 8);
+  EXPECT_EQ(scale, 0.25);
+  EXPECT_EQ(name, "-");
+  EXPECT_EQ(parsed->positional, (std::vector<std::string>{"2", "-1.5", "-inf"}));
+  // Global flags may follow the command; integers are decimal, "010" too.
+  ASSERT_TRUE(Parse({"run", "--json=false", "--n_q", "010"}).ok());
+  EXPECT_FALSE(json);
+  EXPECT_EQ(n_q, 10);
 }
 
-TEST(CliArgs, RejectsUnknownFlagsAndMissingValues) {
-  const std::vector<cli::FlagSpec> specs = {{"n_q", ""}, {"causal", "", true}};
-  EXPECT_THAT(cli::Args::Parse({"--bogus"}, specs),
-              StatusIs(absl::StatusCode::kInvalidArgument, {"--bogus"}));
-  EXPECT_THAT(cli::Args::Parse({"--n_q"}, specs),
+TEST_F(CliArgsTest, RejectsUnknownFlagsMissingValuesAndBadValues) {
+  EXPECT_THAT(Parse({"run", "--bogus"}),
+              StatusIs(absl::StatusCode::kInvalidArgument, {"unknown flag --bogus"}));
+  EXPECT_THAT(Parse({"run", "--causl"}),
+              StatusIs(absl::StatusCode::kInvalidArgument, {"did you mean --causal?"}));
+  // One dash is --help and --output's short forms only: "-causal" and "-help" are typos.
+  EXPECT_THAT(Parse({"run", "-causal"}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       {"unknown flag -causal; did you mean --causal?"}));
+  EXPECT_THAT(Parse({"run", "-json"}),
+              StatusIs(absl::StatusCode::kInvalidArgument, {"unknown flag -json"}));
+  EXPECT_THAT(Parse({"rn"}), StatusIs(absl::StatusCode::kInvalidArgument,
+                                      {"unknown command 'rn'; did you mean 'run'?"}));
+  EXPECT_THAT(Parse({"run", "--n_q"}),
               StatusIs(absl::StatusCode::kInvalidArgument, {"--n_q needs a value"}));
-  EXPECT_THAT(cli::Args::Parse({"--causal=maybe"}, specs),
+  EXPECT_THAT(Parse({"run", "--causal=maybe"}),
               StatusIs(absl::StatusCode::kInvalidArgument, {"maybe"}));
-  auto args = cli::Args::Parse({"--n_q", "eight"}, specs);
-  ASSERT_TRUE(args.ok());
-  EXPECT_THAT(args->GetInt("n_q", 0),
-              StatusIs(absl::StatusCode::kInvalidArgument, {"integer", "eight"}));
+  EXPECT_THAT(Parse({"run", "--n_q", "eight"}), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                         {"--n_q needs an integer, got 'eight'"}));
+  EXPECT_THAT(Parse({"run", "--n_q", "0"}), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                     {"--n_q must be between 1 and 100, got 0"}));
+  EXPECT_THAT(
+      Parse({"run", "--scale", "0x1"}),
+      StatusIs(absl::StatusCode::kInvalidArgument, {"--scale needs a decimal number, got '0x1'"}));
+}
+
+TEST_F(CliArgsTest, HelpShowsEachFlagWithItsDefault) {
+  EXPECT_EQ(cli::FlagsHelp(cli::FlagsOf(*run)),
+            "  --causal                 causal mask\n"
+            "  --n_q=<value>            queries (default: 4)\n"
+            "  --scale=<value>          scale (default: 1/sqrt(d))\n"
+            "  --name=<value>           a name (default: x)\n");
+  EXPECT_EQ(cli::FlagsOf(*run)[3].values, (std::vector<std::string>{"x", "y"}));
 }
 
 TEST(CliFormat, AlignsNumbersRightAndTextLeft) {
