@@ -33,6 +33,7 @@
 #include "core/kernels/onednn.h"
 #include "core/kernels/simd.h"
 #include "server/server.h"
+#include "server/snapshot_store.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define ATTEND_HAS_LSAN 1
@@ -175,6 +176,37 @@ std::string HugePagesNote(bool requested) {
 
 // The server's options from the flags; INVALID_ARGUMENT naming the flag when one is out of range
 // or the TLS or token files cannot be used.
+// The log line (event and fields) saying what the snapshot directory's KERNELS did to the
+// kernel choice; empty event when there was no record. Printed after the start-up line.
+std::string g_kernels_event;
+std::vector<std::pair<std::string, std::string>> g_kernels_fields;
+
+// With --snapshot_dir and no --simd_kernels: runs the kernel sets the last start recorded there
+// (SnapshotStore::RecordKernels), so that the sequences it restores decode bit for bit as they
+// did before the restart, instead of measuring again (which may choose other sets, summing in
+// another order). A record this CPU cannot run (the directory moved to another machine), or a
+// damaged one, is named in the log and the sets are measured.
+void KeepRecordedKernels(const std::string& snapshot_dir) {
+  absl::StatusOr<std::string> recorded =
+      attend::server::SnapshotStore::RecordedKernels(snapshot_dir);
+  if (!recorded.ok()) {
+    g_kernels_event = "kernels_record_ignored";
+    g_kernels_fields = {{"why", std::string(recorded.status().message())}};
+  } else if (recorded->empty()) {
+    return;
+  } else if (attend::simd::UseKernels(*recorded)) {
+    g_kernels_event = "kernels_kept";
+    g_kernels_fields = {{"kernels", *recorded}, {"from", snapshot_dir + "/KERNELS"}};
+  } else {
+    g_kernels_event = "kernels_record_ignored";
+    g_kernels_fields = {
+        {"kernels", *recorded},
+        {"why", absl::StrCat("not sets this CPU runs (",
+                             absl::StrJoin(attend::simd::RunnableKernels(), ", "),
+                             "): measured again; restored sequences decode with other sums")}};
+  }
+}
+
 absl::StatusOr<attend::server::ServerOptions> OptionsFromFlags() {
   attend::server::ServerOptions options;
   options.address = absl::GetFlag(FLAGS_address);
@@ -254,6 +286,8 @@ absl::StatusOr<attend::server::ServerOptions> OptionsFromFlags() {
         absl::StrCat("--simd_kernels '", kernels, "' is not a kernel set this CPU runs (",
                      absl::StrJoin(attend::simd::RunnableKernels(), ", "),
                      "), nor one per type (f32:SET,bf16:SET,int8:SET)"));
+  } else if (kernels.empty() && !options.snapshot_dir.empty()) {
+    KeepRecordedKernels(options.snapshot_dir);
   }
   if (absl::GetFlag(FLAGS_shutdown_grace) < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--shutdown_grace must not be negative");
@@ -445,6 +479,9 @@ int main(int argc, char** argv) {
   }
   PrintStartupLine(*options, **server);
   LogStart(*options, **server);
+  if (!g_kernels_event.empty()) {
+    std::cout << attend::server::LogLine(g_kernels_event, g_kernels_fields) << std::endl;
+  }
   if (const auto& restored = (*server)->restored()) LogSnapshot("restore", *restored);
   const absl::Time started = absl::Now();
   std::optional<attend::server::StatsLogger> stats;

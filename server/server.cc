@@ -286,6 +286,9 @@ absl::StatusOr<std::unique_ptr<AttendServer>> AttendServer::Start(const ServerOp
     // Restored before the port opens: no call sees the cache half loaded.
     ATTEND_ASSIGN_OR_RETURN(SnapshotStore store,
                             SnapshotStore::Open(options.snapshot_dir, compute_threads));
+    // What the sequences restored now (and saved by this process) decode with: the next start
+    // runs the same sets (main.cc reads it back), so a restart keeps their arithmetic.
+    ATTEND_RETURN_IF_ERROR(store.RecordKernels(simd::KernelName()));
     p.restored = store.RestoreAll(*p.cache);
     p.metrics->SnapshotRestored(p.restored->sequences,
                                 static_cast<int64_t>(p.restored->skipped.size()), p.restored->bytes,

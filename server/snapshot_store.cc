@@ -13,6 +13,7 @@
 #include <thread>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -30,6 +31,8 @@ namespace {
 
 constexpr char kSuffix[] = ".attnsnap";
 constexpr char kCurrent[] = "CURRENT";
+constexpr char kKernels[] = "KERNELS";
+constexpr size_t kMaxKernelName = 128;
 constexpr char kGenerationPrefix[] = "gen-";
 constexpr size_t kWriteBuffer = size_t{8} << 20;
 
@@ -249,6 +252,44 @@ absl::StatusOr<SnapshotStore> SnapshotStore::Open(const std::string& dir, int th
     if (absl::EndsWith(name, ".tmp")) unlink(absl::StrCat(path, "/", name).c_str());
   }
   return SnapshotStore(path, threads);
+}
+
+absl::Status SnapshotStore::RecordKernels(absl::string_view kernels) const {
+  const std::string text = absl::StrCat(
+      kernels,
+      "\n# The decode kernel sets attend-server computed with. A start with this --snapshot_dir"
+      "\n# and no --simd_kernels runs them again, so that restored sequences decode bit for bit"
+      "\n# as before. Remove this file to let the next start measure them again.\n");
+  return WriteAtomically(dir_, kKernels, [&text](const kv::ByteSink& sink) { return sink(text); })
+      .status();
+}
+
+absl::StatusOr<std::string> SnapshotStore::RecordedKernels(const std::string& dir) {
+  const std::string path = absl::StrCat(dir, "/", kKernels);
+  Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) {
+    if (errno == ENOENT || errno == ENOTDIR) return std::string();
+    return absl::DataLossError(absl::StrCat(path, " cannot be read: ", strerror(errno)));
+  }
+  char text[kMaxKernelName + 2];
+  ssize_t n;
+  do {
+    n = read(fd.get(), text, sizeof(text));
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) return absl::DataLossError(absl::StrCat(path, " cannot be read: ", strerror(errno)));
+  const absl::string_view read_text(text, static_cast<size_t>(n));
+  const absl::string_view name = read_text.substr(0, read_text.find('\n'));
+  const bool valid = !name.empty() && name.size() <= kMaxKernelName &&
+                     std::all_of(name.begin(), name.end(), [](char c) {
+                       return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' ||
+                              c == ':' || c == ',';
+                     });
+  if (!valid) {
+    return absl::DataLossError(
+        absl::StrCat(path, " holds ", absl::CHexEscape(read_text.substr(0, 32)),
+                     read_text.size() > 32 ? "..." : "", ", which is no line of kernel set names"));
+  }
+  return std::string(name);
 }
 
 absl::StatusOr<SnapshotReport> SnapshotStore::SaveAll(kv::KvCache& cache,

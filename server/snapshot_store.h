@@ -5,12 +5,18 @@
 //   <dir>/CURRENT           names the complete generation to restore ("gen-000007")
 //   <dir>/gen-000007/       one file per sequence, <id with '/' as '+'>.attnsnap
 //   <dir>/saved/            SaveSequence's files, <name>.attnsnap
+//   <dir>/KERNELS           the decode kernel sets the last start computed with (first line)
 //
 // Crash safety: every file is written as <name>.tmp, fsynced, renamed and its directory fsynced.
 // A shutdown writes a new generation next to the current one and switches CURRENT (the same
 // way) only once every file of it is on disk, then removes the older generations. A kill at any
 // moment leaves CURRENT naming a generation whose files are all complete: the new one or the
 // previous one. Files in a generation that CURRENT does not name are never read.
+//
+// Same arithmetic after a restart: kernel sets sum in different orders (simd.h), and a start
+// measures which set is fastest again, so a restart could decode the restored sequences with
+// another set, different in the last bits. KERNELS records the sets a server runs; the next start
+// with this directory and no --simd_kernels runs them again (when this CPU can).
 //
 // Never stale: a restore removes CURRENT before it loads (a crash after it restores nothing
 // rather than the state of the shutdown before, which the clients have moved past), and a save
@@ -74,6 +80,14 @@ class SnapshotStore {
 
   // The id a SaveSequence file `name` was saved from (its header's), or the errors of LoadOne.
   absl::StatusOr<std::string> SavedId(absl::string_view name) const;
+
+  // Records `kernels` (simd::KernelName()) in KERNELS, atomically. INTERNAL for I/O errors.
+  absl::Status RecordKernels(absl::string_view kernels) const;
+
+  // The kernel sets KERNELS in `dir` names: "" when there is no such file (or no directory);
+  // DATA_LOSS, naming the file, when it cannot be read or does not start with one line of a kernel
+  // name's characters (letters, digits, '_', ':', ','; at most 128).
+  static absl::StatusOr<std::string> RecordedKernels(const std::string& dir);
 
   const std::string& dir() const { return dir_; }
 

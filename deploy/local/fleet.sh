@@ -17,7 +17,9 @@
 # Flags after `--` go to every replica, e.g. `-- --kv_cache_bytes=1GiB`; --address,
 # --metrics_address, --handoff_target and --snapshot_dir are the script's (refused after `--`,
 # with one dash or two): every replica hands its sequences off through the proxy
-# (--handoff_target=127.0.0.1:P), and replicas cannot share one snapshot directory.
+# (--handoff_target=127.0.0.1:P), and replicas cannot share one snapshot directory. Unless the
+# flags name --simd_kernels, the first replica measures the decode kernel sets and every other
+# replica, now and after restart and scale, runs the same ones (moves stay bit-identical).
 #
 # restart and scale change the fleet without losing a sequence. Each sequence moves to the
 # replica that nginx's consistent hash maps its key to once the change is made (KvCache.HandOff,
@@ -259,6 +261,15 @@ abort_start() {
   rm -f "$pids_file"
 }
 
+# names_kernels FLAG...: whether the flags choose the decode kernel sets (--simd_kernels).
+names_kernels() {
+  local flag
+  for flag in "$@"; do
+    case $flag in -simd_kernels|-simd_kernels=*|--simd_kernels|--simd_kernels=*) return 0 ;; esac
+  done
+  return 1
+}
+
 wait_for_startup_line() {
   local log=$1 pid=$2 deadline=$((SECONDS + START_WAIT_SECONDS))
   until grep -q "listening on" "$log" 2>/dev/null; do
@@ -314,17 +325,27 @@ cmd_start() {
   touch "$fleet_dir/$MARKER"
   take_lock
   trap abort_start EXIT
+  local line
 
-  # The replicas, all at once; each picks free ports and prints them on its start-up line.
-  save_setup
+  # The replicas; each picks free ports and prints them on its start-up line. The first one
+  # measures the decode kernel sets (unless the flags name them) and the others, and every
+  # replica restart and scale starts later, run the sets it chose: kernel sets sum in different
+  # orders, and a sequence moved between replicas must decode bit for bit as it did.
   local i pid
   for ((i = 0; i < replicas; i++)); do
     "$server" --address=127.0.0.1:0 --metrics_address=127.0.0.1:0 \
       --handoff_target="127.0.0.1:$port" "${extra[@]}" \
       </dev/null >"$fleet_dir/replica-$i.log" 2>&1 9>&- &
     started_pids+=("$!")
+    if ((i == 0)) && ! names_kernels "${extra[@]}"; then
+      wait_for_startup_line "$fleet_dir/replica-0.log" "$!" || exit 1
+      line=$(grep -m1 "listening on" "$fleet_dir/replica-0.log")
+      [[ $line =~ ,\ kernels\ ([a-z0-9_:,]+), ]] || die "cannot read the kernels from: $line"
+      extra+=("--simd_kernels=${BASH_REMATCH[1]}")
+    fi
   done
-  local ports=() metrics=() line
+  save_setup
+  local ports=() metrics=()
   echo "# kind pid start_time port metrics_port command" >"$pids_file"
   for ((i = 0; i < replicas; i++)); do
     pid=${started_pids[i]}

@@ -16,8 +16,12 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "attend/v1/kv_cache.grpc.pb.h"
+#include "core/kernels/simd.h"
+#include "gmock/gmock.h"
+#include "server/snapshot_store.h"
 #include "tests/server/server_fixture.h"
 #include "tests/test_util.h"
 
@@ -388,6 +392,46 @@ TEST(SnapshotService, AnUnusableDirectoryIsRefusedAtStart) {
   server::ServerOptions options = Options("/proc/attend-cannot-be-here");
   auto started = server::AttendServer::Start(options);
   EXPECT_EQ(started.status().code(), absl::StatusCode::kInvalidArgument) << started.status();
+}
+
+// A start records the kernel sets it runs in KERNELS, which the next start reads back (main.cc
+// runs them, so restored sequences keep their arithmetic); what is not one line of kernel names
+// is refused by name, never taken as one.
+TEST(SnapshotService, TheKernelRecordRoundTripsAndDamageIsNamed) {
+  const std::string dir = TempDir();
+  EXPECT_EQ(*server::SnapshotStore::RecordedKernels(dir), "");
+  EXPECT_EQ(*server::SnapshotStore::RecordedKernels(dir + "/missing"), "");
+  {
+    auto started = server::AttendServer::Start(Options(dir));
+    ASSERT_TRUE(started.ok()) << started.status();
+  }
+  absl::StatusOr<std::string> recorded = server::SnapshotStore::RecordedKernels(dir);
+  ASSERT_TRUE(recorded.ok()) << recorded.status();
+  EXPECT_EQ(*recorded, simd::KernelName());
+  auto store = server::SnapshotStore::Open(dir);
+  ASSERT_TRUE(store.ok());
+  ASSERT_TRUE(store->RecordKernels("f32:avx2,bf16:scalar,int8:avx2").ok());
+  EXPECT_EQ(*server::SnapshotStore::RecordedKernels(dir), "f32:avx2,bf16:scalar,int8:avx2");
+  const std::string path = dir + "/KERNELS";
+  {
+    FILE* f = std::fopen(path.c_str(), "wb");  // written by hand, without a newline
+    ASSERT_NE(f, nullptr);
+    std::fputs("avx2", f);
+    std::fclose(f);
+    EXPECT_EQ(*server::SnapshotStore::RecordedKernels(dir), "avx2");
+  }
+  for (const std::string& text :
+       {std::string(""), std::string("\n"), std::string("avx2; rm -rf /\n"),
+        std::string(300, 'a') + "\n", std::string("avx\0002\n", 6)}) {
+    FILE* f = std::fopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    std::fwrite(text.data(), 1, text.size(), f);
+    std::fclose(f);
+    absl::StatusOr<std::string> damaged = server::SnapshotStore::RecordedKernels(dir);
+    EXPECT_EQ(damaged.status().code(), absl::StatusCode::kDataLoss)
+        << absl::CHexEscape(text) << " read as " << damaged.value_or("?");
+    EXPECT_THAT(std::string(damaged.status().message()), ::testing::HasSubstr(path));
+  }
 }
 
 // ExportSequence streams a snapshot that ImportSequence on another server turns back into the

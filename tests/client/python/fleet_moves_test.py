@@ -132,6 +132,21 @@ class Fleet:
                 " ".join(args), done.returncode, done.stdout, done.stderr))
         return done.stdout
 
+    def kernels(self):
+        """The decode kernel sets the replicas ran, from every replica's start-up line (those
+        of restarts and scales included): one answer, since fleet.sh pins them."""
+        fleet_dir = self.env["ATTEND_FLEET_DIR"]
+        names = {}
+        for name in sorted(os.listdir(fleet_dir)):
+            if re.fullmatch(r"replica-\d+\.log", name):
+                with open(os.path.join(fleet_dir, name)) as f:
+                    match = re.search(r", kernels ([\w:,]+),", f.read())
+                if match:
+                    names[name] = match.group(1)
+        if len(set(names.values())) != 1:
+            raise AssertionError("the replicas ran different kernel sets: %s" % names)
+        return next(iter(names.values()))
+
     def replicas(self):
         out = self.run("status")
         return re.findall(r"^replica (127\.0\.0\.1:\d+) .* running$", out, re.M)
@@ -297,10 +312,11 @@ class FleetMoves(unittest.TestCase):
         log("steps per sequence: %d..%d" % (load.steps(),
                                              max(len(v) for v in load.outputs.values())))
 
-        # The same steps on one server that never moved anything.
+        # The same steps on one server that never moved anything, with the fleet's kernels.
         self.reference = subprocess.Popen(
             [ARGS.server, "--address=127.0.0.1:0", "--metrics_address=",
-             "--kv_cache_bytes=256MiB", "--kv_block_bytes=16KiB", "--compute_threads=1"],
+             "--kv_cache_bytes=256MiB", "--kv_block_bytes=16KiB", "--compute_threads=1",
+             "--simd_kernels=" + self.fleet.kernels()],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         line = self.reference.stdout.readline()
         match = re.search(r"listening on [\d.]+:(\d+)", line)

@@ -52,12 +52,19 @@ class Server:
             self.log.seek(0)
             raise RuntimeError("server did not start: %r %s" % (line, self.log.read()))
         self.target = "127.0.0.1:%s" % match.group(1)
-        self.lines = []
+        self.lines = [line]
         # The start and restore log lines follow the first one.
         for _ in range(4):
             self.lines.append(self.proc.stdout.readline())
             if "event=restore" in self.lines[-1]:
                 break
+
+    def kernels(self):
+        """The decode kernel sets the start-up line names ("avx2", "f32:avx512,bf16:avx2,...")."""
+        match = re.search(r", kernels ([\w:,]+),", self.lines[0])
+        if not match:
+            raise AssertionError("no kernels on the start-up line %r" % self.lines[0])
+        return match.group(1)
 
     def restored(self):
         for line in self.lines:
@@ -142,6 +149,31 @@ class Persistence(unittest.TestCase):
         finally:
             server.stop()
 
+    def test_a_restart_keeps_the_kernels_the_sequences_were_computed_with(self):
+        # Kernel sets sum in different orders; a restart that measured again and chose another
+        # set would decode the restored sequences differently in the last bits. "scalar" is a
+        # set no measurement chooses on a CPU with vector sets.
+        server = Server(self.dir, "--simd_kernels=scalar")
+        self.assertEqual(server.kernels(), "scalar")
+        with attend.Client(server.target) as c:
+            ids = fill(c, "k", 2, 130, 6)
+            want = {sid: step(c, sid, 8) for sid in ids}
+        server.stop()
+        server = Server(self.dir)
+        try:
+            self.assertEqual(server.kernels(), "scalar")
+            self.assertTrue(any("kernels_kept" in line for line in server.lines), server.lines)
+            with attend.Client(server.target) as c:
+                for sid, expected in want.items():
+                    self.assertEqual(step(c, sid, 8), expected, sid)
+        finally:
+            server.stop()
+        # A flag still chooses: the record follows it.
+        server = Server(self.dir, "--simd_kernels=" + server.kernels().split(",")[0])
+        server.stop()
+        with open(os.path.join(self.dir, "KERNELS")) as f:
+            self.assertEqual(f.read().split()[0], "scalar")
+
     def test_a_kill_during_the_snapshot_never_loads_a_partial_set(self):
         random.seed(3)
         server = Server(self.dir)
@@ -217,7 +249,10 @@ class Transfer(unittest.TestCase):
 
     def test_export_import_and_hand_off_are_bit_identical(self):
         receiver = Server(self.dirs[0])
-        sender = Server(self.dirs[1], "--handoff_target=" + receiver.target)
+        # Bit-identical across two servers when they compute with the same kernel sets: each
+        # measures its own at start-up unless told (fleet.sh pins a fleet to its first replica's).
+        sender = Server(self.dirs[1], "--handoff_target=" + receiver.target,
+                        "--simd_kernels=" + receiver.kernels())
         try:
             with attend.Client(sender.target) as a, attend.Client(receiver.target) as b:
                 ids = fill(a, "mv", 4, 200, 5)
