@@ -31,7 +31,7 @@ struct CliOptions {
 };
 
 // Runs the command line `tokens` (argv without the program name); returns the exit code
-// (see ExitCode in command.h).
+// (see ExitCode in client/cli/framework/command.h).
 int RunCli(const std::vector<std::string>& tokens, std::ostream& out, std::ostream& err,
            const CliOptions& options = CliOptions());
 

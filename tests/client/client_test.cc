@@ -4,8 +4,8 @@
 #include <sstream>
 
 #include "CLI/CLI.hpp"
-#include "client/cli/args.h"
-#include "client/cli/format.h"
+#include "client/cli/framework/args.h"
+#include "client/cli/render/format.h"
 #include "client/npy.h"
 #include "client/tensor.h"
 #include "tests/test_util.h"

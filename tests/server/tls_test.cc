@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/attention_client.h"
 #include "client/cli/cli.h"
-#include "client/cli/command.h"
+#include "client/cli/framework/command.h"
 #include "client/connection.h"
 #include "client/kv_cache_client.h"
 #include "client/planner_client.h"

@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "client/cli/cli.h"
-#include "client/cli/command.h"
+#include "client/cli/framework/command.h"
 #include "client/kv_cache_client.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/struct.pb.h"

@@ -10,7 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "client/cli/command.h"
+#include "client/cli/framework/command.h"
 #include "client/json_input.h"
 #include "client/kv_cache_client.h"
 #include "client/npy.h"

@@ -16,7 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "attend/v1/planner.pb.h"
 #include "client/cli/cli.h"
-#include "client/cli/command.h"
+#include "client/cli/framework/command.h"
 #include "google/protobuf/util/json_util.h"
 #include "tests/server/server_fixture.h"
 #include "tests/test_util.h"

@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/cli/cli.h"
-#include "client/cli/command.h"
+#include "client/cli/framework/command.h"
 #include "tests/client/cli/cli_fixture.h"
 #include "tests/server/server_fixture.h"
 #include "tests/test_util.h"

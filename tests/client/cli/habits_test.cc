@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "client/cli/args.h"
 #include "client/cli/cli.h"
-#include "client/cli/command.h"
+#include "client/cli/framework/args.h"
+#include "client/cli/framework/command.h"
 #include "common/version.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

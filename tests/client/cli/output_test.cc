@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "client/cli/cli.h"
-#include "client/cli/command.h"
+#include "client/cli/framework/command.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/client/cli/cli_fixture.h"

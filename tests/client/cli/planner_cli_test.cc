@@ -13,7 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "attend/v1/planner.pb.h"
 #include "client/cli/cli.h"
-#include "client/cli/command.h"
+#include "client/cli/framework/command.h"
 #include "google/protobuf/util/json_util.h"
 #include "planner/catalog.h"
 #include "tests/client/xml_check.h"

@@ -1,7 +1,7 @@
 // The CLI's SVG writers: line charts (ticks, labels, escaping, the expected series) and
 // heatmaps (one cell per weight, masked cells apart, tooltips, truncation), in documents that
 // are well-formed XML (checked by a small checker and by python3's xml.etree).
-#include "client/cli/svg.h"
+#include "client/cli/render/svg.h"
 
 #include <cctype>
 #include <cmath>
@@ -15,8 +15,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "client/cli/svg_chart.h"
-#include "client/cli/svg_heatmap.h"
+#include "client/cli/render/svg_chart.h"
+#include "client/cli/render/svg_heatmap.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/client/xml_check.h"

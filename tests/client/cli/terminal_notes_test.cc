@@ -1,7 +1,7 @@
 // Progress lines and "working..." notes: the formatter, drawing and clearing, nothing when not a
 // terminal, and the attend binary with its stderr on a pseudo-terminal (isatty true) and on a
 // pipe (false).
-#include "client/cli/terminal_notes.h"
+#include "client/cli/render/terminal_notes.h"
 
 #include <fcntl.h>
 #include <pty.h>
@@ -18,7 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/cli/cli.h"
-#include "client/cli/command.h"
+#include "client/cli/framework/command.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/client/cli/cli_fixture.h"

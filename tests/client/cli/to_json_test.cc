@@ -6,7 +6,7 @@
 #include <string>
 
 #include "attend/v1/kv_cache.pb.h"
-#include "client/cli/format.h"
+#include "client/cli/render/format.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/descriptor.pb.h"
