@@ -280,13 +280,14 @@ absl::StatusOr<attend::server::ServerOptions> OptionsFromFlags() {
                                                      "] (0 = the CPUs), got ", value));
     }
   }
-  if (const std::string kernels = absl::GetFlag(FLAGS_simd_kernels);
-      !kernels.empty() && !attend::simd::UseKernels(kernels)) {
+  const std::string kernels = absl::GetFlag(FLAGS_simd_kernels);
+  if (!kernels.empty() && !attend::simd::UseKernels(kernels)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--simd_kernels '", kernels, "' is not a kernel set this CPU runs (",
                      absl::StrJoin(attend::simd::RunnableKernels(), ", "),
                      "), nor one per type (f32:SET,bf16:SET,int8:SET)"));
-  } else if (kernels.empty() && !options.snapshot_dir.empty()) {
+  }
+  if (kernels.empty() && !options.snapshot_dir.empty()) {
     KeepRecordedKernels(options.snapshot_dir);
   }
   if (absl::GetFlag(FLAGS_shutdown_grace) < absl::ZeroDuration()) {

@@ -279,7 +279,7 @@ TEST_F(KvCacheServiceTest, AppendBatchPacksRaggedSequencesAndIsAllOrNothing) {
     EXPECT_NE(status.error_code(), grpc::StatusCode::OK) << b.name;
     EXPECT_NE(status.error_message().find(b.fragment), std::string::npos)
         << b.name << ": " << status.error_message();
-    for (const std::string& id : {"ab-0", "ab-1", "ab-2"}) EXPECT_EQ(tokens_of(id), 0) << b.name;
+    for (const char* id : {"ab-0", "ab-1", "ab-2"}) EXPECT_EQ(tokens_of(id), 0) << b.name;
   }
 
   // The prompts, ragged, in one call.

@@ -181,7 +181,9 @@ TEST_F(RoutingTest, EveryCallIsCheckedAgainstItsKey) {
       EXPECT_EQ(Tokens(id), 0);
       expect(Release(id, m), "Release");
       EXPECT_EQ(Tokens(id), ok ? -1 : 0);
-      if (!ok) ASSERT_TRUE(Release(id, {}).ok());
+      if (!ok) {
+        ASSERT_TRUE(Release(id, {}).ok());
+      }
     }
   }
 }

@@ -470,7 +470,9 @@ TEST(TransferService, ExportThenImportElsewhereIsBitIdentical) {
     const grpc::Status imported = cb.Import(bytes, "", &info, 1000 + rng() % 5000);
     ASSERT_TRUE(imported.ok()) << imported.error_message();
     EXPECT_EQ(info.sequence_id(), id);
-    if (id == "t1/f") EXPECT_GT(info.shared_blocks(), 0) << "the fork shares its source again";
+    if (id == "t1/f") {
+      EXPECT_GT(info.shared_blocks(), 0) << "the fork shares its source again";
+    }
     EXPECT_EQ(NextStep(cb, id, 7), want);
     ASSERT_TRUE(cb.Import(bytes, id + "-copy", &info, 1 << 20).ok());
     EXPECT_EQ(NextStep(cb, id + "-copy", 7), want);

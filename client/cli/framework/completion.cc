@@ -167,15 +167,15 @@ std::string BashCompletion(const CLI::App& root, const PositionalWords& words) {
       "  local -a cwords=(\"${COMP_WORDS[@]}\")\n";
   absl::StrAppend(&out, "  case \"$prev\" in\n",
                   FlagValueCases(commands, globals,
-                                 [](const std::string& words) {
-                                   return absl::StrCat("COMPREPLY=($(compgen -W \"", words,
+                                 [](const std::string& list) {
+                                   return absl::StrCat("COMPREPLY=($(compgen -W \"", list,
                                                        "\" -- \"$cur\"))");
                                  }),
                   "    ", ValueFlagPattern(commands, globals),
                   ")\n      COMPREPLY=($(compgen -f -- \"$cur\"))\n      return ;;\n  esac\n");
   absl::StrAppend(&out, ScanLoop(commands, globals, 1), "  local words=\"\"\n");
-  absl::StrAppend(&out, CaseBody(commands, globals, [](const std::string& words) {
-    return absl::StrCat("words=\"", words, "\"");
+  absl::StrAppend(&out, CaseBody(commands, globals, [](const std::string& list) {
+    return absl::StrCat("words=\"", list, "\"");
   }));
   absl::StrAppend(&out,
                   "  COMPREPLY=($(compgen -W \"$words\" -- \"$cur\"))\n"
@@ -198,11 +198,11 @@ std::string ZshCompletion(const CLI::App& root, const PositionalWords& words) {
   absl::StrAppend(
       &out, "  case \"${words[CURRENT-1]}\" in\n",
       FlagValueCases(commands, globals,
-                     [](const std::string& words) { return absl::StrCat("compadd ", words); }),
+                     [](const std::string& list) { return absl::StrCat("compadd ", list); }),
       "    ", ValueFlagPattern(commands, globals), ")\n      _files\n      return ;;\n  esac\n");
   absl::StrAppend(&out, ScanLoop(commands, globals, 2), "  local -a cands\n");
-  absl::StrAppend(&out, CaseBody(commands, globals, [](const std::string& words) {
-    return absl::StrCat("cands=(", words, ")");
+  absl::StrAppend(&out, CaseBody(commands, globals, [](const std::string& list) {
+    return absl::StrCat("cands=(", list, ")");
   }));
   absl::StrAppend(&out,
                   "  compadd -a cands\n"
