@@ -26,6 +26,7 @@ packages=(
   libopenblas0-pthread
   openssl
   clang libclang-rt-14-dev libomp-14-dev  # scripts/fuzz.sh: libFuzzer, and OpenMP for clang
+  clang-tidy  # scripts/tidy.sh: .clang-tidy's checks on recently changed sources
   nginx prometheus python3-yaml  # deploy/: the local fleet's proxy, promtool, config tests
   librsvg2-bin  # rsvg-convert: the CLI's pictures are rendered to PNG in a test
 )

@@ -2,7 +2,8 @@
 # Installs, builds and runs every test, then the nets for what tests written by hand miss:
 #   1. build/ (Release): unit, in-process server, CLI, fuzz corpora, end-to-end (Python) tests,
 #      the local fleet behind nginx, and deploy/'s configs (promtool, Kubernetes schemas, compose);
-#   2. a 60 s soak of the real server (scripts/soak.sh);
+#   2. clang-tidy on the C++ sources changed in the last 20 commits, then a 60 s soak of the real
+#      server (scripts/tidy.sh, scripts/soak.sh; ATTEND_SKIP_TIDY=1, ATTEND_SKIP_SOAK=1);
 #   3. the concurrent tests under ThreadSanitizer: the KV cache and the worker pool (build-tsan,
 #      label tsan; ATTEND_SKIP_TSAN=1 skips it);
 #   4. the whole suite, end-to-end tests included, under AddressSanitizer with
@@ -31,6 +32,13 @@ build_dir=${ATTEND_BUILD_DIR:-build}
 jobs=${ATTEND_JOBS:-$(nproc)}
 ctest --test-dir "$build_dir" --output-on-failure -j "$jobs"
 phase "the Release tests"
+
+if [ "${ATTEND_SKIP_TIDY:-0}" != 1 ]; then
+  # .clang-tidy's checks on the sources changed in recent commits; clean results are cached by
+  # their preprocessed text, so a second run checks only what changed (scripts/tidy.py).
+  ATTEND_BUILD_DIR="$build_dir" bash scripts/tidy.sh
+  phase "clang-tidy"
+fi
 
 if [ "${ATTEND_SKIP_SOAK:-0}" != 1 ]; then
   bash scripts/soak.sh --server "$build_dir/server/attend-server" --seconds "${ATTEND_SOAK_SECONDS:-60}"
