@@ -2,7 +2,7 @@
 # Installs, builds and runs every test, then the nets for what tests written by hand miss:
 #   1. build/ (Release): unit, in-process server, CLI, fuzz corpora, end-to-end (Python) tests,
 #      the local fleet behind nginx, and deploy/'s configs (promtool, Kubernetes schemas, compose);
-#   2. clang-tidy on the C++ sources changed in the last 20 commits, then a 60 s soak of the real
+#   2. clang-tidy on the C++ sources the latest landing changed, then a 60 s soak of the real
 #      server (scripts/tidy.sh, scripts/soak.sh; ATTEND_SKIP_TIDY=1, ATTEND_SKIP_SOAK=1);
 #   3. the concurrent tests under ThreadSanitizer: the KV cache and the worker pool (build-tsan,
 #      label tsan; ATTEND_SKIP_TSAN=1 skips it);
@@ -34,8 +34,9 @@ ctest --test-dir "$build_dir" --output-on-failure -j "$jobs"
 phase "the Release tests"
 
 if [ "${ATTEND_SKIP_TIDY:-0}" != 1 ]; then
-  # .clang-tidy's checks on the sources changed in recent commits; clean results are cached by
-  # their preprocessed text, so a second run checks only what changed (scripts/tidy.py).
+  # .clang-tidy's checks on the sources changed by the latest landing (the commits of the 12
+  # hours before HEAD); clean results are cached by their preprocessed text, so a second run
+  # checks only what changed (scripts/tidy.py).
   ATTEND_BUILD_DIR="$build_dir" bash scripts/tidy.sh
   phase "clang-tidy"
 fi

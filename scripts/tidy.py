@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Runs clang-tidy (.clang-tidy's checks, warnings as errors) on attend's C++ sources.
 
-Which sources: those changed in the last ATTEND_TIDY_COMMITS commits (default 20; "all" for every
-compiled source). A fresh clone of main has no branch to compare with, so "changed" means recent
-history: each landing is checked at least once while its files are still that recent. Headers
-are checked through the sources that include them (.clang-tidy's HeaderFilterRegex).
+Which sources: those changed by the commits made in the ATTEND_TIDY_HOURS hours (default 12)
+before HEAD's commit, or in the last ATTEND_TIDY_COMMITS commits when that is set ("all" for
+every compiled source). A fresh clone of main has no branch to compare with, so "changed" means
+recent history: a landing (a session's commits, made within hours) is checked whole, however
+many commits it has, while older files are not parsed again. Headers are checked through the
+sources that include them (.clang-tidy's HeaderFilterRegex).
 
 clang-tidy parses each source with gRPC's and protobuf's headers, about 12 s a file on one core,
 so a clean result is remembered: the key is the clang-tidy version, .clang-tidy and the source
@@ -43,12 +45,23 @@ def compiled_sources(build_dir):
   return out
 
 
-def changed_sources(commits):
-  total = int(subprocess.check_output(["git", "rev-list", "--count", "HEAD"], cwd=ROOT))
-  commits = min(commits, total - 1)
-  out = subprocess.check_output(
-      ["git", "diff", "--name-only", "--diff-filter=AMR", f"HEAD~{commits}", "HEAD", "--", "*.cc"],
-      cwd=ROOT, text=True)
+def git(*args):
+  return subprocess.check_output(["git", *args], cwd=ROOT, text=True).strip()
+
+
+def changed_sources(commits, hours):
+  """The .cc files changed since the base: `commits` commits back when given, else the newest
+  commit made more than `hours` before HEAD (the whole of a session's landing, however many
+  commits it has), else the first commit."""
+  if commits is not None:
+    total = int(git("rev-list", "--count", "HEAD"))
+    base = f"HEAD~{min(commits, total - 1)}"
+  else:
+    head_time = int(git("log", "-1", "--format=%ct", "HEAD"))
+    base = git("rev-list", "-1", f"--before={head_time - int(hours * 3600)}", "HEAD")
+    if not base:
+      base = git("rev-list", "--max-parents=0", "HEAD").splitlines()[0]
+  out = git("diff", "--name-only", "--diff-filter=AMR", base, "HEAD", "--", "*.cc")
   return [line for line in out.splitlines() if line]
 
 
@@ -104,7 +117,8 @@ def main():
   if not os.path.exists(os.path.join(args.build, "compile_commands.json")):
     sys.exit(f"tidy: {args.build}/compile_commands.json is missing: configure the build first")
   compiled = compiled_sources(args.build)
-  commits = os.environ.get("ATTEND_TIDY_COMMITS", "20")
+  commits = os.environ.get("ATTEND_TIDY_COMMITS", "")
+  hours = float(os.environ.get("ATTEND_TIDY_HOURS", "12"))
   if args.files:
     wanted = [os.path.relpath(os.path.abspath(f), ROOT) for f in args.files]
     unknown = [f for f in wanted if f not in compiled]
@@ -114,9 +128,12 @@ def main():
   elif commits == "all":
     wanted = sorted(compiled)
     what = "compiled"
-  else:
-    wanted = [f for f in changed_sources(int(commits)) if f in compiled]
+  elif commits:
+    wanted = [f for f in changed_sources(int(commits), None) if f in compiled]
     what = f"changed in the last {commits} commits"
+  else:
+    wanted = [f for f in changed_sources(None, hours) if f in compiled]
+    what = f"changed in the {hours:g} hours of commits before HEAD"
   if not wanted:
     print(f"tidy: no compiled C++ source {what}")
     return 0
