@@ -2,6 +2,7 @@
 and keepalive, with the semantics of the C++ client's ConnectionOptions (client/connection.h),
 and the calls every service shares (deadline, routing key, error conversion, retries).
 """
+import collections
 import os
 import re
 import time
@@ -18,6 +19,38 @@ MIN_KEEPALIVE_SECONDS = 10.0
 # Certificates, keys and tokens are a few KiB: a bigger file is not one of them.
 _MAX_CREDENTIAL_FILE_BYTES = 1 << 20
 _MAX_INT32 = (1 << 31) - 1
+
+
+class _CallDetails(
+        collections.namedtuple("_CallDetails", ("method", "timeout", "metadata", "credentials",
+                                                "wait_for_ready", "compression")),
+        grpc.ClientCallDetails):
+    pass
+
+
+class _BearerToken(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor,
+                   grpc.StreamUnaryClientInterceptor, grpc.StreamStreamClientInterceptor):
+    """Adds "authorization: Bearer <token>" to every call's metadata."""
+
+    def __init__(self, token):
+        self._header = ("authorization", "Bearer " + token)
+
+    def _details(self, details):
+        return _CallDetails(details.method, details.timeout,
+                            list(details.metadata or ()) + [self._header], details.credentials,
+                            details.wait_for_ready, details.compression)
+
+    def intercept_unary_unary(self, continuation, details, request):
+        return continuation(self._details(details), request)
+
+    def intercept_unary_stream(self, continuation, details, request):
+        return continuation(self._details(details), request)
+
+    def intercept_stream_unary(self, continuation, details, requests):
+        return continuation(self._details(details), requests)
+
+    def intercept_stream_stream(self, continuation, details, requests):
+        return continuation(self._details(details), requests)
 
 
 def moving_refusal(error):
@@ -96,8 +129,8 @@ class Connection:
     server_name is the name checked against the server's certificate instead of the target's
     host (e.g. when dialling an IP address). Each of the three PEM options is bytes (the PEM
     text) or a path. token (or token_file: a file holding it on one line) is sent on every call
-    as "authorization: Bearer <token>"; it needs TLS, since gRPC sends call credentials only
-    over a secure channel and a token must not travel in the clear.
+    as "authorization: Bearer <token>" (what the C++ client's AccessTokenCredentials sends); it
+    needs TLS, since a token must not travel in the clear.
 
     keepalive: seconds between HTTP/2 pings on an open connection (None or 0: none; at least
     10, which attend-server accepts), to notice a dead peer or keep a NAT or proxy mapping
@@ -179,12 +212,14 @@ class Connection:
                 root_certificates=_pem(ca_cert, "ca_cert"),
                 private_key=_pem(client_key, "client_key"),
                 certificate_chain=_pem(client_cert, "client_cert"))
+            self.channel = grpc.secure_channel(target, credentials, options)
             if token is not None:
                 # Sends "authorization: Bearer <token>" on every call, as the C++ client's
-                # AccessTokenCredentials does.
-                credentials = grpc.composite_channel_credentials(
-                    credentials, grpc.access_token_call_credentials(token))
-            self.channel = grpc.secure_channel(target, credentials, options)
+                # AccessTokenCredentials does, but from the calling thread: grpc's
+                # access_token_call_credentials is a Python plugin that gRPC's own threads call
+                # and release, and a release during interpreter exit crashed the process
+                # (SIGSEGV in PyGILState_Ensure) after a clean close.
+                self.channel = grpc.intercept_channel(self.channel, _BearerToken(token))
         else:
             self.channel = grpc.insecure_channel(target, options)
         self._owns_channel = True
@@ -288,11 +323,13 @@ class Connection:
             # A channel whose connection attempt failed waits out gRPC's reconnect backoff and
             # fails calls at once meanwhile; ask it to connect and give that up to another
             # backoff, so that a server that came back is reached.
+            ready = grpc.channel_ready_future(self.channel)
             try:
-                grpc.channel_ready_future(self.channel).result(
-                    timeout=max(0.0, min(backoff, deadline - time.monotonic())))
+                ready.result(timeout=max(0.0, min(backoff, deadline - time.monotonic())))
             except grpc.FutureTimeoutError:
-                pass
+                # Unsubscribes from the channel's connectivity: a subscription left behind
+                # outlives close() on gRPC's polling thread.
+                ready.cancel()
             backoff = min(backoff * self.retry.multiplier, self.retry.max_backoff)
             attempt += 1
 
