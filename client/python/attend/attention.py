@@ -3,6 +3,7 @@ the sqrt(d) experiment. These calls name no sequence and send no routing key.
 """
 import numpy as np
 
+from . import errors
 from .tensors import dtype_enum, encode, from_proto, precision_enum, serialize_with_tensors
 from .v1 import attention_pb2
 
@@ -57,6 +58,22 @@ class SoftmaxResult:
 
 def _mask(causal, window_tokens):
     return attention_pb2.MaskOptions(causal=causal, window_tokens=window_tokens)
+
+
+def _logits(logits):
+    """Softmax's logits as Python floats, or InvalidArgument: NumPy would read None as NaN
+    and the string "12" as 12.0, which the server would then answer for."""
+    if isinstance(logits, (str, bytes)):
+        raise errors.InvalidArgument("logits: %r is a string, not numbers" % (logits,))
+    try:
+        values = np.asarray(logits)
+    except ValueError as e:  # ragged nesting
+        raise errors.InvalidArgument("logits: %s" % e) from None
+    if values.dtype == object or not (np.issubdtype(values.dtype, np.number) or
+                                      values.dtype == np.bool_):
+        raise errors.InvalidArgument("logits: %r holds something that is not a number"
+                                     % (logits,))
+    return [float(x) for x in values.astype(np.float64).ravel()]
 
 
 class AttentionMixin:
@@ -124,9 +141,7 @@ class AttentionMixin:
     def softmax(self, logits, *, temperature=None, jacobian=False):
         """Numerically stable softmax of `logits` (-inf gives exactly 0; NaN and +inf are
         refused), divided by `temperature` first when given. Returns a SoftmaxResult."""
-        request = attention_pb2.SoftmaxRequest(
-            logits=[float(x) for x in np.asarray(logits, dtype=np.float64).ravel()],
-            jacobian=jacobian)
+        request = attention_pb2.SoftmaxRequest(logits=_logits(logits), jacobian=jacobian)
         if temperature is not None:
             request.temperature = temperature
         return SoftmaxResult(self._connection.call(self._connection.method(

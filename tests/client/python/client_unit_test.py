@@ -471,6 +471,38 @@ class AgainstFake(unittest.TestCase):
             self.client.append_batch(0, ["a"], q.reshape(4, 32), k, v, counts=[4])
         self.assertEqual(self.r.calls, [])
 
+    def test_ids_names_and_counts_of_the_wrong_type_fail_before_any_call(self):
+        # Every call that takes one id, name or token count: a value of another type is
+        # InvalidArgument naming the argument (it was AttributeError or protobuf's TypeError).
+        c = self.client
+        calls = {
+            "sequence_id": [lambda v: c.get_sequence(v), lambda v: c.release(v),
+                            lambda v: c.truncate(v, 1), lambda v: c.save_sequence(v),
+                            lambda v: c.export_sequence(v)],
+            # None is allowed here: the client generates the id, the server the fork's.
+            "sequence_id ": [lambda v: c.create_sequence(v, layers=1, n_head=1, head_dim=4)],
+            "source_id": [lambda v: c.fork(v, "a/b")],
+            "new_id": [lambda v: c.fork("a", v)],
+            "name": [lambda v: c.load_sequence(v), lambda v: c.save_sequence("a", v)],
+            "tokens": [lambda v: c.truncate("a", v), lambda v: c.fork("a", "a/b", v)],
+        }
+        bad = {"tokens": ["1", 1.5, True, -1, 2 ** 63], "sequence_id ": [5, b"a", ["a"]],
+               "new_id": [5, b"a/b", ["a"]], "name": [5, b"x", ("a",)]}
+        for what, fns in calls.items():
+            for fn in fns:
+                for value in bad.get(what, [None, 5, b"a", ["a"]]):
+                    with self.subTest(what=what, value=value):
+                        with self.assertRaisesRegex(attend.InvalidArgument, "INVALID_ARGUMENT: " + what.strip() + ": "):
+                            fn(value)
+        self.assertEqual(self.r.calls, [])
+
+    def test_softmax_logits_that_are_not_numbers_fail_before_any_call(self):
+        for logits in (["a"], [[1, "x"]], [None], "12"):
+            with self.subTest(logits=logits):
+                with self.assertRaisesRegex(attend.InvalidArgument, "INVALID_ARGUMENT: logits: "):
+                    self.client.softmax(logits)
+        self.assertEqual(self.r.calls, [])
+
     def test_a_split_batch_with_an_unknown_sequence_appends_nothing(self):
         self.client = attend.Client(self.fake.target, max_message_bytes=32 << 10)
         self.config("known")
