@@ -2,7 +2,7 @@
 
 #include <tuple>
 
-#include "common/version.h"
+#include "common/version/version.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 
 namespace attend::client {

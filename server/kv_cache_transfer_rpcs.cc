@@ -12,7 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "common/version.h"
+#include "common/version/version.h"
 #include "core/base/status_macros.h"
 #include "core/kv_cache/sequence_registry.h"
 #include "core/kv_cache/snapshot_format.h"

@@ -27,7 +27,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/byte_size.h"
-#include "common/version.h"
+#include "common/version/version.h"
 #include "core/base/large_memory.h"
 #include "core/kernels/cpu_features.h"
 #include "core/kernels/onednn.h"

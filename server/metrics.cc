@@ -3,7 +3,7 @@
 #include <chrono>
 
 #include "absl/status/status.h"
-#include "common/version.h"
+#include "common/version/version.h"
 #include "core/kernels/cpu_features.h"
 #include "core/kernels/onednn.h"
 #include "core/kernels/simd.h"

@@ -19,7 +19,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/version.h"
+#include "common/version/version.h"
 #include "core/attention/attention_engine.h"
 #include "core/base/status_macros.h"
 #include "core/kernels/simd.h"

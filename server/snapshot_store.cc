@@ -21,7 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
-#include "common/version.h"
+#include "common/version/version.h"
 #include "core/base/status_macros.h"
 #include "core/kv_cache/sequence_registry.h"
 #include "core/kv_cache/snapshot_format.h"

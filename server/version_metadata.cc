@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "common/version.h"
+#include "common/version/version.h"
 
 namespace attend::server {
 namespace {

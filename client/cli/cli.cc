@@ -25,7 +25,7 @@
 #include "client/cli/framework/completion.h"
 #include "client/cli/lessons/example_command.h"
 #include "client/cli/render/format.h"
-#include "common/version.h"
+#include "common/version/version.h"
 
 namespace attend::cli {
 namespace {

@@ -6,7 +6,7 @@
 
 #include "attend/v1/attention.grpc.pb.h"
 #include "attend/v1/kv_cache.grpc.pb.h"
-#include "common/version.h"
+#include "common/version/version.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "tests/server/server_fixture.h"

@@ -11,7 +11,7 @@
 #include "client/cli/cli.h"
 #include "client/cli/framework/args.h"
 #include "client/cli/framework/command.h"
-#include "common/version.h"
+#include "common/version/version.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/client/cli/cli_fixture.h"

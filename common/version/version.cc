@@ -1,4 +1,4 @@
-#include "common/version.h"
+#include "common/version/version.h"
 
 #include "absl/strings/str_cat.h"
 #include "attend_git_commit.h"  // generated: ATTEND_GIT_COMMIT

@@ -1,7 +1,7 @@
 // What build this is: attend's semantic version (the CMake project version) and the git commit
 // it was built from, for --version, the start-up line and attend_build_info.
-#ifndef ATTEND_COMMON_VERSION_H_
-#define ATTEND_COMMON_VERSION_H_
+#ifndef ATTEND_COMMON_VERSION_VERSION_H_
+#define ATTEND_COMMON_VERSION_VERSION_H_
 
 #include <string>
 
@@ -25,4 +25,4 @@ std::string VersionLine(absl::string_view program);
 
 }  // namespace attend
 
-#endif  // ATTEND_COMMON_VERSION_H_
+#endif  // ATTEND_COMMON_VERSION_VERSION_H_
