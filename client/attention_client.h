@@ -102,8 +102,8 @@ absl::StatusOr<std::string> CheckHealth(const std::shared_ptr<grpc::Channel>& ch
                                         const std::string& service, absl::Duration deadline);
 
 // What one Health/Check of the whole server tells: its serving status (as CheckHealth) and the
-// version line it sends in its initial metadata (kServerVersionMetadata in common/version.h),
-// "" when it sends none (a server built before it did).
+// version line it sends in its initial metadata (kServerVersionMetadata in
+// common/version/version.h), "" when it sends none (a server built before it did).
 struct ServerProbe {
   std::string status;
   std::string version;

@@ -1,7 +1,7 @@
 # Writes ${OUT}: the git commit of ${SRC} (short hash, "-dirty" when the work tree has changes),
 # or ${COMMIT} when given (the container build has no .git), or "unknown". Run at every build
-# (attend_version_header in common/version/CMakeLists.txt) and rewritten only when it changes, so a new
-# commit recompiles one file and relinks, and nothing else.
+# (attend_version_header in common/version/CMakeLists.txt) and rewritten only when it changes,
+# so a new commit recompiles one file and relinks, and nothing else.
 if(COMMIT)
   set(commit "${COMMIT}")
 else()

@@ -49,7 +49,8 @@ def main():
                             % (rel, len(libs), ", ".join(libs) or "none"))
     for p in problems:
         print(p)
-    print("layout: %s" % ("%d problem(s)" % len(problems) if problems else "every folder is one library"))
+    print("layout: %s" % ("%d problem(s)" % len(problems) if problems
+                          else "every folder is one library"))
     return 1 if problems else 0
 
 
