@@ -233,9 +233,9 @@ class KvCache {
   // of one moment: the block tables are copied under the sequence's lock and the blocks are
   // read after it is let go, while appends to the sequence go on (an append that writes into a
   // block the save still reads copies it first, taking one block from the pool). With
-  // `share_with_source`, the header also says how many leading tokens the sequence shares with
-  // the one it was forked from, so that a load can share them again. Does not count as a use
-  // (the sequence's idle time goes on). NOT_FOUND for an unknown id; the sink's errors.
+  // `share_with_source`, the header also says, per layer, how many leading tokens the sequence
+  // shares with the one it was forked from, so that a load can share them again. Does not count as
+  // a use (the sequence's idle time goes on). NOT_FOUND for an unknown id; the sink's errors.
   absl::Status Save(absl::string_view id,
                     const std::function<absl::Status(absl::string_view)>& sink,
                     absl::string_view attend_version, bool share_with_source = true);
@@ -244,9 +244,9 @@ class KvCache {
   // the saved id), exactly as saved: tokens, rows, reservation, window, fork relation and
   // creation time. All or nothing: the sequence is published only after the last row and the
   // trailer are checked, so a torn, corrupted or foreign file adds nothing and changes nothing.
-  // With `share_with_source`, the leading tokens the snapshot shared with its source share that
-  // sequence's blocks again when the source still holds them and its rows are the same bytes
-  // (compared); FAILED_PRECONDITION when they are not (load it again without sharing).
+  // With `share_with_source`, the leading tokens the snapshot shared with its source (per layer)
+  // share that sequence's blocks again when the source still holds them and its rows are the
+  // same bytes (compared); FAILED_PRECONDITION when they are not (load it again without sharing).
   // Errors: the reader's (DATA_LOSS, INVALID_ARGUMENT, FAILED_PRECONDITION, naming the file),
   // INVALID_ARGUMENT for a config this cache refuses, ALREADY_EXISTS, RESOURCE_EXHAUSTED when
   // its blocks do not fit (no eviction of other sequences is skipped for it).

@@ -3,7 +3,6 @@
 // the snapshot's token-major rows byte for byte, so nothing is converted and nothing rounds.
 #include <algorithm>
 #include <cstring>
-#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -110,23 +109,37 @@ absl::Status KvCache::Save(absl::string_view id,
   if (share_with_source && !header.forked_from.empty()) {
     // The source's tables, taken under its own lock after this sequence's was let go (one
     // sequence lock at a time): equal block pointers mean equal rows, since a shared block is
-    // copied before anyone writes into it.
+    // copied before anyone writes into it. Counted layer by layer: a write copies a block in the
+    // layer written only, and every other layer still shares.
     absl::StatusOr<TableCopy> source = copy_tables(header.forked_from);
-    if (source.ok() && SameLayout(source->layout, copy.layout)) {
+    if (source.ok() && SameLayout(source->layout, copy.layout) &&
+        source->blocks.size() == copy.blocks.size()) {
       const int64_t tpb = copy.layout.tokens_per_block;
-      int64_t shared = std::numeric_limits<int64_t>::max();
+      header.shared_tokens.assign(copy.blocks.size(), 0);
       for (size_t l = 0; l < copy.blocks.size(); ++l) {
         const std::vector<BlockRef>& mine = copy.blocks[l];
         const std::vector<BlockRef>& theirs = source->blocks[l];
-        size_t same = 0;
-        while (same < mine.size() && same < theirs.size() && mine[same] &&
-               mine[same] == theirs[same]) {
-          ++same;
+        // Up to the first block both hold but not the same one (one of them wrote into it since
+        // the fork); a block only one holds (a sliding window released it in the other) is
+        // passed over, since it holds none of the rows the other one still shares after it. A
+        // shared block ends it too where it holds rows of this sequence that the source's own
+        // snapshot does not store (a reservation's blocks before ones its window released):
+        // a load of the source leaves them out, so sharing it there would compare this one's
+        // rows with rows never loaded, and be refused.
+        const int64_t first_mine = header.first_stored[l];
+        const int64_t first_theirs = source->header.first_stored[l];
+        size_t end = 0;
+        for (size_t b = 0; b < mine.size() && b < theirs.size(); ++b) {
+          if (!mine[b] || !theirs[b]) continue;
+          if (mine[b] != theirs[b] ||
+              std::max(static_cast<int64_t>(b) * tpb, first_mine) < first_theirs) {
+            break;
+          }
+          end = b + 1;
         }
-        shared = std::min({shared, static_cast<int64_t>(same) * tpb, header.layer_tokens[l],
-                           source->header.layer_tokens[l]});
+        header.shared_tokens[l] = std::min({static_cast<int64_t>(end) * tpb, header.layer_tokens[l],
+                                            source->header.layer_tokens[l]});
       }
-      header.shared_tokens = shared == std::numeric_limits<int64_t>::max() ? 0 : shared;
     }
   }
 
@@ -185,56 +198,83 @@ absl::StatusOr<SequenceInfo> KvCache::Load(SnapshotReader& reader, absl::string_
   }
 
   // Blocks shared with the source again, when it is here with the same block layout and still
-  // holds them; their rows are compared as they are read. The whole blocks below
-  // shared_tokens, and the block it ends inside too when the fork holds no row past it in any
-  // layer (a fork made mid-block and not appended to since): then the fork writes nothing
-  // into that block, and its first append copies it, as before the save.
-  std::vector<std::vector<BlockRef>> shared(layers);
-  int64_t shared_blocks = 0;
-  const int64_t whole = header.shared_tokens / tpb;
-  bool partial = header.shared_tokens % tpb != 0;
-  for (size_t l = 0; l < layers && partial; ++l) {
-    partial =
-        header.layer_tokens[l] == header.shared_tokens && header.first_stored[l] <= whole * tpb;
+  // holds them; their rows are compared as they are read. In each layer, the blocks below that
+  // layer's shared tokens where both hold one, and the block they end inside too when the fork
+  // holds no row past it in that layer (a fork made mid-block and not appended to there since):
+  // then the fork writes nothing into that block, and its first append there copies it, as
+  // before the save. A block the fork holds no row of (before its first stored one) is not
+  // shared: it held none there before the save.
+  //
+  // A version 1 snapshot has one count for all layers (shared_tokens holds it in each): it
+  // shares in every layer or in none, and that block only when no layer holds a row past it, as
+  // the attend that wrote it did.
+  const bool every_layer_or_none = header.format_version < 2;
+  std::vector<int64_t> whole(layers, 0);  // per layer: whole blocks wanted
+  std::vector<bool> partial(layers, false);
+  bool any_wanted = false;
+  for (size_t l = 0; l < layers; ++l) {
+    const int64_t tokens = header.shared_tokens[l];
+    whole[l] = tokens / tpb;
+    partial[l] = tokens % tpb != 0 && header.layer_tokens[l] == tokens &&
+                 header.first_stored[l] <= whole[l] * tpb;
+    any_wanted = any_wanted || tokens > 0;
   }
-  const int64_t wanted = whole + (partial ? 1 : 0);
-  if (share_with_source && wanted > 0) {
+  if (every_layer_or_none && std::find(partial.begin(), partial.end(), false) != partial.end()) {
+    partial.assign(layers, false);
+  }
+  // Where the fork's table holds a block: below its reservation, or from the block of its first
+  // stored row to its last row.
+  const auto fork_holds = [&](size_t l, int64_t b) {
+    return b < reserved_blocks ||
+           (b >= header.first_stored[l] / tpb && b * tpb < header.layer_tokens[l]);
+  };
+  std::vector<std::vector<BlockRef>> shared(layers);  // per layer; null where not shared
+  if (share_with_source && any_wanted) {
     absl::StatusOr<std::shared_ptr<Sequence>> source = registry_->Find(header.forked_from);
     if (source.ok()) {
       MutexLock lock(&(*source)->mu);
       const Sequence& s = **source;
       if (!s.released && SameLayout(s.layout, layout) && s.layers.size() == layers) {
-        shared_blocks = wanted;
-        const int64_t rows_needed = partial ? header.shared_tokens : whole * tpb;
+        bool missing = false;  // a block or row the source no longer holds
         for (size_t l = 0; l < layers; ++l) {
           const CachedLayer& from = s.layers[l];
-          if (from.tokens < rows_needed ||
-              static_cast<int64_t>(from.blocks.size()) < shared_blocks) {
-            shared_blocks = 0;
-            break;
+          const int64_t wanted = whole[l] + (partial[l] ? 1 : 0);
+          const int64_t rows_needed = partial[l] ? header.shared_tokens[l] : whole[l] * tpb;
+          if (from.tokens < rows_needed) {
+            missing = true;
+            continue;
           }
-          for (int64_t b = 0; b < shared_blocks; ++b) {
-            if (!from.blocks[static_cast<size_t>(b)]) shared_blocks = 0;
+          shared[l].resize(static_cast<size_t>(wanted));
+          for (int64_t b = 0; b < wanted; ++b) {
+            if (!fork_holds(l, b)) continue;
+            if (b < static_cast<int64_t>(from.blocks.size()) &&
+                from.blocks[static_cast<size_t>(b)]) {
+              shared[l][static_cast<size_t>(b)] = from.blocks[static_cast<size_t>(b)];
+            } else {
+              missing = true;
+            }
           }
         }
-        for (size_t l = 0; l < layers && shared_blocks > 0; ++l) {
-          shared[l].assign(s.layers[l].blocks.begin(), s.layers[l].blocks.begin() + shared_blocks);
-        }
+        if (missing && every_layer_or_none) shared.assign(layers, {});
       }
     }
   }
+  const auto is_shared = [&](size_t l, int64_t b) {
+    return b < static_cast<int64_t>(shared[l].size()) && shared[l][static_cast<size_t>(b)];
+  };
 
-  // Every layer's table: shared blocks, then fresh ones where rows will be written or the
+  // Every layer's table: shared blocks, and fresh ones where rows will be written or the
   // reservation keeps them; null before a window's first stored row.
   std::vector<std::vector<bool>> fresh_at(layers);
+  std::vector<std::vector<bool>> shared_at(layers);
   int64_t fresh_count = 0;
   for (size_t l = 0; l < layers; ++l) {
-    const int64_t tokens = header.layer_tokens[l];
-    const int64_t table = std::max(layout.blocks_for(tokens), reserved_blocks);
-    const int64_t first_block = header.first_stored[l] / tpb;
+    const int64_t table = std::max(layout.blocks_for(header.layer_tokens[l]), reserved_blocks);
     fresh_at[l].resize(static_cast<size_t>(table));
-    for (int64_t b = shared_blocks; b < table; ++b) {
-      const bool held = b < reserved_blocks || (b >= first_block && b * tpb < tokens);
+    shared_at[l].resize(static_cast<size_t>(table));
+    for (int64_t b = 0; b < table; ++b) {
+      shared_at[l][static_cast<size_t>(b)] = is_shared(l, b);
+      const bool held = !is_shared(l, b) && fork_holds(l, b);
       fresh_at[l][static_cast<size_t>(b)] = held;
       fresh_count += held ? 1 : 0;
     }
@@ -248,7 +288,7 @@ absl::StatusOr<SequenceInfo> KvCache::Load(SnapshotReader& reader, absl::string_
   std::vector<CachedLayer> tables(layers);
   for (size_t l = 0; l < layers; ++l) {
     std::vector<BlockRef>& blocks = tables[l].blocks;
-    blocks = std::move(shared[l]);
+    blocks = std::move(shared[l]);  // no longer than the table: its tokens are the layer's
     blocks.resize(fresh_at[l].size());
     for (size_t b = 0; b < fresh_at[l].size(); ++b) {
       if (fresh_at[l][b]) {
@@ -265,13 +305,14 @@ absl::StatusOr<SequenceInfo> KvCache::Load(SnapshotReader& reader, absl::string_
   while (true) {
     ATTEND_ASSIGN_OR_RETURN(std::optional<SnapshotReader::Chunk> chunk, reader.Next());
     if (!chunk) break;
-    const std::vector<BlockRef>& blocks = tables[static_cast<size_t>(chunk->layer)].blocks;
+    const size_t l = static_cast<size_t>(chunk->layer);
+    const std::vector<BlockRef>& blocks = tables[l].blocks;
     const int64_t row_bytes = header.row_bytes();
     for (int64_t t = 0; t < chunk->count; ++t) {
       const int64_t position = chunk->first_token + t;
       const int64_t b = position / tpb;
       const char* row = chunk->rows.data() + t * row_bytes;
-      if (b < shared_blocks) {
+      if (shared_at[l][static_cast<size_t>(b)]) {
         if (!SameRow(layout, row, position % tpb, blocks[static_cast<size_t>(b)]->data)) {
           return absl::FailedPreconditionError(
               absl::StrCat(what, ": layer ", chunk->layer, " token ", position,

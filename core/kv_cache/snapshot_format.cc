@@ -131,7 +131,9 @@ std::optional<std::string> HeaderProblem(const SnapshotHeader& h) {
       h.first_stored.size() != h.layer_tokens.size()) {
     return "the per-layer token counts do not match the layers";
   }
-  int64_t common = kMaxTokens;
+  if (!h.shared_tokens.empty() && h.shared_tokens.size() != h.layer_tokens.size()) {
+    return "the per-layer shared token counts do not match the layers";
+  }
   for (int64_t l = 0; l < c.layers; ++l) {
     const int64_t tokens = h.layer_tokens[static_cast<size_t>(l)];
     const int64_t first = h.first_stored[static_cast<size_t>(l)];
@@ -149,11 +151,11 @@ std::optional<std::string> HeaderProblem(const SnapshotHeader& h) {
               ? absl::StrCat("its reservation of ", h.reserved_tokens, " tokens holds")
               : absl::StrCat("its window of ", c.window, " tokens needs at ", tokens, " tokens"));
     }
-    common = std::min(common, tokens);
-  }
-  if (h.shared_tokens < 0 || h.shared_tokens > common ||
-      (h.shared_tokens > 0 && h.forked_from.empty())) {
-    return absl::StrCat("shared_tokens ", h.shared_tokens);
+    const int64_t shared = h.shared_tokens.empty() ? 0 : h.shared_tokens[static_cast<size_t>(l)];
+    if (shared < 0 || shared > tokens || (shared > 0 && h.forked_from.empty())) {
+      return absl::StrCat("layer ", l, ": shared_tokens ", shared, " of ", tokens, " tokens",
+                          h.forked_from.empty() ? " without a source" : "");
+    }
   }
   return std::nullopt;
 }
@@ -189,6 +191,7 @@ absl::Status SnapshotWriter::WriteHeader(const SnapshotHeader& header) {
     return absl::InvalidArgumentError("snapshot header: one token's row is over a chunk's limit");
   }
   header_ = header;
+  header_.format_version = kSnapshotFormatVersion;
   started_ = true;
   Encoder body;
   body.Str(header.id);
@@ -196,7 +199,6 @@ absl::Status SnapshotWriter::WriteHeader(const SnapshotHeader& header) {
   body.Str(header.attend_version);
   body.I64(header.created_ms);
   body.I64(header.reserved_tokens);
-  body.I64(header.shared_tokens);
   const SequenceConfig& c = header.config;
   body.I64(c.layers);
   body.I64(c.n_head);
@@ -210,6 +212,7 @@ absl::Status SnapshotWriter::WriteHeader(const SnapshotHeader& header) {
   for (size_t l = 0; l < header.layer_tokens.size(); ++l) {
     body.I64(header.layer_tokens[l]);
     body.I64(header.first_stored[l]);
+    body.I64(header.shared_tokens.empty() ? 0 : header.shared_tokens[l]);
   }
   if (static_cast<int64_t>(body.bytes().size()) > kMaxSnapshotHeaderBytes) {
     return absl::InvalidArgumentError("snapshot header: over its size limit");
@@ -333,23 +336,27 @@ absl::StatusOr<SnapshotHeader> SnapshotReader::ReadHeader() {
   header_hash_ = hash;
 
   SnapshotHeader h;
+  h.format_version = version;
   Decoder in(body);
   uint8_t dtype = 0, has_scale = 0;
   float scale = 0.0f;
+  int64_t shared_in_every_layer = 0;  // version 1's one count
   SequenceConfig& c = h.config;
   bool ok = in.Str(&h.id) && in.Str(&h.forked_from) && in.Str(&h.attend_version) &&
-            in.I64(&h.created_ms) && in.I64(&h.reserved_tokens) && in.I64(&h.shared_tokens) &&
-            in.I64(&c.layers) && in.I64(&c.n_head) && in.I64(&c.n_head_kv) && in.I64(&c.head_dim) &&
+            in.I64(&h.created_ms) && in.I64(&h.reserved_tokens) &&
+            (version >= 2 || in.I64(&shared_in_every_layer)) && in.I64(&c.layers) &&
+            in.I64(&c.n_head) && in.I64(&c.n_head_kv) && in.I64(&c.head_dim) &&
             in.I64(&c.head_dim_v) && in.U8(&dtype) && in.U8(&has_scale) && in.F32(&scale) &&
             in.I64(&c.window);
   if (ok && (c.layers < 1 || c.layers > kMaxSnapshotLayers)) {
     return Corrupt(absl::StrCat("layers ", c.layers, " is not between 1 and ", kMaxSnapshotLayers));
   }
   for (int64_t l = 0; ok && l < c.layers; ++l) {
-    int64_t tokens = 0, first = 0;
-    ok = in.I64(&tokens) && in.I64(&first);
+    int64_t tokens = 0, first = 0, shared = shared_in_every_layer;
+    ok = in.I64(&tokens) && in.I64(&first) && (version < 2 || in.I64(&shared));
     h.layer_tokens.push_back(tokens);
     h.first_stored.push_back(first);
+    h.shared_tokens.push_back(shared);
   }
   if (!ok || !in.empty()) return Corrupt("the header's fields do not add up to its length");
   const std::optional<DType> kv_dtype = DTypeOfCode(dtype);

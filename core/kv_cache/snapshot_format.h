@@ -8,8 +8,10 @@
 //   "ATTNSNAP"  u32 format version  u32 header length  header  u64 header hash
 //   chunk*      "CHNK" u32 layer  i64 first token  u32 count  rows  u64 chunk hash
 //   "DONE"      u64 chunks  u64 trailer hash
-// The header holds the sequence's id, config, fork relation, per-layer token counts and the
-// attend version that wrote it. A layer's chunks cover its stored tokens [first_stored, tokens)
+// The header holds the sequence's id, config, fork relation, per-layer token counts (appended,
+// first stored, shared with the source) and the attend version that wrote it. Version 1 held one
+// count of shared tokens for all layers; it is still read (that count for every layer), never
+// written. A layer's chunks cover its stored tokens [first_stored, tokens)
 // in order (first_stored > 0 where a sliding window released the blocks before it); the layers
 // come in order. A row is one token of one layer: for each KV head its key, then its value
 // (head_dim and head_dim_v elements of the storage dtype), and for int8 the key's and the value's
@@ -39,10 +41,11 @@
 
 namespace attend::kv {
 
-inline constexpr uint32_t kSnapshotFormatVersion = 1;
-// Bounds the reader holds a file to before it allocates: a header (ids, versions and 16 bytes a
-// layer) and a chunk's rows.
-inline constexpr int64_t kMaxSnapshotHeaderBytes = int64_t{1} << 20;
+// 2: shared tokens per layer (1: one count for all layers).
+inline constexpr uint32_t kSnapshotFormatVersion = 2;
+// Bounds the reader holds a file to before it allocates: a header (ids, versions and 24 bytes a
+// layer, for up to kMaxSnapshotLayers) and a chunk's rows.
+inline constexpr int64_t kMaxSnapshotHeaderBytes = int64_t{2} << 20;
 inline constexpr int64_t kMaxSnapshotChunkBytes = int64_t{16} << 20;
 inline constexpr int64_t kMaxSnapshotLayers = int64_t{1} << 16;
 
@@ -53,11 +56,17 @@ struct SnapshotHeader {
   SequenceConfig config;       // n_head_kv and head_dim_v filled in
   int64_t created_ms = 0;
   int64_t reserved_tokens = 0;
-  // Leading tokens whose blocks were shared with `forked_from` when it was saved (0: none): a
-  // load may share them again if that sequence still holds the same rows.
-  int64_t shared_tokens = 0;
   std::vector<int64_t> layer_tokens;  // tokens appended to each layer
   std::vector<int64_t> first_stored;  // per layer: the first token whose row is stored
+  // Per layer: the leading tokens whose blocks were shared with `forked_from` when it was saved,
+  // wherever both held a block (0: none; empty: none in any layer). A load may share them again
+  // if that sequence still holds the same rows. Per layer, since a write copies a shared block
+  // in the layer written only: one count for all layers lost the sharing of every layer nobody
+  // wrote.
+  std::vector<int64_t> shared_tokens;
+  // The format version the reader read (the writer writes kSnapshotFormatVersion). A version 1
+  // snapshot's one count stands in every layer of shared_tokens.
+  uint32_t format_version = kSnapshotFormatVersion;
 
   // Bytes of one stored row (one token of one layer).
   int64_t row_bytes() const;

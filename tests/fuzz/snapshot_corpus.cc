@@ -6,10 +6,12 @@
 //
 // Valid snapshots of several shapes (f32, bf16 and int8 storage; GQA; a sliding window that
 // released blocks, saved with smaller blocks than the fuzz target's cache; a reservation; layers
-// of different lengths; an explicit scale; an empty sequence; a fork with shared tokens; several
-// chunks a layer, written with SnapshotWriter), and a few damaged ones (cut, a flipped row byte,
-// a newer format version, bytes after the trailer). Values are deterministic, so that the files
-// only change when the format does.
+// of different lengths; an explicit scale; an empty sequence; a fork with shared tokens, and one
+// sharing another count in each layer; several chunks a layer, written with SnapshotWriter), and
+// a few damaged ones (cut, a flipped row byte, a newer format version, bytes after the trailer).
+// Values are deterministic, so that the files only change when the format does. The seeds of
+// format version 1 are kept as v1-seed-* (not rewritten), so that the reader of the older
+// format stays covered.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -109,6 +111,19 @@ std::string Fork() {
   return Save(cache, "doc/alt");
 }
 
+// A fork of a 3-layer sequence made mid-block (at 20 tokens), then its source appended to in
+// layer 0 and the fork in layer 2: each layer shares another count of tokens (16, 20 and 16).
+std::string ForkPerLayer() {
+  const SequenceConfig c = Config(3, 2, 1, 8, DType::kBFloat16);
+  KvCache cache(Options(512));  // 16 tokens a block
+  Check(cache.Create(c, "doc", 0).status(), "create doc");
+  for (int64_t l = 0; l < 3; ++l) Append(cache, "doc", c, l, 30, static_cast<uint32_t>(3 + l));
+  Check(cache.Fork("doc", "doc/mid", 20).status(), "fork");
+  Append(cache, "doc", c, 0, 1, 11);
+  Append(cache, "doc/mid", c, 2, 2, 12);
+  return Save(cache, "doc/mid");
+}
+
 // Rows written with SnapshotWriter in chunks of 3 tokens: several chunks a layer.
 std::string SmallChunks() {
   SnapshotHeader h;
@@ -171,6 +186,7 @@ int main(int argc, char** argv) {
   Write(dir, "bf16-scale", Make(scaled, "scaled", {4}));
   Write(dir, "empty", Make(Config(2, 1, 1, 4, DType::kFloat32), "empty", {0, 0}));
   Write(dir, "bf16-fork-shared", Fork());
+  Write(dir, "bf16-fork-shared-per-layer", ForkPerLayer());
   Write(dir, "f32-small-chunks", SmallChunks());
 
   // Damaged (the fuzz target repairs their checksums too, so they load or fail further in).
@@ -179,7 +195,7 @@ int main(int argc, char** argv) {
   flipped[flipped.find("CHNK") + 30] ^= 0x40;
   Write(dir, "damaged-row-flipped", flipped);
   std::string future = f32;
-  future[8] = 2;
+  future[8] = static_cast<char>(kSnapshotFormatVersion + 1);
   Write(dir, "damaged-future-version", future);
   Write(dir, "damaged-extra-bytes", f32 + "DONE");
   return 0;

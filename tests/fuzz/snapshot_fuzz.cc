@@ -93,15 +93,16 @@ void Put(std::string* s, size_t at, T v) {
   std::memcpy(s->data() + at, &v, sizeof(T));
 }
 
-// The row bytes the header body declares, or 0 when it cannot be read.
-int64_t RowBytesOf(const std::string& body) {
+// The row bytes the header body of format `version` declares, or 0 when it cannot be read.
+int64_t RowBytesOf(const std::string& body, uint32_t version) {
   size_t at = 0;
   for (int i = 0; i < 3; ++i) {  // id, forked_from, attend_version
     uint32_t n = 0;
     if (!Get(body, at, &n)) return 0;
     at += 4 + static_cast<size_t>(n);
   }
-  at += 3 * 8 + 2 * 8;  // created_ms, reserved_tokens, shared_tokens, layers, n_head
+  // created_ms, reserved_tokens, (version 1: shared_tokens,) layers, n_head
+  at += (version == 1 ? 3 : 2) * 8 + 2 * 8;
   int64_t n_head_kv = 0, head_dim = 0, head_dim_v = 0;
   uint8_t dtype = 0;
   if (!Get(body, at, &n_head_kv) || !Get(body, at + 8, &head_dim) ||
@@ -119,9 +120,9 @@ int64_t RowBytesOf(const std::string& body) {
 
 // Rewrites the checksums of `s` where its structure allows; false when it has none to fix.
 bool Repair(std::string* s) {
-  uint32_t length = 0;
-  if (s->size() < 16 || std::memcmp(s->data(), "ATTNSNAP", 8) != 0 || !Get(*s, 12, &length) ||
-      s->size() - 16 < static_cast<size_t>(length) + 8) {
+  uint32_t version = 0, length = 0;
+  if (s->size() < 16 || std::memcmp(s->data(), "ATTNSNAP", 8) != 0 || !Get(*s, 8, &version) ||
+      !Get(*s, 12, &length) || s->size() - 16 < static_cast<size_t>(length) + 8) {
     return false;
   }
   const std::string body = s->substr(16, length);
@@ -129,7 +130,7 @@ bool Repair(std::string* s) {
   size_t at = 16 + static_cast<size_t>(length);
   Put(s, at, header_hash);
   at += 8;
-  const int64_t row_bytes = RowBytesOf(body);
+  const int64_t row_bytes = RowBytesOf(body, version);
   while (row_bytes > 0 && s->size() - at >= 4) {
     if (std::memcmp(s->data() + at, "CHNK", 4) == 0) {
       // "CHNK", layer, first token, count, rows, hash.
@@ -257,7 +258,9 @@ void Run(absl::string_view bytes) {
   {
     kv::SnapshotReader reader(kv::StringSource(bytes), "peek");
     absl::StatusOr<kv::SnapshotHeader> header = reader.ReadHeader();
-    if (header.ok() && !header->forked_from.empty() && header->shared_tokens > 0 &&
+    if (header.ok() && !header->forked_from.empty() &&
+        std::any_of(header->shared_tokens.begin(), header->shared_tokens.end(),
+                    [](int64_t n) { return n > 0; }) &&
         header->forked_from != header->id) {
       absl::StatusOr<kv::SequenceInfo> loaded = Load(cache, bytes, header->forked_from, false);
       CheckLoadCode(loaded.status());

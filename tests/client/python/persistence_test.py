@@ -2,7 +2,8 @@
 """KV caches that outlive the process, against the real attend-server with --snapshot_dir:
 
   - SIGTERM then a restart: every sequence is back and decodes bit-identically (the package's
-    save_sequence / load_sequence too);
+    save_sequence / load_sequence too); a fork shares its source's blocks again layer by layer,
+    so that a cache as full as before the restart (or an import into one) holds them all;
   - SIGKILL at random moments while the shutdown's snapshot is being written: the next start
     never loads a torn or partial set: it restores the new generation whole, or nothing when the
     kill came before it was complete (the generation it replaces was restored already, and is
@@ -218,6 +219,63 @@ class Persistence(unittest.TestCase):
             self.assertLessEqual(sum(n.startswith("gen-") for n in names), 1, names)
             self.assertFalse([n for n in names if n.endswith(".tmp")], names)
         print("kills during the snapshot, what the next start restored: %s" % outcomes)
+
+    def test_a_cache_as_full_as_before_restores_a_fork_sharing_layer_by_layer(self):
+        # An outside tester's repro: a fork made mid-block, then one token appended to its
+        # source in layer 0 only, which copies that layer's block; layer 1's stays shared. With
+        # one count of shared tokens for all layers in the snapshot, the restart gave the fork a
+        # block of its own in layer 1 too, and in this cache, full before the restart, refused
+        # it ("cw/f needs 2 blocks; 1 of 4 blocks free"): a sequence lost.
+        shape = dict(layers=2, n_head=4, n_head_kv=1, head_dim=32)  # 512 tokens a block
+        flags = ("--kv_cache_bytes=256KiB",)  # 4 blocks of 64 KiB
+
+        def kv(rng, tokens):
+            return rng.standard_normal((2, tokens, 1, 32), dtype=np.float32)
+
+        server = Server(self.dir, *flags)
+        rng = np.random.default_rng(12)
+        with attend.Client(server.target) as c:
+            c.create_sequence("cw", kv_dtype="bfloat16", **shape)
+            for layer in range(2):
+                k, v = kv(rng, 300)
+                c.append("cw", layer, None, k, v)
+            c.fork("cw", "cw/f", tokens=200)
+            k, v = kv(rng, 1)
+            c.append("cw", 0, None, k, v)
+            c.create_sequence("other", kv_dtype="bfloat16", **dict(shape, layers=1))
+            k, v = kv(rng, 10)
+            c.append("other", 0, None, k, v)
+            self.assertEqual((c.stats().blocks_used, c.stats().blocks_free), (4, 0))
+            before = {sid: c.get_sequence(sid) for sid in ("cw", "cw/f", "other")}
+            self.assertEqual(before["cw/f"].shared_blocks, 1)
+            exported = {sid: c.export_sequence(sid) for sid in ("cw", "cw/f", "other")}
+        server.stop()
+
+        def check(c):
+            self.assertEqual((c.stats().blocks_used, c.stats().blocks_free), (4, 0))
+            for sid, info in before.items():
+                got = c.get_sequence(sid)
+                self.assertEqual((got.shared_blocks, list(got.layer_tokens)),
+                                 (info.shared_blocks, list(info.layer_tokens)), sid)
+
+        server = Server(self.dir, *flags)
+        try:
+            self.assertEqual(server.restored(), (3, 0))
+            with attend.Client(server.target) as c:
+                check(c)
+        finally:
+            server.stop()
+        # Imported into another server as full: the fork shares its source's blocks again.
+        shutil.rmtree(self.dir)
+        os.mkdir(self.dir)
+        server = Server(self.dir, *flags)
+        try:
+            with attend.Client(server.target) as c:
+                for sid in ("cw", "cw/f", "other"):
+                    c.import_sequence(exported[sid])
+                check(c)
+        finally:
+            server.stop()
 
     def test_a_crash_after_a_restore_restores_nothing(self):
         server = Server(self.dir)

@@ -3,8 +3,10 @@
 // cases), forks share their blocks again after a load, and a snapshot that is torn, truncated,
 // corrupted, foreign, from a newer format or spliced from another snapshot is refused by name
 // and adds nothing. Also run under ThreadSanitizer (a save racing appends).
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
@@ -267,6 +269,159 @@ TEST(Snapshot, ForksMadeMidBlockShareThatBlockAgain) {
   ASSERT_TRUE(roomy_loaded.CheckConsistency().ok());
 }
 
+// The outside tester's restart: a fork made mid-block, then one token appended to its source in
+// layer 0 only. Layer 0's block is copied (the source wrote into it); layer 1's is still shared.
+// The snapshot once held one count of shared tokens for all layers, the least over them (0
+// here), so the load gave the fork its own block in layer 1 too, and with the cache as full as
+// before the restart (the source's 2 blocks, the fork's own 1 and another sequence's 1 of 4) the
+// fork was refused (RESOURCE_EXHAUSTED: it needed 2 blocks, 1 was free) and lost.
+void BuildTestersCache(KvCache& cache, const SequenceConfig& c, const SequenceConfig& other) {
+  ASSERT_TRUE(cache.Create(c, "cw", 0).ok());
+  for (int64_t l = 0; l < 2; ++l) Append(cache, "cw", c, l, 300, 3 + l);
+  ASSERT_TRUE(cache.Fork("cw", "cw/f", 200).ok());
+  Append(cache, "cw", c, 0, 1, 7);
+  ASSERT_TRUE(cache.Create(other, "other", 0).ok());
+  Append(cache, "other", other, 0, 10, 8);
+}
+
+TEST(Snapshot, AForkKeepsItsSharingInTheLayersNobodyWrote) {
+  const SequenceConfig c = Config(2, 4, 2, 16, DType::kBFloat16);
+  const SequenceConfig other = Config(1, 4, 2, 16, DType::kBFloat16);
+  const int64_t block = 64 << 10;  // 512 tokens a block: each layer's 300 tokens in one
+  const int64_t capacity = 4 * block;
+  KvCache original(Options(block, capacity));
+  BuildTestersCache(original, c, other);
+  ASSERT_EQ(original.Get("cw")->tokens_per_block, 512);
+  EXPECT_EQ(original.Stats().used_bytes, capacity);
+  EXPECT_EQ(original.Get("cw")->shared_blocks, 1);
+  EXPECT_EQ(original.Get("cw/f")->shared_blocks, 1);
+  const std::vector<std::string> saved = {Save(original, "cw"), Save(original, "cw/f"),
+                                          Save(original, "other")};
+
+  // The cache as full as before the restart: everything restores, sharing as before.
+  KvCache loaded(Options(block, capacity));
+  for (const std::string& bytes : saved) {
+    absl::StatusOr<SequenceInfo> info = Load(loaded, bytes);
+    ASSERT_TRUE(info.ok()) << info.status();
+  }
+  EXPECT_EQ(loaded.Stats().used_bytes, capacity);
+  EXPECT_EQ(loaded.Get("cw")->shared_blocks, 1);
+  EXPECT_EQ(loaded.Get("cw/f")->shared_blocks, 1);
+  ASSERT_TRUE(loaded.CheckConsistency().ok()) << loaded.CheckConsistency();
+
+  // Both decode as if never saved (in caches with room for the copies their appends make).
+  KvCache live(Options(block));
+  BuildTestersCache(live, c, other);
+  KvCache roomy(Options(block));
+  for (const std::string& bytes : saved) ASSERT_TRUE(Load(roomy, bytes).ok());
+  ExpectSameNextSteps(live, "cw/f", roomy, "cw/f", c, 51);
+  ExpectSameNextSteps(live, "cw", roomy, "cw", c, 52);
+  ASSERT_TRUE(roomy.CheckConsistency().ok());
+}
+
+// Generated forks: a source of random shape, a fork of it mid-block or on a block boundary,
+// then appends to the source and/or the fork in random layers. Saved and loaded into a fresh
+// cache exactly as big as the original's use, both restore, with the blocks used and each one's
+// shared_blocks as before; and both decode bit-identically to the sequences never saved.
+// Reservations only come without sliding windows: the blocks a source's reservation keeps before
+// ones its window released hold rows its snapshot does not store (see the test above), so a fork
+// sharing them loads on blocks of its own there, and one made after the window released them
+// holds references to them that no query of it reads and its snapshot leaves out.
+TEST(Snapshot, GeneratedForksKeepTheirSharingLayerByLayer) {
+  std::mt19937_64 rng(23);
+  int ran = 0, mid_block = 0, on_boundary = 0, mixed = 0, windowed = 0, int8 = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    SCOPED_TRACE(absl::StrCat("trial ", trial));
+    const int64_t block = 256 * (1 + static_cast<int64_t>(rng() % 8));
+    Shape shape = RandomShape(rng);
+    SequenceConfig& c = shape.config;
+    c.layers = 1 + static_cast<int64_t>(rng() % 6);
+    if (c.window > 0) shape.reserve = 0;
+    KvCache probe(Options(block));
+    if (!probe.LayoutFor(c).ok() || probe.LayoutFor(c)->tokens_per_block < 1) continue;
+    const int64_t tpb = probe.LayoutFor(c)->tokens_per_block;
+
+    // The same operations on two caches: `original` is measured and saved, `live` decodes.
+    std::vector<int64_t> source_tokens(static_cast<size_t>(c.layers));
+    const int64_t base = 1 + static_cast<int64_t>(rng() % (4 * tpb));
+    for (int64_t& n : source_tokens) n = base + static_cast<int64_t>(rng() % 3);
+    const int64_t common = base;
+    const bool boundary = rng() % 3 == 0 && common >= tpb;
+    int64_t at = boundary ? tpb * (1 + static_cast<int64_t>(rng() % (common / tpb)))
+                          : 1 + static_cast<int64_t>(rng() % common);
+    struct Step {
+      bool fork = false;
+      int64_t layer = 0, n = 0;
+      uint64_t seed = 0;
+    };
+    std::vector<Step> steps(rng() % 5);
+    for (Step& s : steps) {
+      s.fork = rng() % 2 == 0;
+      s.layer = static_cast<int64_t>(rng() % static_cast<uint64_t>(c.layers));
+      s.n = 1 + static_cast<int64_t>(rng() % (tpb + 2));
+      s.seed = rng();
+    }
+    const uint64_t seed = rng();
+    const auto build = [&](KvCache& cache) -> bool {
+      EXPECT_TRUE(cache.Create(c, "src", shape.reserve).ok());
+      for (int64_t l = 0; l < c.layers; ++l) {
+        Append(cache, "src", c, l, source_tokens[static_cast<size_t>(l)],
+               seed + static_cast<uint64_t>(l));
+      }
+      // A window may have released rows a fork there needs: that trial is skipped.
+      if (!cache.Fork("src", "src/f", at).ok()) return false;
+      for (const Step& s : steps) Append(cache, s.fork ? "src/f" : "src", c, s.layer, s.n, s.seed);
+      return true;
+    };
+    KvCache original(Options(block));
+    if (!build(original)) continue;
+    ++ran;
+    mid_block += at % tpb != 0 ? 1 : 0;
+    on_boundary += at % tpb == 0 ? 1 : 0;
+    windowed += c.window > 0 ? 1 : 0;
+    int8 += c.kv_dtype == DType::kInt8 ? 1 : 0;
+    const SequenceInfo source = *original.Get("src");
+    const SequenceInfo fork = *original.Get("src/f");
+    const int64_t used = original.Stats().used_bytes;
+    // Appends in some layers but not all, with blocks still shared: what one count of shared
+    // tokens for all layers lost.
+    std::vector<bool> written(static_cast<size_t>(c.layers), false);
+    for (const Step& s : steps) written[static_cast<size_t>(s.layer)] = true;
+    const int64_t layers_written = std::count(written.begin(), written.end(), true);
+    mixed += fork.shared_blocks > 0 && layers_written > 0 && layers_written < c.layers ? 1 : 0;
+    const std::string source_bytes = Save(original, "src");
+    const std::string fork_bytes = Save(original, "src/f");
+
+    KvCache loaded(Options(block, used));
+    absl::StatusOr<SequenceInfo> source_loaded = Load(loaded, source_bytes);
+    ASSERT_TRUE(source_loaded.ok()) << source_loaded.status();
+    absl::StatusOr<SequenceInfo> fork_loaded = Load(loaded, fork_bytes);
+    ASSERT_TRUE(fork_loaded.ok()) << fork_loaded.status();
+    EXPECT_EQ(loaded.Stats().used_bytes, used);
+    EXPECT_EQ(loaded.Get("src")->shared_blocks, source.shared_blocks);
+    EXPECT_EQ(loaded.Get("src/f")->shared_blocks, fork.shared_blocks);
+    EXPECT_EQ(loaded.Get("src/f")->blocks, fork.blocks);
+    ASSERT_TRUE(loaded.CheckConsistency().ok()) << loaded.CheckConsistency();
+
+    KvCache live(Options(block));
+    ASSERT_TRUE(build(live));
+    KvCache roomy(Options(block));
+    ASSERT_TRUE(Load(roomy, source_bytes).ok());
+    ASSERT_TRUE(Load(roomy, fork_bytes).ok());
+    ExpectSameNextSteps(live, "src/f", roomy, "src/f", c, 300 + trial);
+    ExpectSameNextSteps(live, "src", roomy, "src", c, 400 + trial);
+    ASSERT_TRUE(roomy.CheckConsistency().ok());
+  }
+  EXPECT_GE(ran, 40);
+  EXPECT_GE(mid_block, 10);
+  EXPECT_GE(on_boundary, 5);
+  EXPECT_GE(mixed, 5);
+  EXPECT_GE(windowed, 5);
+  EXPECT_GE(int8, 5);
+  std::printf("ran %d: mid-block %d, on a boundary %d, mixed %d, windowed %d, int8 %d\n", ran,
+              mid_block, on_boundary, mixed, windowed, int8);
+}
+
 // Every damaged file is refused, with what is wrong, and the cache stays as it was.
 TEST(Snapshot, DamagedSnapshotsAreRefusedAndAddNothing) {
   const SequenceConfig c = Config(2, 2, 1, 8, DType::kInt8);
@@ -318,7 +473,7 @@ TEST(Snapshot, DamagedSnapshotsAreRefusedAndAddNothing) {
   refused("GGUF" + good.substr(4), absl::StatusCode::kInvalidArgument, "not an attend snapshot",
           "foreign");
   std::string future = good;
-  future[8] = 2;  // the format version
+  future[8] = static_cast<char>(kSnapshotFormatVersion + 1);
   refused(future, absl::StatusCode::kFailedPrecondition, "newer than this attend's", "future");
   // The chunk that ends the file dropped with the trailer recomputed cannot be made without the
   // header's hash; dropping the trailer alone is a truncation.
@@ -368,6 +523,122 @@ std::string Rehashed(std::string bytes, int64_t row_bytes) {
   return bytes;
 }
 
+// A source whose reservation keeps blocks before ones its sliding window released stores no rows
+// of them (no query reads them), so its load holds them empty. A fork made before the window
+// moved on shared them; its snapshot once said so, and its load compared its rows with those
+// empty ones and was refused (FAILED_PRECONDITION: a server then loads it without sharing in any
+// layer). Now it shares only what the source's snapshot stores, and loads.
+TEST(Snapshot, AForkOfAReservationPastItsWindowLoads) {
+  const SequenceConfig c = Config(2, 2, 1, 8, DType::kFloat32, 8);
+  const int64_t block = 1024;  // 16 tokens a block
+  const auto build = [&](KvCache& cache) {
+    ASSERT_TRUE(cache.Create(c, "src", 20).ok());  // blocks 0 and 1 reserved
+    for (int64_t l = 0; l < 2; ++l) Append(cache, "src", c, l, 40, 1 + l);
+    ASSERT_TRUE(cache.Fork("src", "src/f", std::nullopt).ok());
+    // The source copies block 2 (it shared it) and its window releases blocks 2 to 4.
+    for (int64_t l = 0; l < 2; ++l) Append(cache, "src", c, l, 60, 3 + l);
+  };
+  KvCache original(Options(block));
+  build(original);
+  ASSERT_EQ(original.Get("src/f")->shared_blocks, 2 * 2);
+  const std::string source = Save(original, "src");
+  const std::string fork = Save(original, "src/f");
+  KvCache loaded(Options(block));
+  ASSERT_TRUE(Load(loaded, source).ok());
+  absl::StatusOr<SequenceInfo> info = Load(loaded, fork);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->shared_blocks, 0);
+  ASSERT_TRUE(loaded.CheckConsistency().ok()) << loaded.CheckConsistency();
+  KvCache live(Options(block));
+  build(live);
+  ExpectSameNextSteps(live, "src/f", loaded, "src/f", c, 71);
+  ExpectSameNextSteps(live, "src", loaded, "src", c, 72);
+}
+
+// `bytes` (a snapshot of the current format) as format version 1 wrote it: one count of shared
+// tokens for all layers, after reserved_tokens, and two counts a layer (no shared tokens).
+std::string AsVersion1(const std::string& bytes, int64_t shared_tokens, int64_t row_bytes) {
+  uint32_t length = 0;
+  std::memcpy(&length, bytes.data() + 12, 4);
+  const std::string body = bytes.substr(16, length);
+  size_t at = 0;
+  for (int i = 0; i < 3; ++i) {  // id, forked_from, attend_version
+    uint32_t n = 0;
+    std::memcpy(&n, body.data() + at, 4);
+    at += 4 + n;
+  }
+  at += 2 * 8;  // created_ms, reserved_tokens
+  std::string v1 = body.substr(0, at);
+  v1.append(reinterpret_cast<const char*>(&shared_tokens), 8);
+  int64_t layers = 0;
+  std::memcpy(&layers, body.data() + at, 8);
+  const size_t config = 5 * 8 + 2 + 4 + 8;  // dimensions, dtype, scale flag, scale, window
+  v1 += body.substr(at, config);
+  at += config;
+  for (int64_t l = 0; l < layers; ++l, at += 24) v1 += body.substr(at, 16);
+  std::string out = bytes.substr(0, 8);
+  const uint32_t version = 1, v1_length = static_cast<uint32_t>(v1.size());
+  out.append(reinterpret_cast<const char*>(&version), 4);
+  out.append(reinterpret_cast<const char*>(&v1_length), 4);
+  out += v1;
+  out += bytes.substr(16 + length);  // the header's hash (rewritten below), chunks, trailer
+  return Rehashed(out, row_bytes);
+}
+
+// Version 1 snapshots (one count of shared tokens for all layers) still load as the attend that
+// wrote them loaded them: that count in every layer, sharing in every layer or none, and the
+// block it ends inside only when no layer holds a row past it. The same fork saved now keeps
+// the sharing of the layer its appends did not touch.
+TEST(Snapshot, Version1SnapshotsLoadAsBefore) {
+  const SequenceConfig c = Config(2, 4, 2, 16, DType::kBFloat16);
+  const int64_t block = 2048;  // 16 tokens a block
+  for (const bool appended : {false, true}) {
+    SCOPED_TRACE(appended ? "the fork appended to layer 1" : "the fork not appended to");
+    KvCache original(Options(block));
+    ASSERT_TRUE(original.Create(c, "doc", 0).ok());
+    for (int64_t l = 0; l < 2; ++l) Append(original, "doc", c, l, 100, 5 + l);
+    ASSERT_TRUE(original.Fork("doc", "doc/alt", std::nullopt).ok());
+    if (appended) Append(original, "doc/alt", c, 1, 7, 9);  // copies layer 1's block 6
+    const int64_t shared_before = original.Get("doc/alt")->shared_blocks;
+    EXPECT_EQ(shared_before, appended ? 7 + 6 : 2 * 7);
+    const std::string source = Save(original, "doc");
+    const std::string fork = Save(original, "doc/alt");
+    // What version 1 wrote: the least over the layers.
+    const int64_t scalar = appended ? 96 : 100;
+    const std::string fork_v1 = AsVersion1(fork, scalar, 2 * 32 * 2);
+    {
+      SnapshotReader reader(StringSource(fork_v1), "v1");
+      absl::StatusOr<SnapshotHeader> header = reader.ReadHeader();
+      ASSERT_TRUE(header.ok()) << header.status();
+      EXPECT_EQ(header->format_version, 1u);
+      EXPECT_EQ(header->shared_tokens, std::vector<int64_t>(2, scalar));
+      SnapshotReader now(StringSource(fork), "v2");
+      header = now.ReadHeader();
+      ASSERT_TRUE(header.ok()) << header.status();
+      EXPECT_EQ(header->format_version, kSnapshotFormatVersion);
+      EXPECT_EQ(header->shared_tokens,
+                (appended ? std::vector<int64_t>{100, 96} : std::vector<int64_t>{100, 100}));
+    }
+    for (const bool version1 : {true, false}) {
+      SCOPED_TRACE(version1 ? "version 1" : "current version");
+      KvCache loaded(Options(block));
+      ASSERT_TRUE(Load(loaded, source).ok());
+      absl::StatusOr<SequenceInfo> info = Load(loaded, version1 ? fork_v1 : fork);
+      ASSERT_TRUE(info.ok()) << info.status();
+      // Version 1 with the fork appended to: 6 whole blocks a layer, layer 0's block 6 its own.
+      EXPECT_EQ(info->shared_blocks, version1 && appended ? 2 * 6 : shared_before);
+      ASSERT_TRUE(loaded.CheckConsistency().ok()) << loaded.CheckConsistency();
+      KvCache live(Options(block));
+      ASSERT_TRUE(live.Create(c, "doc", 0).ok());
+      for (int64_t l = 0; l < 2; ++l) Append(live, "doc", c, l, 100, 5 + l);
+      ASSERT_TRUE(live.Fork("doc", "doc/alt", std::nullopt).ok());
+      if (appended) Append(live, "doc/alt", c, 1, 7, 9);
+      ExpectSameNextSteps(live, "doc/alt", loaded, "doc/alt", c, 61);
+      ExpectSameNextSteps(live, "doc", loaded, "doc", c, 62);
+    }
+  }
+}
+
 // A layer that stores its rows from token 64 on, whose header says it has no sliding window (or
 // one that needs earlier rows): the blocks before would be null in a sequence whose next query
 // reads them. Found reading Load while writing tests/fuzz/snapshot_fuzz.cc: the load was accepted
@@ -384,8 +655,9 @@ TEST(Snapshot, RowsMissingBeforeTheWindowAreRefused) {
     ASSERT_TRUE(header.ok());
     ASSERT_EQ(header->first_stored[0], 64);
   }
-  // The window is the header body's last field before the layers' counts.
-  const size_t window_at = 16 + 3 * 4 + 1 + 0 + 4 + 3 * 8 + 5 * 8 + 2 + 4;
+  // The window is the header body's last field before the layers' counts: after the ids and
+  // version, created_ms and reserved_tokens, five dimensions, the dtype, scale flag and scale.
+  const size_t window_at = 16 + 3 * 4 + 1 + 0 + 4 + 2 * 8 + 5 * 8 + 2 + 4;
   int64_t window = 0;
   std::memcpy(&window, good.data() + window_at, 8);
   ASSERT_EQ(window, 8);
