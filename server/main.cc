@@ -21,6 +21,7 @@
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -152,6 +153,18 @@ bool ApplyEnvironment() {
   return ok;
 }
 
+// The flag `name` with its value `value` as an error names them: "ATTEND_<NAME>='<value>'" when
+// the environment variable set it (ApplyEnvironment) and the command line gave no other value,
+// else "--<name> '<value>'", so that the operator looks where the value came from.
+std::string FlagWithValue(absl::string_view name, absl::string_view value) {
+  const std::string env = absl::StrCat("ATTEND_", absl::AsciiStrToUpper(name));
+  const char* from_env = std::getenv(env.c_str());
+  if (from_env != nullptr && value == from_env) {
+    return absl::StrCat(env, "='", absl::CHexEscape(value), "'");
+  }
+  return absl::StrCat("--", name, " '", absl::CHexEscape(value), "'");
+}
+
 // The usage texts (see IsServerFlagFile).
 void SetUsageConfig() {
   absl::FlagsUsageConfig config;
@@ -281,11 +294,11 @@ absl::StatusOr<attend::server::ServerOptions> OptionsFromFlags() {
     }
   }
   const std::string kernels = absl::GetFlag(FLAGS_simd_kernels);
-  if (!kernels.empty() && !attend::simd::UseKernels(kernels)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--simd_kernels '", kernels, "' is not a kernel set this CPU runs (",
-                     absl::StrJoin(attend::simd::RunnableKernels(), ", "),
-                     "), nor one per type (f32:SET,bf16:SET,int8:SET)"));
+  if (!kernels.empty()) {
+    if (const absl::Status set = attend::simd::SetKernels(kernels); !set.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(FlagWithValue("simd_kernels", kernels), ": ", set.message()));
+    }
   }
   if (kernels.empty() && !options.snapshot_dir.empty()) {
     KeepRecordedKernels(options.snapshot_dir);
