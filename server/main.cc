@@ -25,7 +25,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/byte_size.h"
 #include "common/version.h"
@@ -207,16 +206,15 @@ void KeepRecordedKernels(const std::string& snapshot_dir) {
     g_kernels_fields = {{"why", std::string(recorded.status().message())}};
   } else if (recorded->empty()) {
     return;
-  } else if (attend::simd::UseKernels(*recorded)) {
+  } else if (const absl::Status set = attend::simd::SetKernels(*recorded); set.ok()) {
     g_kernels_event = "kernels_kept";
     g_kernels_fields = {{"kernels", *recorded}, {"from", snapshot_dir + "/KERNELS"}};
   } else {
     g_kernels_event = "kernels_record_ignored";
     g_kernels_fields = {
         {"kernels", *recorded},
-        {"why", absl::StrCat("not sets this CPU runs (",
-                             absl::StrJoin(attend::simd::RunnableKernels(), ", "),
-                             "): measured again; restored sequences decode with other sums")}};
+        {"why", absl::StrCat(set.message(),
+                             ": measured again; restored sequences decode with other sums")}};
   }
 }
 
