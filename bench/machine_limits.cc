@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "core/kernels/cpu_features.h"
 #include "core/kernels/onednn.h"
@@ -74,9 +75,12 @@ const MachineLimits& MeasureMachineLimits() {
     // ATTEND_SIMD_KERNELS picks the decode kernel set, as the server's --simd_kernels does, so
     // that two runs compare sets on one machine.
     if (const char* kernels = std::getenv("ATTEND_SIMD_KERNELS");
-        kernels != nullptr && *kernels != '\0' && !simd::UseKernels(kernels)) {
-      std::fprintf(stderr, "ATTEND_SIMD_KERNELS=%s: not a kernel set this CPU runs\n", kernels);
-      std::exit(2);
+        kernels != nullptr && *kernels != '\0') {
+      if (const absl::Status set = simd::SetKernels(kernels); !set.ok()) {
+        std::fprintf(stderr, "ATTEND_SIMD_KERNELS='%s': %s\n", kernels,
+                     std::string(set.message()).c_str());
+        std::exit(2);
+      }
     }
     const MachineLimits m = Probe(8, int64_t{512} << 20, 5);
     const std::string bf16 = m.matmul_bf16_flops > 0

@@ -21,10 +21,10 @@
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/byte_size.h"
 #include "common/version/version.h"
@@ -152,6 +152,18 @@ bool ApplyEnvironment() {
   return ok;
 }
 
+// The flag `name` with its value `value` as an error names them: "ATTEND_<NAME>='<value>'" when
+// the environment variable set it (ApplyEnvironment) and the command line gave no other value,
+// else "--<name> '<value>'", so that the operator looks where the value came from.
+std::string FlagWithValue(absl::string_view name, absl::string_view value) {
+  const std::string env = absl::StrCat("ATTEND_", absl::AsciiStrToUpper(name));
+  const char* from_env = std::getenv(env.c_str());
+  if (from_env != nullptr && value == from_env) {
+    return absl::StrCat(env, "='", absl::CHexEscape(value), "'");
+  }
+  return absl::StrCat("--", name, " '", absl::CHexEscape(value), "'");
+}
+
 // The usage texts (see IsServerFlagFile).
 void SetUsageConfig() {
   absl::FlagsUsageConfig config;
@@ -176,35 +188,58 @@ std::string HugePagesNote(bool requested) {
 
 // The server's options from the flags; INVALID_ARGUMENT naming the flag when one is out of range
 // or the TLS or token files cannot be used.
-// The log line (event and fields) saying what the snapshot directory's KERNELS did to the
-// kernel choice; empty event when there was no record. Printed after the start-up line.
-std::string g_kernels_event;
-std::vector<std::pair<std::string, std::string>> g_kernels_fields;
+// The log lines (event and fields) saying what the snapshot directory's KERNELS did to the
+// kernel choice, none when there was no record. Printed after the start-up line.
+struct KernelsEvent {
+  std::string event;
+  std::vector<std::pair<std::string, std::string>> fields;
+};
+std::vector<KernelsEvent> g_kernels_events;
 
-// With --snapshot_dir and no --simd_kernels: runs the kernel sets the last start recorded there
-// (SnapshotStore::RecordKernels), so that the sequences it restores decode bit for bit as they
-// did before the restart, instead of measuring again (which may choose other sets, summing in
-// another order). A record this CPU cannot run (the directory moved to another machine), or a
-// damaged one, is named in the log and the sets are measured.
-void KeepRecordedKernels(const std::string& snapshot_dir) {
+// With --snapshot_dir: reads the kernel sets the last start recorded there
+// (SnapshotStore::RecordKernels). Without --simd_kernels (`flag` empty) it runs them, so that the
+// sequences it restores decode bit for bit as they did before the restart, instead of measuring
+// again (which may choose other sets, summing in another order). A record that is not kept
+// (damaged, not a regular file, sets this CPU cannot run, other sets than --simd_kernels names) is
+// named in the log: this start's sets replace it, and the restored sequences then decode with
+// other sums, which the operator should see.
+void ReadRecordedKernels(const std::string& snapshot_dir, const std::string& flag) {
+  const std::string path = snapshot_dir + "/KERNELS";
+  const std::string other_sums =
+      "restored sequences may decode with other sums than before the restart";
   absl::StatusOr<std::string> recorded =
       attend::server::SnapshotStore::RecordedKernels(snapshot_dir);
   if (!recorded.ok()) {
-    g_kernels_event = "kernels_record_ignored";
-    g_kernels_fields = {{"why", std::string(recorded.status().message())}};
-  } else if (recorded->empty()) {
+    g_kernels_events.push_back(
+        {"kernels_record_ignored",
+         {{"why", std::string(recorded.status().message())},
+          {"effect", absl::StrCat(flag.empty() ? "measured again" : "--simd_kernels chose", "; ",
+                                  other_sums)}}});
     return;
-  } else if (attend::simd::UseKernels(*recorded)) {
-    g_kernels_event = "kernels_kept";
-    g_kernels_fields = {{"kernels", *recorded}, {"from", snapshot_dir + "/KERNELS"}};
-  } else {
-    g_kernels_event = "kernels_record_ignored";
-    g_kernels_fields = {
-        {"kernels", *recorded},
-        {"why", absl::StrCat("not sets this CPU runs (",
-                             absl::StrJoin(attend::simd::RunnableKernels(), ", "),
-                             "): measured again; restored sequences decode with other sums")}};
   }
+  if (recorded->empty()) return;
+  if (!flag.empty()) {
+    // Both were read by ParseKernels already (RecordedKernels, and the flag's SetKernels): compare
+    // what they name, not how ("avx2" is "f32:avx2,bf16:avx2,int8:avx2").
+    if (attend::simd::ParseKernels(*recorded).value_or(attend::simd::KernelSets{}) !=
+        attend::simd::ParseKernels(flag).value_or(attend::simd::KernelSets{})) {
+      g_kernels_events.push_back({"kernels_record_overridden",
+                                  {{"was", *recorded},
+                                   {"now", attend::simd::KernelName()},
+                                   {"from", path},
+                                   {"effect", other_sums}}});
+    }
+    return;
+  }
+  if (const absl::Status set = attend::simd::SetKernels(*recorded); !set.ok()) {
+    g_kernels_events.push_back(
+        {"kernels_record_ignored",
+         {{"kernels", *recorded},
+          {"why", absl::StrCat(path, " holds '", *recorded, "': ", set.message())},
+          {"effect", absl::StrCat("measured again; ", other_sums)}}});
+    return;
+  }
+  g_kernels_events.push_back({"kernels_kept", {{"kernels", *recorded}, {"from", path}}});
 }
 
 absl::StatusOr<attend::server::ServerOptions> OptionsFromFlags() {
@@ -281,15 +316,13 @@ absl::StatusOr<attend::server::ServerOptions> OptionsFromFlags() {
     }
   }
   const std::string kernels = absl::GetFlag(FLAGS_simd_kernels);
-  if (!kernels.empty() && !attend::simd::UseKernels(kernels)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--simd_kernels '", kernels, "' is not a kernel set this CPU runs (",
-                     absl::StrJoin(attend::simd::RunnableKernels(), ", "),
-                     "), nor one per type (f32:SET,bf16:SET,int8:SET)"));
+  if (!kernels.empty()) {
+    if (const absl::Status set = attend::simd::SetKernels(kernels); !set.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(FlagWithValue("simd_kernels", kernels), ": ", set.message()));
+    }
   }
-  if (kernels.empty() && !options.snapshot_dir.empty()) {
-    KeepRecordedKernels(options.snapshot_dir);
-  }
+  if (!options.snapshot_dir.empty()) ReadRecordedKernels(options.snapshot_dir, kernels);
   if (absl::GetFlag(FLAGS_shutdown_grace) < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--shutdown_grace must not be negative");
   }
@@ -480,8 +513,21 @@ int main(int argc, char** argv) {
   }
   PrintStartupLine(*options, **server);
   LogStart(*options, **server);
-  if (!g_kernels_event.empty()) {
-    std::cout << attend::server::LogLine(g_kernels_event, g_kernels_fields) << std::endl;
+  for (const KernelsEvent& event : g_kernels_events) {
+    std::cout << attend::server::LogLine(event.event, event.fields) << std::endl;
+  }
+  if (const absl::Status& recorded = (*server)->kernels_record(); !recorded.ok()) {
+    std::cout << attend::server::LogLine(
+                     "kernels_record_failed",
+                     {{"error", std::string(recorded.message())},
+                      {"effect",
+                       absl::StrCat("serving; nothing records these sets, so the next start "
+                                    "measures again and its restored sequences may "
+                                    "decode with other sums (pin them with "
+                                    "--simd_kernels; fix or remove ",
+                                    options->snapshot_dir,
+                                    "/KERNELS so that starts record them)")}})
+              << std::endl;
   }
   if (const auto& restored = (*server)->restored()) LogSnapshot("restore", *restored);
   const absl::Time started = absl::Now();

@@ -234,6 +234,7 @@ struct AttendServer::Parts {
   std::optional<SnapshotStore> snapshots;
   absl::Duration snapshot_grace;
   std::optional<SnapshotReport> restored;
+  absl::Status kernels_record;
   std::optional<absl::StatusOr<SnapshotReport>> saved;
   std::string instance;
   std::unique_ptr<HandOffRunner> hand_off;
@@ -288,7 +289,10 @@ absl::StatusOr<std::unique_ptr<AttendServer>> AttendServer::Start(const ServerOp
                             SnapshotStore::Open(options.snapshot_dir, compute_threads));
     // What the sequences restored now (and saved by this process) decode with: the next start
     // runs the same sets (main.cc reads it back), so a restart keeps their arithmetic.
-    ATTEND_RETURN_IF_ERROR(store.RecordKernels(simd::KernelName()));
+    // A record that cannot be written (KERNELS is a directory, the disk is full) costs only the
+    // next start's reuse of these sets, which then measures again: not a reason to refuse to
+    // serve the sequences restored now. main.cc logs it (kernels_record_failed).
+    p.kernels_record = store.RecordKernels(simd::KernelName());
     p.restored = store.RestoreAll(*p.cache);
     p.metrics->SnapshotRestored(p.restored->sequences,
                                 static_cast<int64_t>(p.restored->skipped.size()), p.restored->bytes,
@@ -403,6 +407,7 @@ void AttendServer::Shutdown(absl::Duration grace) {
 }
 
 const std::optional<SnapshotReport>& AttendServer::restored() const { return parts_->restored; }
+const absl::Status& AttendServer::kernels_record() const { return parts_->kernels_record; }
 
 const std::optional<absl::StatusOr<HandOffReport>>& AttendServer::handed_off() const {
   return parts_->handed_off;

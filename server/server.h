@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "core/kernels/onednn.h"
@@ -98,6 +99,9 @@ class AttendServer {
   // With a snapshot_dir: what Start restored, and what Shutdown saved (its error when the new
   // generation could not be made current); empty before then, or without a snapshot_dir.
   const std::optional<SnapshotReport>& restored() const;
+  // With a snapshot_dir: why Start could not record the kernel sets in KERNELS (OK when it did,
+  // and without a snapshot_dir). Start serves anyway: see server.cc.
+  const absl::Status& kernels_record() const;
   const std::optional<absl::StatusOr<SnapshotReport>>& saved() const;
   // With a handoff_target: what the drain's hand-off did; empty before then or without one.
   const std::optional<absl::StatusOr<HandOffReport>>& handed_off() const;

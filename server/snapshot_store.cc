@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <set>
+#include <string_view>
 #include <thread>
 #include <utility>
 
@@ -20,9 +21,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/version/version.h"
 #include "core/base/status_macros.h"
+#include "core/kernels/simd.h"
 #include "core/kv_cache/sequence_registry.h"
 #include "core/kv_cache/snapshot_format.h"
 
@@ -33,6 +36,8 @@ constexpr char kSuffix[] = ".attnsnap";
 constexpr char kCurrent[] = "CURRENT";
 constexpr char kKernels[] = "KERNELS";
 constexpr size_t kMaxKernelName = 128;
+// What RecordKernels writes is about 300 bytes, its comments included.
+constexpr int64_t kMaxKernelsFile = 4096;
 constexpr char kGenerationPrefix[] = "gen-";
 constexpr size_t kWriteBuffer = size_t{8} << 20;
 
@@ -57,6 +62,16 @@ class Fd {
  private:
   int fd_;
 };
+
+// What a file that is not a regular file is, for the errors that refuse it.
+const char* FileKind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  return "a special file";
+}
 
 absl::Status SyncDir(const std::string& dir) {
   Fd fd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
@@ -266,30 +281,92 @@ absl::Status SnapshotStore::RecordKernels(absl::string_view kernels) const {
 
 absl::StatusOr<std::string> SnapshotStore::RecordedKernels(const std::string& dir) {
   const std::string path = absl::StrCat(dir, "/", kKernels);
-  Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  const auto damaged = [&path](auto&&... what) {
+    return absl::DataLossError(absl::StrCat(path, " ", what...));
+  };
+  // Read before the server serves, while SIGTERM waits for it: a FIFO would block open() until
+  // a writer came, and opening a device may do anything. So only a regular file is opened: stat
+  // (through a link) refuses the rest unopened, and the open cannot block (O_NONBLOCK) on what
+  // may have replaced the file since; fstat then checks what was opened.
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) {
+    const int error = errno;
+    struct stat link;
+    if (error == ENOENT && lstat(path.c_str(), &link) == 0 && S_ISLNK(link.st_mode)) {
+      char target[256];
+      const ssize_t n = readlink(path.c_str(), target, sizeof(target));
+      return damaged(
+          "is a symbolic link to '",
+          absl::CHexEscape(absl::string_view(target, n > 0 ? static_cast<size_t>(n) : 0)),
+          "', which does not exist");
+    }
+    if (error == ENOENT || error == ENOTDIR) return std::string();
+    return damaged("cannot be read: ", std::strerror(error));
+  }
+  const auto not_regular = [&](mode_t mode) {
+    struct stat link;
+    const bool linked = lstat(path.c_str(), &link) == 0 && S_ISLNK(link.st_mode);
+    return damaged(linked ? "is a symbolic link to " : "is ", FileKind(mode),
+                   ", not a regular file");
+  };
+  if (!S_ISREG(st.st_mode)) return not_regular(st.st_mode);
+  Fd fd(open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
   if (fd.get() < 0) {
-    if (errno == ENOENT || errno == ENOTDIR) return std::string();
-    return absl::DataLossError(absl::StrCat(path, " cannot be read: ", strerror(errno)));
+    if (errno == ENOENT) return std::string();  // removed since the stat
+    return damaged("cannot be read: ", std::strerror(errno));
   }
-  char text[kMaxKernelName + 2];
-  ssize_t n;
-  do {
-    n = read(fd.get(), text, sizeof(text));
-  } while (n < 0 && errno == EINTR);
-  if (n < 0) return absl::DataLossError(absl::StrCat(path, " cannot be read: ", strerror(errno)));
-  const absl::string_view read_text(text, static_cast<size_t>(n));
-  const absl::string_view name = read_text.substr(0, read_text.find('\n'));
-  const bool valid = !name.empty() && name.size() <= kMaxKernelName &&
-                     std::all_of(name.begin(), name.end(), [](char c) {
-                       return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' ||
-                              c == ':' || c == ',';
-                     });
-  if (!valid) {
-    return absl::DataLossError(
-        absl::StrCat(path, " holds ", absl::CHexEscape(read_text.substr(0, 32)),
-                     read_text.size() > 32 ? "..." : "", ", which is no line of kernel set names"));
+  if (fstat(fd.get(), &st) != 0) return damaged("cannot be read: ", std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) return not_regular(st.st_mode);
+  if (st.st_size > kMaxKernelsFile) {
+    return damaged("is ", st.st_size, " bytes; a record is at most ", kMaxKernelsFile);
   }
-  return std::string(name);
+  std::string text(static_cast<size_t>(kMaxKernelsFile) + 1, '\0');
+  size_t size = 0;
+  while (size < text.size()) {
+    const ssize_t n = read(fd.get(), text.data() + size, text.size() - size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return damaged("cannot be read: ", std::strerror(errno));
+    if (n == 0) break;
+    size += static_cast<size_t>(n);
+  }
+  if (size > static_cast<size_t>(kMaxKernelsFile)) {  // grew since the fstat
+    return damaged("is more than ", kMaxKernelsFile, " bytes, the most a record is");
+  }
+  text.resize(size);
+  if (text.empty()) return damaged("is empty");
+  // One line of sets; blank lines and '#' comments around it are not read. Spaces and a CR
+  // around the line are no part of a name: a hand edit or a Windows editor leaves them.
+  std::vector<std::pair<int, absl::string_view>> lines;
+  int number = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++number;
+    line = absl::StripAsciiWhitespace(line);
+    if (!line.empty() && line.front() != '#') lines.emplace_back(number, line);
+  }
+  if (lines.empty()) return damaged("holds no kernel sets (only blank and comment lines)");
+  if (lines.size() > 1) {
+    // Which line was meant is the operator's call: refused whole, naming each.
+    std::string named;
+    for (size_t i = 0; i < lines.size() && i < 4; ++i) {
+      absl::StrAppend(&named, i > 0 ? ", " : "", "'",
+                      absl::CHexEscape(lines[i].second.substr(0, 64)), "' (line ", lines[i].first,
+                      ")");
+    }
+    return damaged("holds ", lines.size(), " lines of kernel sets, not one: ", named,
+                   lines.size() > 4 ? ", ..." : "");
+  }
+  const auto [line_number, line] = lines.front();
+  if (line.size() > kMaxKernelName) {
+    return damaged("line ", line_number, " is ", line.size(),
+                   " characters long; kernel sets are at most ", kMaxKernelName);
+  }
+  // The form --simd_kernels takes, read by the same parser so that both say the same.
+  if (absl::StatusOr<simd::KernelSets> sets =
+          simd::ParseKernels(std::string_view(line.data(), line.size()));
+      !sets.ok()) {
+    return damaged("holds '", absl::CHexEscape(line), "': ", sets.status().message());
+  }
+  return std::string(line);
 }
 
 absl::StatusOr<SnapshotReport> SnapshotStore::SaveAll(kv::KvCache& cache,

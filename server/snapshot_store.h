@@ -5,7 +5,8 @@
 //   <dir>/CURRENT           names the complete generation to restore ("gen-000007")
 //   <dir>/gen-000007/       one file per sequence, <id with '/' as '+'>.attnsnap
 //   <dir>/saved/            SaveSequence's files, <name>.attnsnap
-//   <dir>/KERNELS           the decode kernel sets the last start computed with (first line)
+//   <dir>/KERNELS           the decode kernel sets the last start computed with (one line, in
+//                           --simd_kernels' form; blank lines and '#' comments around it)
 //
 // Crash safety: every file is written as <name>.tmp, fsynced, renamed and its directory fsynced.
 // A shutdown writes a new generation next to the current one and switches CURRENT (the same
@@ -84,9 +85,13 @@ class SnapshotStore {
   // Records `kernels` (simd::KernelName()) in KERNELS, atomically. INTERNAL for I/O errors.
   absl::Status RecordKernels(absl::string_view kernels) const;
 
-  // The kernel sets KERNELS in `dir` names: "" when there is no such file (or no directory);
-  // DATA_LOSS, naming the file, when it cannot be read or does not start with one line of a kernel
-  // name's characters (letters, digits, '_', ':', ','; at most 128).
+  // The kernel sets KERNELS in `dir` names (its one line that is neither blank nor a '#'
+  // comment, without the spaces or CR around it): "" when there is no such file (or no
+  // directory). DATA_LOSS, naming the file and what is wrong, when it is not a regular file or a
+  // link to one (a FIFO, a directory, a socket, a device, a link to nothing: refused unopened,
+  // and never waited on), cannot be read, is empty or larger than 4 KiB, holds no line or more
+  // than one, or a line that simd::ParseKernels refuses (in its words). Whether this CPU runs
+  // the sets is the caller's check (simd::SetKernels).
   static absl::StatusOr<std::string> RecordedKernels(const std::string& dir);
 
   const std::string& dir() const { return dir_; }

@@ -11,8 +11,14 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "core/base/mutex.h"
+#include "core/base/status_macros.h"
 #include "core/kernels/simd_internal.h"
 
 namespace attend::simd {
@@ -61,6 +67,17 @@ const Kernels* FindSet(std::string_view name) {
     if (name == k->name) return k;
   }
   return nullptr;
+}
+
+// Every kernel set of this build, runnable here or not (in the order RunnableKernels() lists
+// them): the names ParseKernels accepts, so that a set another CPU runs reads as one this CPU
+// cannot run rather than as an unknown name.
+std::vector<std::string> KnownKernels() {
+  std::vector<std::string> names{internal::ScalarKernels().name, internal::Avx2Kernels().name};
+  int count = 0;
+  const internal::Avx512Set* avx512 = internal::Avx512Sets(&count);
+  for (int i = 0; i < count; ++i) names.push_back(avx512[i].kernels->name);
+  return names;
 }
 
 // The set of each row type (internal::RowType's order); the other kernels take the f32 one.
@@ -173,34 +190,114 @@ std::vector<std::string> RunnableKernels() {
   return names;
 }
 
-bool UseKernels(std::string_view name) {
-  const Kernels* sets[kRowTypes] = {};
-  if (name.find(':') == std::string_view::npos) {
-    const Kernels* set = FindSet(name);
-    if (set == nullptr) return false;
-    for (const Kernels*& s : sets) s = set;
-  } else {
-    // "f32:avx512,bf16:avx2,int8:avx512_vnni": each type once, in any order.
-    std::string_view rest = name;
-    while (!rest.empty()) {
-      const size_t comma = std::min(rest.find(','), rest.size());
-      const std::string_view part = rest.substr(0, comma);
-      rest.remove_prefix(std::min(comma + 1, rest.size()));
-      const size_t colon = std::min(part.find(':'), part.size());
-      int type = 0;
-      while (type < kRowTypes && part.substr(0, colon) != internal::kRowTypeNames[type]) ++type;
-      if (type == kRowTypes || sets[type] != nullptr) return false;
-      sets[type] = FindSet(part.substr(std::min(colon + 1, part.size())));
-      if (sets[type] == nullptr) return false;
+absl::StatusOr<KernelSets> ParseKernels(std::string_view name_view) {
+  // Debian's Abseil has its own string_view, which absl's string functions take.
+  const absl::string_view name(name_view.data(), name_view.size());
+  const auto quote = [](absl::string_view text) {
+    return absl::StrCat("'", absl::CHexEscape(text), "'");
+  };
+  // `part` as a kernel set of this build, or why not.
+  const auto parse_set = [&](absl::string_view part) -> absl::StatusOr<std::string> {
+    const std::vector<std::string> known = KnownKernels();
+    if (std::find(known.begin(), known.end(), part) != known.end()) return std::string(part);
+    const std::string lower = absl::AsciiStrToLower(part);
+    if (std::find(known.begin(), known.end(), lower) != known.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(quote(part), " is no kernel set: names are lowercase: ", quote(lower)));
     }
-    for (const Kernels* s : sets) {
-      if (s == nullptr) return false;
+    return absl::InvalidArgumentError(absl::StrCat(quote(part), " is no kernel set (",
+                                                   absl::StrJoin(known, ", "), "; this CPU runs ",
+                                                   absl::StrJoin(RunnableKernels(), ", "), ")"));
+  };
+  const absl::string_view whole = absl::StripAsciiWhitespace(name);
+  if (whole.empty()) {
+    return absl::InvalidArgumentError("names no kernel set (it is empty)");
+  }
+  KernelSets sets;
+  if (whole.find(':') == absl::string_view::npos && whole.find(',') == absl::string_view::npos) {
+    ATTEND_ASSIGN_OR_RETURN(sets[0], parse_set(whole));
+    sets[1] = sets[2] = sets[0];
+    return sets;
+  }
+  // "f32:avx512,bf16:avx2,int8:avx512_vnni": each type once, in any order. Empty items first: a
+  // stray comma explains the rest.
+  const std::vector<absl::string_view> items = absl::StrSplit(whole, ',');
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (absl::StripAsciiWhitespace(items[i]).empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("item ", i + 1, " of ", items.size(), " is empty (a stray ','?)"));
+    }
+  }
+  bool named[kRowTypes] = {};
+  for (absl::string_view raw : items) {
+    const absl::string_view item = absl::StripAsciiWhitespace(raw);
+    const size_t colon = item.find(':');
+    if (colon == absl::string_view::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("item ", quote(item), " is not TYPE:SET (f32:SET,bf16:SET,int8:SET)"));
+    }
+    const absl::string_view type_name = absl::StripAsciiWhitespace(item.substr(0, colon));
+    const absl::string_view set_name = absl::StripAsciiWhitespace(item.substr(colon + 1));
+    int type = 0;
+    while (type < kRowTypes && type_name != internal::kRowTypeNames[type]) ++type;
+    if (type == kRowTypes) {
+      const std::string lower = absl::AsciiStrToLower(type_name);
+      int lower_type = 0;
+      while (lower_type < kRowTypes && lower != internal::kRowTypeNames[lower_type]) ++lower_type;
+      if (lower_type < kRowTypes) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            quote(type_name), " is no storage type: names are lowercase: ", quote(lower)));
+      }
+      return absl::InvalidArgumentError(
+          absl::StrCat(quote(type_name), " is no storage type (f32, bf16, int8)"));
+    }
+    if (named[type]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("names ", internal::kRowTypeNames[type], " twice"));
+    }
+    named[type] = true;
+    if (set_name.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("item ", quote(item), " names no set"));
+    }
+    absl::StatusOr<std::string> set = parse_set(set_name);
+    if (!set.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(internal::kRowTypeNames[type], ": ", set.status().message()));
+    }
+    sets[static_cast<size_t>(type)] = *std::move(set);
+  }
+  std::vector<absl::string_view> missing;
+  for (int type = 0; type < kRowTypes; ++type) {
+    if (!named[type]) missing.push_back(internal::kRowTypeNames[type]);
+  }
+  if (!missing.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "names no set for ", absl::StrJoin(missing, ", "),
+        ": give one set for every type (avx2) or one for each type (f32:SET,bf16:SET,int8:SET)"));
+  }
+  return sets;
+}
+
+absl::Status SetKernels(std::string_view name) {
+  ATTEND_ASSIGN_OR_RETURN(const KernelSets names, ParseKernels(name));
+  const Kernels* sets[kRowTypes] = {};
+  for (int type = 0; type < kRowTypes; ++type) {
+    const std::string& set = names[static_cast<size_t>(type)];
+    sets[type] = FindSet(set);
+    if (sets[type] == nullptr) {
+      // One set for every type: the type is no part of the mistake.
+      const bool one = names[0] == names[1] && names[1] == names[2];
+      return absl::InvalidArgumentError(absl::StrCat(
+          one ? "" : absl::StrCat(internal::kRowTypeNames[type], ": "), "this CPU cannot run ", set,
+          " (it runs ", absl::StrJoin(RunnableKernels(), ", "), ")"));
     }
   }
   MutexLock lock(&g_mu);
   Store(sets);
-  return true;
+  return absl::OkStatus();
 }
+
+bool UseKernels(std::string_view name) { return SetKernels(name).ok(); }
 
 namespace testing {
 void UseScalarKernels(bool scalar) {

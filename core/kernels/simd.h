@@ -32,6 +32,8 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "core/base/tensor.h"
 
@@ -68,13 +70,29 @@ inline constexpr double kClearMargin = 0.05;
 // kernel call. Thread-safe: concurrent callers wait for one measurement.
 void ChooseKernels();
 
-// Makes every kernel use the set `name` (one of RunnableKernels()) instead of the measured
-// choice, for every storage type, with no measurement; or, given the per-type form KernelName()
-// prints ("f32:avx512,bf16:avx2,int8:avx512_vnni", each of the three types once), that set per
-// type (the other kernels take the f32 set). For an operator who wants the same arithmetic on
-// every machine of a fleet, or to compare sets. False (and no change) if `name` is neither, or
-// this CPU cannot run a set it names. Call before any kernel runs (at start-up): the switch is
-// not synchronised with kernels running on other threads.
+// The set each storage type's rows run on, in the order f32, bf16, int8.
+using KernelSets = std::array<std::string, 3>;
+
+// Reads the kernel sets `name` names: one set for every storage type ("avx2"), or one per type
+// as KernelName() prints them ("f32:avx512,bf16:avx2,int8:avx512_vnni": each of the three types
+// once, in any order). Spaces around the whole, an item, a type or a set are ignored (an
+// environment variable or a hand-edited file may carry them; no name contains one); names are
+// lowercase, as KernelName() prints them, and an uppercase one is refused with its lowercase
+// form. INVALID_ARGUMENT saying which part is wrong (the types with no set, an unknown type or
+// set, a type named twice, an empty item): --simd_kernels and the snapshot directory's KERNELS
+// record both read through here, so their messages agree. Checks that each set is one of this
+// build, not that this CPU runs it (SetKernels does).
+absl::StatusOr<KernelSets> ParseKernels(std::string_view name);
+
+// Makes every kernel use the sets `name` names (ParseKernels) instead of the measured choice,
+// with no measurement: the row kernels each type's set, the other kernels the f32 set. For an
+// operator who wants the same arithmetic on every machine of a fleet, or to compare sets.
+// INVALID_ARGUMENT (and no change) with ParseKernels' errors, or naming a set this CPU cannot
+// run and those it can. Call before any kernel runs (at start-up): the switch is not
+// synchronised with kernels running on other threads.
+absl::Status SetKernels(std::string_view name);
+
+// SetKernels(name).ok(), for callers that need no reason.
 bool UseKernels(std::string_view name);
 
 // y[i] = exp(x[i] - shift) for i < n; returns the sum of the y[i]. x and y may be the same.

@@ -123,7 +123,7 @@ class FlagRanges(unittest.TestCase):
             (["--stats_interval=1ms"], "--stats_interval", "0 (never) or at least 100ms"),
             (["--kv_cache_bytes=1KiB"], "--kv_cache_bytes", "one block"),
             (["--kv_block_bytes=1GiB", "--kv_cache_bytes=64MiB"], "--kv_cache_bytes", "one block"),
-            (["--simd_kernels=avx9000"], "--simd_kernels", "not a kernel set this CPU runs"),
+            (["--simd_kernels=avx9000"], "--simd_kernels", "'avx9000' is no kernel set"),
         ]
         for flags, flag, words in cases:
             got = run(ARGS.server, "--address=127.0.0.1:0", "--metrics_address=", *flags)
@@ -134,6 +134,38 @@ class FlagRanges(unittest.TestCase):
 
 
 class SimdKernels(unittest.TestCase):
+    def test_a_wrong_value_is_refused_naming_the_wrong_part(self):
+        """Each mistake in --simd_kernels (or ATTEND_SIMD_KERNELS, which the message names then)
+        is named, exit 2: not one message for every mistake."""
+        def refused(value, env=False):
+            if env:
+                got = run(ARGS.server, "--address=127.0.0.1:0", "--metrics_address=",
+                          env=dict(os.environ, ATTEND_SIMD_KERNELS=value))
+            else:
+                got = run(ARGS.server, "--address=127.0.0.1:0", "--metrics_address=",
+                          "--simd_kernels=" + value)
+            self.assertEqual(got.returncode, 2, (value, env, got.stdout, got.stderr))
+            return got.stderr
+
+        for value, words in (("f32:avx2", "names no set for bf16, int8"),
+                             ("f32:avx2,bf16:avx2,int4:avx2", "'int4' is no storage type"),
+                             ("AVX2", "names are lowercase: 'avx2'"),
+                             ("avx2,", "item 2 of 2 is empty"),
+                             ("f32:avx2,bf16:avx2,int8:avx2,f32:scalar", "names f32 twice")):
+            for source, env in (("--simd_kernels '%s': " % value, False),
+                                ("ATTEND_SIMD_KERNELS='%s': " % value, True)):
+                message = refused(value, env).splitlines()[0]
+                self.assertIn(source, message)
+                self.assertIn(words, message)
+        # A set of this build that this CPU cannot run: named, with the sets it runs.
+        unknown = refused("avx9000")
+        runs = re.search(r"this CPU runs ([\w, ]+)\)", unknown).group(1).split(", ")
+        for lacking in ("avx512", "avx512_vnni", "avx512_bf16"):
+            if lacking not in runs:
+                self.assertIn("f32: this CPU cannot run %s (it runs %s)"
+                              % (lacking, ", ".join(runs)),
+                              refused("f32:%s,bf16:scalar,int8:scalar" % lacking))
+
     def test_a_chosen_set_is_the_one_that_runs(self):
         """--simd_kernels (or ATTEND_SIMD_KERNELS) picks the decode kernels, for every storage
         type or one per type: the start-up line names them, and each decode-sized call's engine

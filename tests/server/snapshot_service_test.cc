@@ -3,12 +3,16 @@
 // decode is bit-identical to the same decode without the restart; SaveSequence / LoadSequence
 // round trips, with their errors (no directory, unknown or damaged files, bad names, routing).
 #include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <future>
 #include <map>
 #include <optional>
 #include <random>
@@ -432,6 +436,114 @@ TEST(SnapshotService, TheKernelRecordRoundTripsAndDamageIsNamed) {
         << absl::CHexEscape(text) << " read as " << damaged.value_or("?");
     EXPECT_THAT(std::string(damaged.status().message()), ::testing::HasSubstr(path));
   }
+}
+
+void WriteFile(const std::string& path, const std::string& text) {
+  FILE* f = std::fopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr) << path;
+  std::fwrite(text.data(), 1, text.size(), f);
+  std::fclose(f);
+}
+
+// What a hand-edited KERNELS may hold: trailing spaces and CRLF are no part of the sets, '#'
+// lines are comments (RecordKernels writes some); an empty file, a record of the wrong form or
+// more than one line of sets is refused, saying which, in the words of --simd_kernels' errors.
+TEST(SnapshotService, TheKernelRecordIsOneLineReadAsTheFlagIs) {
+  const std::string dir = TempDir();
+  const std::string path = dir + "/KERNELS";
+  for (const std::string& text :
+       {std::string("scalar\r\n"), std::string("scalar  \n"), std::string("\t scalar"),
+        std::string("# hand-written\n\nscalar\r\n\n# more\n")}) {
+    WriteFile(path, text);
+    absl::StatusOr<std::string> recorded = server::SnapshotStore::RecordedKernels(dir);
+    ASSERT_TRUE(recorded.ok()) << absl::CHexEscape(text) << ": " << recorded.status();
+    EXPECT_EQ(*recorded, "scalar") << absl::CHexEscape(text);
+  }
+  const struct {
+    std::string text;
+    std::string words;
+  } damaged[] = {
+      {"", path + " is empty"},
+      {"\n  \n# only a comment\n", path + " holds no kernel sets (only blank and comment lines)"},
+      {"avx2\navx2\nscalar",
+       path + " holds 3 lines of kernel sets, not one: 'avx2' (line 1), 'avx2' (line 2), "
+              "'scalar' (line 3)"},
+      {"f32:avx2\n", path + " holds 'f32:avx2': names no set for bf16, int8"},
+      {"AVX2\n", path + " holds 'AVX2': 'AVX2' is no kernel set: names are lowercase"},
+      {"avx2,\n", "item 2 of 2 is empty"},
+      {"f32:avx2,bf16:avx2,int4:avx2\n", "'int4' is no storage type"},
+      {std::string(300, 'a'), path + " line 1 is 300 characters long"},
+      {std::string(5000, '#'), path + " is 5000 bytes"},
+  };
+  for (const auto& c : damaged) {
+    WriteFile(path, c.text);
+    absl::StatusOr<std::string> recorded = server::SnapshotStore::RecordedKernels(dir);
+    EXPECT_EQ(recorded.status().code(), absl::StatusCode::kDataLoss)
+        << absl::CHexEscape(c.text) << " read as " << recorded.value_or("?");
+    EXPECT_THAT(std::string(recorded.status().message()), ::testing::HasSubstr(c.words))
+        << absl::CHexEscape(c.text);
+  }
+}
+
+// KERNELS is read before the server serves and while SIGTERM waits for it: only a regular file
+// (or a link to one) is read, and reading never blocks. A FIFO, a directory, a socket, a device,
+// a link to any of them, or a link to nothing is refused by name.
+TEST(SnapshotService, AKernelRecordThatIsNoRegularFileIsRefusedWithoutBlocking) {
+  const std::string dir = TempDir();
+  const std::string path = dir + "/KERNELS";
+  const auto refused = [&](absl::string_view words) {
+    // On its own thread: an open that blocks on a FIFO fails the test instead of hanging it.
+    std::promise<absl::StatusOr<std::string>> promise;
+    std::future<absl::StatusOr<std::string>> result = promise.get_future();
+    std::thread reader(
+        [&promise, &dir] { promise.set_value(server::SnapshotStore::RecordedKernels(dir)); });
+    if (result.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+      ADD_FAILURE() << "reading " << path << " blocked (" << words << ")";
+      // A writer lets a blocked open of a FIFO return, so that the thread can be joined.
+      const int writer = open(path.c_str(), O_WRONLY | O_NONBLOCK);
+      if (writer >= 0) close(writer);
+    }
+    reader.join();
+    absl::StatusOr<std::string> recorded = result.get();
+    EXPECT_EQ(recorded.status().code(), absl::StatusCode::kDataLoss)
+        << words << " read as " << recorded.value_or("?");
+    EXPECT_THAT(std::string(recorded.status().message()),
+                ::testing::HasSubstr(absl::StrCat(path, " ", words)));
+  };
+  ASSERT_EQ(mkfifo(path.c_str(), 0644), 0);
+  refused("is a FIFO, not a regular file");
+  ASSERT_EQ(unlink(path.c_str()), 0);
+  ASSERT_EQ(mkdir(path.c_str(), 0755), 0);
+  refused("is a directory, not a regular file");
+  ASSERT_EQ(rmdir(path.c_str()), 0);
+  {
+    const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    ASSERT_LT(path.size(), sizeof(address.sun_path));
+    std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+    ASSERT_EQ(bind(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)), 0)
+        << std::strerror(errno);
+    refused("is a socket, not a regular file");
+    close(fd);
+    ASSERT_EQ(unlink(path.c_str()), 0);
+  }
+  ASSERT_EQ(symlink("/dev/null", path.c_str()), 0);
+  refused("is a symbolic link to a character device, not a regular file");
+  ASSERT_EQ(unlink(path.c_str()), 0);
+  const std::string fifo = dir + "/a-fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
+  ASSERT_EQ(symlink(fifo.c_str(), path.c_str()), 0);
+  refused("is a symbolic link to a FIFO, not a regular file");
+  ASSERT_EQ(unlink(path.c_str()), 0);
+  ASSERT_EQ(symlink("gone", path.c_str()), 0);
+  refused("is a symbolic link to 'gone', which does not exist");
+  // A link to a regular file is read.
+  ASSERT_EQ(unlink(path.c_str()), 0);
+  WriteFile(dir + "/elsewhere", "scalar\n");
+  ASSERT_EQ(symlink("elsewhere", path.c_str()), 0);
+  EXPECT_EQ(server::SnapshotStore::RecordedKernels(dir).value_or("?"), "scalar");
 }
 
 // ExportSequence streams a snapshot that ImportSequence on another server turns back into the

@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -39,26 +40,38 @@ SHAPE = dict(layers=4, n_head=8, n_head_kv=4, head_dim=64)
 class Server:
     """attend-server with a snapshot directory, on a free loopback port."""
 
-    def __init__(self, snapshot_dir, *flags):
+    def __init__(self, snapshot_dir, *flags, start_timeout=120):
         self.log = tempfile.TemporaryFile(mode="w+")
         self.proc = subprocess.Popen(
             [ARGS.server, "--address=127.0.0.1:0", "--metrics_address=",
              "--snapshot_dir=%s" % snapshot_dir, "--kv_cache_bytes=1GiB",
              "--kv_block_bytes=64KiB"] + list(flags),  # 64 tokens a block: forks share some
             stdout=subprocess.PIPE, stderr=self.log, text=True)
-        line = self.proc.stdout.readline()
-        match = re.search(r"listening on [\d.]+:(\d+)", line)
-        if not match:
-            self.proc.kill()
-            self.log.seek(0)
-            raise RuntimeError("server did not start: %r %s" % (line, self.log.read()))
-        self.target = "127.0.0.1:%s" % match.group(1)
-        self.lines = [line]
-        # The start and restore log lines follow the first one.
-        for _ in range(4):
-            self.lines.append(self.proc.stdout.readline())
-            if "event=restore" in self.lines[-1]:
-                break
+        # A start that hangs (a FIFO in the directory once did) is killed, so that the test fails
+        # rather than hanging ctest: the reads below then see the end of the output.
+        watchdog = threading.Timer(start_timeout, self.proc.kill)
+        watchdog.start()
+        try:
+            line = self.proc.stdout.readline()
+            match = re.search(r"listening on [\d.]+:(\d+)", line)
+            if not match:
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+                self.proc.stdout.close()
+                self.log.seek(0)
+                err = self.log.read()
+                self.log.close()
+                raise RuntimeError("server did not start within %s s (exit %s): %r %s" % (
+                    start_timeout, self.proc.returncode, line, err))
+            self.target = "127.0.0.1:%s" % match.group(1)
+            self.lines = [line]
+            # The start, kernels and restore log lines follow the first one.
+            for _ in range(8):
+                self.lines.append(self.proc.stdout.readline())
+                if "event=restore" in self.lines[-1]:
+                    break
+        finally:
+            watchdog.cancel()
 
     def kernels(self):
         """The decode kernel sets the start-up line names ("avx2", "f32:avx512,bf16:avx2,...")."""
@@ -83,6 +96,7 @@ class Server:
     def kill(self):
         self.proc.kill()
         self.proc.wait(timeout=30)
+        self.proc.stdout.close()
         self.log.close()
 
 
@@ -174,6 +188,75 @@ class Persistence(unittest.TestCase):
         server.stop()
         with open(os.path.join(self.dir, "KERNELS")) as f:
             self.assertEqual(f.read().split()[0], "scalar")
+
+    def event(self, server, name):
+        """The fields of the start's `event=<name>` line, or None."""
+        for line in server.lines:
+            if "event=%s " % name in line:
+                return dict(re.findall(r'(\w+)=("(?:[^"\\]|\\.)*"|\S*)', line))
+        return None
+
+    def test_a_kernels_record_that_is_no_regular_file_is_ignored(self):
+        # A FIFO at KERNELS once blocked the start forever (and SIGTERM, held until the server
+        # serves, could not stop it); a directory made it exit 1 when the record was written.
+        # Both are named and ignored: the sets are measured, the server serves and stops cleanly.
+        for kind in ("FIFO", "directory"):
+            with self.subTest(kind):
+                snapshot_dir = tempfile.mkdtemp(dir=self.dir)
+                path = os.path.join(snapshot_dir, "KERNELS")
+                if kind == "FIFO":
+                    os.mkfifo(path)
+                else:
+                    os.mkdir(path)
+                server = Server(snapshot_dir, start_timeout=30)
+                try:
+                    ignored = self.event(server, "kernels_record_ignored")
+                    self.assertIsNotNone(ignored, server.lines)
+                    self.assertIn("is a %s, not a regular file" % kind, ignored["why"])
+                    failed = self.event(server, "kernels_record_failed")
+                    if kind == "directory":
+                        # Not written either: said, with what it costs, and serving goes on.
+                        self.assertIsNotNone(failed, server.lines)
+                        self.assertIn("Is a directory", failed["error"])
+                        self.assertIn("measures", failed["effect"])
+                        self.assertTrue(os.path.isdir(path))
+                    else:
+                        # The record replaces the FIFO.
+                        self.assertIsNone(failed, server.lines)
+                        with open(path) as f:
+                            self.assertEqual(f.read().split()[0], server.kernels())
+                    self.assertFalse(os.path.exists(path + ".tmp"))
+                    with attend.Client(server.target) as c:
+                        c.create_sequence("s", **SHAPE)
+                finally:
+                    out = server.stop()
+                self.assertEqual(server.proc.returncode, 0, out)
+                self.assertIn("event=snapshot sequences=1", out)
+
+    def test_a_record_that_is_not_kept_is_logged(self):
+        # A record the start does not run (a flag chose other sets, or the record is a link to
+        # nothing) is replaced by this start's sets: restored sequences then decode with other
+        # sums, which the log says.
+        server = Server(self.dir)
+        measured = server.kernels()
+        server.stop()
+        if measured == "scalar":
+            self.skipTest("this CPU runs no vector set")
+        path = os.path.join(self.dir, "KERNELS")
+        with open(path, "w") as f:
+            f.write("scalar\n")
+        server = Server(self.dir, "--simd_kernels=" + measured)
+        server.stop()
+        overridden = self.event(server, "kernels_record_overridden")
+        self.assertIsNotNone(overridden, server.lines)
+        self.assertEqual((overridden["was"], overridden["now"]), ("scalar", measured))
+        os.remove(path)
+        os.symlink("gone", path)
+        server = Server(self.dir)
+        server.stop()
+        ignored = self.event(server, "kernels_record_ignored")
+        self.assertIsNotNone(ignored, server.lines)
+        self.assertIn("is a symbolic link to 'gone', which does not exist", ignored["why"])
 
     def test_a_kill_during_the_snapshot_never_loads_a_partial_set(self):
         random.seed(3)

@@ -8,6 +8,8 @@
 #include <random>
 #include <string>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/half.h"
 #include "core/kernels/simd_internal.h"
 #include "tests/test_util.h"
@@ -267,6 +269,83 @@ TEST(SimdKernels, NameSaysWhichKernelsRun) {
   // float16 is converted to f32 before the kernels read it.
   EXPECT_EQ(KernelName({DType::kFloat16}), f32);
   EXPECT_EQ(KernelName({DType::kInt8, DType::kInt8}), int8);
+}
+
+// --simd_kernels and the snapshot directory's KERNELS record are read by ParseKernels: each
+// mistake is named (the missing types, an unknown type or set, a type given twice, an empty
+// item), spaces around the parts are ignored, and names are lowercase.
+TEST(SimdKernels, ParseNamesTheWrongPart) {
+  const struct {
+    const char* text;
+    const char* words;
+  } wrong[] = {
+      {"f32:avx2", "names no set for bf16, int8"},
+      {"int8:avx2,f32:scalar", "names no set for bf16"},
+      {"f32:avx2,bf16:avx2,int4:avx2", "'int4' is no storage type (f32, bf16, int8)"},
+      {"f32:avx2,bf16:avx2,int8:avx2,f32:scalar", "names f32 twice"},
+      {"AVX2", "names are lowercase: 'avx2'"},
+      {"F32:avx2,bf16:avx2,int8:avx2", "names are lowercase: 'f32'"},
+      {"avx2,", "item 2 of 2 is empty"},
+      {",avx2", "item 1 of 2 is empty"},
+      {"f32:avx2,,bf16:avx2,int8:avx2", "item 2 of 4 is empty"},
+      {"", "names no kernel set"},
+      {"  ", "names no kernel set"},
+      {"avx9000", "'avx9000' is no kernel set (scalar, avx2, avx512"},
+      {"f32:avx2,bf16:avx9000,int8:avx2", "bf16: 'avx9000' is no kernel set"},
+      {"f32:avx2,bf16,int8:avx2", "item 'bf16' is not TYPE:SET"},
+      {"f32:,bf16:avx2,int8:avx2", "item 'f32:' names no set"},
+      {"avx2:f32", "'avx2' is no storage type"},
+  };
+  for (const auto& c : wrong) {
+    const absl::StatusOr<KernelSets> parsed = ParseKernels(c.text);
+    ASSERT_FALSE(parsed.ok()) << "'" << c.text << "' read as " << (*parsed)[0];
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << c.text;
+    EXPECT_THAT(std::string(parsed.status().message()), ::testing::HasSubstr(c.words)) << c.text;
+  }
+  const struct {
+    const char* text;
+    KernelSets sets;
+  } right[] = {
+      {"avx2", {"avx2", "avx2", "avx2"}},
+      {" scalar\t", {"scalar", "scalar", "scalar"}},
+      {"avx512", {"avx512", "avx512", "avx512"}},  // a set of this build, whatever the CPU
+      {"int8:scalar, f32 : avx2 ,bf16:avx512_bf16", {"avx2", "avx512_bf16", "scalar"}},
+  };
+  for (const auto& c : right) {
+    const absl::StatusOr<KernelSets> parsed = ParseKernels(c.text);
+    ASSERT_TRUE(parsed.ok()) << c.text << ": " << parsed.status();
+    EXPECT_EQ(*parsed, c.sets) << c.text;
+  }
+}
+
+// SetKernels applies what ParseKernels reads, and names a set this CPU cannot run, with those it
+// can; nothing changes when it refuses.
+TEST(SimdKernels, SetKernelsNamesASetThisCpuCannotRun) {
+  ChooseKernels();
+  const std::string before = KernelName();
+  const std::vector<std::string> runnable = testing::RunnableKernels();
+  const std::string runs = absl::StrJoin(runnable, ", ");
+  for (const char* set : {"avx512", "avx512_vnni", "avx512_bf16"}) {
+    if (std::find(runnable.begin(), runnable.end(), set) != runnable.end()) continue;
+    const absl::Status whole = SetKernels(set);
+    EXPECT_EQ(whole.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(
+        std::string(whole.message()),
+        ::testing::HasSubstr(absl::StrCat("this CPU cannot run ", set, " (it runs ", runs, ")")));
+    const absl::Status per_type = SetKernels(absl::StrCat("f32:scalar,bf16:", set, ",int8:scalar"));
+    EXPECT_THAT(std::string(per_type.message()),
+                ::testing::HasSubstr(absl::StrCat("bf16: this CPU cannot run ", set)));
+    EXPECT_EQ(KernelName(), before);
+  }
+  EXPECT_THAT(std::string(SetKernels("f32:avx2").message()),
+              ::testing::HasSubstr("names no set for bf16, int8"));
+  EXPECT_EQ(KernelName(), before);
+  {
+    const testing::ScopedKernels scoped(" scalar ");
+    ASSERT_TRUE(scoped.ok());
+    EXPECT_EQ(KernelName(), "scalar");
+  }
+  EXPECT_EQ(KernelName(), before);
 }
 
 // The default, kept unless the measurement finds a clearly faster set, follows the CPU: on an AMD
