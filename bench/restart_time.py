@@ -65,7 +65,12 @@ def start(server, directory, capacity):
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     line = proc.stdout.readline()
     port = re.search(r"listening on [\d.]+:(\d+)", line).group(1)
-    lines = [proc.stdout.readline() for _ in range(3)]
+    # The start-up lines up to the restore's (a kernels line comes before it on a restart).
+    lines = []
+    while not lines or "event=restore " not in lines[-1]:
+        lines.append(proc.stdout.readline())
+        if not lines[-1]:
+            sys.exit("attend-server ended before its restore line: %r" % "".join(lines))
     return proc, "127.0.0.1:%s" % port, begin, lines
 
 
