@@ -2,8 +2,6 @@
 // (the server's snapshot directory), export and import (the snapshot bytes through this client)
 // and hand-off (to the replicas of a fleet).
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -17,6 +15,7 @@
 #include "client/cli/render/format.h"
 #include "client/cli/render/terminal_notes.h"
 #include "client/kv_cache_client.h"
+#include "client/output_file.h"
 
 namespace attend::cli {
 namespace {
@@ -73,12 +72,6 @@ int RunLoad(Context& c, const LoadOptions& o) {
   return kExitOk;
 }
 
-// "cannot write '<path>': <the system's reason>".
-absl::Status WriteError(const std::string& path, int error) {
-  return absl::DataLossError(absl::StrCat(
-      "cannot write '", path, "': ", error != 0 ? std::strerror(error) : "write failed"));
-}
-
 struct ExportOptions {
   std::string id;
   std::string out;
@@ -128,9 +121,8 @@ int RunExport(Context& c, const ExportOptions& o) {
   const bool through = std::filesystem::exists(kind) && !std::filesystem::is_regular_file(kind) &&
                        !std::filesystem::is_directory(kind);
   const std::string tmp = through ? path : absl::StrCat(path, ".tmp");
-  errno = 0;
-  std::ofstream file(tmp, std::ios::binary | std::ios::trunc);
-  if (!file) return LocalError(c, WriteError(tmp, errno));
+  absl::StatusOr<client::OutputFile> file = client::OutputFile::Open(tmp);
+  if (!file.ok()) return LocalError(c, file.status());
   absl::Status local;  // the file's failure, as opposed to the call's
   absl::StatusOr<client::ExportResult> r;
   {
@@ -138,17 +130,11 @@ int RunExport(Context& c, const ExportOptions& o) {
         c.err, c.err_is_terminal, c.working_note_after,
         WorkingText(absl::StrCat("Export of ", Quoted(*id)), c.connection.target));
     r = kv.ExportSequence(*id, [&](absl::string_view b) {
-      errno = 0;
-      file.write(b.data(), static_cast<std::streamsize>(b.size()));
-      if (!file) local = WriteError(tmp, errno);
+      local = file->Write(b);
       return local;
     });
   }
-  if (r.ok()) {
-    errno = 0;
-    file.close();
-    if (!file) local = WriteError(tmp, errno);
-  }
+  if (r.ok()) local = file->Close();
   if (r.ok() && local.ok() && !through) {
     std::filesystem::rename(tmp, path, ec);
     if (ec) {
@@ -157,7 +143,7 @@ int RunExport(Context& c, const ExportOptions& o) {
     }
   }
   if (!r.ok() || !local.ok()) {
-    file.close();
+    (void)file->Close();  // the error that matters is reported below
     if (!through) std::filesystem::remove(tmp, ec);
     return local.ok() ? ReportError(c, r.status()) : LocalError(c, local);
   }

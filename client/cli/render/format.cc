@@ -7,7 +7,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <optional>
 #include <vector>
 
@@ -464,14 +463,6 @@ void PrintStats(std::ostream& out, const v1::ComputeStats& stats) {
     out << " (" << Si(stats.attention_flops() / stats.compute_seconds(), "FLOP/s") << ")";
   }
   out << "; queued " << Duration(stats.queue_seconds()) << "\n";
-}
-
-absl::Status WriteTextFile(const std::string& path, absl::string_view text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) return absl::DataLossError(absl::StrCat("cannot write '", path, "'"));
-  return absl::OkStatus();
 }
 
 }  // namespace attend::cli

@@ -159,9 +159,6 @@ void PrintWeights(std::ostream& out, const client::FloatTensor& weights, const s
 // "engine onednn/f32: 6 attended pairs, 192 FLOP in 12.3 us (15.6 MFLOP/s); queued 2.0 us".
 void PrintStats(std::ostream& out, const v1::ComputeStats& stats);
 
-// Writes `text` to `path` (replacing it); DATA_LOSS naming the path when that fails.
-absl::Status WriteTextFile(const std::string& path, absl::string_view text);
-
 }  // namespace attend::cli
 
 #endif  // ATTEND_CLIENT_CLI_RENDER_FORMAT_H_

@@ -14,9 +14,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "attend/v1/planner.pb.h"
 #include "client/cli/cli.h"
 #include "client/cli/framework/command.h"
+#include "client/npy.h"
 #include "google/protobuf/util/json_util.h"
 #include "tests/server/server_fixture.h"
 #include "tests/test_util.h"
@@ -216,6 +218,44 @@ TEST_F(ErrorsTest, UnreadableFileSaysPermissionDenied) {
   EXPECT_EQ(err_.str(), absl::StrCat("error: cannot open '", path,
                                      "': permission denied (this user may not read it)\n"));
   chmod(path.c_str(), 0600);
+}
+
+// --- files that cannot be written ----------------------------------------------------------------
+
+// Every file a command writes fails with the system's reason and exit 1: /dev/full takes the
+// open and refuses the bytes (ENOSPC), which a buffered stream only reports when it flushes.
+TEST_F(ErrorsTest, WriteErrorsSayWhyAndExitOne) {
+  const std::string q = ::testing::TempDir() + "/errors_test_q.npy";
+  ASSERT_TRUE(client::WriteNpyFile(q, {{1, 1, 4}, {1, 2, 3, 4}}).ok());
+  const std::string dir = ::testing::TempDir() + "/errors_test_out_dir";
+  std::filesystem::create_directories(dir);
+  const struct {
+    std::vector<std::string> args;
+    std::string error;
+  } cases[] = {
+      {{"attend", "--q", q, "--k", q, "--v", q, "--out", "/dev/full"},
+       "error: cannot write '/dev/full': No space left on device\n"},
+      {{"attend", "--n_q", "2", "--weights_out", "/dev/full"},
+       "error: cannot write '/dev/full': No space left on device\n"},
+      {{"mha", "--n", "2", "--d_model", "4", "--n_head", "2", "--out", "/dev/full"},
+       "error: cannot write '/dev/full': No space left on device\n"},
+      {{"mha", "--n", "2", "--d_model", "4", "--n_head", "2", "--weights_out", "/dev/full"},
+       "error: cannot write '/dev/full': No space left on device\n"},
+      {{"attend", "--n_q", "2", "--out", dir},
+       absl::StrCat("error: cannot write '", dir, "': Is a directory\n")},
+      {{"attend", "--n_q", "2", "--heatmap", "/nonexistent/dir/x.svg"},
+       "error: cannot write '/nonexistent/dir/x.svg': No such file or directory\n"},
+      {{"attend", "--n_q", "2", "--heatmap", "/dev/full"},
+       "error: cannot write '/dev/full': No space left on device\n"},
+      {{"plan", "tiny", "--plot", "/dev/full"},
+       "error: cannot write '/dev/full': No space left on device\n"},
+      {{"cost", "tiny", "--context", "100", "--plot", "/dev/full"},
+       "error: cannot write '/dev/full': No space left on device\n"},
+  };
+  for (const auto& [args, error] : cases) {
+    EXPECT_EQ(Run(args), cli::kExitLocalError) << absl::StrJoin(args, " ") << "\n" << err_.str();
+    EXPECT_EQ(err_.str(), error) << absl::StrJoin(args, " ");
+  }
 }
 
 }  // namespace
