@@ -139,6 +139,40 @@ absl::Status UnknownFlag(const std::string& typed, const std::string& name,
       "unknown flag ", typed, guess.empty() ? "" : absl::StrCat("; did you mean --", guess, "?")));
 }
 
+// "attend <command> [<subcommand>]" of each app under `root` (commands, then subcommands, in
+// their order) that declares --<name>.
+std::vector<std::string> CommandsWithFlag(CLI::App* root, const std::string& name) {
+  std::vector<std::string> commands;
+  for (CLI::App* command : SubcommandsOf(root)) {
+    if (command->get_option_no_throw("--" + name) != nullptr) {
+      commands.push_back(absl::StrCat("attend ", command->get_name()));
+    }
+    for (CLI::App* sub : SubcommandsOf(command)) {
+      if (sub->get_option_no_throw("--" + name) != nullptr) {
+        commands.push_back(absl::StrCat("attend ", command->get_name(), " ", sub->get_name()));
+      }
+    }
+  }
+  return commands;
+}
+
+// The error for flag `f` given before the command when `root` does not declare it: the commands
+// it belongs to, if any (it cannot be parsed there: whether the next word is its value or the
+// command depends on the command), else an unknown flag with a global flag's suggestion.
+absl::Status FlagBeforeCommand(CLI::App* root, const FlagToken& f) {
+  const std::vector<std::string> owners =
+      f.unknown ? std::vector<std::string>() : CommandsWithFlag(root, f.name);
+  if (owners.empty()) return UnknownFlag(f.typed, f.name, {root});
+  std::string others;
+  if (owners.size() > 4) {
+    others = absl::StrCat(" (and ", owners.size() - 1, " more)");
+  } else if (owners.size() > 1) {
+    others = absl::StrCat(" (and '", absl::StrJoin(owners.begin() + 1, owners.end(), "', '"), "')");
+  }
+  return absl::InvalidArgumentError(absl::StrCat(f.typed, " is a flag of '", owners[0], "'", others,
+                                                 "; put it after the command"));
+}
+
 // Whether --<name> takes a value in any app of `path` or below its last one (flags may come
 // before the subcommand they belong to: `attend seq --id x create`).
 bool TakesValue(const std::vector<CLI::App*>& path, const std::string& name) {
@@ -278,6 +312,10 @@ absl::StatusOr<ParsedCommandLine> ParseCommandLine(CLI::App& root,
       only_positional = true;
     } else if (!only_positional && IsFlagToken(t)) {
       const FlagToken f = SplitFlag(t);
+      if (parsed.path.size() == 1 &&
+          (f.unknown || root.get_option_no_throw("--" + f.name) == nullptr)) {
+        return FlagBeforeCommand(&root, f);
+      }
       if (!f.unknown && !f.value && TakesValue(parsed.path, f.name)) ++i;
     } else {
       CLI::App* leaf = parsed.path.back();

@@ -105,8 +105,9 @@ struct ParsedCommandLine {
 // Parses `tokens` (argv without the program name) with `root` and its subcommands. The first
 // word names the command (unknown: "unknown command 'x'; did you mean 'y'?"); for a command with
 // subcommands, the first word after it that names one of them names it. Flags belong to the
-// deepest of those apps that declares them; INVALID_ARGUMENT for unknown flags, missing values,
-// a flag of a sibling subcommand and values CLI11 refuses.
+// deepest of those apps that declares them; before the command only root's (global) flags may
+// come ("--n_q is a flag of 'attend attend'; put it after the command"). INVALID_ARGUMENT for
+// unknown flags, missing values, a flag of a sibling subcommand and values CLI11 refuses.
 absl::StatusOr<ParsedCommandLine> ParseCommandLine(CLI::App& root,
                                                    const std::vector<std::string>& tokens);
 

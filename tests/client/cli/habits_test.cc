@@ -195,6 +195,38 @@ TEST_F(HabitsTest, UnknownCommandsAndFlagsSuggestTheCloseOne) {
   EXPECT_EQ(err_.str(), "usage error: unknown flag --bogus\n");
 }
 
+// Before the command only global flags go: a command's flag there is named as the command's (it
+// cannot tell whether the next word is its value or the command), a mistyped global flag gets its
+// suggestion, and neither's value is taken for the command.
+TEST_F(HabitsTest, CommandFlagsBeforeTheCommandSaySo) {
+  EXPECT_EQ(Run({"--n_q", "4", "attend"}), cli::kExitUsage);
+  EXPECT_EQ(err_.str(),
+            "usage error: --n_q is a flag of 'attend attend' (and 'attend bench'); put it after "
+            "the command\n");
+  EXPECT_EQ(Run({"--n-q=4", "attend"}), cli::kExitUsage);
+  EXPECT_THAT(err_.str(), StartsWith("usage error: --n-q is a flag of 'attend attend'"));
+  EXPECT_EQ(Run({"--weights", "attend"}), cli::kExitUsage);
+  EXPECT_EQ(err_.str(),
+            "usage error: --weights is a flag of 'attend attend' (and 'attend mha', 'attend seq "
+            "append'); put it after the command\n");
+  EXPECT_EQ(Run({"--new_id", "b", "seq", "fork"}), cli::kExitUsage);
+  EXPECT_EQ(err_.str(),
+            "usage error: --new_id is a flag of 'attend seq fork'; put it after the command\n");
+  EXPECT_EQ(Run({"--id", "x", "seq", "get"}), cli::kExitUsage);
+  EXPECT_THAT(err_.str(), StartsWith("usage error: --id is a flag of 'attend seq create' (and "));
+  EXPECT_THAT(err_.str(), HasSubstr(" more); put it after the command\n"));
+  EXPECT_EQ(Run({"--outptu", "json", "health"}), cli::kExitUsage);
+  EXPECT_EQ(err_.str(), "usage error: unknown flag --outptu; did you mean --output?\n");
+  EXPECT_EQ(Run({"-x", "4", "health"}), cli::kExitUsage);
+  EXPECT_EQ(err_.str(), "usage error: unknown flag -x\n");
+  // Global flags still go before or after the command, and a group's flags before its
+  // subcommand.
+  EXPECT_EQ(Run({"-o", "json", "health"}), cli::kExitOk) << err_.str();
+  EXPECT_EQ(Run({"health", "-o", "json"}), cli::kExitOk) << err_.str();
+  EXPECT_EQ(Run({"seq", "--id", "nobody", "get"}), cli::kExitServerError) << err_.str();
+  EXPECT_THAT(err_.str(), HasSubstr("NOT_FOUND"));
+}
+
 TEST_F(HabitsTest, DidYouMean) {
   EXPECT_EQ(cli::DidYouMean("helth", {"health", "help"}), "health");
   EXPECT_EQ(cli::DidYouMean("he", {"health", "help"}), "");  // not unique
