@@ -326,11 +326,9 @@ absl::StatusOr<ParsedCommandLine> ParseCommandLine(CLI::App& root,
       if (sub == nullptr) {
         std::vector<std::string> names;
         for (CLI::App* s : subs) names.push_back(s->get_name());
-        const std::string guess = DidYouMean(t, names);
-        return absl::InvalidArgumentError(
-            absl::StrCat("unknown command '", t, "'",
-                         guess.empty() ? "" : absl::StrCat("; did you mean '", guess, "'?"),
-                         "\nRun 'attend help' for the commands."));
+        return absl::InvalidArgumentError(absl::StrCat("unknown command '", t, "'",
+                                                       DidYouMeanSuffix(t, names),
+                                                       "\nRun 'attend help' for the commands."));
       }
       parsed.path.push_back(sub);
       is_path[i] = true;
@@ -465,6 +463,11 @@ std::string DidYouMean(absl::string_view word, const std::vector<std::string>& c
     }
   }
   return prefixed;
+}
+
+std::string DidYouMeanSuffix(absl::string_view word, const std::vector<std::string>& candidates) {
+  const std::string guess = DidYouMean(word, candidates);
+  return guess.empty() ? "" : absl::StrCat("; did you mean '", guess, "'?");
 }
 
 std::string FlagsHelp(const std::vector<FlagSpec>& specs) {

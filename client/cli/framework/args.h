@@ -120,6 +120,10 @@ bool ParseDecimal(absl::string_view text, double* value);
 // when none fits.
 std::string DidYouMean(absl::string_view word, const std::vector<std::string>& candidates);
 
+// "; did you mean '<candidate>'?" for DidYouMean's candidate, "" when none fits: the one wording
+// of every suggestion for a mistyped word (commands, subcommands, example names).
+std::string DidYouMeanSuffix(absl::string_view word, const std::vector<std::string>& candidates);
+
 // "--name=<value>  help (default: x)" lines for a command's help.
 std::string FlagsHelp(const std::vector<FlagSpec>& specs);
 

@@ -227,6 +227,22 @@ TEST_F(HabitsTest, CommandFlagsBeforeTheCommandSaySo) {
   EXPECT_THAT(err_.str(), HasSubstr("NOT_FOUND"));
 }
 
+// Subcommands and example names get the suggestion commands get; with none close, the choices.
+TEST_F(HabitsTest, MistypedSubcommandsAndExamplesSuggestTheCloseOne) {
+  EXPECT_EQ(Run({"seq", "crate"}), cli::kExitUsage);
+  EXPECT_EQ(err_.str(), "usage error: unknown subcommand 'crate'; did you mean 'create'?\n");
+  EXPECT_EQ(Run({"seq", "zzzzzz"}), cli::kExitUsage);
+  EXPECT_THAT(err_.str(),
+              StartsWith("usage error: unknown subcommand 'zzzzzz'; use one of create, append, "));
+  EXPECT_EQ(Run({"example", "caus"}), cli::kExitUsage);
+  EXPECT_EQ(err_.str(), "usage error: 'caus' is not an example; did you mean 'causal'?\n");
+  EXPECT_EQ(Run({"example", "lst"}), cli::kExitUsage);
+  EXPECT_EQ(err_.str(), "usage error: 'lst' is not an example; did you mean 'list'?\n");
+  EXPECT_EQ(Run({"example", "zzzzzz"}), cli::kExitUsage);
+  EXPECT_THAT(err_.str(),
+              StartsWith("usage error: 'zzzzzz' is not an example; one of: list, it, softmax, "));
+}
+
 TEST_F(HabitsTest, DidYouMean) {
   EXPECT_EQ(cli::DidYouMean("helth", {"health", "help"}), "health");
   EXPECT_EQ(cli::DidYouMean("he", {"health", "help"}), "");  // not unique
