@@ -73,6 +73,13 @@ absl::Status ApplyCommon(Context& c, const CommonAttentionOptions& o, client::Ma
   return o.heatmap.Check();
 }
 
+absl::Status CheckRandomSize(absl::string_view flag, int64_t value, int log2) {
+  const int64_t max = int64_t{1} << log2;
+  if (value >= 1 && value <= max) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("--", flag, " must be between 1 and 2^", log2,
+                                                 " (", max, ") for random inputs, got ", value));
+}
+
 // Writes `t` to the file `path` names, if it names one.
 absl::Status SaveIfAsked(const std::optional<std::string>& path, const FloatTensor& t) {
   if (!path) return absl::OkStatus();

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "client/cli/commands/seq_commands.h"
 #include "client/cli/connect/report_error.h"
@@ -16,9 +17,21 @@
 #include "client/cli/render/terminal_notes.h"
 #include "client/kv_cache_client.h"
 #include "client/output_file.h"
+#include "common/sequence_key.h"
 
 namespace attend::cli {
 namespace {
+
+// A --name checked before it is sent, by the rule the server applies (a saved sequence's file
+// takes the rules of an id); the server's own message speaks of ids and routing keys.
+absl::Status CheckSavedName(const std::string& name) {
+  if (CheckSequenceIdSyntax(name) == SequenceIdProblem::kNone) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--name '", absl::CHexEscape(name.substr(0, 64)), name.size() > 64 ? "...'" : "'",
+      ": a saved sequence's file name has 1 to ", kMaxSequenceIdBytes,
+      " characters of A-Z a-z 0-9 . _ : - and /, and no part between '/'s that is empty, '.' or "
+      "'..'"));
+}
 
 struct SaveOptions {
   std::string id;
@@ -33,6 +46,9 @@ struct SaveOptions {
 int RunSave(Context& c, const SaveOptions& o) {
   absl::StatusOr<std::string> id = RequiredId(o.id, "save");
   if (!id.ok()) return UsageError(c, id.status());
+  if (!o.name.empty()) {
+    if (absl::Status s = CheckSavedName(o.name); !s.ok()) return UsageError(c, s);
+  }
   client::KvCacheClient kv(c.Channel(), c.connection);
   absl::StatusOr<v1::SaveSequenceResponse> saved = kv.SaveSequence(*id, o.name);
   if (!saved.ok()) return ReportError(c, saved.status());
@@ -60,6 +76,7 @@ struct LoadOptions {
 int RunLoad(Context& c, const LoadOptions& o) {
   absl::StatusOr<std::string> name = RequiredFlag(o.name, "load", "name", "saved name");
   if (!name.ok()) return UsageError(c, name.status());
+  if (absl::Status s = CheckSavedName(*name); !s.ok()) return UsageError(c, s);
   client::KvCacheClient kv(c.Channel(), c.connection);
   absl::StatusOr<v1::SequenceInfo> info = kv.LoadSequence(*name, o.id);
   if (!info.ok()) return ReportError(c, info.status());

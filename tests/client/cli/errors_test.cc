@@ -220,6 +220,48 @@ TEST_F(ErrorsTest, UnreadableFileSaysPermissionDenied) {
   chmod(path.c_str(), 0600);
 }
 
+// --- usage errors name the flag or argument and the value ---------------------------------------
+
+TEST_F(ErrorsTest, UsageErrorsNameTheFlagAndTheValue) {
+  const struct {
+    std::vector<std::string> args;
+    std::string error;
+  } cases[] = {
+      {{"attend", "--n_q", "-1"},
+       "--n_q must be between 1 and 2^24 (16777216) for random inputs, got -1"},
+      {{"attend", "--n_q", "4", "--n_kv", "0"},
+       "--n_kv must be between 1 and 2^24 (16777216) for random inputs, got 0"},
+      {{"attend", "--head_dim", "16777217"},
+       "--head_dim must be between 1 and 2^24 (16777216) for random inputs, got 16777217"},
+      {{"mha", "--n", "-1"}, "--n must be between 1 and 2^20 (1048576) for random inputs, got -1"},
+      {{"mha", "--n_head", "2", "--n_head_kv", "0"},
+       "--n_head_kv must be between 1 and 2^20 (1048576) for random inputs, got 0"},
+      {{"--deadline", "inf", "health"}, "--deadline must be finite: at most 1e9 seconds, got inf"},
+      {{"--deadline", "2e9", "health"},
+       "--deadline must be finite: at most 1e9 seconds, got 2e+09"},
+      {{"--keepalive_seconds", "inf", "health"},
+       "--keepalive_seconds must be finite: at most 1e9 seconds, got inf"},
+      {{"softmax", "1e400", "1"},
+       "logit 1, '1e400', is beyond the range of a double; scores are finite, or -inf to mask"},
+      {{"softmax", "1", "-1e400"},
+       "logit 2, '-1e400', is beyond the range of a double; scores are finite, or -inf to mask"},
+      {{"softmax", "inf", "1"}, "logit 1, 'inf': scores are finite, or -inf to mask"},
+      {{"softmax", "1", "nan"}, "logit 2, 'nan': scores are finite, or -inf to mask"},
+      {{"seq", "save", "--id", "a", "--name", "../x"},
+       "--name '../x': a saved sequence's file name has 1 to 128 characters of A-Z a-z 0-9 . _ : "
+       "- and /, and no part between '/'s that is empty, '.' or '..'"},
+      {{"seq", "load", "--name", "a b"},
+       "--name 'a b': a saved sequence's file name has 1 to 128 characters of A-Z a-z 0-9 . _ : "
+       "- and /, and no part between '/'s that is empty, '.' or '..'"},
+  };
+  for (const auto& [args, error] : cases) {
+    EXPECT_EQ(Run(args), cli::kExitUsage) << absl::StrJoin(args, " ") << "\n" << err_.str();
+    EXPECT_EQ(err_.str(), absl::StrCat("usage error: ", error, "\n")) << absl::StrJoin(args, " ");
+  }
+  // -inf masks, as it always did.
+  EXPECT_EQ(Run({"softmax", "1", "-inf"}), cli::kExitOk) << err_.str();
+}
+
 // --- files that cannot be written ----------------------------------------------------------------
 
 // Every file a command writes fails with the system's reason and exit 1: /dev/full takes the
