@@ -18,7 +18,8 @@ void ConnectionFlags::Declare(Flags& f) {
   f.Add("target", &target, "server address (env ATTEND_TARGET)").Env("ATTEND_TARGET");
   f.Add("deadline", &deadline, "seconds each call may take (env ATTEND_DEADLINE)")
       .Env("ATTEND_DEADLINE");
-  f.Add("max_message_bytes", &max_message_bytes, "largest message (env ATTEND_MAX_MESSAGE_BYTES)")
+  f.Add("max_message_bytes", &max_message_bytes,
+        "largest message, in bytes or with a unit: 64MiB (env ATTEND_MAX_MESSAGE_BYTES)")
       .Env("ATTEND_MAX_MESSAGE_BYTES");
   f.Add("tls", &tls, "connect with TLS (env ATTEND_TLS=1)")
       .Values({"1", "0", "true", "false", "TRUE", "FALSE", "True", "False"},
@@ -136,10 +137,10 @@ int ConnectionFromFlags(Context& c, const ConnectionFlags& g) {
     return UsageError(c, s);
   }
   o.deadline = absl::Seconds(g.deadline);
-  if (g.max_message_bytes < 1) {
+  if (g.max_message_bytes.bytes < 1) {
     return UsageError(c, absl::InvalidArgumentError("--max_message_bytes must be >= 1"));
   }
-  o.max_message_bytes = g.max_message_bytes;
+  o.max_message_bytes = g.max_message_bytes.bytes;
   if (int code = TlsFromFlags(c, g); code != kExitOk) return code;
   if (int code = TokenFromFlags(c, g); code != kExitOk) return code;
   if (!(g.keepalive_seconds >= 0)) {

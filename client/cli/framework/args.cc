@@ -275,6 +275,18 @@ Flag Flags::Add(const std::string& name, std::optional<double>* value, const std
                              [value](const double& v) { *value = v; }));
 }
 
+Flag Flags::Add(const std::string& name, ByteSize* value, const std::string& help) {
+  const std::string flag = "--" + name;
+  CLI::Option* option = app_->add_option_function<std::string>(
+      flag, [value, flag](const std::string& text) { value->bytes = *ParseByteSize(text, flag); },
+      help);
+  option->check(Check([flag](const std::string& text) {
+    const absl::StatusOr<int64_t> bytes = ParseByteSize(text, flag);
+    return bytes.ok() ? "" : std::string(bytes.status().message());
+  }));
+  return Flag(option->default_str(absl::StrCat(value->bytes)));
+}
+
 Flag Flags::Add(const std::string& name, std::vector<int64_t>* value, const std::string& help) {
   return Flag(Parsed<std::vector<int64_t>>(app_, name, help, "comma-separated integers",
                                            ParseIntList,

@@ -20,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/byte_size.h"
 
 namespace CLI {
 class App;
@@ -85,6 +86,9 @@ class Flags {
   Flag Add(const std::string& name, Given<int64_t>* value, const std::string& help);
   Flag Add(const std::string& name, double* value, const std::string& help);
   Flag Add(const std::string& name, std::optional<double>* value, const std::string& help);
+  // A byte count with an optional unit, as the server's size flags take it ("1MiB", "64 MB",
+  // "1e6"; common/byte_size.h), refused with ParseByteSize's message.
+  Flag Add(const std::string& name, ByteSize* value, const std::string& help);
   // Comma-separated integers, e.g. "4,64,1024".
   Flag Add(const std::string& name, std::vector<int64_t>* value, const std::string& help);
 

@@ -243,6 +243,25 @@ TEST_F(HabitsTest, MistypedSubcommandsAndExamplesSuggestTheCloseOne) {
               StartsWith("usage error: 'zzzzzz' is not an example; one of: list, it, softmax, "));
 }
 
+// --max_message_bytes takes the units of the server's size flags (common/byte_size.h), from the
+// command line and from ATTEND_MAX_MESSAGE_BYTES.
+TEST_F(HabitsTest, MaxMessageBytesTakesUnits) {
+  EXPECT_EQ(Run({"--max_message_bytes", "1MiB", "health"}), cli::kExitOk) << err_.str();
+  // 1 kB is too small for the answer: the limit was read as 1,000 bytes.
+  EXPECT_EQ(Run({"--max_message_bytes", "1kB", "models"}), cli::kExitServerError) << err_.str();
+  EXPECT_THAT(err_.str(), HasSubstr("RESOURCE_EXHAUSTED"));
+  EXPECT_EQ(Run({"--max_message_bytes", "1M", "health"}), cli::kExitUsage);
+  EXPECT_EQ(err_.str(),
+            "usage error: --max_message_bytes: '1M' has an ambiguous unit (binary GiB or decimal "
+            "GB?); write a byte count such as 80GiB (2^30), 80GB (10^9), 512MiB or 1e9\n");
+  setenv("ATTEND_MAX_MESSAGE_BYTES", "1 KiB", 1);
+  EXPECT_EQ(Run({"models"}), cli::kExitServerError) << err_.str();
+  setenv("ATTEND_MAX_MESSAGE_BYTES", "x", 1);
+  EXPECT_EQ(Run({"health"}), cli::kExitUsage);
+  EXPECT_THAT(err_.str(), StartsWith("usage error: ATTEND_MAX_MESSAGE_BYTES: 'x' is not a size"));
+  unsetenv("ATTEND_MAX_MESSAGE_BYTES");
+}
+
 TEST_F(HabitsTest, DidYouMean) {
   EXPECT_EQ(cli::DidYouMean("helth", {"health", "help"}), "health");
   EXPECT_EQ(cli::DidYouMean("he", {"health", "help"}), "");  // not unique
