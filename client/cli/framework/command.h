@@ -34,8 +34,8 @@ enum ExitCode {
   kExitOk = 0,
   kExitLocalError = 1,   // a local file could not be read or written
   kExitUsage = 2,        // bad command line
-  kExitConnection = 3,   // the server could not be reached (UNAVAILABLE, DEADLINE_EXCEEDED)
-  kExitServerError = 4,  // the server answered with an error status
+  kExitConnection = 3,   // the server could not be reached (UNAVAILABLE)
+  kExitServerError = 4,  // the call failed otherwise: an error status, DEADLINE_EXCEEDED too
   kExitNotServing = 5,   // `attend health`: a service is not SERVING
 };
 

@@ -186,6 +186,18 @@ TEST_F(ErrorsTest, UnresolvableHostSaysSo) {
       << err_.str();
 }
 
+// --- a deadline that passed ----------------------------------------------------------------------
+
+// The server was there; the call ran out of time: a server error (exit 4), not "unreachable" (3).
+TEST_F(ErrorsTest, DeadlineExceededIsAServerErrorWithAHint) {
+  EXPECT_EQ(Run({"--deadline", "1e-9", "models"}), cli::kExitServerError) << err_.str();
+  EXPECT_EQ(ErrLine("error:"),
+            absl::StrCat("error: DEADLINE_EXCEEDED: Deadline Exceeded (server ", Target(), ")"));
+  EXPECT_EQ(ErrLine("hint:"),
+            "hint: the call did not finish within --deadline 1e-09 s: give it longer with "
+            "--deadline SECONDS (or ATTEND_DEADLINE), or ask for less");
+}
+
 // --- files that cannot be opened -----------------------------------------------------------------
 
 TEST_F(ErrorsTest, MissingFileSaysSo) {
