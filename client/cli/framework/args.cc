@@ -21,9 +21,15 @@ CLI::Validator Check(std::function<std::string(const std::string&)> check) {
   return CLI::Validator([check](std::string& value) { return check(value); }, "");
 }
 
-bool ParseIntList(const std::string& text, std::vector<int64_t>* out) {
+// The integers of "4,64,1024" into *out; false when an item is no integer or empty ("4,,64" is a
+// typo, not the list 4, 64), with *why saying which item was empty, if one was.
+bool ParseIntList(const std::string& text, std::vector<int64_t>* out, std::string* why) {
   out->clear();
-  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    if (absl::StripAsciiWhitespace(part).empty()) {
+      *why = absl::StrCat(" (item ", out->size() + 1, " is empty)");
+      return false;
+    }
     int64_t value;
     if (!absl::SimpleAtoi(part, &value)) return false;
     out->push_back(value);
@@ -288,10 +294,21 @@ Flag Flags::Add(const std::string& name, ByteSize* value, const std::string& hel
 }
 
 Flag Flags::Add(const std::string& name, std::vector<int64_t>* value, const std::string& help) {
-  return Flag(Parsed<std::vector<int64_t>>(app_, name, help, "comma-separated integers",
-                                           ParseIntList,
-                                           [value](const std::vector<int64_t>& v) { *value = v; })
-                  ->default_str(absl::StrJoin(*value, ",")));
+  const std::string flag = "--" + name;
+  CLI::Option* option = app_->add_option_function<std::string>(
+      flag,
+      [value](const std::string& text) {
+        std::string unused;
+        ParseIntList(text, value, &unused);  // the check below refused what does not parse
+      },
+      help);
+  option->check(Check([flag](const std::string& text) {
+    std::vector<int64_t> values;
+    std::string why;
+    if (ParseIntList(text, &values, &why)) return std::string();
+    return absl::StrCat(flag, " needs comma-separated integers, got '", text, "'", why);
+  }));
+  return Flag(option->default_str(absl::StrJoin(*value, ",")));
 }
 
 std::vector<FlagSpec> FlagsOf(const CLI::App& app) {

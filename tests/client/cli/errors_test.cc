@@ -259,6 +259,12 @@ TEST_F(ErrorsTest, UsageErrorsNameTheFlagAndTheValue) {
        "logit 2, '-1e400', is beyond the range of a double; scores are finite, or -inf to mask"},
       {{"softmax", "inf", "1"}, "logit 1, 'inf': scores are finite, or -inf to mask"},
       {{"softmax", "1", "nan"}, "logit 2, 'nan': scores are finite, or -inf to mask"},
+      {{"scaling", "--head_dims", "4,,64"},
+       "--head_dims needs comma-separated integers, got '4,,64' (item 2 is empty)"},
+      {{"scaling", "--head_dims", "4,64,"},
+       "--head_dims needs comma-separated integers, got '4,64,' (item 3 is empty)"},
+      {{"scaling", "--head_dims", ""},
+       "--head_dims needs comma-separated integers, got '' (item 1 is empty)"},
       {{"seq", "save", "--id", "a", "--name", "../x"},
        "--name '../x': a saved sequence's file name has 1 to 128 characters of A-Z a-z 0-9 . _ : "
        "- and /, and no part between '/'s that is empty, '.' or '..'"},
