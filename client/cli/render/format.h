@@ -145,7 +145,7 @@ std::string ToJson(const google::protobuf::Message& message);
 // Text in any other layout is returned unchanged (still valid proto3 JSON). A pure function.
 std::string UnquoteExactInt64s(absl::string_view json, const google::protobuf::Descriptor& type);
 
-// Rows [row, head] of a [rows, heads, dim] tensor (a [rows, dim] one has one head), at most
+// Rows [row, head] of a [rows, heads, dim] tensor (a [rows, dim] one has rows alone), at most
 // `max_rows` rows and `max_cols` columns. The first column is named `row_name` and counts from
 // `first_row` (e.g. the position of the first appended token).
 void PrintHeadRows(std::ostream& out, const client::FloatTensor& t, const std::string& row_name,
