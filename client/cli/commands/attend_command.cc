@@ -11,12 +11,14 @@
 #include "absl/strings/str_cat.h"
 #include "client/attention_client.h"
 #include "client/cli/commands/attention_commands.h"
+#include "client/cli/commands/input_files.h"
 #include "client/cli/commands/lesson_flags.h"
 #include "client/cli/connect/report_error.h"
 #include "client/cli/framework/command.h"
 #include "client/cli/render/attention_heatmap.h"
 #include "client/cli/render/format.h"
 #include "client/cli/render/terminal_notes.h"
+#include "client/cli/tensors/tensor_flags.h"
 #include "client/json_input.h"
 
 namespace attend::cli {

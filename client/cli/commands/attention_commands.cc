@@ -16,6 +16,7 @@
 #include "client/cli/commands/commands.h"
 #include "client/cli/framework/command.h"
 #include "client/cli/render/attention_heatmap.h"
+#include "client/cli/tensors/tensor_flags.h"
 #include "client/npy.h"
 
 namespace attend::cli {

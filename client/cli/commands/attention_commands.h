@@ -21,6 +21,7 @@
 #include "absl/strings/string_view.h"
 #include "attend/v1/attention.pb.h"
 #include "client/attention_client.h"
+#include "client/cli/commands/input_files.h"
 #include "client/cli/framework/args.h"
 #include "client/cli/framework/command.h"
 #include "client/cli/render/attention_heatmap.h"

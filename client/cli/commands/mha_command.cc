@@ -17,6 +17,7 @@
 #include "client/cli/render/attention_heatmap.h"
 #include "client/cli/render/format.h"
 #include "client/cli/render/terminal_notes.h"
+#include "client/cli/tensors/tensor_flags.h"
 #include "client/json_input.h"
 
 namespace attend::cli {

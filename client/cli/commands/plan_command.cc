@@ -20,6 +20,7 @@
 #include "client/cli/render/format.h"
 #include "client/cli/render/svg_chart.h"
 #include "client/output_file.h"
+#include "common/byte_size.h"
 
 namespace attend::cli {
 namespace {

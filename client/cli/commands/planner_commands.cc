@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/cli/commands/commands.h"
+#include "client/cli/commands/input_files.h"
 #include "client/cli/connect/report_error.h"
 #include "client/cli/render/format.h"
 #include "client/input_file.h"

@@ -10,6 +10,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "client/cli/commands/input_files.h"
 #include "client/cli/commands/seq_commands.h"
 #include "client/cli/connect/report_error.h"
 #include "client/cli/framework/command.h"
