@@ -10,6 +10,7 @@
 
 #include "absl/algorithm/container.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
@@ -147,8 +148,19 @@ absl::Status Reworded(absl::string_view message, absl::string_view text, absl::s
   if (absl::ConsumePrefix(&rest, "invalid value ")) {
     const size_t for_type = rest.rfind(" for type ");
     if (for_type != absl::string_view::npos) {
-      return Invalid(field, absl::StrCat("expected ", Kind(rest.substr(for_type + 10)), ", got ",
-                                         Quote(rest.substr(0, for_type))));
+      const absl::string_view type = rest.substr(for_type + 10);
+      const absl::string_view value = rest.substr(0, for_type);
+      // A whole number refused by an integer field is out of its range. protobuf prints one
+      // beyond int64 as a double (99999999999999999999 as "1e+20"), which is then approximate.
+      double number;
+      if (absl::StrContains(type, "INT") && absl::SimpleAtod(value, &number) &&
+          std::isfinite(number) && std::floor(number) == number) {
+        const bool approximate = value.find_first_of(".eE") != absl::string_view::npos;
+        return Invalid(field,
+                       absl::StrCat("expected ", Kind(type), ", got a number out of its range (",
+                                    approximate ? "about " : "", Quote(value), ")"));
+      }
+      return Invalid(field, absl::StrCat("expected ", Kind(type), ", got ", Quote(value)));
     }
   }
   return field.empty() ? status : Invalid(field, Quote(rest, 200));
@@ -199,12 +211,18 @@ absl::StatusOr<FloatTensor> ToTensor(const v1::Tensor& t, const std::string& fie
   FloatTensor out;
   // The element count, bounded so that the product cannot overflow (any real request is far
   // below 2^53 elements; the server's limits are lower still).
+  constexpr int64_t kMaxDimension = int64_t{1} << 40;
   double elements = 1;
   for (int i = 0; i < t.shape_size(); ++i) {
     const int64_t d = t.shape(i);
-    if (d < 1 || d > (int64_t{1} << 40)) {
+    if (d < 1) {
       return Invalid(absl::StrCat(field, ".shape[", i, "]"),
                      absl::StrCat("expected a positive integer, got ", d));
+    }
+    if (d > kMaxDimension) {
+      return Invalid(
+          absl::StrCat(field, ".shape[", i, "]"),
+          absl::StrCat(d, " is over the limit of 2^40 (", kMaxDimension, ") for a dimension"));
     }
     elements *= static_cast<double>(d);
     if (elements > 0x1p53) return Invalid(Join(field, "shape"), "more than 2^53 elements");

@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "client/output_file.h"
 #include "common/half.h"
 
 namespace attend::client {
@@ -396,11 +397,7 @@ absl::StatusOr<FloatTensor> ReadNpyFile(const std::string& path, const NpyLimits
 }
 
 absl::Status WriteNpyFile(const std::string& path, const FloatTensor& tensor) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  const std::string bytes = SerializeNpy(tensor);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  if (!out) return absl::UnavailableError(absl::StrCat("cannot write ", path));
-  return absl::OkStatus();
+  return WriteFile(path, SerializeNpy(tensor));
 }
 
 }  // namespace attend::client

@@ -59,6 +59,7 @@ absl::StatusOr<FloatTensor> ReadNpy(std::istream& in, absl::string_view name,
 // ReadNpy of the file at `path`, named by its path in errors. NOT_FOUND when it cannot be
 // opened, FAILED_PRECONDITION for a directory.
 absl::StatusOr<FloatTensor> ReadNpyFile(const std::string& path, const NpyLimits& limits = {});
+// Writes `tensor` to `path` (SerializeNpy) with WriteFile: "cannot write '<path>': <reason>".
 absl::Status WriteNpyFile(const std::string& path, const FloatTensor& tensor);
 
 }  // namespace attend::client

@@ -22,6 +22,8 @@
 #ifndef ATTEND_COMMON_SEQUENCE_KEY_H_
 #define ATTEND_COMMON_SEQUENCE_KEY_H_
 
+#include <cstddef>
+
 #include "absl/strings/string_view.h"
 
 namespace attend {
@@ -38,6 +40,33 @@ inline constexpr char kRoutingKeySeparator = '/';
 // The routing key of sequence `id`: its part before the first '/', or all of it.
 inline absl::string_view RoutingKey(absl::string_view id) {
   return id.substr(0, id.find(kRoutingKeySeparator));
+}
+
+// The longest sequence id, in bytes.
+inline constexpr size_t kMaxSequenceIdBytes = 128;
+
+// What keeps a string from being a sequence id, or the name of a saved sequence's file, which
+// follows the same rule (the server's kv::CheckSequenceId words its errors; the CLI checks a
+// name before sending it): 1 to kMaxSequenceIdBytes characters of [A-Za-z0-9._:/-] whose parts
+// between '/'s are not empty, "." or ".." (the first part is the routing key, and an id must
+// not read as a relative path wherever it is written).
+enum class SequenceIdProblem { kNone, kLength, kCharacter, kPart };
+
+inline SequenceIdProblem CheckSequenceIdSyntax(absl::string_view id) {
+  if (id.empty() || id.size() > kMaxSequenceIdBytes) return SequenceIdProblem::kLength;
+  for (char c : id) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == ':' || c == '-' || c == kRoutingKeySeparator;
+    if (!ok) return SequenceIdProblem::kCharacter;
+  }
+  size_t start = 0;
+  while (true) {
+    const size_t end = id.find(kRoutingKeySeparator, start);
+    const absl::string_view part = id.substr(start, end - start);
+    if (part.empty() || part == "." || part == "..") return SequenceIdProblem::kPart;
+    if (end == absl::string_view::npos) return SequenceIdProblem::kNone;
+    start = end + 1;
+  }
 }
 
 }  // namespace attend

@@ -22,10 +22,11 @@ ALLOWED = {
     "framework": set(),
     "connect": {"framework"},
     "render": {"framework"},
-    "commands": {"framework", "connect", "render"},
+    "tensors": {"framework"},
+    "commands": {"framework", "connect", "render", "tensors"},
     "lessons": {"framework", "connect", "render"},
-    "bench": {"framework", "connect", "render"},
-    TOP: {"framework", "connect", "render", "commands", "lessons", "bench"},
+    "bench": {"framework", "connect", "render", "tensors"},
+    TOP: {"framework", "connect", "render", "tensors", "commands", "lessons", "bench"},
 }
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*"client/cli/([^"]+)"')

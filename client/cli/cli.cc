@@ -81,9 +81,7 @@ std::string Unknown(absl::string_view what, const std::string& word,
                     const std::vector<Command>& commands, absl::string_view prefix = "") {
   std::vector<std::string> names;
   for (const Command& c : commands) names.emplace_back(absl::StripPrefix(c.name, prefix));
-  const std::string guess = DidYouMean(word, names);
-  return absl::StrCat("unknown ", what, " '", word, "'",
-                      guess.empty() ? "" : absl::StrCat("; did you mean '", guess, "'?"));
+  return absl::StrCat("unknown ", what, " '", word, "'", DidYouMeanSuffix(word, names));
 }
 
 // `attend help [<command> [<subcommand>]]`.
@@ -224,8 +222,10 @@ std::string MissingSubcommand(const Command& group, const std::vector<std::strin
     return absl::StrCat("give a subcommand: ", absl::StrJoin(names, ", "), " (attend ", group.name,
                         " --help)");
   }
-  return absl::StrCat("unknown subcommand '", positional[0], "'; use one of ",
-                      absl::StrJoin(names, ", "));
+  const std::string guess = DidYouMeanSuffix(positional[0], names);
+  return absl::StrCat(
+      "unknown subcommand '", positional[0], "'",
+      guess.empty() ? absl::StrCat("; use one of ", absl::StrJoin(names, ", ")) : guess);
 }
 
 // --json, -o / --output (CLI11 checked its value) and --no_headers into `c`. Returns kExitOk,

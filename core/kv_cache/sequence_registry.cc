@@ -6,41 +6,33 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
 #include "common/sequence_key.h"
 #include "core/base/status_macros.h"
 
 namespace attend::kv {
 namespace {
 
-constexpr size_t kMaxIdBytes = 128;
+constexpr size_t kMaxIdBytes = kMaxSequenceIdBytes;
 constexpr size_t kRememberedGone = 10000;
 
 }  // namespace
 
 absl::Status CheckSequenceId(absl::string_view id, absl::string_view field) {
-  if (id.empty() || id.size() > kMaxIdBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ": length ", id.size(), "; ids have 1 to ", kMaxIdBytes, " bytes"));
-  }
-  for (char c : id) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '.' || c == '_' || c == ':' || c == '-' || c == kRoutingKeySeparator;
-    if (!ok) {
+  switch (CheckSequenceIdSyntax(id)) {
+    case SequenceIdProblem::kNone:
+      return absl::OkStatus();
+    case SequenceIdProblem::kLength:
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": length ", id.size(), "; ids have 1 to ", kMaxIdBytes, " bytes"));
+    case SequenceIdProblem::kCharacter:
       return absl::InvalidArgumentError(absl::StrCat(field, ": '",
                                                      absl::CHexEscape(id.substr(0, 64)),
                                                      "' has a character outside [A-Za-z0-9._:/-]"));
-    }
-  }
-  // Parts between '/' are never empty, "." or "..": the first is the id's routing key, and an id
-  // must not read as a relative path wherever it is written.
-  for (absl::string_view part : absl::StrSplit(id, kRoutingKeySeparator)) {
-    if (part.empty() || part == "." || part == "..") {
+    case SequenceIdProblem::kPart:
       return absl::InvalidArgumentError(
           absl::StrCat(field, ": '", id.substr(0, 64),
                        "' has an empty, '.' or '..' part between '/'s; the "
                        "part before the first '/' is the id's routing key"));
-    }
   }
   return absl::OkStatus();
 }

@@ -63,6 +63,14 @@ TEST(JsonInput, ErrorsNameTheField) {
        {"q.shape[1]: expected a positive integer, got 0"}},
       {R"({"q": {"shape": [1, -2, 4], "values": []}, )" + kv + "}",
        {"q.shape[1]: expected a positive integer, got -2"}},
+      // Over the bound of a dimension, and beyond int64 (which protobuf prints as a double).
+      {R"({"q": {"shape": [9223372036854775807, 1, 4], "values": []}, )" + kv + "}",
+       {"q.shape[0]: 9223372036854775807 is over the limit of 2^40 (1099511627776) for a "
+        "dimension"}},
+      {R"({"q": {"shape": [99999999999999999999, 1, 4], "values": []}, )" + kv + "}",
+       {"q.shape[0]: expected an integer, got a number out of its range (about 1e+20)"}},
+      {R"({"q": {"shape": [-99999999999999999999, 1, 4], "values": []}, )" + kv + "}",
+       {"q.shape[0]: expected an integer, got a number out of its range (about -1e+20)"}},
       {R"({"q": {"shape": [1099511627776, 1099511627776], "values": []}, )" + kv + "}",
        {"q.shape: more than 2^53 elements"}},
       {R"({"q": {"shape": [], "values": []}, )" + kv + "}", {"q.shape: missing or empty"}},
@@ -159,6 +167,10 @@ TEST(JsonInput, ReadsAMultiHeadRequest) {
   EXPECT_THAT(MultiHeadInputFromJson(R"({"n_head": 2.5})"),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        {"n_head: expected an integer (32-bit), got 2.5"}));
+  EXPECT_THAT(MultiHeadInputFromJson(R"({"n_head": 99999999999})"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       {"n_head: expected an integer (32-bit), got a number out of its range "
+                        "(99999999999)"}));
   const std::string tensors = R"("x": {"shape": [1], "values": [1]},
     "wq": {"shape": [1], "values": [1]}, "wk": {"shape": [1], "values": [1]},
     "wv": {"shape": [1], "values": [1]})";

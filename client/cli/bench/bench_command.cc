@@ -32,6 +32,7 @@
 #include "client/cli/framework/command.h"
 #include "client/cli/render/format.h"
 #include "client/cli/render/terminal_notes.h"
+#include "client/cli/tensors/tensor_flags.h"
 #include "client/kv_cache_client.h"
 
 namespace attend::cli {

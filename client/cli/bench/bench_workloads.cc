@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "client/cli/framework/command.h"
 #include "client/cli/render/format.h"
+#include "client/cli/tensors/tensor_flags.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 
 namespace attend::cli {

@@ -11,12 +11,14 @@
 #include "absl/strings/str_cat.h"
 #include "client/attention_client.h"
 #include "client/cli/commands/attention_commands.h"
+#include "client/cli/commands/input_files.h"
 #include "client/cli/commands/lesson_flags.h"
 #include "client/cli/connect/report_error.h"
 #include "client/cli/framework/command.h"
 #include "client/cli/render/attention_heatmap.h"
 #include "client/cli/render/format.h"
 #include "client/cli/render/terminal_notes.h"
+#include "client/cli/tensors/tensor_flags.h"
 #include "client/json_input.h"
 
 namespace attend::cli {
@@ -70,10 +72,15 @@ absl::StatusOr<client::AttendInput> RandomAttendInput(const AttendOptions& o) {
   const int64_t n_q = o.n_q.value, n_kv = o.n_kv.value_or(n_q);
   const int64_t n_head = o.n_head.value, n_head_kv = o.n_head_kv.value_or(n_head);
   const int64_t head_dim = o.head_dim.value, head_dim_v = o.head_dim_v.value_or(head_dim);
-  for (int64_t d : {n_q, n_kv, n_head, n_head_kv, head_dim, head_dim_v}) {
-    if (d < 1 || d > (int64_t{1} << 24)) {
-      return absl::InvalidArgumentError("sizes must be between 1 and 2^24 for random inputs");
-    }
+  // In this order, so that a default that follows another flag (--n_kv follows --n_q) is named
+  // by the flag given.
+  for (const auto& [flag, d] : {std::pair{"n_q", n_q},
+                                {"n_kv", n_kv},
+                                {"n_head", n_head},
+                                {"n_head_kv", n_head_kv},
+                                {"head_dim", head_dim},
+                                {"head_dim_v", head_dim_v}}) {
+    if (absl::Status s = CheckRandomSize(flag, d, 24); !s.ok()) return s;
   }
   std::mt19937_64 rng(static_cast<uint64_t>(o.common.seed.value));
   client::AttendInput input;

@@ -16,6 +16,7 @@
 #include "client/cli/commands/commands.h"
 #include "client/cli/framework/command.h"
 #include "client/cli/render/attention_heatmap.h"
+#include "client/cli/tensors/tensor_flags.h"
 #include "client/npy.h"
 
 namespace attend::cli {
@@ -71,6 +72,13 @@ absl::Status ApplyCommon(Context& c, const CommonAttentionOptions& o, client::Ma
   *wire = *w;
   // Checked before the call, which --heatmap_scale only draws.
   return o.heatmap.Check();
+}
+
+absl::Status CheckRandomSize(absl::string_view flag, int64_t value, int log2) {
+  const int64_t max = int64_t{1} << log2;
+  if (value >= 1 && value <= max) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("--", flag, " must be between 1 and 2^", log2,
+                                                 " (", max, ") for random inputs, got ", value));
 }
 
 // Writes `t` to the file `path` names, if it names one.

@@ -21,6 +21,7 @@
 #include "absl/strings/string_view.h"
 #include "attend/v1/attention.pb.h"
 #include "client/attention_client.h"
+#include "client/cli/commands/input_files.h"
 #include "client/cli/framework/args.h"
 #include "client/cli/framework/command.h"
 #include "client/cli/render/attention_heatmap.h"
@@ -59,6 +60,10 @@ struct CommonAttentionOptions {
 // their flags are given, so that they can override a JSON request's or an example's.
 absl::Status ApplyCommon(Context& c, const CommonAttentionOptions& o, client::MaskSettings* mask,
                          std::optional<float>* scale, v1::Precision* precision, client::Wire* wire);
+
+// OK when a size flag of random inputs is within [1, 2^log2]; else "--<flag> must be between 1
+// and 2^<log2> (<2^log2>) for random inputs, got <value>".
+absl::Status CheckRandomSize(absl::string_view flag, int64_t value, int log2);
 
 // Writes `t` to the file `path` names, if it names one.
 absl::Status SaveIfAsked(const std::optional<std::string>& path, const client::FloatTensor& t);

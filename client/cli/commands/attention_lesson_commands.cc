@@ -3,11 +3,14 @@
 // worked examples that `attend attend --example` sends.
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/attention_client.h"
@@ -80,6 +83,17 @@ int RunSoftmax(Context& c, const SoftmaxOptions& o) {
     if (!ParseDecimal(token, &value)) {
       return UsageError(c, absl::InvalidArgumentError(absl::StrCat(
                                "'", token, "' is not a decimal number (use -inf to mask)")));
+    }
+    // Checked here, as the server would check it, so that the error names the argument as
+    // given: a number past a double's range reads as an infinity, which it is not meant as.
+    const std::string which = absl::StrCat("logit ", logits.size() + 1, ", '", token, "'");
+    const std::string rule = "scores are finite, or -inf to mask";
+    if (std::isinf(value) && !absl::StrContains(absl::AsciiStrToLower(token), "inf")) {
+      return UsageError(c, absl::InvalidArgumentError(
+                               absl::StrCat(which, ", is beyond the range of a double; ", rule)));
+    }
+    if (std::isnan(value) || value == std::numeric_limits<double>::infinity()) {
+      return UsageError(c, absl::InvalidArgumentError(absl::StrCat(which, ": ", rule)));
     }
     logits.push_back(value);
   }

@@ -21,6 +21,8 @@
 #include "client/cli/framework/command.h"
 #include "client/cli/render/format.h"
 #include "client/cli/render/svg_chart.h"
+#include "client/output_file.h"
+#include "common/byte_size.h"
 
 namespace attend::cli {
 namespace {
@@ -394,7 +396,8 @@ int RunCost(Context& c, const CostOptions& o) {
     absl::StatusOr<std::vector<LineChart>> charts = CostCharts(planner, *request, *r, o.log_y);
     if (!charts.ok()) return ReportError(c, charts.status());
     const std::string& path = *o.plot;
-    if (absl::Status s = WriteTextFile(path, RenderSvg(*charts)); !s.ok()) return LocalError(c, s);
+    if (absl::Status s = client::WriteFile(path, RenderSvg(*charts)); !s.ok())
+      return LocalError(c, s);
     if (!c.json) *c.out << "\nwrote " << path << "\n";
   }
   return kExitOk;

@@ -17,6 +17,7 @@
 #include "client/cli/render/attention_heatmap.h"
 #include "client/cli/render/format.h"
 #include "client/cli/render/terminal_notes.h"
+#include "client/cli/tensors/tensor_flags.h"
 #include "client/json_input.h"
 
 namespace attend::cli {
@@ -66,10 +67,13 @@ absl::StatusOr<client::MultiHeadInput> RandomMultiHeadInput(const MhaOptions& o)
   }
   const int64_t head_dim = o.head_dim.value_or(n_head > 0 ? d_model / n_head : 1);
   const int64_t d_out = o.d_out.value_or(d_model);
-  for (int64_t d : {n, d_model, n_head, n_head_kv, head_dim}) {
-    if (d < 1 || d > (int64_t{1} << 20)) {
-      return absl::InvalidArgumentError("sizes must be between 1 and 2^20");
-    }
+  // In this order, so that a default that follows another flag is named by the flag given.
+  for (const auto& [flag, d] : {std::pair{"n", n},
+                                {"d_model", d_model},
+                                {"n_head", n_head},
+                                {"n_head_kv", n_head_kv},
+                                {"head_dim", head_dim}}) {
+    if (absl::Status s = CheckRandomSize(flag, d, 20); !s.ok()) return s;
   }
   std::mt19937_64 rng(static_cast<uint64_t>(o.common.seed.value));
   const float init = 1.0f / std::sqrt(static_cast<float>(d_model));

@@ -19,6 +19,8 @@
 #include "client/cli/framework/command.h"
 #include "client/cli/render/format.h"
 #include "client/cli/render/svg_chart.h"
+#include "client/output_file.h"
+#include "common/byte_size.h"
 
 namespace attend::cli {
 namespace {
@@ -468,7 +470,8 @@ int RunPlan(Context& c, const PlanOptions& o) {
     absl::StatusOr<LineChart> chart = KvChart(planner, request, *r, by_dtype, o.log_y);
     if (!chart.ok()) return ReportError(c, chart.status());
     const std::string& path = *o.plot;
-    if (absl::Status s = WriteTextFile(path, RenderSvg(*chart)); !s.ok()) return LocalError(c, s);
+    if (absl::Status s = client::WriteFile(path, RenderSvg(*chart)); !s.ok())
+      return LocalError(c, s);
     if (!c.json) *c.out << "\nwrote " << path << " (" << chart->series.size() << " lines)\n";
   }
   return kExitOk;

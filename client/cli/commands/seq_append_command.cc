@@ -8,11 +8,13 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "client/cli/commands/input_files.h"
 #include "client/cli/commands/seq_commands.h"
 #include "client/cli/connect/report_error.h"
 #include "client/cli/framework/command.h"
 #include "client/cli/render/format.h"
 #include "client/cli/render/terminal_notes.h"
+#include "client/cli/tensors/tensor_flags.h"
 #include "client/kv_cache_client.h"
 #include "client/npy.h"
 

@@ -2,24 +2,37 @@
 // (the server's snapshot directory), export and import (the snapshot bytes through this client)
 // and hand-off (to the replicas of a fleet).
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "client/cli/commands/input_files.h"
 #include "client/cli/commands/seq_commands.h"
 #include "client/cli/connect/report_error.h"
 #include "client/cli/framework/command.h"
 #include "client/cli/render/format.h"
 #include "client/cli/render/terminal_notes.h"
 #include "client/kv_cache_client.h"
+#include "client/output_file.h"
+#include "common/sequence_key.h"
 
 namespace attend::cli {
 namespace {
+
+// A --name checked before it is sent, by the rule the server applies (a saved sequence's file
+// takes the rules of an id); the server's own message speaks of ids and routing keys.
+absl::Status CheckSavedName(const std::string& name) {
+  if (CheckSequenceIdSyntax(name) == SequenceIdProblem::kNone) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--name '", absl::CHexEscape(name.substr(0, 64)), name.size() > 64 ? "...'" : "'",
+      ": a saved sequence's file name has 1 to ", kMaxSequenceIdBytes,
+      " characters of A-Z a-z 0-9 . _ : - and /, and no part between '/'s that is empty, '.' or "
+      "'..'"));
+}
 
 struct SaveOptions {
   std::string id;
@@ -34,6 +47,9 @@ struct SaveOptions {
 int RunSave(Context& c, const SaveOptions& o) {
   absl::StatusOr<std::string> id = RequiredId(o.id, "save");
   if (!id.ok()) return UsageError(c, id.status());
+  if (!o.name.empty()) {
+    if (absl::Status s = CheckSavedName(o.name); !s.ok()) return UsageError(c, s);
+  }
   client::KvCacheClient kv(c.Channel(), c.connection);
   absl::StatusOr<v1::SaveSequenceResponse> saved = kv.SaveSequence(*id, o.name);
   if (!saved.ok()) return ReportError(c, saved.status());
@@ -61,6 +77,7 @@ struct LoadOptions {
 int RunLoad(Context& c, const LoadOptions& o) {
   absl::StatusOr<std::string> name = RequiredFlag(o.name, "load", "name", "saved name");
   if (!name.ok()) return UsageError(c, name.status());
+  if (absl::Status s = CheckSavedName(*name); !s.ok()) return UsageError(c, s);
   client::KvCacheClient kv(c.Channel(), c.connection);
   absl::StatusOr<v1::SequenceInfo> info = kv.LoadSequence(*name, o.id);
   if (!info.ok()) return ReportError(c, info.status());
@@ -71,12 +88,6 @@ int RunLoad(Context& c, const LoadOptions& o) {
   PrintSequence(c, *info,
                 absl::StrCat("loaded ", Quoted(*name), " as ", Quoted(info->sequence_id())));
   return kExitOk;
-}
-
-// "cannot write '<path>': <the system's reason>".
-absl::Status WriteError(const std::string& path, int error) {
-  return absl::DataLossError(absl::StrCat(
-      "cannot write '", path, "': ", error != 0 ? std::strerror(error) : "write failed"));
 }
 
 struct ExportOptions {
@@ -128,9 +139,8 @@ int RunExport(Context& c, const ExportOptions& o) {
   const bool through = std::filesystem::exists(kind) && !std::filesystem::is_regular_file(kind) &&
                        !std::filesystem::is_directory(kind);
   const std::string tmp = through ? path : absl::StrCat(path, ".tmp");
-  errno = 0;
-  std::ofstream file(tmp, std::ios::binary | std::ios::trunc);
-  if (!file) return LocalError(c, WriteError(tmp, errno));
+  absl::StatusOr<client::OutputFile> file = client::OutputFile::Open(tmp);
+  if (!file.ok()) return LocalError(c, file.status());
   absl::Status local;  // the file's failure, as opposed to the call's
   absl::StatusOr<client::ExportResult> r;
   {
@@ -138,17 +148,11 @@ int RunExport(Context& c, const ExportOptions& o) {
         c.err, c.err_is_terminal, c.working_note_after,
         WorkingText(absl::StrCat("Export of ", Quoted(*id)), c.connection.target));
     r = kv.ExportSequence(*id, [&](absl::string_view b) {
-      errno = 0;
-      file.write(b.data(), static_cast<std::streamsize>(b.size()));
-      if (!file) local = WriteError(tmp, errno);
+      local = file->Write(b);
       return local;
     });
   }
-  if (r.ok()) {
-    errno = 0;
-    file.close();
-    if (!file) local = WriteError(tmp, errno);
-  }
+  if (r.ok()) local = file->Close();
   if (r.ok() && local.ok() && !through) {
     std::filesystem::rename(tmp, path, ec);
     if (ec) {
@@ -157,7 +161,7 @@ int RunExport(Context& c, const ExportOptions& o) {
     }
   }
   if (!r.ok() || !local.ok()) {
-    file.close();
+    (void)file->Close();  // the error that matters is reported below
     if (!through) std::filesystem::remove(tmp, ec);
     return local.ok() ? ReportError(c, r.status()) : LocalError(c, local);
   }

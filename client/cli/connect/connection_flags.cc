@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
 namespace attend::cli {
@@ -17,7 +18,8 @@ void ConnectionFlags::Declare(Flags& f) {
   f.Add("target", &target, "server address (env ATTEND_TARGET)").Env("ATTEND_TARGET");
   f.Add("deadline", &deadline, "seconds each call may take (env ATTEND_DEADLINE)")
       .Env("ATTEND_DEADLINE");
-  f.Add("max_message_bytes", &max_message_bytes, "largest message (env ATTEND_MAX_MESSAGE_BYTES)")
+  f.Add("max_message_bytes", &max_message_bytes,
+        "largest message, in bytes or with a unit: 64MiB (env ATTEND_MAX_MESSAGE_BYTES)")
       .Env("ATTEND_MAX_MESSAGE_BYTES");
   f.Add("tls", &tls, "connect with TLS (env ATTEND_TLS=1)")
       .Values({"1", "0", "true", "false", "TRUE", "FALSE", "True", "False"},
@@ -114,24 +116,38 @@ absl::Status CheckTarget(const std::string& target) {
   return absl::OkStatus();
 }
 
+// Durations go up to 1e9 seconds (about 32 years), which absl::Seconds and gRPC's deadlines
+// take without overflow; an infinite one is a typo for "long".
+absl::Status CheckFiniteSeconds(absl::string_view flag, double seconds) {
+  if (seconds <= 1e9) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(flag, " must be finite: at most 1e9 seconds, got ", seconds));
+}
+
 }  // namespace
 
 int ConnectionFromFlags(Context& c, const ConnectionFlags& g) {
   client::ConnectionOptions& o = c.connection;
   o.target = g.target;
   if (absl::Status s = CheckTarget(o.target); !s.ok()) return UsageError(c, s);
-  if (!(g.deadline > 0) || g.deadline > 1e9) {
+  if (!(g.deadline > 0)) {
     return UsageError(c, absl::InvalidArgumentError("--deadline must be positive"));
   }
+  if (absl::Status s = CheckFiniteSeconds("--deadline", g.deadline); !s.ok()) {
+    return UsageError(c, s);
+  }
   o.deadline = absl::Seconds(g.deadline);
-  if (g.max_message_bytes < 1) {
+  if (g.max_message_bytes.bytes < 1) {
     return UsageError(c, absl::InvalidArgumentError("--max_message_bytes must be >= 1"));
   }
-  o.max_message_bytes = g.max_message_bytes;
+  o.max_message_bytes = g.max_message_bytes.bytes;
   if (int code = TlsFromFlags(c, g); code != kExitOk) return code;
   if (int code = TokenFromFlags(c, g); code != kExitOk) return code;
-  if (!(g.keepalive_seconds >= 0) || g.keepalive_seconds > 1e9) {
+  if (!(g.keepalive_seconds >= 0)) {
     return UsageError(c, absl::InvalidArgumentError("--keepalive_seconds must be >= 0"));
+  }
+  if (absl::Status s = CheckFiniteSeconds("--keepalive_seconds", g.keepalive_seconds); !s.ok()) {
+    return UsageError(c, s);
   }
   o.keepalive = absl::Seconds(g.keepalive_seconds);
   if (absl::Status s = client::ValidateConnectionOptions(o); !s.ok()) return UsageError(c, s);

@@ -21,7 +21,7 @@ namespace attend::cli {
 struct ConnectionFlags {
   std::string target = client::ConnectionOptions().target;
   double deadline = 30;
-  int64_t max_message_bytes = client::ConnectionOptions().max_message_bytes;
+  ByteSize max_message_bytes{client::ConnectionOptions().max_message_bytes};
   bool tls = false;
   std::string ca_cert;
   std::string client_cert;

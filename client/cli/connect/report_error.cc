@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 
 namespace attend::cli {
 namespace {
@@ -128,6 +129,15 @@ std::string UnreachableHint(const Context& context, const absl::Status& status) 
   return "";
 }
 
+// What to try when a call ran past --deadline. "" for other errors.
+std::string DeadlineHint(const Context& context, const absl::Status& status) {
+  if (status.code() != absl::StatusCode::kDeadlineExceeded) return "";
+  return absl::StrCat("the call did not finish within --deadline ",
+                      absl::ToDoubleSeconds(context.connection.deadline),
+                      " s: give it longer with --deadline SECONDS (or ATTEND_DEADLINE), or ask "
+                      "for less");
+}
+
 }  // namespace
 
 int ReportError(Context& context, const absl::Status& status) {
@@ -135,15 +145,19 @@ int ReportError(Context& context, const absl::Status& status) {
   int code = kExitServerError;
   switch (status.code()) {
     case absl::StatusCode::kUnavailable:
-    case absl::StatusCode::kDeadlineExceeded:
       *context.err << " (server " << context.connection.target << ")";
       code = kExitConnection;
+      break;
+    case absl::StatusCode::kDeadlineExceeded:
+      // The server may well be there, working on it: a server error, as the docs' exit codes
+      // have it, not "unreachable".
+      *context.err << " (server " << context.connection.target << ")";
       break;
     default:
       break;
   }
   *context.err << "\n";
-  for (const auto hint_of : {SecurityHint, MessageSizeHint, UnreachableHint}) {
+  for (const auto hint_of : {SecurityHint, MessageSizeHint, UnreachableHint, DeadlineHint}) {
     if (const std::string hint = hint_of(context, status); !hint.empty()) {
       *context.err << "hint: " << hint << "\n";
       break;

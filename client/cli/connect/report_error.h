@@ -1,7 +1,8 @@
 // How the commands report a call to the server that failed: "error: <CODE>: <message>", the
-// exit code for the status (kExitConnection when the server could not be reached, else
-// kExitServerError), and a "hint:" line when the status shows what to try: a TLS or credentials
-// flag, a message size limit, or a server to start or point --target at.
+// exit code for the status (kExitConnection when the server could not be reached, UNAVAILABLE;
+// else kExitServerError, DEADLINE_EXCEEDED included), and a "hint:" line when the status shows
+// what to try: a TLS or credentials flag, a message size limit, a server to start or point
+// --target at, or a longer --deadline.
 //
 // Thread-safety: ReportError writes to the Context's err stream alone; see command.h.
 #ifndef ATTEND_CLIENT_CLI_CONNECT_REPORT_ERROR_H_

@@ -21,9 +21,15 @@ CLI::Validator Check(std::function<std::string(const std::string&)> check) {
   return CLI::Validator([check](std::string& value) { return check(value); }, "");
 }
 
-bool ParseIntList(const std::string& text, std::vector<int64_t>* out) {
+// The integers of "4,64,1024" into *out; false when an item is no integer or empty ("4,,64" is a
+// typo, not the list 4, 64), with *why saying which item was empty, if one was.
+bool ParseIntList(const std::string& text, std::vector<int64_t>* out, std::string* why) {
   out->clear();
-  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    if (absl::StripAsciiWhitespace(part).empty()) {
+      *why = absl::StrCat(" (item ", out->size() + 1, " is empty)");
+      return false;
+    }
     int64_t value;
     if (!absl::SimpleAtoi(part, &value)) return false;
     out->push_back(value);
@@ -139,6 +145,40 @@ absl::Status UnknownFlag(const std::string& typed, const std::string& name,
       "unknown flag ", typed, guess.empty() ? "" : absl::StrCat("; did you mean --", guess, "?")));
 }
 
+// "attend <command> [<subcommand>]" of each app under `root` (commands, then subcommands, in
+// their order) that declares --<name>.
+std::vector<std::string> CommandsWithFlag(CLI::App* root, const std::string& name) {
+  std::vector<std::string> commands;
+  for (CLI::App* command : SubcommandsOf(root)) {
+    if (command->get_option_no_throw("--" + name) != nullptr) {
+      commands.push_back(absl::StrCat("attend ", command->get_name()));
+    }
+    for (CLI::App* sub : SubcommandsOf(command)) {
+      if (sub->get_option_no_throw("--" + name) != nullptr) {
+        commands.push_back(absl::StrCat("attend ", command->get_name(), " ", sub->get_name()));
+      }
+    }
+  }
+  return commands;
+}
+
+// The error for flag `f` given before the command when `root` does not declare it: the commands
+// it belongs to, if any (it cannot be parsed there: whether the next word is its value or the
+// command depends on the command), else an unknown flag with a global flag's suggestion.
+absl::Status FlagBeforeCommand(CLI::App* root, const FlagToken& f) {
+  const std::vector<std::string> owners =
+      f.unknown ? std::vector<std::string>() : CommandsWithFlag(root, f.name);
+  if (owners.empty()) return UnknownFlag(f.typed, f.name, {root});
+  std::string others;
+  if (owners.size() > 4) {
+    others = absl::StrCat(" (and ", owners.size() - 1, " more)");
+  } else if (owners.size() > 1) {
+    others = absl::StrCat(" (and '", absl::StrJoin(owners.begin() + 1, owners.end(), "', '"), "')");
+  }
+  return absl::InvalidArgumentError(absl::StrCat(f.typed, " is a flag of '", owners[0], "'", others,
+                                                 "; put it after the command"));
+}
+
 // Whether --<name> takes a value in any app of `path` or below its last one (flags may come
 // before the subcommand they belong to: `attend seq --id x create`).
 bool TakesValue(const std::vector<CLI::App*>& path, const std::string& name) {
@@ -241,11 +281,34 @@ Flag Flags::Add(const std::string& name, std::optional<double>* value, const std
                              [value](const double& v) { *value = v; }));
 }
 
+Flag Flags::Add(const std::string& name, ByteSize* value, const std::string& help) {
+  const std::string flag = "--" + name;
+  CLI::Option* option = app_->add_option_function<std::string>(
+      flag, [value, flag](const std::string& text) { value->bytes = *ParseByteSize(text, flag); },
+      help);
+  option->check(Check([flag](const std::string& text) {
+    const absl::StatusOr<int64_t> bytes = ParseByteSize(text, flag);
+    return bytes.ok() ? "" : std::string(bytes.status().message());
+  }));
+  return Flag(option->default_str(absl::StrCat(value->bytes)));
+}
+
 Flag Flags::Add(const std::string& name, std::vector<int64_t>* value, const std::string& help) {
-  return Flag(Parsed<std::vector<int64_t>>(app_, name, help, "comma-separated integers",
-                                           ParseIntList,
-                                           [value](const std::vector<int64_t>& v) { *value = v; })
-                  ->default_str(absl::StrJoin(*value, ",")));
+  const std::string flag = "--" + name;
+  CLI::Option* option = app_->add_option_function<std::string>(
+      flag,
+      [value](const std::string& text) {
+        std::string unused;
+        ParseIntList(text, value, &unused);  // the check below refused what does not parse
+      },
+      help);
+  option->check(Check([flag](const std::string& text) {
+    std::vector<int64_t> values;
+    std::string why;
+    if (ParseIntList(text, &values, &why)) return std::string();
+    return absl::StrCat(flag, " needs comma-separated integers, got '", text, "'", why);
+  }));
+  return Flag(option->default_str(absl::StrJoin(*value, ",")));
 }
 
 std::vector<FlagSpec> FlagsOf(const CLI::App& app) {
@@ -278,6 +341,10 @@ absl::StatusOr<ParsedCommandLine> ParseCommandLine(CLI::App& root,
       only_positional = true;
     } else if (!only_positional && IsFlagToken(t)) {
       const FlagToken f = SplitFlag(t);
+      if (parsed.path.size() == 1 &&
+          (f.unknown || root.get_option_no_throw("--" + f.name) == nullptr)) {
+        return FlagBeforeCommand(&root, f);
+      }
       if (!f.unknown && !f.value && TakesValue(parsed.path, f.name)) ++i;
     } else {
       CLI::App* leaf = parsed.path.back();
@@ -288,11 +355,9 @@ absl::StatusOr<ParsedCommandLine> ParseCommandLine(CLI::App& root,
       if (sub == nullptr) {
         std::vector<std::string> names;
         for (CLI::App* s : subs) names.push_back(s->get_name());
-        const std::string guess = DidYouMean(t, names);
-        return absl::InvalidArgumentError(
-            absl::StrCat("unknown command '", t, "'",
-                         guess.empty() ? "" : absl::StrCat("; did you mean '", guess, "'?"),
-                         "\nRun 'attend help' for the commands."));
+        return absl::InvalidArgumentError(absl::StrCat("unknown command '", t, "'",
+                                                       DidYouMeanSuffix(t, names),
+                                                       "\nRun 'attend help' for the commands."));
       }
       parsed.path.push_back(sub);
       is_path[i] = true;
@@ -427,6 +492,11 @@ std::string DidYouMean(absl::string_view word, const std::vector<std::string>& c
     }
   }
   return prefixed;
+}
+
+std::string DidYouMeanSuffix(absl::string_view word, const std::vector<std::string>& candidates) {
+  const std::string guess = DidYouMean(word, candidates);
+  return guess.empty() ? "" : absl::StrCat("; did you mean '", guess, "'?");
 }
 
 std::string FlagsHelp(const std::vector<FlagSpec>& specs) {

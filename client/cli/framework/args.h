@@ -20,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/byte_size.h"
 
 namespace CLI {
 class App;
@@ -85,6 +86,9 @@ class Flags {
   Flag Add(const std::string& name, Given<int64_t>* value, const std::string& help);
   Flag Add(const std::string& name, double* value, const std::string& help);
   Flag Add(const std::string& name, std::optional<double>* value, const std::string& help);
+  // A byte count with an optional unit, as the server's size flags take it ("1MiB", "64 MB",
+  // "1e6"; common/byte_size.h), refused with ParseByteSize's message.
+  Flag Add(const std::string& name, ByteSize* value, const std::string& help);
   // Comma-separated integers, e.g. "4,64,1024".
   Flag Add(const std::string& name, std::vector<int64_t>* value, const std::string& help);
 
@@ -105,8 +109,9 @@ struct ParsedCommandLine {
 // Parses `tokens` (argv without the program name) with `root` and its subcommands. The first
 // word names the command (unknown: "unknown command 'x'; did you mean 'y'?"); for a command with
 // subcommands, the first word after it that names one of them names it. Flags belong to the
-// deepest of those apps that declares them; INVALID_ARGUMENT for unknown flags, missing values,
-// a flag of a sibling subcommand and values CLI11 refuses.
+// deepest of those apps that declares them; before the command only root's (global) flags may
+// come ("--n_q is a flag of 'attend attend'; put it after the command"). INVALID_ARGUMENT for
+// unknown flags, missing values, a flag of a sibling subcommand and values CLI11 refuses.
 absl::StatusOr<ParsedCommandLine> ParseCommandLine(CLI::App& root,
                                                    const std::vector<std::string>& tokens);
 
@@ -118,6 +123,10 @@ bool ParseDecimal(absl::string_view text, double* value);
 // `word`'s length; ties go to the first), else the only candidate that starts with `word`; ""
 // when none fits.
 std::string DidYouMean(absl::string_view word, const std::vector<std::string>& candidates);
+
+// "; did you mean '<candidate>'?" for DidYouMean's candidate, "" when none fits: the one wording
+// of every suggestion for a mistyped word (commands, subcommands, example names).
+std::string DidYouMeanSuffix(absl::string_view word, const std::vector<std::string>& candidates);
 
 // "--name=<value>  help (default: x)" lines for a command's help.
 std::string FlagsHelp(const std::vector<FlagSpec>& specs);

@@ -3,29 +3,20 @@
 // codes are shared by every command.
 //
 // Thread-safety: a Context belongs to one run of one command, on one thread. The commands keep
-// no state between runs, so runs with their own Contexts may go on concurrently. The helpers
-// are pure functions, except RandomTensor, which advances the generator it is given.
+// no state between runs, so runs with their own Contexts may go on concurrently.
 #ifndef ATTEND_CLIENT_CLI_FRAMEWORK_COMMAND_H_
 #define ATTEND_CLIENT_CLI_FRAMEWORK_COMMAND_H_
 
-#include <cstdint>
-#include <fstream>
 #include <functional>
 #include <iostream>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/status/statusor.h"
-#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "attend/v1/tensor.pb.h"
 #include "client/cli/framework/args.h"
 #include "client/connection.h"
-#include "client/tensor.h"
-#include "common/byte_size.h"
 
 namespace attend::cli {
 
@@ -34,8 +25,8 @@ enum ExitCode {
   kExitOk = 0,
   kExitLocalError = 1,   // a local file could not be read or written
   kExitUsage = 2,        // bad command line
-  kExitConnection = 3,   // the server could not be reached (UNAVAILABLE, DEADLINE_EXCEEDED)
-  kExitServerError = 4,  // the server answered with an error status
+  kExitConnection = 3,   // the server could not be reached (UNAVAILABLE)
+  kExitServerError = 4,  // the call failed otherwise: an error status, DEADLINE_EXCEEDED too
   kExitNotServing = 5,   // `attend health`: a service is not SERVING
 };
 
@@ -117,36 +108,6 @@ inline std::function<Runner(Flags&)> Define(Runner run) {
 int UsageError(Context& context, const absl::Status& status);
 // For local files that cannot be read, parsed or written: "error: <message>", kExitLocalError.
 int LocalError(Context& context, const absl::Status& status);
-
-// --- helpers shared by commands ---
-
-// `path` opened for reading, or "cannot open '<path>': <why>": no such file (NOT_FOUND), no
-// permission to read it (PERMISSION_DENIED), it is a directory (FAILED_PRECONDITION), or the
-// system's reason (UNKNOWN).
-absl::StatusOr<std::ifstream> OpenForReading(const std::string& path);
-
-// The array in the .npy file `path` (what --<flag> gave), opened by OpenForReading and read
-// header first by client::ReadNpy, whose errors then start with "--<flag> <path>: ". The array
-// may hold no more values than one request of c.connection.max_message_bytes carries at 2 bytes a
-// value (client::MaxNpyValuesForMessage), so that /dev/zero, an endless FIFO or an array that
-// could never be sent fails before its data is read.
-absl::StatusOr<client::FloatTensor> ReadNpyFlag(const Context& c, const std::string& flag,
-                                                const std::string& path);
-
-// A --precision value: "" (unspecified), f32/float32 or bf16/bfloat16.
-absl::StatusOr<v1::Precision> ParsePrecision(const std::string& precision);
-
-// --precision and --wire (read by ParsePrecision and client::ParseWire) as every command that
-// sends tensors declares them.
-void DeclarePrecision(Flags& f, std::string* precision);
-void DeclareWire(Flags& f, std::string* wire);
-
-// A tensor of `shape` with standard normal values (times `stddev`) drawn from `rng`.
-client::FloatTensor RandomTensor(std::mt19937_64& rng, std::vector<int64_t> shape,
-                                 float stddev = 1.0f);
-
-// Byte counts for flags such as --budget (common/byte_size.h).
-using ::attend::ParseByteSize;
 
 }  // namespace attend::cli
 

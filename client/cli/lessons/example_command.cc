@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/cli/connect/report_error.h"
+#include "client/cli/framework/args.h"
 #include "client/cli/render/attention_heatmap.h"
 #include "client/cli/render/format.h"
 
@@ -159,15 +160,17 @@ int RunExample(Context& c, const ExampleOptions& o) {
   }
   if (positional[0] == "list") return RunList(c, all);
   const examples::Example* example = nullptr;
-  std::vector<std::string> names;
+  std::vector<std::string> names = {"list"};
   for (const examples::Example& e : all) {
     names.push_back(e.name);
     if (e.name == positional[0]) example = &e;
   }
   if (example == nullptr) {
-    return UsageError(c, absl::InvalidArgumentError(
-                             absl::StrCat("'", positional[0], "' is not an example; one of: list, ",
-                                          absl::StrJoin(names, ", "))));
+    const std::string guess = DidYouMeanSuffix(positional[0], names);
+    return UsageError(
+        c, absl::InvalidArgumentError(absl::StrCat(
+               "'", positional[0], "' is not an example",
+               guess.empty() ? absl::StrCat("; one of: ", absl::StrJoin(names, ", ")) : guess)));
   }
   if (absl::Status s = o.heatmap.Check(); !s.ok()) return UsageError(c, s);
   client::AttentionClient attention(c.Channel(), c.connection);

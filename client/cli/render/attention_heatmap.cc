@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/cli/render/format.h"
+#include "client/output_file.h"
 
 namespace attend::cli {
 namespace {
@@ -96,7 +97,7 @@ int WriteAttentionHeatmap(Context& c, const HeatmapFlags& heatmap,
   absl::StatusOr<std::string> svg = RenderHeatmapSvg(h);
   if (!svg.ok()) return LocalError(c, svg.status());
   const std::string& path = *heatmap.path;
-  if (absl::Status s = WriteTextFile(path, *svg); !s.ok()) return LocalError(c, s);
+  if (absl::Status s = client::WriteFile(path, *svg); !s.ok()) return LocalError(c, s);
   if (c.json) return kExitOk;
   *c.out << "wrote " << path << ": " << Plural(heads, "head", "heads") << " of " << n_q << " x "
          << n_kv << " weights";

@@ -7,7 +7,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <optional>
 #include <vector>
 
@@ -413,14 +412,19 @@ void PrintHeadRows(std::ostream& out, const client::FloatTensor& t, const std::s
   if (t.shape.empty()) return;
   const int64_t n = t.shape[0], heads = t.shape.size() > 2 ? t.shape[1] : 1;
   const int64_t dim = t.shape.size() > 1 ? t.shape.back() : 1;
-  std::vector<std::string> header = {row_name, "head"};
+  // A tensor without a head dimension (an MHA layer's [n, d_out] output) gets no head column: it
+  // would read 0 on every row.
+  const bool head_column = t.shape.size() > 2;
+  std::vector<std::string> header = {row_name};
+  if (head_column) header.push_back("head");
   for (int64_t c = 0; c < std::min(dim, max_cols); ++c) header.push_back(absl::StrCat("[", c, "]"));
   if (dim > max_cols) header.push_back("...");
   Table table(header);
   int64_t rows = 0;
   for (int64_t i = 0; i < n && rows < max_rows; ++i) {
     for (int64_t h = 0; h < heads && rows < max_rows; ++h, ++rows) {
-      std::vector<std::string> row = {absl::StrCat(first_row + i), absl::StrCat(h)};
+      std::vector<std::string> row = {absl::StrCat(first_row + i)};
+      if (head_column) row.push_back(absl::StrCat(h));
       for (int64_t c = 0; c < std::min(dim, max_cols); ++c) {
         row.push_back(Fixed(t.values[static_cast<size_t>((i * heads + h) * dim + c)], 4));
       }
@@ -464,14 +468,6 @@ void PrintStats(std::ostream& out, const v1::ComputeStats& stats) {
     out << " (" << Si(stats.attention_flops() / stats.compute_seconds(), "FLOP/s") << ")";
   }
   out << "; queued " << Duration(stats.queue_seconds()) << "\n";
-}
-
-absl::Status WriteTextFile(const std::string& path, absl::string_view text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) return absl::DataLossError(absl::StrCat("cannot write '", path, "'"));
-  return absl::OkStatus();
 }
 
 }  // namespace attend::cli

@@ -145,7 +145,7 @@ std::string ToJson(const google::protobuf::Message& message);
 // Text in any other layout is returned unchanged (still valid proto3 JSON). A pure function.
 std::string UnquoteExactInt64s(absl::string_view json, const google::protobuf::Descriptor& type);
 
-// Rows [row, head] of a [rows, heads, dim] tensor (a [rows, dim] one has one head), at most
+// Rows [row, head] of a [rows, heads, dim] tensor (a [rows, dim] one has rows alone), at most
 // `max_rows` rows and `max_cols` columns. The first column is named `row_name` and counts from
 // `first_row` (e.g. the position of the first appended token).
 void PrintHeadRows(std::ostream& out, const client::FloatTensor& t, const std::string& row_name,
@@ -158,9 +158,6 @@ void PrintWeights(std::ostream& out, const client::FloatTensor& weights, const s
 
 // "engine onednn/f32: 6 attended pairs, 192 FLOP in 12.3 us (15.6 MFLOP/s); queued 2.0 us".
 void PrintStats(std::ostream& out, const v1::ComputeStats& stats);
-
-// Writes `text` to `path` (replacing it); DATA_LOSS naming the path when that fails.
-absl::Status WriteTextFile(const std::string& path, absl::string_view text);
 
 }  // namespace attend::cli
 

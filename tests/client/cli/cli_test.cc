@@ -169,6 +169,20 @@ TEST_F(CliTest, MhaAndScaling) {
   EXPECT_NE(out_.str().find("0.576"), std::string::npos) << out_.str();
 }
 
+// The layer's output [n, d_out] has no head dimension, so its table has no head column; the
+// projections [n, heads, head_dim] keep theirs.
+TEST_F(CliTest, MhaOutputTableHasNoHeadColumn) {
+  ASSERT_EQ(Run({"mha", "--n", "2", "--d_model", "4", "--n_head", "2", "--projections"}),
+            cli::kExitOk)
+      << err_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("output [2, 4]:\ntoken     [0]      [1]      [2]     [3]\n"))
+      << out_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("q [2, 2, 2]:\ntoken  head      [0]      [1]\n"));
+  // `attend attend`'s output [n_q, heads, head_dim] keeps it too.
+  ASSERT_EQ(Run({"attend", "--n_q", "1", "--n_head", "1", "--head_dim", "2"}), cli::kExitOk);
+  EXPECT_THAT(out_.str(), HasSubstr("token  head"));
+}
+
 // d_model / n_head would round down (8 / 3 = 2) and compute a layer nobody asked for.
 TEST_F(CliTest, MhaRefusesHeadsThatDoNotDivideTheModelUnlessHeadDimIsGiven) {
   EXPECT_EQ(Run({"mha", "--d_model", "8", "--n_head", "3"}), cli::kExitUsage);

@@ -14,9 +14,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "attend/v1/planner.pb.h"
 #include "client/cli/cli.h"
 #include "client/cli/framework/command.h"
+#include "client/npy.h"
 #include "google/protobuf/util/json_util.h"
 #include "tests/server/server_fixture.h"
 #include "tests/test_util.h"
@@ -184,6 +186,18 @@ TEST_F(ErrorsTest, UnresolvableHostSaysSo) {
       << err_.str();
 }
 
+// --- a deadline that passed ----------------------------------------------------------------------
+
+// The server was there; the call ran out of time: a server error (exit 4), not "unreachable" (3).
+TEST_F(ErrorsTest, DeadlineExceededIsAServerErrorWithAHint) {
+  EXPECT_EQ(Run({"--deadline", "1e-9", "models"}), cli::kExitServerError) << err_.str();
+  EXPECT_EQ(ErrLine("error:"),
+            absl::StrCat("error: DEADLINE_EXCEEDED: Deadline Exceeded (server ", Target(), ")"));
+  EXPECT_EQ(ErrLine("hint:"),
+            "hint: the call did not finish within --deadline 1e-09 s: give it longer with "
+            "--deadline SECONDS (or ATTEND_DEADLINE), or ask for less");
+}
+
 // --- files that cannot be opened -----------------------------------------------------------------
 
 TEST_F(ErrorsTest, MissingFileSaysSo) {
@@ -216,6 +230,92 @@ TEST_F(ErrorsTest, UnreadableFileSaysPermissionDenied) {
   EXPECT_EQ(err_.str(), absl::StrCat("error: cannot open '", path,
                                      "': permission denied (this user may not read it)\n"));
   chmod(path.c_str(), 0600);
+}
+
+// --- usage errors name the flag or argument and the value ---------------------------------------
+
+TEST_F(ErrorsTest, UsageErrorsNameTheFlagAndTheValue) {
+  const struct {
+    std::vector<std::string> args;
+    std::string error;
+  } cases[] = {
+      {{"attend", "--n_q", "-1"},
+       "--n_q must be between 1 and 2^24 (16777216) for random inputs, got -1"},
+      {{"attend", "--n_q", "4", "--n_kv", "0"},
+       "--n_kv must be between 1 and 2^24 (16777216) for random inputs, got 0"},
+      {{"attend", "--head_dim", "16777217"},
+       "--head_dim must be between 1 and 2^24 (16777216) for random inputs, got 16777217"},
+      {{"mha", "--n", "-1"}, "--n must be between 1 and 2^20 (1048576) for random inputs, got -1"},
+      {{"mha", "--n_head", "2", "--n_head_kv", "0"},
+       "--n_head_kv must be between 1 and 2^20 (1048576) for random inputs, got 0"},
+      {{"--deadline", "inf", "health"}, "--deadline must be finite: at most 1e9 seconds, got inf"},
+      {{"--deadline", "2e9", "health"},
+       "--deadline must be finite: at most 1e9 seconds, got 2e+09"},
+      {{"--keepalive_seconds", "inf", "health"},
+       "--keepalive_seconds must be finite: at most 1e9 seconds, got inf"},
+      {{"softmax", "1e400", "1"},
+       "logit 1, '1e400', is beyond the range of a double; scores are finite, or -inf to mask"},
+      {{"softmax", "1", "-1e400"},
+       "logit 2, '-1e400', is beyond the range of a double; scores are finite, or -inf to mask"},
+      {{"softmax", "inf", "1"}, "logit 1, 'inf': scores are finite, or -inf to mask"},
+      {{"softmax", "1", "nan"}, "logit 2, 'nan': scores are finite, or -inf to mask"},
+      {{"scaling", "--head_dims", "4,,64"},
+       "--head_dims needs comma-separated integers, got '4,,64' (item 2 is empty)"},
+      {{"scaling", "--head_dims", "4,64,"},
+       "--head_dims needs comma-separated integers, got '4,64,' (item 3 is empty)"},
+      {{"scaling", "--head_dims", ""},
+       "--head_dims needs comma-separated integers, got '' (item 1 is empty)"},
+      {{"seq", "save", "--id", "a", "--name", "../x"},
+       "--name '../x': a saved sequence's file name has 1 to 128 characters of A-Z a-z 0-9 . _ : "
+       "- and /, and no part between '/'s that is empty, '.' or '..'"},
+      {{"seq", "load", "--name", "a b"},
+       "--name 'a b': a saved sequence's file name has 1 to 128 characters of A-Z a-z 0-9 . _ : "
+       "- and /, and no part between '/'s that is empty, '.' or '..'"},
+  };
+  for (const auto& [args, error] : cases) {
+    EXPECT_EQ(Run(args), cli::kExitUsage) << absl::StrJoin(args, " ") << "\n" << err_.str();
+    EXPECT_EQ(err_.str(), absl::StrCat("usage error: ", error, "\n")) << absl::StrJoin(args, " ");
+  }
+  // -inf masks, as it always did.
+  EXPECT_EQ(Run({"softmax", "1", "-inf"}), cli::kExitOk) << err_.str();
+}
+
+// --- files that cannot be written ----------------------------------------------------------------
+
+// Every file a command writes fails with the system's reason and exit 1: /dev/full takes the
+// open and refuses the bytes (ENOSPC), which a buffered stream only reports when it flushes.
+TEST_F(ErrorsTest, WriteErrorsSayWhyAndExitOne) {
+  const std::string q = ::testing::TempDir() + "/errors_test_q.npy";
+  ASSERT_TRUE(client::WriteNpyFile(q, {{1, 1, 4}, {1, 2, 3, 4}}).ok());
+  const std::string dir = ::testing::TempDir() + "/errors_test_out_dir";
+  std::filesystem::create_directories(dir);
+  const struct {
+    std::vector<std::string> args;
+    std::string error;
+  } cases[] = {
+      {{"attend", "--q", q, "--k", q, "--v", q, "--out", "/dev/full"},
+       "error: cannot write '/dev/full': No space left on device\n"},
+      {{"attend", "--n_q", "2", "--weights_out", "/dev/full"},
+       "error: cannot write '/dev/full': No space left on device\n"},
+      {{"mha", "--n", "2", "--d_model", "4", "--n_head", "2", "--out", "/dev/full"},
+       "error: cannot write '/dev/full': No space left on device\n"},
+      {{"mha", "--n", "2", "--d_model", "4", "--n_head", "2", "--weights_out", "/dev/full"},
+       "error: cannot write '/dev/full': No space left on device\n"},
+      {{"attend", "--n_q", "2", "--out", dir},
+       absl::StrCat("error: cannot write '", dir, "': Is a directory\n")},
+      {{"attend", "--n_q", "2", "--heatmap", "/nonexistent/dir/x.svg"},
+       "error: cannot write '/nonexistent/dir/x.svg': No such file or directory\n"},
+      {{"attend", "--n_q", "2", "--heatmap", "/dev/full"},
+       "error: cannot write '/dev/full': No space left on device\n"},
+      {{"plan", "tiny", "--plot", "/dev/full"},
+       "error: cannot write '/dev/full': No space left on device\n"},
+      {{"cost", "tiny", "--context", "100", "--plot", "/dev/full"},
+       "error: cannot write '/dev/full': No space left on device\n"},
+  };
+  for (const auto& [args, error] : cases) {
+    EXPECT_EQ(Run(args), cli::kExitLocalError) << absl::StrJoin(args, " ") << "\n" << err_.str();
+    EXPECT_EQ(err_.str(), error) << absl::StrJoin(args, " ");
+  }
 }
 
 }  // namespace

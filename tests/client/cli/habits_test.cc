@@ -195,6 +195,73 @@ TEST_F(HabitsTest, UnknownCommandsAndFlagsSuggestTheCloseOne) {
   EXPECT_EQ(err_.str(), "usage error: unknown flag --bogus\n");
 }
 
+// Before the command only global flags go: a command's flag there is named as the command's (it
+// cannot tell whether the next word is its value or the command), a mistyped global flag gets its
+// suggestion, and neither's value is taken for the command.
+TEST_F(HabitsTest, CommandFlagsBeforeTheCommandSaySo) {
+  EXPECT_EQ(Run({"--n_q", "4", "attend"}), cli::kExitUsage);
+  EXPECT_EQ(err_.str(),
+            "usage error: --n_q is a flag of 'attend attend' (and 'attend bench'); put it after "
+            "the command\n");
+  EXPECT_EQ(Run({"--n-q=4", "attend"}), cli::kExitUsage);
+  EXPECT_THAT(err_.str(), StartsWith("usage error: --n-q is a flag of 'attend attend'"));
+  EXPECT_EQ(Run({"--weights", "attend"}), cli::kExitUsage);
+  EXPECT_EQ(err_.str(),
+            "usage error: --weights is a flag of 'attend attend' (and 'attend mha', 'attend seq "
+            "append'); put it after the command\n");
+  EXPECT_EQ(Run({"--new_id", "b", "seq", "fork"}), cli::kExitUsage);
+  EXPECT_EQ(err_.str(),
+            "usage error: --new_id is a flag of 'attend seq fork'; put it after the command\n");
+  EXPECT_EQ(Run({"--id", "x", "seq", "get"}), cli::kExitUsage);
+  EXPECT_THAT(err_.str(), StartsWith("usage error: --id is a flag of 'attend seq create' (and "));
+  EXPECT_THAT(err_.str(), HasSubstr(" more); put it after the command\n"));
+  EXPECT_EQ(Run({"--outptu", "json", "health"}), cli::kExitUsage);
+  EXPECT_EQ(err_.str(), "usage error: unknown flag --outptu; did you mean --output?\n");
+  EXPECT_EQ(Run({"-x", "4", "health"}), cli::kExitUsage);
+  EXPECT_EQ(err_.str(), "usage error: unknown flag -x\n");
+  // Global flags still go before or after the command, and a group's flags before its
+  // subcommand.
+  EXPECT_EQ(Run({"-o", "json", "health"}), cli::kExitOk) << err_.str();
+  EXPECT_EQ(Run({"health", "-o", "json"}), cli::kExitOk) << err_.str();
+  EXPECT_EQ(Run({"seq", "--id", "nobody", "get"}), cli::kExitServerError) << err_.str();
+  EXPECT_THAT(err_.str(), HasSubstr("NOT_FOUND"));
+}
+
+// Subcommands and example names get the suggestion commands get; with none close, the choices.
+TEST_F(HabitsTest, MistypedSubcommandsAndExamplesSuggestTheCloseOne) {
+  EXPECT_EQ(Run({"seq", "crate"}), cli::kExitUsage);
+  EXPECT_EQ(err_.str(), "usage error: unknown subcommand 'crate'; did you mean 'create'?\n");
+  EXPECT_EQ(Run({"seq", "zzzzzz"}), cli::kExitUsage);
+  EXPECT_THAT(err_.str(),
+              StartsWith("usage error: unknown subcommand 'zzzzzz'; use one of create, append, "));
+  EXPECT_EQ(Run({"example", "caus"}), cli::kExitUsage);
+  EXPECT_EQ(err_.str(), "usage error: 'caus' is not an example; did you mean 'causal'?\n");
+  EXPECT_EQ(Run({"example", "lst"}), cli::kExitUsage);
+  EXPECT_EQ(err_.str(), "usage error: 'lst' is not an example; did you mean 'list'?\n");
+  EXPECT_EQ(Run({"example", "zzzzzz"}), cli::kExitUsage);
+  EXPECT_THAT(err_.str(),
+              StartsWith("usage error: 'zzzzzz' is not an example; one of: list, it, softmax, "));
+}
+
+// --max_message_bytes takes the units of the server's size flags (common/byte_size.h), from the
+// command line and from ATTEND_MAX_MESSAGE_BYTES.
+TEST_F(HabitsTest, MaxMessageBytesTakesUnits) {
+  EXPECT_EQ(Run({"--max_message_bytes", "1MiB", "health"}), cli::kExitOk) << err_.str();
+  // 1 kB is too small for the answer: the limit was read as 1,000 bytes.
+  EXPECT_EQ(Run({"--max_message_bytes", "1kB", "models"}), cli::kExitServerError) << err_.str();
+  EXPECT_THAT(err_.str(), HasSubstr("RESOURCE_EXHAUSTED"));
+  EXPECT_EQ(Run({"--max_message_bytes", "1M", "health"}), cli::kExitUsage);
+  EXPECT_EQ(err_.str(),
+            "usage error: --max_message_bytes: '1M' has an ambiguous unit (binary GiB or decimal "
+            "GB?); write a byte count such as 80GiB (2^30), 80GB (10^9), 512MiB or 1e9\n");
+  setenv("ATTEND_MAX_MESSAGE_BYTES", "1 KiB", 1);
+  EXPECT_EQ(Run({"models"}), cli::kExitServerError) << err_.str();
+  setenv("ATTEND_MAX_MESSAGE_BYTES", "x", 1);
+  EXPECT_EQ(Run({"health"}), cli::kExitUsage);
+  EXPECT_THAT(err_.str(), StartsWith("usage error: ATTEND_MAX_MESSAGE_BYTES: 'x' is not a size"));
+  unsetenv("ATTEND_MAX_MESSAGE_BYTES");
+}
+
 TEST_F(HabitsTest, DidYouMean) {
   EXPECT_EQ(cli::DidYouMean("helth", {"health", "help"}), "health");
   EXPECT_EQ(cli::DidYouMean("he", {"health", "help"}), "");  // not unique

@@ -14,6 +14,7 @@
 #include "attend/v1/planner.pb.h"
 #include "client/cli/cli.h"
 #include "client/cli/framework/command.h"
+#include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
 #include "planner/catalog.h"
 #include "tests/client/xml_check.h"
@@ -28,6 +29,7 @@ namespace {
 using ::attend::planner::testing::kLlama3_8BConfig;
 using ::attend::planner::testing::TinyGguf;
 using ::attend::testing::StatusIs;
+using ::testing::HasSubstr;
 
 std::string WriteTemp(const std::string& name, const std::string& content) {
   const std::string path = ::testing::TempDir() + "/" + name;
@@ -360,6 +362,39 @@ TEST_F(PlannerCliTest, PlanImportsConfigAndGgufFiles) {
   EXPECT_NE(err_.str().find("INVALID_ARGUMENT: hf_config_json: config.json: line 1"),
             std::string::npos)
       << err_.str();
+}
+
+// Files that cannot be a config.json or a GGUF file are refused here, before anything is sent:
+// bytes that are not UTF-8 (which protobuf would log about and the server refuse), a config over
+// the server's 1 MiB, and a GGUF file without its magic. /dev/zero ends at the bound, at once.
+TEST_F(PlannerCliTest, ImportFilesAreCheckedLocally) {
+  const std::string binary = WriteTemp("planner_cli_binary.json", "{\"a\": \"\x89PNG\"}");
+  EXPECT_EQ(Run({"plan", "--config", binary}), cli::kExitLocalError);
+  EXPECT_EQ(err_.str(), absl::StrCat("error: --config ", binary,
+                                     ": not UTF-8 text (byte 7 is 0x89), so not a config.json\n"));
+  EXPECT_EQ(Run({"plan", "--config", "/dev/zero"}), cli::kExitLocalError);
+  EXPECT_EQ(err_.str(),
+            "error: --config /dev/zero: more than 1048576 bytes; the server takes a config.json of "
+            "at most 1 MiB\n");
+  const std::string large = WriteTemp("planner_cli_large.json", std::string(2 << 20, ' '));
+  EXPECT_EQ(Run({"model", "--config", large}), cli::kExitLocalError);
+  EXPECT_THAT(err_.str(), HasSubstr("more than 1048576 bytes"));
+  // A smaller --max_message_bytes bounds it lower, and says so.
+  const std::string config = WriteTemp("planner_cli_config_small.json", kLlama3_8BConfig);
+  EXPECT_EQ(Run({"--max_message_bytes", "4200", "plan", "--config", config}), cli::kExitLocalError);
+  EXPECT_EQ(err_.str(), absl::StrCat("error: --config ", config,
+                                     ": more than 104 bytes; a request of --max_message_bytes "
+                                     "4200 carries no more, less 4 KiB for the rest of it\n"));
+  EXPECT_EQ(Run({"plan", "--gguf", "/dev/zero"}), cli::kExitLocalError);
+  EXPECT_EQ(err_.str(),
+            "error: --gguf /dev/zero: not a GGUF file: it starts with \"\\x00\\x00\\x00\\x00\", "
+            "not \"GGUF\"\n");
+  EXPECT_EQ(Run({"cost", "--gguf", binary, "--context", "10"}), cli::kExitLocalError);
+  EXPECT_THAT(err_.str(), HasSubstr("not a GGUF file: it starts with \"{\\\"a\\\"\""));
+  const std::string empty = WriteTemp("planner_cli_empty.gguf", "");
+  EXPECT_EQ(Run({"plan", "--gguf", empty}), cli::kExitLocalError);
+  EXPECT_EQ(err_.str(), absl::StrCat("error: --gguf ", empty,
+                                     ": not a GGUF file: it starts with \"\", not \"GGUF\"\n"));
 }
 
 TEST_F(PlannerCliTest, PlanPlotsOneLinePerVariant) {

@@ -252,6 +252,12 @@ TEST_F(SeqCliTest, AppendNpyRoundTripMatchesTheReference) {
                  "/nonexistent/dir/o.npy"}),
             cli::kExitLocalError);
   EXPECT_THAT(err_.str(), HasSubstr("the tokens were appended"));
+  EXPECT_EQ(Run({"seq", "append", "--id", "a-npy", "--q", qf, "--k", kf, "--v", vf, "--out",
+                 "/dev/full"}),
+            cli::kExitLocalError);
+  EXPECT_EQ(err_.str(),
+            "error: cannot write '/dev/full': No space left on device (the tokens were appended: "
+            "the sequence holds them)\n");
   EXPECT_EQ(Run({"seq", "append", "--id", "a-npy", "--k", qf, "--v", vf}), cli::kExitServerError);
   EXPECT_THAT(err_.str(), HasSubstr("INVALID_ARGUMENT: k.shape"));
 }

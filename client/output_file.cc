@@ -1,0 +1,69 @@
+#include "client/output_file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace attend::client {
+
+absl::Status WriteError(const std::string& path, int error) {
+  return absl::DataLossError(absl::StrCat(
+      "cannot write '", path, "': ", error != 0 ? std::strerror(error) : "write failed"));
+}
+
+absl::StatusOr<OutputFile> OutputFile::Open(const std::string& path) {
+  int fd;
+  do {
+    fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) return WriteError(path, errno);
+  return OutputFile(path, fd);
+}
+
+OutputFile::OutputFile(OutputFile&& other) noexcept
+    : path_(std::move(other.path_)), fd_(std::exchange(other.fd_, -1)) {}
+
+OutputFile& OutputFile::operator=(OutputFile&& other) noexcept {
+  if (this != &other) {
+    (void)Close();
+    path_ = std::move(other.path_);
+    fd_ = std::exchange(other.fd_, -1);
+  }
+  return *this;
+}
+
+OutputFile::~OutputFile() { (void)Close(); }
+
+absl::Status OutputFile::Write(absl::string_view bytes) {
+  if (fd_ < 0) return WriteError(path_, EBADF);
+  while (!bytes.empty()) {
+    const ssize_t n = write(fd_, bytes.data(), bytes.size());
+    if (n < 0 && errno == EINTR) continue;
+    // write() returning 0 for a non-empty buffer makes no progress: report it, never spin.
+    if (n <= 0) return WriteError(path_, n < 0 ? errno : 0);
+    bytes.remove_prefix(static_cast<size_t>(n));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status OutputFile::Close() {
+  if (fd_ < 0) return absl::OkStatus();
+  // close() is not retried on EINTR: on Linux the descriptor is released either way.
+  const int result = close(std::exchange(fd_, -1));
+  if (result != 0 && errno != EINTR) return WriteError(path_, errno);
+  return absl::OkStatus();
+}
+
+absl::Status WriteFile(const std::string& path, absl::string_view bytes) {
+  absl::StatusOr<OutputFile> file = OutputFile::Open(path);
+  if (!file.ok()) return file.status();
+  if (absl::Status s = file->Write(bytes); !s.ok()) return s;
+  return file->Close();
+}
+
+}  // namespace attend::client

@@ -1,0 +1,57 @@
+// Writing the files a user names (--out, --weights_out, --heatmap, --plot, seq export's --out)
+// so that no failure goes unseen: every system call's result is checked, close() included (a
+// full disk or a quota may refuse the bytes only then), and each error carries the system's
+// reason. A buffered std::ofstream destroyed without close() would drop such an error.
+//
+// Thread-safety: an OutputFile belongs to one thread; WriteFile is a function of its arguments
+// and the file system.
+#ifndef ATTEND_CLIENT_OUTPUT_FILE_H_
+#define ATTEND_CLIENT_OUTPUT_FILE_H_
+
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace attend::client {
+
+// "cannot write '<path>': <strerror(error)>" (DATA_LOSS), the error of every write here.
+absl::Status WriteError(const std::string& path, int error);
+
+// A file opened for writing, truncated (created with mode 0666 less the umask). Write as many
+// times as needed, then Close; a file destroyed unclosed is closed and its errors dropped (for
+// the paths that already failed).
+class OutputFile {
+ public:
+  // WriteError when it cannot be opened: a missing directory, a directory, no permission.
+  static absl::StatusOr<OutputFile> Open(const std::string& path);
+
+  OutputFile(OutputFile&& other) noexcept;
+  OutputFile& operator=(OutputFile&& other) noexcept;
+  OutputFile(const OutputFile&) = delete;
+  OutputFile& operator=(const OutputFile&) = delete;
+  ~OutputFile();
+
+  // Writes all of `bytes` (retrying short writes and EINTR); WriteError when the system refuses.
+  absl::Status Write(absl::string_view bytes);
+  // Closes the file; WriteError when close() reports a failed write. Idempotent.
+  absl::Status Close();
+
+  const std::string& path() const { return path_; }
+
+ private:
+  OutputFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+
+  std::string path_;
+  int fd_ = -1;
+};
+
+// Open, Write(bytes) and Close: the file at `path` holds exactly `bytes`, or an error says why
+// not.
+absl::Status WriteFile(const std::string& path, absl::string_view bytes);
+
+}  // namespace attend::client
+
+#endif  // ATTEND_CLIENT_OUTPUT_FILE_H_
