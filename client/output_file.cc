@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <utility>
 
@@ -64,6 +65,42 @@ absl::Status WriteFile(const std::string& path, absl::string_view bytes) {
   if (!file.ok()) return file.status();
   if (absl::Status s = file->Write(bytes); !s.ok()) return s;
   return file->Close();
+}
+
+CheckedStreamBuffer::int_type CheckedStreamBuffer::overflow(int_type c) {
+  if (traits_type::eq_int_type(c, traits_type::eof())) {
+    return Drain() ? traits_type::not_eof(c) : traits_type::eof();
+  }
+  const char ch = traits_type::to_char_type(c);
+  return Put(&ch, 1) ? c : traits_type::eof();
+}
+
+std::streamsize CheckedStreamBuffer::xsputn(const char* s, std::streamsize n) {
+  return Put(s, static_cast<size_t>(n)) ? n : 0;
+}
+
+int CheckedStreamBuffer::sync() { return Drain() ? 0 : -1; }
+
+bool CheckedStreamBuffer::Put(const char* s, size_t n) {
+  pending_.append(s, n);
+  const bool line_done = line_buffered_ && std::memchr(s, '\n', n) != nullptr;
+  return line_done || pending_.size() >= BUFSIZ ? Drain() : !failed_;
+}
+
+bool CheckedStreamBuffer::Drain() {
+  size_t done = 0;
+  while (done < pending_.size() && !failed_) {
+    const ssize_t n = write(fd_, pending_.data() + done, pending_.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      error_ = n < 0 ? errno : 0;
+      failed_ = true;
+      break;
+    }
+    done += static_cast<size_t>(n);
+  }
+  pending_.clear();
+  return !failed_;
 }
 
 }  // namespace attend::client
