@@ -289,6 +289,17 @@ def _check_str(value, what, optional=False):
     return value
 
 
+def _check_int(value, what, limit=2 ** 31):
+    """`value` as an int in [0, limit), else InvalidArgument naming `what` (protobuf would
+    raise TypeError for a str or float, and take True as 1)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or \
+            not 0 <= int(value) < limit:
+        raise errors.InvalidArgument("%s: %r; must be an integer between 0 and %s"
+                                     % (what, value, "2^31 - 1" if limit == 2 ** 31 else
+                                        "2^63 - 1"))
+    return int(value)
+
+
 def _check_tokens(value, what="tokens"):
     """A token count as an int (an int64 field >= 0 on the wire), else InvalidArgument."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or \
@@ -342,17 +353,20 @@ class KvCacheMixin:
         ResourceExhausted when the sequence limit or the reservation does not fit.
         """
         if config is None:
+            shape = {name: _check_int(value or 0, name) for name, value in (
+                ("layers", layers), ("n_head", n_head), ("n_head_kv", n_head_kv),
+                ("head_dim", head_dim), ("head_dim_v", head_dim_v))}
+            if n_head_kv is None:
+                shape["n_head_kv"] = shape["n_head"]
             config = kv_cache_pb2.SequenceConfig(
-                layers=layers or 0, n_head=n_head or 0,
-                n_head_kv=n_head_kv if n_head_kv is not None else (n_head or 0),
-                head_dim=head_dim or 0, head_dim_v=head_dim_v or 0,
-                kv_dtype=dtype_enum(kv_dtype, "kv_dtype", allow_int8=True),
-                window_tokens=window_tokens)
+                **shape, kv_dtype=dtype_enum(kv_dtype, "kv_dtype", allow_int8=True),
+                window_tokens=_check_int(window_tokens, "window_tokens", 2 ** 63))
             if scale is not None:
                 config.scale = scale
         sid = _check_str(sequence_id, "sequence_id", optional=True) or generate_sequence_id()
-        request = kv_cache_pb2.CreateSequenceRequest(config=config, sequence_id=sid,
-                                                     reserve_tokens=reserve_tokens)
+        request = kv_cache_pb2.CreateSequenceRequest(
+            config=config, sequence_id=sid,
+            reserve_tokens=_check_int(reserve_tokens, "reserve_tokens", 2 ** 63))
         return self._kv_call("CreateSequence", request, kv_cache_pb2.SequenceInfo,
                              routing_key(sid))
 
@@ -430,6 +444,13 @@ class KvCacheMixin:
         truncated bytes, InvalidArgument for bytes that are no snapshot, AlreadyExists,
         ResourceExhausted. Routes by the new id's key (read from the bytes when not given)."""
         _check_str(sequence_id, "sequence_id", optional=True)
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise errors.InvalidArgument("data: a %s; give the snapshot's bytes (bytes, "
+                                         "bytearray or memoryview, as export_sequence returns)"
+                                         % type(data).__name__)
+        if not isinstance(share_with_source, bool):
+            raise errors.InvalidArgument("share_with_source: %r; must be True or False"
+                                         % (share_with_source,))
         data = bytes(data)
         key = routing_key(sequence_id or snapshot_sequence_id(data))
         piece = max(4 << 10, min(1 << 20, self._connection.effective_message_limit() // 2))
@@ -509,6 +530,8 @@ class KvCacheMixin:
         ones appended. NotFound for an unknown sequence; InvalidArgument for shapes that do not
         match it; ResourceExhausted when the cache has no room (nothing changed).
         """
+        _check_str(sequence_id, "sequence_id")
+        layer = _check_layer(layer)
         qe = encode(q, "q") if q is not None else None
         ke, ve = encode(k, "k"), encode(v, "v")
         out_dtype = _output_dtype(output_dtype, qe)
@@ -591,12 +614,20 @@ class KvCacheMixin:
         ke, ve = encode(k, "k"), encode(v, "v")
         for e, what in ((qe, "q"), (ke, "k"), (ve, "v")):
             _check_3d(e, what)
-        counts = [1] * len(ids) if counts is None else list(counts)
+        if counts is None:
+            counts = [1] * len(ids)
+        elif isinstance(counts, (str, bytes)) or not hasattr(counts, "__iter__"):
+            raise errors.InvalidArgument("counts: %r; give one count per sequence (a list)"
+                                         % (counts,))
+        else:
+            counts = list(counts)
         if len(counts) != len(ids):
             raise errors.InvalidArgument("counts: %d counts for %d sequences"
                                          % (len(counts), len(ids)))
         for i, c in enumerate(counts):
-            if isinstance(c, bool) or not isinstance(c, (int, np.integer)) or c < 1:
+            if isinstance(c, bool) or not isinstance(c, (int, np.integer)):
+                raise errors.InvalidArgument("counts[%d]: %r is not an integer" % (i, c))
+            if c < 1:
                 raise errors.InvalidArgument("counts[%d]: %r; each sequence appends at least one "
                                              "token" % (i, c))
         counts = [int(c) for c in counts]
@@ -870,6 +901,14 @@ def _prepare(m):
 def _decode_request(message):
     """The DecodeBatchRequest of `message` and how to hand its outputs back."""
     ids = _check_ids(message.sequence_ids)
+    # The type here; the value is the server's to refuse, so that a stream's bad layer is an
+    # item error of its own reply, as any other the server finds.
+    layer = message.layer
+    if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or \
+            not -2 ** 31 <= int(layer) < 2 ** 31:
+        raise errors.InvalidArgument("layer: %r; must be an integer between 0 and 2^31 - 1"
+                                     % (layer,))
+    layer = int(layer)
     qe, ke, ve = encode(message.q, "q"), encode(message.k, "k"), encode(message.v, "v")
     for e, what in ((qe, "q"), (ke, "k"), (ve, "v")):
         _check_3d(e, what)
@@ -877,7 +916,7 @@ def _decode_request(message):
             raise errors.InvalidArgument("%s: %d rows for %d sequences; a decode step is one "
                                          "token (row) per sequence" % (what, e.shape[0], len(ids)))
     request = kv_cache_pb2.DecodeBatchRequest(
-        layer=message.layer, precision=precision_enum(message.precision),
+        layer=layer, precision=precision_enum(message.precision),
         output_dtype=_output_dtype(message.output_dtype, qe), request_id=message.request_id)
     for i, sid in enumerate(ids):
         step = request.steps.add(sequence_id=sid)

@@ -496,6 +496,45 @@ class AgainstFake(unittest.TestCase):
                             fn(value)
         self.assertEqual(self.r.calls, [])
 
+    def test_layers_shapes_counts_and_snapshot_bytes_of_the_wrong_type_fail_before_any_call(self):
+        # Found from outside after the test above: append took no id check, a bool layer was
+        # layer 1, and ints, counts and import data of other types met protobuf's TypeError.
+        c = self.client
+        q, k, v = self.packed([2, 2])
+        one = (q[:1], k[:1], v[:1])
+        shape = dict(layers=1, n_head=1, head_dim=4)
+        cases = [
+            ("sequence_id", lambda: c.append(None, 0, *one)),
+            ("sequence_id", lambda: c.append(5, 0, *one)),
+            ("layer", lambda: c.append("a", True, *one)),
+            ("layer", lambda: c.append("a", "0", *one)),
+            ("layer", lambda: c.append("a", 0.0, *one)),
+            ("layer", lambda: c.append("a", -1, *one)),
+            ("layer", lambda: c.decode_batch("0", ["a"], *one)),
+            ("layer", lambda: c.decode_batch(True, ["a"], *one)),
+            ("counts", lambda: c.append_batch(0, ["a", "b"], q, k, v, counts=1)),
+            ("counts\\[0\\]: '1'", lambda: c.append_batch(0, ["a", "b"], q, k, v,
+                                                            counts=["1", 3])),
+            ("counts\\[1\\]: 1.0", lambda: c.append_batch(0, ["a", "b"], q, k, v,
+                                                            counts=[3, 1.0])),
+            ("data", lambda: c.import_sequence("ATTNSNAP")),
+            ("data", lambda: c.import_sequence(None)),
+            ("data", lambda: c.import_sequence(iter([b"ATTN", b"SNAP"]))),
+            ("share_with_source", lambda: c.import_sequence(b"ATTNSNAP", "a",
+                                                            share_with_source="no")),
+        ]
+        for field in ("layers", "n_head", "n_head_kv", "head_dim", "head_dim_v",
+                      "window_tokens", "reserve_tokens"):
+            for value in ("2", 2.5, True, -1):
+                args = dict(shape, **{field: value})
+                cases.append((field, lambda args=args: c.create_sequence("a", **args)))
+        for what, fn in cases:
+            with self.subTest(what=what):
+                with self.assertRaisesRegex(attend.InvalidArgument,
+                                            "INVALID_ARGUMENT: " + what):
+                    fn()
+        self.assertEqual(self.r.calls, [])
+
     def test_softmax_logits_that_are_not_numbers_fail_before_any_call(self):
         for logits in (["a"], [[1, "x"]], [None], "12"):
             with self.subTest(logits=logits):
