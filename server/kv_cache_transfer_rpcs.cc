@@ -277,7 +277,7 @@ class KvCacheService::ImportReactor : public grpc::ServerReadReactor<v1::ImportS
     // The id is checked against the call's route before anything is loaded.
     std::string id = id_;
     if (id.empty()) {
-      kv::SnapshotReader header_reader(Source(), "the import stream");
+      kv::SnapshotReader header_reader(Source(), "(import stream)");
       absl::StatusOr<kv::SnapshotHeader> header = header_reader.ReadHeader();
       if (!header.ok()) return Refused(header.status());
       id = header->id;
@@ -286,13 +286,13 @@ class KvCacheService::ImportReactor : public grpc::ServerReadReactor<v1::ImportS
     }
     ATTEND_RETURN_IF_ERROR(
         CheckRoute(route_, id, id_.empty() ? "the imported sequence's id" : "sequence_id"));
-    kv::SnapshotReader reader(Source(), "the import stream");
+    kv::SnapshotReader reader(Source(), "(import stream)");
     absl::StatusOr<kv::SequenceInfo> info = service_->cache_->Load(reader, id_, share_);
     if (share_ && info.status().code() == absl::StatusCode::kFailedPrecondition &&
         absl::StrContains(info.status().message(), "load it without sharing")) {
       // The source here has other rows than the fork shared: sharing is only for the same
       // rows, so the fork gets blocks of its own (as a restore does).
-      kv::SnapshotReader again(Source(), "the import stream");
+      kv::SnapshotReader again(Source(), "(import stream)");
       info = service_->cache_->Load(again, id_, /*share=*/false);
     }
     if (!info.ok()) return Refused(info.status());
@@ -313,7 +313,7 @@ class KvCacheService::ImportReactor : public grpc::ServerReadReactor<v1::ImportS
     std::memcpy(&length, Prefix(kPreamble).data() + 12, 4);
     const size_t whole = kPreamble + size_t{length} + 8;       // and the header's checksum
     const std::string start = Prefix(std::min(size_, whole));  // outlives the reader
-    kv::SnapshotReader reader(kv::StringSource(start), "the import stream");
+    kv::SnapshotReader reader(kv::StringSource(start), "(import stream)");
     const absl::StatusOr<kv::SnapshotHeader> header = reader.ReadHeader();
     if (header.ok()) {
       header_checked_ = true;

@@ -616,9 +616,12 @@ TEST(TransferService, ExportThenImportElsewhereIsBitIdentical) {
   };
   std::string flipped = bytes;
   flipped[bytes.size() / 2] = static_cast<char>(flipped[bytes.size() / 2] ^ 1);
-  expect(cb.Import(flipped, "x1", &info), grpc::StatusCode::DATA_LOSS, "import stream");
+  // The reader names its source: "snapshot (import stream): ..." (it read "snapshot the import
+  // stream: ...").
+  expect(cb.Import(flipped, "x1", &info), grpc::StatusCode::DATA_LOSS,
+         "snapshot (import stream): ");
   expect(cb.Import(bytes.substr(0, bytes.size() - 7), "x2", &info), grpc::StatusCode::DATA_LOSS,
-         "truncated");
+         "snapshot (import stream): truncated");
   expect(cb.Import("", "x3", &info), grpc::StatusCode::INVALID_ARGUMENT, "no snapshot bytes");
   expect(cb.Import(std::string(100, 'z'), "x4", &info), grpc::StatusCode::INVALID_ARGUMENT,
          "not an attend snapshot");
