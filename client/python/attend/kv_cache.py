@@ -302,20 +302,12 @@ def _check_int(value, what, limit=2 ** 31):
 
 def _check_tokens(value, what="tokens"):
     """A token count as an int (an int64 field >= 0 on the wire), else InvalidArgument."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or \
-            not 0 <= int(value) < 2 ** 63:
-        raise errors.InvalidArgument("%s: %r; must be an integer between 0 and 2^63 - 1"
-                                     % (what, value))
-    return int(value)
+    return _check_int(value, what, 2 ** 63)
 
 
 def _check_layer(layer):
     """The layer as an int, or InvalidArgument (an int32 field on the wire)."""
-    if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or \
-            not 0 <= int(layer) < 2 ** 31:
-        raise errors.InvalidArgument("layer: %r; must be an integer between 0 and 2^31 - 1"
-                                     % (layer,))
-    return int(layer)
+    return _check_int(layer, "layer")
 
 
 def _check_3d(e, what):
@@ -360,13 +352,13 @@ class KvCacheMixin:
                 shape["n_head_kv"] = shape["n_head"]
             config = kv_cache_pb2.SequenceConfig(
                 **shape, kv_dtype=dtype_enum(kv_dtype, "kv_dtype", allow_int8=True),
-                window_tokens=_check_int(window_tokens, "window_tokens", 2 ** 63))
+                window_tokens=_check_tokens(window_tokens, "window_tokens"))
             if scale is not None:
                 config.scale = scale
         sid = _check_str(sequence_id, "sequence_id", optional=True) or generate_sequence_id()
         request = kv_cache_pb2.CreateSequenceRequest(
             config=config, sequence_id=sid,
-            reserve_tokens=_check_int(reserve_tokens, "reserve_tokens", 2 ** 63))
+            reserve_tokens=_check_tokens(reserve_tokens, "reserve_tokens"))
         return self._kv_call("CreateSequence", request, kv_cache_pb2.SequenceInfo,
                              routing_key(sid))
 
