@@ -12,6 +12,25 @@
 
 namespace attend::client {
 
+namespace {
+
+// Writes all of `bytes` to `fd`, retrying short writes and EINTR; false with *error set to the
+// errno (0 when write() made no progress without one: reported, never spun on) when refused.
+bool WriteAll(int fd, absl::string_view bytes, int* error) {
+  while (!bytes.empty()) {
+    const ssize_t n = write(fd, bytes.data(), bytes.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      *error = n < 0 ? errno : 0;
+      return false;
+    }
+    bytes.remove_prefix(static_cast<size_t>(n));
+  }
+  return true;
+}
+
+}  // namespace
+
 absl::Status WriteError(const std::string& path, int error) {
   return absl::DataLossError(absl::StrCat(
       "cannot write '", path, "': ", error != 0 ? std::strerror(error) : "write failed"));
@@ -42,14 +61,8 @@ OutputFile::~OutputFile() { (void)Close(); }
 
 absl::Status OutputFile::Write(absl::string_view bytes) {
   if (fd_ < 0) return WriteError(path_, EBADF);
-  while (!bytes.empty()) {
-    const ssize_t n = write(fd_, bytes.data(), bytes.size());
-    if (n < 0 && errno == EINTR) continue;
-    // write() returning 0 for a non-empty buffer makes no progress: report it, never spin.
-    if (n <= 0) return WriteError(path_, n < 0 ? errno : 0);
-    bytes.remove_prefix(static_cast<size_t>(n));
-  }
-  return absl::OkStatus();
+  int error = 0;
+  return WriteAll(fd_, bytes, &error) ? absl::OkStatus() : WriteError(path_, error);
 }
 
 absl::Status OutputFile::Close() {
@@ -88,17 +101,7 @@ bool CheckedStreamBuffer::Put(const char* s, size_t n) {
 }
 
 bool CheckedStreamBuffer::Drain() {
-  size_t done = 0;
-  while (done < pending_.size() && !failed_) {
-    const ssize_t n = write(fd_, pending_.data() + done, pending_.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      error_ = n < 0 ? errno : 0;
-      failed_ = true;
-      break;
-    }
-    done += static_cast<size_t>(n);
-  }
+  if (!failed_ && !WriteAll(fd_, pending_, &error_)) failed_ = true;
   pending_.clear();
   return !failed_;
 }
