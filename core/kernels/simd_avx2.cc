@@ -290,10 +290,250 @@ ATTEND_AVX2 void DotRowsImpl(const float* q, int64_t m, int64_t d, const Rows& k
   for (; j < m; ++j) DotRowsBlock<1, 8, kType>(q + j * d, d, k, rows, scores + j * ld, ld);
 }
 
+// bf16 rows, 16 values at a time. Dword l of a 32-byte load holds values 2l (its low half) and
+// 2l + 1 (its high half), so one shift gives the 8 even values as floats and one mask the 8 odd
+// ones: two operations per 16 values, where widening them in order (Load8T) takes four (a
+// zero-extension and a shift per 8). The other operand (q, or the accumulators) is put in the same
+// order once per call (Deinterleave16), and the sums come out the same up to their order.
+ATTEND_AVX2 inline void LoadBf16x16(const void* base, int64_t i, __m256* even, __m256* odd) {
+  const __m256i x =
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(base) + i));
+  *even = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+  *odd = _mm256_and_ps(_mm256_castsi256_ps(x),
+                       _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int32_t>(0xffff0000u))));
+}
+
+// x[0, 16) as its even values (x[0], x[2], ..., x[14]) and its odd ones (x[1], ..., x[15]).
+ATTEND_AVX2 inline void Deinterleave16(const float* x, __m256* even, __m256* odd) {
+  const __m256 a = _mm256_loadu_ps(x);
+  const __m256 b = _mm256_loadu_ps(x + 8);
+  // shuffle_ps picks within 128-bit halves, (a0 a2 b0 b2 | a4 a6 b4 b6); the 64-bit permute then
+  // puts the quarters in order.
+  *even = _mm256_castpd_ps(
+      _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xd8));
+  *odd = _mm256_castpd_ps(
+      _mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0xdd)), 0xd8));
+}
+
+// The inverse of Deinterleave16: x[0, 16) from its even and odd values.
+ATTEND_AVX2 inline void Interleave16(__m256 even, __m256 odd, float* x) {
+  const __m256 lo = _mm256_unpacklo_ps(even, odd);  // x0 x1 x2 x3 | x8 x9 x10 x11
+  const __m256 hi = _mm256_unpackhi_ps(even, odd);  // x4 x5 x6 x7 | x12 x13 x14 x15
+  _mm256_storeu_ps(x, _mm256_permute2f128_ps(lo, hi, 0x20));
+  _mm256_storeu_ps(x + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+}
+
+// Query rows or accumulators of at most this many columns are split into even and odd values on
+// the stack (4 rows: 8 KiB); wider heads take the in-order kernels.
+constexpr int64_t kMaxSplitColumns = 512;
+
+// Rows [0, m) of x (stride cols) split into split (stride cols16 = cols / 16 * 16), 16 columns
+// at a time: each 16 as its 8 even values, then its 8 odd ones (Deinterleave16).
+ATTEND_AVX2 void SplitRows(const float* x, int64_t m, int64_t cols, float* split) {
+  const int64_t cols16 = cols / 16 * 16;
+  for (int64_t j = 0; j < m; ++j) {
+    for (int64_t c = 0; c < cols16; c += 16) {
+      __m256 even, odd;
+      Deinterleave16(x + j * cols + c, &even, &odd);
+      _mm256_storeu_ps(split + j * cols16 + c, even);
+      _mm256_storeu_ps(split + j * cols16 + c + 8, odd);
+    }
+  }
+}
+
+// The inverse of SplitRows, for cols % 16 == 0.
+ATTEND_AVX2 void JoinRows(const float* split, int64_t m, int64_t cols, float* x) {
+  for (int64_t i = 0; i < m * cols; i += 16) {
+    Interleave16(_mm256_loadu_ps(split + i), _mm256_loadu_ps(split + i + 8), x + i);
+  }
+}
+
+// DotRowsBlock for bf16 rows, 16 columns per step (LoadBf16x16). `split` holds the M query rows'
+// first d16 = d / 16 * 16 columns as SplitRows leaves them; the columns past d16 are read from q.
+template <int M, int R>
+ATTEND_AVX2 void DotRowsBf16Block(const float* q, const float* split, int64_t d, const Rows& k,
+                                  int64_t rows, float* scores, int64_t ld) {
+  static_assert(M * R <= 8);
+  constexpr DType kType = DType::kBFloat16;
+  const int64_t d16 = d / 16 * 16;
+  const int64_t ahead = PrefetchRows<kType>(d);
+  const int64_t span = rows / R;
+  for (int64_t t = 0; t < span; ++t) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) PrefetchRow<kType>(k, r * span + t + ahead, (r + 1) * span, d);
+    __m256 acc[M * R];
+#pragma GCC unroll 8
+    for (int i = 0; i < M * R; ++i) acc[i] = _mm256_setzero_ps();
+    const void* row[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) row[r] = RowAt<kType>(k, r * span + t);
+    for (int64_t c = 0; c < d16; c += 16) {
+      __m256 even[R], odd[R];
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) LoadBf16x16(row[r], c, &even[r], &odd[r]);
+#pragma GCC unroll 4
+      for (int j = 0; j < M; ++j) {
+        __m256 qe = _mm256_loadu_ps(split + j * d16 + c);
+        __m256 qo = _mm256_loadu_ps(split + j * d16 + c + 8);
+        // As in DotRowsBlock: the q values stay in registers rather than folded into each FMA.
+        if constexpr (R > 1) __asm__("" : "+x"(qe), "+x"(qo));
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+          acc[j * R + r] = _mm256_fmadd_ps(qe, even[r], acc[j * R + r]);
+          acc[j * R + r] = _mm256_fmadd_ps(qo, odd[r], acc[j * R + r]);
+        }
+      }
+    }
+    int64_t c = d16;
+    for (; c + 8 <= d; c += 8) {
+      __m256 kv[R];
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) kv[r] = Load8T<kType>(row[r], c);
+#pragma GCC unroll 4
+      for (int j = 0; j < M; ++j) {
+        const __m256 qv = _mm256_loadu_ps(q + j * d + c);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) acc[j * R + r] = _mm256_fmadd_ps(qv, kv[r], acc[j * R + r]);
+      }
+    }
+    alignas(32) float sums[8];
+    if constexpr (M * R == 8) {
+      _mm256_store_ps(sums, Sum8x8(acc));
+    } else {
+#pragma GCC unroll 8
+      for (int i = 0; i < M * R; ++i) sums[i] = Sum8(acc[i]);
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < M; ++j) {
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        float x = sums[j * R + r];
+        for (int64_t e = c; e < d; ++e) x += q[j * d + e] * Load(row[r], kType, e);
+        scores[j * ld + r * span + t] = x;
+      }
+    }
+  }
+  if constexpr (R > 1) {
+    const int64_t done = span * R;
+    if (done < rows) {
+      Rows rest = k;
+      rest.data = RowAt<kType>(k, done);
+      DotRowsBf16Block<M, 1>(q, split, d, rest, rows - done, scores + done, ld);
+    }
+  }
+}
+
+// DotRows over bf16 rows with 16 <= d <= kMaxSplitColumns. Fewer query rows than 4 take fewer
+// accumulators per key row and more key rows (streams) at once, as DotRowsImpl does, within
+// the 16 vector registers (R rows' even and odd values, M * R sums, two of q).
+ATTEND_AVX2 void DotRowsBf16(const float* q, int64_t m, int64_t d, const Rows& k, int64_t rows,
+                             float* scores, int64_t ld) {
+  alignas(32) float split[4 * kMaxSplitColumns];
+  int64_t j = 0;
+  for (; j + 4 <= m; j += 4) {
+    SplitRows(q + j * d, 4, d, split);
+    DotRowsBf16Block<4, 2>(q + j * d, split, d, k, rows, scores + j * ld, ld);
+  }
+  for (; j + 2 <= m; j += 2) {
+    SplitRows(q + j * d, 2, d, split);
+    DotRowsBf16Block<2, 3>(q + j * d, split, d, k, rows, scores + j * ld, ld);
+  }
+  for (; j < m; ++j) {
+    SplitRows(q + j * d, 1, d, split);
+    DotRowsBf16Block<1, 4>(q + j * d, split, d, k, rows, scores + j * ld, ld);
+  }
+}
+
+// AccumulateBlock for bf16 rows, 16 columns per step (LoadBf16x16), into `split`: the M
+// accumulator rows as SplitRows leaves them (dv % 16 == 0). Each accumulator value gets the same
+// FMAs in the same order as in AccumulateBlock.
+template <int M>
+ATTEND_AVX2 void AccumulateBf16Block(const float* p, int64_t ld, const Rows& v, int64_t rows,
+                                     int64_t dv, float* split) {
+  constexpr DType kType = DType::kBFloat16;
+  const int64_t ahead = PrefetchRows<kType>(dv);
+  const int64_t span = rows / 4;
+  for (int64_t t = 0; t < span; ++t) {
+    int64_t at[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) {
+      at[r] = r * span + t;
+      PrefetchRow<kType>(v, at[r] + ahead, (r + 1) * span, dv);
+    }
+    __m256 w[M][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) {
+#pragma GCC unroll 4
+      for (int j = 0; j < M; ++j) w[j][r] = _mm256_set1_ps(p[j * ld + at[r]]);
+    }
+    const void* r0 = RowAt<kType>(v, at[0]);
+    const void* r1 = RowAt<kType>(v, at[1]);
+    const void* r2 = RowAt<kType>(v, at[2]);
+    const void* r3 = RowAt<kType>(v, at[3]);
+    for (int64_t c = 0; c < dv; c += 16) {
+      __m256 e0, o0, e1, o1, e2, o2, e3, o3;
+      LoadBf16x16(r0, c, &e0, &o0);
+      LoadBf16x16(r1, c, &e1, &o1);
+      LoadBf16x16(r2, c, &e2, &o2);
+      LoadBf16x16(r3, c, &e3, &o3);
+#pragma GCC unroll 4
+      for (int j = 0; j < M; ++j) {
+        float* a = split + j * dv + c;
+        __m256 x = _mm256_fmadd_ps(w[j][0], e0, _mm256_loadu_ps(a));
+        x = _mm256_fmadd_ps(w[j][1], e1, x);
+        x = _mm256_fmadd_ps(w[j][2], e2, x);
+        _mm256_storeu_ps(a, _mm256_fmadd_ps(w[j][3], e3, x));
+        __m256 y = _mm256_fmadd_ps(w[j][0], o0, _mm256_loadu_ps(a + 8));
+        y = _mm256_fmadd_ps(w[j][1], o1, y);
+        y = _mm256_fmadd_ps(w[j][2], o2, y);
+        _mm256_storeu_ps(a + 8, _mm256_fmadd_ps(w[j][3], o3, y));
+      }
+    }
+  }
+  for (int64_t t = 4 * span; t < rows; ++t) {
+    const void* row = RowAt<kType>(v, t);
+    for (int64_t c = 0; c < dv; c += 16) {
+      __m256 even, odd;
+      LoadBf16x16(row, c, &even, &odd);
+#pragma GCC unroll 4
+      for (int j = 0; j < M; ++j) {
+        float* a = split + j * dv + c;
+        const __m256 w = _mm256_set1_ps(p[j * ld + t]);
+        _mm256_storeu_ps(a, _mm256_fmadd_ps(w, even, _mm256_loadu_ps(a)));
+        _mm256_storeu_ps(a + 8, _mm256_fmadd_ps(w, odd, _mm256_loadu_ps(a + 8)));
+      }
+    }
+  }
+}
+
+// AccumulateRows over bf16 rows with dv % 16 == 0 and dv <= kMaxSplitColumns: the accumulator
+// rows are split on the stack for the call, and put back in order at its end.
+ATTEND_AVX2 void AccumulateRowsBf16(const float* p, int64_t ld, int64_t m, const Rows& v,
+                                    int64_t rows, int64_t dv, float* acc) {
+  alignas(32) float split[4 * kMaxSplitColumns];
+  int64_t j = 0;
+  for (; j + 4 <= m; j += 4) {
+    SplitRows(acc + j * dv, 4, dv, split);
+    AccumulateBf16Block<4>(p + j * ld, ld, v, rows, dv, split);
+    JoinRows(split, 4, dv, acc + j * dv);
+  }
+  for (; j + 2 <= m; j += 2) {
+    SplitRows(acc + j * dv, 2, dv, split);
+    AccumulateBf16Block<2>(p + j * ld, ld, v, rows, dv, split);
+    JoinRows(split, 2, dv, acc + j * dv);
+  }
+  for (; j < m; ++j) {
+    SplitRows(acc + j * dv, 1, dv, split);
+    AccumulateBf16Block<1>(p + j * ld, ld, v, rows, dv, split);
+    JoinRows(split, 1, dv, acc + j * dv);
+  }
+}
+
 ATTEND_AVX2 void DotRowsAvx2(const float* q, int64_t m, int64_t d, const Rows& k, int64_t rows,
                              float* scores, int64_t ld) {
   switch (k.dtype) {
     case DType::kBFloat16:
+      if (d >= 16 && d <= kMaxSplitColumns) return DotRowsBf16(q, m, d, k, rows, scores, ld);
       return DotRowsImpl<DType::kBFloat16>(q, m, d, k, rows, scores, ld);
     case DType::kInt8:
       return DotRowsImpl<DType::kInt8>(q, m, d, k, rows, scores, ld);
@@ -376,6 +616,9 @@ ATTEND_AVX2 void AccumulateRowsAvx2(const float* p, int64_t ld, int64_t m, const
                                     int64_t rows, int64_t dv, float* acc) {
   switch (v.dtype) {
     case DType::kBFloat16:
+      if (dv % 16 == 0 && dv <= kMaxSplitColumns) {
+        return AccumulateRowsBf16(p, ld, m, v, rows, dv, acc);
+      }
       return AccumulateRowsImpl<DType::kBFloat16>(p, ld, m, v, rows, dv, acc);
     case DType::kInt8:
       return AccumulateRowsImpl<DType::kInt8>(p, ld, m, v, rows, dv, acc);

@@ -247,6 +247,27 @@ TEST_P(Kernels, GeneratedRowsMatchLoops) {
   }
 }
 
+// bf16 rows at head sizes around the 16-column steps of the AVX2 bf16 kernels (a multiple of
+// 16, 8 past one, other tails) and their stack limit of 512 columns (past it the in-order
+// kernels run), through every query-row block (4, 2, 1) and key-row counts below and past every
+// stream split.
+TEST_P(Kernels, GeneratedBf16RowsAroundSixteenColumnSteps) {
+  std::mt19937_64 rng(11);
+  const int64_t sizes[] = {16, 24, 32, 48, 64, 80, 96, 112, 120, 128, 136, 256, 504, 512, 520, 528};
+  for (int i = 0; i < 64; ++i) {
+    RowsCase c{};
+    c.dtype = DType::kBFloat16;
+    c.m = 1 + static_cast<int64_t>(rng() % 9);
+    c.d = sizes[static_cast<size_t>(i) % std::size(sizes)];
+    c.rows = 1 + static_cast<int64_t>(rng() % (i % 4 == 0 ? 9 : 70));
+    c.stride = c.d + static_cast<int64_t>(rng() % 3) * 8;
+    c.bf16_operands = rng() % 2 == 0;
+    c.zero_row = rng() % 7 == 0;
+    CheckRowsCase(c, rng);
+    if (HasFatalFailure()) return;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Simd, Kernels, ::testing::ValuesIn(testing::RunnableKernels()),
                          [](const auto& test_param) { return test_param.param; });
 
