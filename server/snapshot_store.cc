@@ -89,14 +89,19 @@ absl::Status MakeDir(const std::string& dir) {
   return absl::OkStatus();
 }
 
-// Writes dir/name through `produce` (which gets a sink) as dir/name.tmp, fsync, rename, fsync
-// of dir. On any failure the .tmp file is removed and nothing is renamed. Returns the bytes.
+// Writes dir/name through `produce` (which gets a sink) as a temporary file of its own
+// (dir/name.<pid>-<n>.tmp), fsync, rename, fsync of dir. On any failure the temporary file is
+// removed and nothing is renamed. Returns the bytes. Thread-safe: writes of one name at once
+// each rename a whole file (the last one stays); with one fixed temporary name they wrote into
+// one file and one's rename took the other's away. The file is created new (O_EXCL, no link
+// followed), so that nothing found at its name, a FIFO say, can block the write.
 absl::StatusOr<int64_t> WriteAtomically(
     const std::string& dir, const std::string& name,
     const std::function<absl::Status(const kv::ByteSink&)>& produce) {
+  static std::atomic<uint64_t> writes{0};
   const std::string path = absl::StrCat(dir, "/", name);
-  const std::string tmp = path + ".tmp";
-  Fd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  const std::string tmp = absl::StrCat(path, ".", getpid(), "-", writes.fetch_add(1), ".tmp");
+  Fd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
   if (fd.get() < 0) return Errno("create", tmp);
   std::string buffer;
   buffer.reserve(kWriteBuffer);
@@ -262,9 +267,12 @@ absl::StatusOr<SnapshotStore> SnapshotStore::Open(const std::string& dir, int th
     return absl::InvalidArgumentError(
         absl::StrCat("--snapshot_dir ", dir, ": not writable: ", std::strerror(errno)));
   }
-  // Leftovers of a save that was killed: never read, removed now.
-  for (const std::string& name : ListDir(path)) {
-    if (absl::EndsWith(name, ".tmp")) unlink(absl::StrCat(path, "/", name).c_str());
+  // Leftovers of a save that was killed: never read, removed now (generations that were being
+  // written are removed whole once a newer one is complete).
+  for (const std::string& folder : {path, absl::StrCat(path, "/saved")}) {
+    for (const std::string& name : ListDir(folder)) {
+      if (absl::EndsWith(name, ".tmp")) unlink(absl::StrCat(folder, "/", name).c_str());
+    }
   }
   return SnapshotStore(path, threads);
 }

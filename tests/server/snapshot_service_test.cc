@@ -2,12 +2,14 @@
 // serving) brings every sequence back, forks sharing their blocks again, and each one's next
 // decode is bit-identical to the same decode without the restart; SaveSequence / LoadSequence
 // round trips, with their errors (no directory, unknown or damaged files, bad names, routing).
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -42,6 +44,19 @@ std::string TempDir() {
   const char* dir = mkdtemp(pattern);
   EXPECT_NE(dir, nullptr);
   return dir;
+}
+
+// The names in `dir`, but . and ..
+std::vector<std::string> Names(const std::string& dir) {
+  std::vector<std::string> names;
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return names;
+  while (const dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name != "." && name != "..") names.push_back(name);
+  }
+  closedir(d);
+  return names;
 }
 
 server::ServerOptions Options(const std::string& dir) {
@@ -377,6 +392,83 @@ TEST(SnapshotService, SaveAndLoadSequenceOnRequest) {
   EXPECT_EQ(c.List().count("chat/3"), 0u);
   // What it keeps serving meanwhile.
   EXPECT_EQ(NextStep(c, "chat/1", 5), NextStep(c, "chat/2", 5));
+}
+
+// A save writes a temporary file of its own and renames it: whatever lies at another path (a
+// FIFO left where a save's temporary file would go) never blocks it, and saves of one name at
+// the same time each leave a whole file (the last rename wins), never a mix of both.
+TEST(SnapshotService, SavesNeverBlockAndConcurrentSavesOfOneNameStayWhole) {
+  const std::string dir = TempDir();
+  server::ServerOptions options = Options(dir);
+  options.compute_threads = 4;
+  auto started = server::AttendServer::Start(options);
+  ASSERT_TRUE(started.ok()) << started.status();
+  Client c(**started);
+  ASSERT_TRUE(c.Create("chat/1", v1::BFLOAT16, 0).ok());
+  ASSERT_TRUE(c.Create("chat/2", v1::BFLOAT16, 0).ok());
+  c.Append("chat/1", 300, 3);
+  c.Append("chat/2", 300, 4);
+  const std::string next1 = NextStep(c, "chat/1", 9), next2 = NextStep(c, "chat/2", 9);
+  ASSERT_NE(next1, next2);
+
+  ASSERT_EQ(mkdir((dir + "/saved").c_str(), 0755), 0);
+  const std::string fifo = dir + "/saved/stuck.attnsnap.tmp";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
+  std::future<grpc::Status> save = std::async(std::launch::async, [&] {
+    v1::SaveSequenceResponse saved;
+    return c.Save("chat/1", "stuck", &saved);
+  });
+  if (save.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    ADD_FAILURE() << "SaveSequence blocked on the FIFO at " << fifo;
+    // A reader lets the open return; reading lets the writes through.
+    const int reader = open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+    std::vector<char> sink(1 << 16);
+    while (save.wait_for(std::chrono::milliseconds(10)) != std::future_status::ready) {
+      if (reader >= 0 && read(reader, sink.data(), sink.size()) < 0) continue;
+    }
+    if (reader >= 0) close(reader);
+  }
+  EXPECT_TRUE(save.get().ok());
+  v1::SequenceInfo info;
+  const grpc::Status stuck = c.Load("stuck", "chat/stuck", &info);
+  EXPECT_TRUE(stuck.ok()) << stuck.error_message();
+  if (stuck.ok()) EXPECT_EQ(NextStep(c, "chat/stuck", 9), next1);
+
+  std::vector<std::thread> savers;
+  std::atomic<int> failed{0};
+  for (int i = 0; i < 8; ++i) {
+    savers.emplace_back([&, i] {
+      for (int round = 0; round < 4; ++round) {
+        v1::SaveSequenceResponse saved;
+        if (!c.Save(i % 2 == 0 ? "chat/1" : "chat/2", "same", &saved).ok()) failed++;
+      }
+    });
+  }
+  for (std::thread& t : savers) t.join();
+  EXPECT_EQ(failed.load(), 0);
+  const grpc::Status loaded = c.Load("same", "chat/same", &info);
+  ASSERT_TRUE(loaded.ok()) << loaded.error_message();
+  const std::string next = NextStep(c, "chat/same", 9);
+  EXPECT_TRUE(next == next1 || next == next2);
+  // Nothing is left behind but the saved files (and the FIFO the test made).
+  for (const std::string& name : Names(dir + "/saved")) {
+    EXPECT_TRUE(name == "stuck.attnsnap" || name == "same.attnsnap" || name == "stuck.attnsnap.tmp")
+        << name;
+  }
+  // A start removes what killed saves left in saved/ (and the FIFO, named as one of them).
+  {
+    const int fd =
+        open((dir + "/saved/killed.attnsnap.123-4.tmp").c_str(), O_WRONLY | O_CREAT, 0644);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(write(fd, "partial", 7), 7);
+    close(fd);
+  }
+  started->reset();
+  auto restarted = server::AttendServer::Start(options);
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  std::vector<std::string> names = Names(dir + "/saved");
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"same.attnsnap", "stuck.attnsnap"}));
 }
 
 TEST(SnapshotService, WithoutADirectorySaveAndLoadAreRefused) {
