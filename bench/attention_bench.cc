@@ -220,6 +220,7 @@ BENCHMARK(BM_CausalPrefill)
     ->Args({2048, 8, 8, 64, 0, 0})
     ->Args({2048, 8, 8, 128, 0, 1})
     ->Args({512, 8, 8, 128, 0, 0})
+    ->Args({512, 8, 8, 128, 1, 0})
     ->Unit(benchmark::kMillisecond)
     ->UseManualTime()
     ->MinTime(1.0);
