@@ -25,13 +25,14 @@ reports. OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE, which some machines set, mislea
 they are removed for the PyTorch measurements only (a child process).
 
     /usr/bin/python3 bench/compare_peers.py [--build build] [--bench_dir DIR] [--python PY]
-        [--threads N] [--small]
+        [--threads N] [--small] [--json FILE]
 
 --bench_dir: where attention_bench, decode_bench (and ggml_peer) are, default BUILD/bench (for
 binaries unpacked elsewhere, bench/device/engine_run.sh). --python: the Python that runs the
 PyTorch peers; default the one running this script if it has torch, else /usr/bin/python3
 (Debian's python3-torch). --small: small shapes (n 512, context 1024), to check that everything
-runs, not figures to quote.
+runs, not figures to quote. --json: every figure of the run (attend's benchmark rows, PyTorch's,
+ggml's) written to FILE as well.
 """
 import argparse
 import importlib.util
@@ -243,6 +244,8 @@ def main():
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--small", action="store_true",
                         help="small shapes (n 512, context 1024): a check that all runs")
+    parser.add_argument("--json", default=None,
+                        help="also write every figure of the run to this file")
     args = parser.parse_args()
     bench_dir = args.bench_dir or os.path.join(args.build, "bench")
     python = args.python or default_python()
@@ -291,6 +294,12 @@ def main():
                         r["kv_bytes_per_second"] / 1e9)
 
     print_tables(prefill, decoded, torch_results, ggml, prefill_shapes, decode_shapes)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"machine": machine, "attend_prefill": prefill, "attend_decode": decoded,
+                       "torch": torch_results, "torch_python": python,
+                       "ggml": [{"kind": k, "dtype": d, "shape": list(s), "figure": v}
+                                for (k, d, s), v in sorted(ggml.items())]}, f, indent=1)
 
 
 if __name__ == "__main__":
