@@ -26,8 +26,9 @@ SDPA_MIN = (2, 1)  # scale= came in 2.1
 DECODE_DIM = 128
 DTYPES = ("float32", "bfloat16")
 # Largest |SDPA - matmul peer| on the check's shape (values of order 1) that still counts as
-# the same attention.
-AGREE = {"float32": 1e-4, "bfloat16": 6e-2}
+# the same attention. bf16: the matmul peer rounds q.k and the weights to bf16, a fused kernel
+# need not (a reference SDPA in f32 differs by 0.02); a wrong mask or scale differs by 0.3 and up.
+AGREE = {"float32": 1e-4, "bfloat16": 1e-1}
 
 
 def version_tuple(version):
