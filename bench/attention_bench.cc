@@ -220,14 +220,17 @@ BENCHMARK(BM_CausalPrefill)
     ->Args({2048, 8, 8, 64, 0, 0})
     ->Args({2048, 8, 8, 128, 0, 1})
     ->Args({512, 8, 8, 128, 0, 0})
+    ->Args({512, 8, 8, 128, 1, 0})
     ->Unit(benchmark::kMillisecond)
     ->UseManualTime()
     ->MinTime(1.0);
 
 // About 1.5 s per iteration here: a fixed count, so that best and median have several to pick.
+// f32 and bf16 (bf16 at this length is where a bf16 matmul, AMX's, has the most to give).
 BENCHMARK(BM_CausalPrefill)
     ->ArgNames({"n", "heads", "kv_heads", "d", "bf16", "threads"})
     ->Args({8192, 8, 8, 128, 0, 0})
+    ->Args({8192, 8, 8, 128, 1, 0})
     ->Unit(benchmark::kMillisecond)
     ->UseManualTime()
     ->Iterations(3);

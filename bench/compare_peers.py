@@ -1,11 +1,19 @@
 #!/usr/bin/python3
-"""Side-by-side: attend's engine, Debian's PyTorch and ggml on the same attention shapes.
+"""Side-by-side: attend's engine, PyTorch and ggml on the same attention shapes.
 
 Runs attend's benchmark programs (build/bench/attention_bench and decode_bench), the same shapes
-through PyTorch (matmul + masked softmax + matmul, as a straightforward implementation does) and
-through ggml's flash attention (the CPU attention of llama.cpp, build/bench/ggml_peer), and
-prints one table with all three and this machine's limits measured by attend in the same run. A
-peer that is not installed is skipped, saying so.
+through PyTorch (bench/torch_peer.py, in a child process: matmul + masked softmax + matmul, as a
+straightforward implementation does; and, with torch >= 2.1, its fused
+torch.nn.functional.scaled_dot_product_attention, "SDPA") and through ggml's flash attention (the
+CPU attention of llama.cpp, build/bench/ggml_peer), and prints one table with all of them and
+this machine's limits measured by attend in the same run. A peer that is not installed is
+skipped, saying so (Debian's torch 1.13 has no SDPA: "PyTorch SDPA: skipped (torch 1.13 < 2.1)").
+
+SDPA gets K/V repeated to the query heads for prefill, as the matmul peer does; where the torch
+has enable_gqa (2.5 and later) and a shape has fewer KV heads than query heads, it is also
+measured with enable_gqa=True (column "SDPA gqa"). For decode both peers take each KV head's
+group of query heads as its query rows. Before measuring, each SDPA variant is checked against
+the matmul peer on a small shape (causal, GQA, scale d^-0.5) and the largest difference printed.
 
 ggml is not a Debian package: bash bench/ggml/build.sh builds ggml_peer from the ggml sources of
 a pinned npm package (see there). Its K/V take the same dtype as attend's (f32, bf16); the
@@ -16,13 +24,24 @@ OpenBLAS is installed (apt-get install python3-torch libopenblas0-pthread), whic
 reports. OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE, which some machines set, mislead OpenBLAS, so
 they are removed for the PyTorch measurements only (a child process).
 
-    /usr/bin/python3 bench/compare_peers.py [--build build]
+    /usr/bin/python3 bench/compare_peers.py [--build build] [--bench_dir DIR] [--python PY]
+        [--threads N] [--small] [--json FILE]
+
+--bench_dir: where attention_bench, decode_bench (and ggml_peer) are, default BUILD/bench (for
+binaries unpacked elsewhere, bench/device/engine_run.sh). --python: the Python that runs the
+PyTorch peers; default the one running this script if it has torch, else /usr/bin/python3
+(Debian's python3-torch). --small: small shapes (n 512, context 1024), to check that everything
+runs, not figures to quote. --json: every figure of the run (attend's benchmark rows, PyTorch's,
+ggml's) written to FILE as well.
 """
 import argparse
+import importlib.util
 import json
 import os
 import subprocess
 import sys
+
+import torch_peer  # bench/torch_peer.py (imports no torch itself)
 
 PREFILL = [  # (heads, kv_heads, n, d)
     (8, 8, 2048, 128),
@@ -34,51 +53,19 @@ DECODE = [  # (heads, kv_heads, context, batch)
     (32, 8, 16384, 1),
     (32, 8, 4096, 16),
 ]
+# attend's cases of those shapes (threads:0: all threads).
+PREFILL_FILTER = "CausalPrefill/n:2048/.*/threads:0"
+DECODE_FILTER = "(context:(4096|16384)/batch:1/|context:4096/batch:16/)storage:[012]/threads:0"
+# --small: cases attention_bench and decode_bench have at these sizes.
+SMALL_PREFILL = [(8, 8, 512, 128), (32, 8, 512, 128)]
+SMALL_DECODE = [(32, 8, 1024, 1), (32, 8, 1024, 16)]
+SMALL_PREFILL_FILTER = "CausalPrefill/n:512/.*/threads:0"
+SMALL_DECODE_FILTER = "context:1024/batch:(1|16)/storage:[012]/threads:0/idle:0"
 
-TORCH_CHILD = r"""
-import json, sys, time
-import torch
-torch.set_num_threads(int(sys.argv[1]))
-spec = json.loads(sys.argv[2])
-results = []
-
-def best(fn, reps=3):
-    fn()
-    t = float("inf")
-    for _ in range(reps):
-        start = time.perf_counter(); fn(); t = min(t, time.perf_counter() - start)
-    return t
-
-for dtype_name in ("float32", "bfloat16"):
-    dtype = getattr(torch, dtype_name)
-    for heads, kv, n, d in spec["prefill"]:
-        q = torch.randn(heads, n, d, dtype=dtype)
-        k = torch.randn(kv, n, d, dtype=dtype).repeat_interleave(heads // kv, 0)
-        v = torch.randn(kv, n, d, dtype=dtype).repeat_interleave(heads // kv, 0)
-        mask = torch.triu(torch.ones(n, n, dtype=torch.bool), 1)
-        def run():
-            s = (q @ k.transpose(1, 2)) * (d ** -0.5)
-            s = s.masked_fill(mask, float("-inf"))
-            return torch.softmax(s.float(), -1).to(dtype) @ v
-        seconds = best(run)
-        pairs = heads * n * (n + 1) // 2
-        results.append({"kind": "prefill", "dtype": dtype_name, "shape": [heads, kv, n, d],
-                        "seconds": seconds, "useful_flops": 4.0 * d * pairs / seconds})
-    for heads, kv, context, batch in spec["decode"]:
-        d = 128
-        group = heads // kv
-        qs = [torch.randn(kv, group, d, dtype=dtype) for _ in range(batch)]
-        ks = [torch.randn(kv, context, d, dtype=dtype) for _ in range(batch)]
-        vs = [torch.randn(kv, context, d, dtype=dtype) for _ in range(batch)]
-        def run():
-            for q, k, v in zip(qs, ks, vs):
-                torch.softmax(((q @ k.transpose(1, 2)) * d ** -0.5).float(), -1).to(dtype) @ v
-        seconds = best(run)
-        kv_bytes = 2.0 * batch * context * kv * d * (4 if dtype_name == "float32" else 2)
-        results.append({"kind": "decode", "dtype": dtype_name, "shape": [heads, kv, context, batch],
-                        "seconds": seconds, "kv_bytes_per_second": kv_bytes / seconds})
-print(json.dumps({"version": torch.__version__, "results": results}))
-"""
+# The PyTorch peers: (bench/torch_peer.py's name, column heading).
+TORCH_PEERS = [("matmul", "PyTorch"), ("sdpa", "SDPA"), ("sdpa_gqa", "SDPA gqa")]
+# Width of the tables' first column.
+LABEL_WIDTH = 40
 
 
 def run_ggml(binary, threads, heads, kv, n_q, n_kv, d, kv_type, causal, batch, reps, evict):
@@ -99,47 +86,192 @@ def run_bench(binary, filter_regex):
     return (machine[0] if machine else ""), json.loads(run.stdout)["benchmarks"]
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--build", default="build")
-    parser.add_argument("--threads", type=int, default=os.cpu_count())
-    args = parser.parse_args()
+def fields_of(benchmark):
+    """A benchmark's name as its arguments: {"n": "2048", "heads": "8", ...}."""
+    return dict(part.split(":", 1) for part in benchmark["name"].split("/")[1:] if ":" in part)
 
-    attention = os.path.join(args.build, "bench", "attention_bench")
-    decode = os.path.join(args.build, "bench", "decode_bench")
-    for binary in (attention, decode):
-        if not os.path.exists(binary):
-            sys.exit("%s is missing: run bash scripts/setup.sh first" % binary)
 
-    machine, prefill = run_bench(attention, "CausalPrefill/n:2048/.*/threads:0")
-    _, decoded = run_bench(decode, "(context:(4096|16384)/batch:1/|context:4096/batch:16/)storage:[012]/threads:0")
-    print(machine)
+def prefill_dtype(benchmark):
+    return "bfloat16" if fields_of(benchmark)["bf16"] == "1" else "float32"
+
+
+def default_python():
+    """The Python for the PyTorch peers: this one if it has torch, else Debian's."""
+    if importlib.util.find_spec("torch") or not os.path.exists("/usr/bin/python3"):
+        return sys.executable
+    return "/usr/bin/python3"
+
+
+def run_torch(python, threads, prefill_shapes, decode_shapes):
+    """bench/torch_peer.py's JSON, or None with the reason it failed."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
+    spec = json.dumps({"prefill": prefill_shapes, "decode": decode_shapes})
+    child = subprocess.run([python, torch_peer.__file__, str(threads), spec], capture_output=True,
+                           text=True, env=env)
+    if child.returncode != 0:
+        return None, child.stderr.strip().splitlines()[-1] if child.stderr.strip() else "failed"
+    return json.loads(child.stdout), ""
+
+
+def describe_torch(torch_results, python, threads):
+    """The lines that say which PyTorch ran and how its SDPA peer fared."""
+    t = torch_results
+    lines = []
+    blas = t.get("blas") or "?"
+    debian_blas = "/usr/lib/x86_64-linux-gnu/libblas.so.3"
+    if python == "/usr/bin/python3" and os.path.exists(debian_blas):
+        blas = "%s (OPENBLAS_CORETYPE/L2_SIZE unset)" % os.path.realpath(debian_blas)
+    lines.append("PyTorch %s (%s) with %d threads, BLAS %s%s" % (
+        t["version"], python, threads, blas,
+        ", cpu capability %s" % t["cpu_capability"] if t.get("cpu_capability") else ""))
+    sdpa = t.get("sdpa", {})
+    if not sdpa.get("used"):
+        lines.append("PyTorch SDPA: skipped (%s)" % sdpa.get("reason", "unknown"))
+        return lines
+    lines.append("PyTorch SDPA: torch.nn.functional.scaled_dot_product_attention, K/V repeated "
+                 "to the query heads%s" % ("; SDPA gqa: enable_gqa=True" if sdpa.get("enable_gqa")
+                                           else " (no enable_gqa in this torch)"))
+    checks = []
+    for dtype in torch_peer.DTYPES:
+        diffs = t.get("check", {}).get(dtype, {})
+        limit = torch_peer.AGREE[dtype]
+        checks.append("%s: %s" % (dtype, ", ".join(
+            "%s %.1e%s" % (peer, diff, "" if diff <= limit else " DISAGREES (above %.0e)" % limit)
+            for peer, diff in sorted(diffs.items()))))
+    lines.append("PyTorch SDPA against the matmul peer on a small causal GQA shape, max |diff|: "
+                 + "; ".join(checks))
+    return lines
+
+
+def torch_figure(torch_results, peer, kind, dtype, shape):
+    """GFLOP/s (prefill) or K/V GB/s (decode) of one PyTorch peer, or "-"."""
+    if not torch_results:
+        return "-"
+    for r in torch_results["results"]:
+        if (r.get("peer", "matmul") == peer and r["kind"] == kind and r["dtype"] == dtype
+                and r["shape"] == list(shape)):
+            return r["useful_flops"] / 1e9 if kind == "prefill" else r["kv_bytes_per_second"] / 1e9
+    return "-"
+
+
+def fmt(x, digits=1):
+    return ("%." + str(digits) + "f") % x if isinstance(x, float) else str(x)
+
+
+def print_tables(prefill, decoded, torch_results, ggml, prefill_shapes, decode_shapes,
+                 out=sys.stdout):
+    """The two tables: one row per attend case, then the peers' shapes attend has no case of.
+    prefill, decoded: the benchmark programs' JSON rows; ggml: {(kind, dtype, shape): figure}."""
+    def emit(line=""):
+        print(line, file=out)
+
     # attend's ratios are against the limits probed around each of its cases; the peers', which
     # run later, against the best probe of the run.
     # Each prefill case's probe is the matmul of its own dtype (f32 or bf16): the peers' ratios are
     # against the probe of the same dtype.
-    def prefill_dtype(b):
-        fields = dict(part.split(":") for part in b["name"].split("/")[1:] if ":" in part)
-        return "bfloat16" if fields["bf16"] == "1" else "float32"
     matmul = {dtype: max([b["matmul_GFLOPs"] for b in prefill if prefill_dtype(b) == dtype] or [0.0])
               for dtype in ("float32", "bfloat16")}
-    bandwidth = max(b["read_bw_GBs"] for b in decoded)
+    bandwidth = max([b["read_bw_GBs"] for b in decoded] or [0.0])
+    measured = {r.get("peer", "matmul") for r in (torch_results or {}).get("results", [])}
+    # PyTorch and SDPA always (a dash where not measured); SDPA gqa where measured.
+    peers = [(p, h) for p, h in TORCH_PEERS if p != "sdpa_gqa" or p in measured]
+    headings = ["attend"] + [h for _, h in peers] + ["ggml"]
+    cell = "%10s %7s"
 
-    torch_results = None
-    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
-    spec = json.dumps({"prefill": PREFILL, "decode": DECODE})
-    child = subprocess.run(["/usr/bin/python3", "-c", TORCH_CHILD, str(args.threads), spec],
-                           capture_output=True, text=True, env=env)
-    if child.returncode != 0:
-        reason = child.stderr.strip().splitlines()[-1] if child.stderr.strip() else "failed"
+    def header(first):
+        emit(first.ljust(LABEL_WIDTH) + "".join(" " + cell % (h, "ratio") for h in headings))
+
+    def row(label, attend, attend_ratio, kind, dtype, shape, peak):
+        figures = [torch_figure(torch_results, p, kind, dtype, shape) for p, _ in peers]
+        figures.append(ggml.get((kind, dtype, tuple(shape)), "-"))
+        cells = [(fmt(attend), fmt(attend_ratio, 2))]
+        cells += [(fmt(f), fmt(f / peak, 2) if f != "-" and peak else "-") for f in figures]
+        emit(label.ljust(LABEL_WIDTH) + "".join(" " + cell % c for c in cells))
+
+    emit()
+    emit("attend and ggml: median iteration; PyTorch and SDPA: best of their runs")
+    # Where attend runs bf16 on the f32 matmul (its engine says "-emulated"), the bf16 cases'
+    # probe is the f32 matmul's.
+    emulated = any("emulated" in b.get("label", "") for b in prefill if prefill_dtype(b) == "bfloat16")
+    emit("prefill, causal: useful GFLOP/s (4 x d per attended pair); best matmul probes: "
+         "f32 %.1f GFLOP/s, bf16 %s GFLOP/s%s; each case against its dtype's"
+         % (matmul["float32"], fmt(matmul["bfloat16"]) if matmul["bfloat16"] else "-",
+            " (the f32 matmul, which bf16 runs on here)" if emulated else ""))
+    header("shape (heads/kv, n, d, dtype)")
+    done = set()
+    for b in prefill:
+        f = fields_of(b)
+        shape = tuple(int(f[x]) for x in ("heads", "kv_heads", "n", "d"))
+        dtype = prefill_dtype(b)
+        done.add((dtype, shape))
+        row("%d/%d, %d, %d, %s" % (shape + (dtype,)), b["useful_GFLOPs"], b["ratio"], "prefill",
+            dtype, shape, matmul[dtype])
+    for dtype in ("float32", "bfloat16"):
+        for shape in map(tuple, prefill_shapes):
+            if (dtype, shape) not in done:
+                row("%d/%d, %d, %d, %s" % (shape + (dtype,)), "-", "-", "prefill", dtype, shape,
+                    matmul[dtype] or matmul["float32"])
+    emit()
+    emit("decode over the cache: K/V GB/s read; best read bandwidth probe %.1f GB/s" % bandwidth)
+    header("shape (heads/kv, context, batch, dtype)")
+    done = set()
+    for b in decoded:
+        f = fields_of(b)
+        shape = (32, 8, int(f["context"]), int(f["batch"]))
+        dtype = {"0": "float32", "1": "bfloat16", "2": "int8"}[f["storage"]]
+        done.add((dtype, shape))
+        row("32/8, %d, %d, %s" % (shape[2], shape[3], dtype), b["KV_GBs"], b["ratio"], "decode",
+            dtype, shape, bandwidth)
+    for dtype in ("float32", "bfloat16", "float16"):
+        for shape in map(tuple, decode_shapes):
+            if (dtype, shape) in done:
+                continue
+            figures = [torch_figure(torch_results, p, "decode", dtype, shape) for p, _ in peers]
+            if all(x == "-" for x in figures) and ("decode", dtype, shape) not in ggml:
+                continue
+            row("%d/%d, %d, %d, %s" % (shape + (dtype,)), "-", "-", "decode", dtype, shape,
+                bandwidth)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--build", default="build")
+    parser.add_argument("--bench_dir", default=None,
+                        help="folder of attention_bench, decode_bench, ggml_peer (BUILD/bench)")
+    parser.add_argument("--python", default=None,
+                        help="Python with torch for the PyTorch peers (this one if it has "
+                             "torch, else /usr/bin/python3)")
+    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--small", action="store_true",
+                        help="small shapes (n 512, context 1024): a check that all runs")
+    parser.add_argument("--json", default=None,
+                        help="also write every figure of the run to this file")
+    args = parser.parse_args()
+    bench_dir = args.bench_dir or os.path.join(args.build, "bench")
+    python = args.python or default_python()
+    prefill_shapes = SMALL_PREFILL if args.small else PREFILL
+    decode_shapes = SMALL_DECODE if args.small else DECODE
+
+    attention = os.path.join(bench_dir, "attention_bench")
+    decode = os.path.join(bench_dir, "decode_bench")
+    for binary in (attention, decode):
+        if not os.path.exists(binary):
+            sys.exit("%s is missing: run bash scripts/setup.sh first" % binary)
+
+    machine, prefill = run_bench(attention,
+                                 SMALL_PREFILL_FILTER if args.small else PREFILL_FILTER)
+    _, decoded = run_bench(decode, SMALL_DECODE_FILTER if args.small else DECODE_FILTER)
+    print(machine)
+
+    torch_results, reason = run_torch(python, args.threads, prefill_shapes, decode_shapes)
+    if torch_results is None:
         print("PyTorch: skipped (%s; Debian's python3-torch provides it)" % reason)
+        print("PyTorch SDPA: skipped (no PyTorch)")
     else:
-        torch_results = json.loads(child.stdout)
-        blas = os.path.realpath("/usr/lib/x86_64-linux-gnu/libblas.so.3")
-        print("PyTorch %s with %d threads, BLAS %s (OPENBLAS_CORETYPE/L2_SIZE unset)"
-              % (torch_results["version"], args.threads, blas))
+        for line in describe_torch(torch_results, python, args.threads):
+            print(line)
 
-    ggml_binary = os.path.join(args.build, "bench", "ggml_peer")
+    ggml_binary = os.path.join(bench_dir, "ggml_peer")
     ggml = {}
     if not os.path.exists(ggml_binary):
         print("ggml: skipped (%s is not built; bash bench/ggml/build.sh builds it)" % ggml_binary)
@@ -148,74 +280,26 @@ def main():
               % args.threads)
         ggml_type = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
         for dtype in ("float32", "bfloat16"):
-            for heads, kv, n, d in PREFILL:
+            for heads, kv, n, d in prefill_shapes:
                 r = run_ggml(ggml_binary, args.threads, heads, kv, n, n, d, ggml_type[dtype],
                              True, 1, 3, False)
                 if r:
                     ggml[("prefill", dtype, (heads, kv, n, d))] = r["useful_flops"] / 1e9
         for dtype in ("float32", "bfloat16", "float16"):
-            for heads, kv, context, batch in DECODE:
+            for heads, kv, context, batch in decode_shapes:
                 r = run_ggml(ggml_binary, args.threads, heads, kv, 1, context, 128,
                              ggml_type[dtype], False, batch, 10, True)
                 if r:
                     ggml[("decode", dtype, (heads, kv, context, batch))] = (
                         r["kv_bytes_per_second"] / 1e9)
 
-    def ggml_figure(kind, dtype, shape):
-        return ggml.get((kind, dtype, tuple(shape)), "-")
-
-    def torch_figure(kind, dtype, shape):
-        if not torch_results:
-            return "-"
-        for r in torch_results["results"]:
-            if r["kind"] == kind and r["dtype"] == dtype and r["shape"] == list(shape):
-                return r["useful_flops"] / 1e9 if kind == "prefill" else r["kv_bytes_per_second"] / 1e9
-        return "-"
-
-    def fmt(x, digits=1):
-        return ("%." + str(digits) + "f") % x if isinstance(x, float) else str(x)
-
-    print()
-    print("attend and ggml: median iteration; PyTorch: best of its runs")
-    # Where attend runs bf16 on the f32 matmul (its engine says "-emulated"), the bf16 cases'
-    # probe is the f32 matmul's.
-    emulated = any("emulated" in b.get("label", "") for b in prefill if prefill_dtype(b) == "bfloat16")
-    print("prefill, causal: useful GFLOP/s (4 x d per attended pair); best matmul probes: "
-          "f32 %.1f GFLOP/s, bf16 %.1f GFLOP/s%s; each case against its dtype's"
-          % (matmul["float32"], matmul["bfloat16"],
-             " (the f32 matmul, which bf16 runs on here)" if emulated else ""))
-    print("%-34s %10s %7s %10s %7s %10s %7s" % ("shape (heads/kv, n, d, dtype)", "attend", "ratio",
-                                               "PyTorch", "ratio", "ggml", "ratio"))
-    for b in prefill:
-        name = b["name"]
-        fields = dict(part.split(":") for part in name.split("/")[1:] if ":" in part)
-        heads, kv, n, d = (int(fields[x]) for x in ("heads", "kv_heads", "n", "d"))
-        dtype = prefill_dtype(b)
-        peak = matmul[dtype]
-        t = torch_figure("prefill", dtype, (heads, kv, n, d))
-        g = ggml_figure("prefill", dtype, (heads, kv, n, d))
-        print("%-34s %10.1f %7.2f %10s %7s %10s %7s" % (
-            "%d/%d, %d, %d, %s" % (heads, kv, n, d, dtype), b["useful_GFLOPs"], b["ratio"], fmt(t),
-            fmt(t / peak, 2) if t != "-" else "-", fmt(g), fmt(g / peak, 2) if g != "-" else "-"))
-    print()
-    print("decode over the cache: K/V GB/s read; best read bandwidth probe %.1f GB/s" % bandwidth)
-    print("%-34s %10s %7s %10s %7s %10s %7s" % ("shape (heads/kv, context, batch, dtype)", "attend",
-                                               "ratio", "PyTorch", "ratio", "ggml", "ratio"))
-    for b in decoded:
-        fields = dict(part.split(":") for part in b["name"].split("/")[1:] if ":" in part)
-        context, batch = int(fields["context"]), int(fields["batch"])
-        dtype = {"0": "float32", "1": "bfloat16", "2": "int8"}[fields["storage"]]
-        t = torch_figure("decode", dtype, (32, 8, context, batch))
-        g = ggml_figure("decode", dtype, (32, 8, context, batch))
-        print("%-34s %10.1f %7.2f %10s %7s %10s %7s" % (
-            "32/8, %d, %d, %s" % (context, batch, dtype), b["KV_GBs"], b["ratio"], fmt(t),
-            fmt(t / bandwidth, 2) if t != "-" else "-", fmt(g), fmt(g / bandwidth, 2) if g != "-" else "-"))
-    for heads, kv, context, batch in DECODE:
-        g = ggml_figure("decode", "float16", (heads, kv, context, batch))
-        if g != "-":
-            print("%-34s %10s %7s %10s %7s %10s %7s" % (
-                "%d/%d, %d, %d, float16" % (heads, kv, context, batch), "-", "-", "-", "-", fmt(g),
-                fmt(g / bandwidth, 2)))
+    print_tables(prefill, decoded, torch_results, ggml, prefill_shapes, decode_shapes)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"machine": machine, "attend_prefill": prefill, "attend_decode": decoded,
+                       "torch": torch_results, "torch_python": python,
+                       "ggml": [{"kind": k, "dtype": d, "shape": list(s), "figure": v}
+                                for (k, d, s), v in sorted(ggml.items())]}, f, indent=1)
 
 
 if __name__ == "__main__":

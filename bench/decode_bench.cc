@@ -25,7 +25,14 @@
 // 16-lane FMAs, vdpbf16ps, vpdpbusd): register operands, 24 independent chains, one core. Which
 // set decodes fastest follows from these rates as much as from the instructions a CPU has.
 //
-//   build/bench/decode_bench [--benchmark_filter=...]
+// BM_DecodeScaling (only with --scaling_threads) is BM_DecodeBatch again over a list of thread
+// counts, for how decode scales with cores on a bigger machine; its ratio is against the read
+// bandwidth measured with all threads:
+//   --scaling_threads=1,2,4,8,16  registers the cases (none without it)
+//   --scaling_contexts=4096  --scaling_batches=1,2,16  --scaling_storages=0,1,2  (the defaults)
+// Each list is comma-separated; the cases are every combination, 20 steps each, caches evicted.
+//
+//   build/bench/decode_bench [--benchmark_filter=...] [--scaling_threads=1,2,4 ...]
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
 #include <omp.h>
@@ -33,13 +40,17 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "bench/machine_limits.h"
 #include "bench/step_times.h"
 #include "common/half.h"
@@ -680,7 +691,59 @@ BENCHMARK(BM_DecodeBatch)
     ->UseManualTime()
     ->Iterations(20);
 
+// --scaling_*: see the top of the file. Removes the flags it takes from argv (Google Benchmark
+// rejects flags it does not know) and registers BM_DecodeScaling when --scaling_threads is given.
+// Returns false, with the reason printed, on a malformed list.
+bool RegisterScaling(int* argc, char** argv) {
+  std::vector<int64_t> threads, contexts = {4096}, batches = {1, 2, 16}, storages = {0, 1, 2};
+  const struct {
+    const char* prefix;
+    std::vector<int64_t>* values;
+    int64_t low, high;
+  } flags[] = {{"--scaling_threads=", &threads, 1, 1024},
+               {"--scaling_contexts=", &contexts, 2, int64_t{1} << 20},
+               {"--scaling_batches=", &batches, 1, 1024},
+               {"--scaling_storages=", &storages, 0, 2}};
+  int kept = 1;
+  for (int i = 1; i < *argc; ++i) {
+    const std::string arg = argv[i];
+    bool taken = false;
+    for (const auto& flag : flags) {
+      if (arg.rfind(flag.prefix, 0) != 0) continue;
+      taken = true;
+      flag.values->clear();
+      for (absl::string_view item : absl::StrSplit(arg.substr(strlen(flag.prefix)), ',')) {
+        int64_t value = 0;
+        if (!absl::SimpleAtoi(item, &value) || value < flag.low || value > flag.high) {
+          std::fprintf(stderr, "decode_bench: %s: '%s' is not a number in [%lld, %lld]\n",
+                       flag.prefix, std::string(item).c_str(), static_cast<long long>(flag.low),
+                       static_cast<long long>(flag.high));
+          return false;
+        }
+        flag.values->push_back(value);
+      }
+    }
+    if (!taken) argv[kept++] = argv[i];
+  }
+  *argc = kept;
+  if (threads.empty()) return true;
+  benchmark::RegisterBenchmark("BM_DecodeScaling", BM_DecodeBatch)
+      ->ArgNames({"context", "batch", "storage", "threads", "idle"})
+      ->ArgsProduct({contexts, batches, storages, threads, {0}})
+      ->Unit(benchmark::kMillisecond)
+      ->UseManualTime()
+      ->Iterations(20);
+  return true;
+}
+
 }  // namespace
 }  // namespace attend::bench
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  if (!attend::bench::RegisterScaling(&argc, argv)) return 2;
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
