@@ -57,6 +57,7 @@
 #include "core/base/large_memory.h"
 #include "core/kernels/simd.h"
 #include "core/kv_cache/kv_cache.h"
+#include "planner/hardware.h"
 
 namespace attend::bench {
 namespace {
@@ -73,6 +74,18 @@ std::vector<float> Random(int64_t n, uint64_t seed) {
 
 DType StorageOf(int64_t arg) {
   return arg == 0 ? DType::kFloat32 : (arg == 1 ? DType::kBFloat16 : DType::kInt8);
+}
+
+// The read bandwidth probe (best of 2 reads of 256 MiB, as MeasureLimitsNow) on `threads`
+// OpenMP threads: what a decode step on that many threads is measured against when thread
+// counts are compared (scaling tracks the probe, or it does not).
+double ReadBandwidthOn(int threads) {
+  const int all = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  const double bytes_per_second =
+      planner::MeasureReadBandwidth(int64_t{256} << 20, 2).value_or(0.0);
+  omp_set_num_threads(all);
+  return bytes_per_second;
 }
 
 // args: context, batch, storage (0 f32, 1 bf16, 2 int8), threads (0 = all; ratios are against
@@ -168,6 +181,7 @@ void BM_DecodeBatch(benchmark::State& state) {
   AttentionStats stats;
   StepTimes times;
   const MachineLimits before = MeasureLimitsNow();
+  const double threads_read_before = threads > 0 ? ReadBandwidthOn(threads) : 0.0;
   for (auto _ : state) {
     if (idle_us > 0) {
       std::this_thread::sleep_for(std::chrono::microseconds(idle_us));
@@ -195,6 +209,14 @@ void BM_DecodeBatch(benchmark::State& state) {
   state.counters["ratio"] = bytes / times.Median() / limits.read_bytes_per_second;
   state.counters["ratio_best"] = bytes / times.Best() / limits.read_bytes_per_second;
   state.counters["us_per_step"] = times.Median() * 1e6;
+  if (threads > 0) {
+    // The probe on the step's own threads, and the step against it: scaling from 1 to N threads
+    // tracks the probe where ratio_threads stays the same.
+    const double threads_read = std::max(threads_read_before, ReadBandwidthOn(threads));
+    state.counters["read_bw_threads_GBs"] = threads_read / 1e9;
+    state.counters["ratio_threads"] =
+        threads_read > 0 ? bytes / times.Median() / threads_read : 0.0;
+  }
   state.SetLabel(stats.engine);
 }
 
