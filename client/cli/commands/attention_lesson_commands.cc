@@ -77,6 +77,14 @@ struct SoftmaxOptions {
 };
 
 int RunSoftmax(Context& c, const SoftmaxOptions& o) {
+  // The server's rule (core/lessons/softmax.cc), checked here so that a typo is a usage error
+  // naming the flag rather than the server's refusal.
+  if (o.temperature && (!(*o.temperature > 0.0) || !std::isfinite(*o.temperature))) {
+    return UsageError(c, absl::InvalidArgumentError(absl::StrCat(
+                             "--temperature must be positive and finite: greater than 0 and at "
+                             "most 1.8e308 (a double's largest), got ",
+                             *o.temperature)));
+  }
   std::vector<double> logits;
   for (const std::string& token : c.positional) {
     double value;

@@ -259,6 +259,19 @@ TEST_F(ErrorsTest, UsageErrorsNameTheFlagAndTheValue) {
        "logit 2, '-1e400', is beyond the range of a double; scores are finite, or -inf to mask"},
       {{"softmax", "inf", "1"}, "logit 1, 'inf': scores are finite, or -inf to mask"},
       {{"softmax", "1", "nan"}, "logit 2, 'nan': scores are finite, or -inf to mask"},
+      // The server's rule (core/lessons/softmax.cc), checked before anything is sent.
+      {{"softmax", "1", "2", "--temperature", "inf"},
+       "--temperature must be positive and finite: greater than 0 and at most 1.8e308 (a "
+       "double's largest), got inf"},
+      {{"softmax", "1", "2", "--temperature", "nan"},
+       "--temperature must be positive and finite: greater than 0 and at most 1.8e308 (a "
+       "double's largest), got nan"},
+      {{"softmax", "1", "2", "--temperature", "0"},
+       "--temperature must be positive and finite: greater than 0 and at most 1.8e308 (a "
+       "double's largest), got 0"},
+      {{"softmax", "1", "2", "--temperature=-0.5"},
+       "--temperature must be positive and finite: greater than 0 and at most 1.8e308 (a "
+       "double's largest), got -0.5"},
       {{"scaling", "--head_dims", "4,,64"},
        "--head_dims needs comma-separated integers, got '4,,64' (item 2 is empty)"},
       {{"scaling", "--head_dims", "4,64,"},
@@ -278,6 +291,8 @@ TEST_F(ErrorsTest, UsageErrorsNameTheFlagAndTheValue) {
   }
   // -inf masks, as it always did.
   EXPECT_EQ(Run({"softmax", "1", "-inf"}), cli::kExitOk) << err_.str();
+  // Any positive, finite temperature goes to the server.
+  EXPECT_EQ(Run({"softmax", "1", "2", "--temperature", "1e-3"}), cli::kExitOk) << err_.str();
 }
 
 // --- files that cannot be written ----------------------------------------------------------------
