@@ -16,6 +16,7 @@
 #include "client/attention_client.h"
 #include "client/cli/commands/attention_commands.h"
 #include "client/cli/connect/report_error.h"
+#include "client/cli/framework/args.h"
 #include "client/cli/framework/command.h"
 #include "client/cli/render/format.h"
 
@@ -202,8 +203,10 @@ int RunScaling(Context& c, const ScalingOptions& o) {
 absl::StatusOr<Example> FindExample(const std::string& name) {
   if (name == "it") return ItExample();
   if (name == "causal") return CausalExample();
-  return absl::InvalidArgumentError(
-      absl::StrCat("--example: '", name, "' is not an example; use it or causal"));
+  // A close name is suggested, as `attend example` and mistyped commands do; else the choices.
+  const std::string guess = DidYouMeanSuffix(name, {"it", "causal"});
+  return absl::InvalidArgumentError(absl::StrCat("--example: '", name, "' is not an example",
+                                                 guess.empty() ? "; use it or causal" : guess));
 }
 
 Command SoftmaxCommand() {

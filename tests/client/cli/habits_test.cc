@@ -241,6 +241,14 @@ TEST_F(HabitsTest, MistypedSubcommandsAndExamplesSuggestTheCloseOne) {
   EXPECT_EQ(Run({"example", "zzzzzz"}), cli::kExitUsage);
   EXPECT_THAT(err_.str(),
               StartsWith("usage error: 'zzzzzz' is not an example; one of: list, it, softmax, "));
+  // `attend attend --example`'s worked examples too.
+  EXPECT_EQ(Run({"attend", "--example", "caus"}), cli::kExitUsage);
+  EXPECT_EQ(err_.str(),
+            "usage error: --example: 'caus' is not an example; did you mean 'causal'?\n");
+  EXPECT_EQ(Run({"attend", "--example=itt"}), cli::kExitUsage);
+  EXPECT_EQ(err_.str(), "usage error: --example: 'itt' is not an example; did you mean 'it'?\n");
+  EXPECT_EQ(Run({"attend", "--example", "zzzzzz"}), cli::kExitUsage);
+  EXPECT_EQ(err_.str(), "usage error: --example: 'zzzzzz' is not an example; use it or causal\n");
 }
 
 // --max_message_bytes takes the units of the server's size flags (common/byte_size.h), from the
