@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -159,6 +160,16 @@ absl::Status Reworded(absl::string_view message, absl::string_view text, absl::s
         return Invalid(field,
                        absl::StrCat("expected ", Kind(type), ", got a number out of its range (",
                                     approximate ? "about " : "", Quote(value), ")"));
+      }
+      // A number refused by a float field is beyond float32's range: protobuf refuses it rather
+      // than rounding it to infinity. Numbers in strings ("1e39") count; spellings of infinity
+      // and NaN other than proto3 JSON's ("inf") are no numbers at all.
+      const absl::string_view digits = absl::StripSuffix(absl::StripPrefix(value, "\""), "\"");
+      if (type == "TYPE_FLOAT" && absl::SimpleAtod(digits, &number) &&
+          std::fabs(number) > std::numeric_limits<float>::max() &&
+          digits.find_first_of("iInN") == absl::string_view::npos) {
+        return Invalid(field, absl::StrCat("expected ", Kind(type), ", got ", Quote(value),
+                                           ", beyond float32's range (about 3.4e38)"));
       }
       return Invalid(field, absl::StrCat("expected ", Kind(type), ", got ", Quote(value)));
     }

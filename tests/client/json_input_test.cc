@@ -74,8 +74,19 @@ TEST(JsonInput, ErrorsNameTheField) {
       {R"({"q": {"shape": [1099511627776, 1099511627776], "values": []}, )" + kv + "}",
        {"q.shape: more than 2^53 elements"}},
       {R"({"q": {"shape": [], "values": []}, )" + kv + "}", {"q.shape: missing or empty"}},
+      // Beyond float32's range (protobuf refuses it rather than rounding it to infinity).
       {R"({"q": {"shape": [1, 1, 4], "values": [1, 1, 1e39, 1]}, )" + kv + "}",
-       {"q.values[2]: expected a number (float32), got 1e+39"}},
+       {"q.values[2]: expected a number (float32), got 1e+39, beyond float32's range (about "
+        "3.4e38)"}},
+      {R"({"q": {"shape": [1, 1, 4], "values": [1, 1, 1, -5e38]}, )" + kv + "}",
+       {"q.values[3]: expected a number (float32), got -5e+38, beyond float32's range (about "
+        "3.4e38)"}},
+      {"{" + q + ", " + kv + R"(, "scale": 1e39})",
+       {"scale: expected a number (float32), got 1e+39, beyond float32's range (about 3.4e38)"}},
+      // proto3 JSON's numbers in strings, as given.
+      {R"({"q": {"shape": [1, 1, 4], "values": [1, 1, 1, "1e39"]}, )" + kv + "}",
+       {"q.values[3]: expected a number (float32), got \"1e39\", beyond float32's range (about "
+        "3.4e38)"}},
       {R"({"q": {"shape": [1, 1, 4], "valuez": [1, 1, 1, 1]}, )" + kv + "}",
        {"q: unknown member 'valuez' (known: shape, values)"}},
       {R"({"q": [1, 1, 1, 1], )" + kv + "}", {"q: got an array; this member is not a list"}},
@@ -112,6 +123,11 @@ TEST(JsonInput, ErrorsNameTheField) {
     EXPECT_THAT(AttendInputFromJson(text), StatusIs(absl::StatusCode::kInvalidArgument, messages))
         << text;
   }
+  // "inf" is no number of proto3 JSON ("Infinity" is): not called out of float32's range.
+  EXPECT_EQ(AttendInputFromJson(R"({"q": {"shape": [1], "values": ["inf"]}, )" + kv + "}")
+                .status()
+                .message(),
+            "q.values[0]: expected a number (float32), got \"inf\"");
 }
 
 // What proto3 JSON allows besides the CLI's own form, which protobuf's parser reads.
