@@ -202,6 +202,13 @@ absl::StatusOr<KernelSets> ParseKernels(std::string_view name_view) {
     if (std::find(known.begin(), known.end(), part) != known.end()) return std::string(part);
     const std::string lower = absl::AsciiStrToLower(part);
     if (std::find(known.begin(), known.end(), lower) != known.end()) {
+      // The lowercase form is suggested only where SetKernels would then take it.
+      const std::vector<std::string> runnable = RunnableKernels();
+      if (std::find(runnable.begin(), runnable.end(), lower) == runnable.end()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            quote(part), " is no kernel set: names are lowercase, but this CPU cannot run ", lower,
+            " (it runs ", absl::StrJoin(runnable, ", "), ")"));
+      }
       return absl::InvalidArgumentError(
           absl::StrCat(quote(part), " is no kernel set: names are lowercase: ", quote(lower)));
     }

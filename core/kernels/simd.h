@@ -78,10 +78,11 @@ using KernelSets = std::array<std::string, 3>;
 // once, in any order). Spaces around the whole, an item, a type or a set are ignored (an
 // environment variable or a hand-edited file may carry them; no name contains one); names are
 // lowercase, as KernelName() prints them, and an uppercase one is refused with its lowercase
-// form. INVALID_ARGUMENT saying which part is wrong (the types with no set, an unknown type or
-// set, a type named twice, an empty item): --simd_kernels and the snapshot directory's KERNELS
-// record both read through here, so their messages agree. Checks that each set is one of this
-// build, not that this CPU runs it (SetKernels does).
+// form (or, for a set this CPU cannot run, saying so with the sets it runs). INVALID_ARGUMENT
+// saying which part is wrong (the types with no set, an unknown type or set, a type named twice, an
+// empty item): --simd_kernels and the snapshot directory's KERNELS record both read through here,
+// so their messages agree. Checks that each set is one of this build, not that this CPU runs it
+// (SetKernels does).
 absl::StatusOr<KernelSets> ParseKernels(std::string_view name);
 
 // Makes every kernel use the sets `name` names (ParseKernels) instead of the measured choice,

@@ -8,6 +8,7 @@
 #include <random>
 #include <string>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/half.h"
@@ -356,6 +357,22 @@ TEST(SimdKernels, SetKernelsNamesASetThisCpuCannotRun) {
     const absl::Status per_type = SetKernels(absl::StrCat("f32:scalar,bf16:", set, ",int8:scalar"));
     EXPECT_THAT(std::string(per_type.message()),
                 ::testing::HasSubstr(absl::StrCat("bf16: this CPU cannot run ", set)));
+    EXPECT_EQ(KernelName(), before);
+  }
+  // An uppercase name's lowercase form is suggested only where this CPU runs it; else the
+  // message says that it cannot, with the sets it can, rather than suggest another refusal.
+  for (const char* set : {"avx2", "avx512", "avx512_vnni", "avx512_bf16"}) {
+    const std::string upper = absl::AsciiStrToUpper(set);
+    const bool runs_it = std::find(runnable.begin(), runnable.end(), set) != runnable.end();
+    const std::string expected =
+        runs_it ? absl::StrCat("'", upper, "' is no kernel set: names are lowercase: '", set, "'")
+                : absl::StrCat("'", upper, "' is no kernel set: names are lowercase, but this CPU ",
+                               "cannot run ", set, " (it runs ", runs, ")");
+    EXPECT_EQ(std::string(ParseKernels(upper).status().message()), expected);
+    EXPECT_EQ(std::string(SetKernels(upper).message()), expected);
+    EXPECT_EQ(
+        std::string(SetKernels(absl::StrCat("f32:", upper, ",bf16:scalar,int8:scalar")).message()),
+        absl::StrCat("f32: ", expected));
     EXPECT_EQ(KernelName(), before);
   }
   EXPECT_THAT(std::string(SetKernels("f32:avx2").message()),
