@@ -90,7 +90,8 @@ class KvCacheService::ExportReactor : public grpc::ServerWriteReactor<v1::Sequen
             reserved_ = need;
           }
           data_.reserve(static_cast<size_t>(need));  // grown once, not by doubling
-          const absl::Status saved = service_->cache_->Save(id, kv::StringSink(&data_), Version());
+          const absl::Status saved =
+              service_->cache_->Save(id, kv::StringSink(&data_), VersionLine("attend-server"));
           if (!saved.ok()) {
             End(ToGrpcStatus(WithMovingHint(route, saved)));
             return;

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <random>
 #include <set>
 #include <string_view>
 #include <thread>
@@ -43,8 +45,22 @@ constexpr size_t kWriteBuffer = size_t{8} << 20;
 
 using Clock = std::chrono::steady_clock;
 
+// An OS error as a status whose code says whose problem it is: a full disk or quota is a limit
+// (RESOURCE_EXHAUSTED), a path that is a directory where a file belongs or the other way round is
+// the directory's state (FAILED_PRECONDITION); anything else is the server's (INTERNAL).
 absl::Status Errno(absl::string_view what, const std::string& path) {
-  return absl::InternalError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
+  const int error = errno;
+  const std::string message = absl::StrCat(what, " ", path, ": ", std::strerror(error));
+  switch (error) {
+    case ENOSPC:
+    case EDQUOT:
+      return absl::ResourceExhaustedError(message);
+    case EISDIR:
+    case ENOTDIR:
+      return absl::FailedPreconditionError(message);
+    default:
+      return absl::InternalError(message);
+  }
 }
 
 // Closes a file descriptor when it goes out of scope.
@@ -53,6 +69,14 @@ class Fd {
   explicit Fd(int fd) : fd_(fd) {}
   Fd(const Fd&) = delete;
   Fd& operator=(const Fd&) = delete;
+  Fd(Fd&& other) noexcept : fd_(other.release()) {}
+  Fd& operator=(Fd&& other) noexcept {
+    if (this != &other) {
+      if (fd_ >= 0) close(fd_);
+      fd_ = other.release();
+    }
+    return *this;
+  }
   ~Fd() {
     if (fd_ >= 0) close(fd_);
   }
@@ -89,6 +113,73 @@ absl::Status MakeDir(const std::string& dir) {
   return absl::OkStatus();
 }
 
+std::vector<std::string> ListDir(const std::string& dir) {
+  std::vector<std::string> names;
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return names;
+  while (const dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name != "." && name != "..") names.push_back(name);
+  }
+  closedir(d);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// "<pid>-<random>-<n>": this process's pid, a random number drawn once per process, and a count.
+std::string TemporaryTag() {
+  static const uint64_t random = [] {
+    std::random_device device;
+    return (uint64_t{device()} << 32) ^ device();
+  }();
+  static std::atomic<uint64_t> writes{0};
+  return absl::StrFormat("%d-%016x-%d", getpid(), random, writes.fetch_add(1));
+}
+
+// Opens `path` for reading if it is a regular file (or a link to one). A FIFO would block open()
+// until a writer came, and opening a device may do anything, so stat refuses those unopened and
+// the open cannot block (O_NONBLOCK) on what may have replaced the file since; fstat checks what
+// was opened. NOT_FOUND when nothing is there; DATA_LOSS naming the path and what is there
+// instead; Errno's codes for the rest.
+absl::StatusOr<Fd> OpenRegular(const std::string& path) {
+  struct stat st;
+  const auto refuse = [&path](mode_t mode) {
+    return absl::DataLossError(absl::StrCat(path, " is ", FileKind(mode), ", not a regular file"));
+  };
+  if (stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return absl::NotFoundError(absl::StrCat("no snapshot file ", path));
+    return Errno("open", path);
+  }
+  if (!S_ISREG(st.st_mode)) return refuse(st.st_mode);
+  Fd fd(open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+  if (fd.get() < 0) {
+    if (errno == ENOENT) return absl::NotFoundError(absl::StrCat("no snapshot file ", path));
+    return Errno("open", path);
+  }
+  if (fstat(fd.get(), &st) != 0) return Errno("stat", path);
+  if (!S_ISREG(st.st_mode)) return refuse(st.st_mode);
+  const int flags = fcntl(fd.get(), F_GETFL);
+  if (flags < 0 || fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK) != 0) return Errno("open", path);
+  return fd;
+}
+
+// Removes the temporary files in `dir` that a save which was killed left: those that no writer
+// holds (a save in progress, of this server or another one sharing the directory, holds its
+// file's lock until it renames it). What is not a regular file is no save's and goes too.
+void RemoveAbandoned(const std::string& dir) {
+  for (const std::string& name : ListDir(dir)) {
+    if (!absl::EndsWith(name, ".tmp")) continue;
+    const std::string path = absl::StrCat(dir, "/", name);
+    Fd fd(open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC));
+    struct stat st;
+    if (fd.get() >= 0 && fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode) &&
+        flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+      continue;  // being written
+    }
+    unlink(path.c_str());
+  }
+}
+
 // Writes dir/name through `produce` (which gets a sink) as a temporary file of its own
 // (dir/name.<pid>-<n>.tmp), fsync, rename, fsync of dir. On any failure the temporary file is
 // removed and nothing is renamed. Returns the bytes. Thread-safe: writes of one name at once
@@ -98,11 +189,24 @@ absl::Status MakeDir(const std::string& dir) {
 absl::StatusOr<int64_t> WriteAtomically(
     const std::string& dir, const std::string& name,
     const std::function<absl::Status(const kv::ByteSink&)>& produce) {
-  static std::atomic<uint64_t> writes{0};
   const std::string path = absl::StrCat(dir, "/", name);
-  const std::string tmp = absl::StrCat(path, ".", getpid(), "-", writes.fetch_add(1), ".tmp");
-  Fd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+  std::string tmp;
+  Fd fd(-1);
+  // A name nobody else picks (servers sharing a directory may all be pid 1 in their containers),
+  // and another one if something is there all the same.
+  for (int attempt = 0; attempt < 8 && fd.get() < 0; ++attempt) {
+    tmp = absl::StrCat(path, ".", TemporaryTag(), ".tmp");
+    fd = Fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+    if (fd.get() < 0 && errno != EEXIST) break;
+  }
   if (fd.get() < 0) return Errno("create", tmp);
+  // Held while the file is written: a server starting on the same directory removes only the
+  // temporary files nobody holds (RemoveAbandoned), not this one.
+  if (flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+    absl::Status locked = Errno("lock", tmp);
+    unlink(tmp.c_str());
+    return locked;
+  }
   std::string buffer;
   buffer.reserve(kWriteBuffer);
   int64_t bytes = 0;
@@ -153,19 +257,6 @@ kv::ByteSource FileSource(int fd, int64_t* bytes) {
   };
 }
 
-std::vector<std::string> ListDir(const std::string& dir) {
-  std::vector<std::string> names;
-  DIR* d = opendir(dir.c_str());
-  if (d == nullptr) return names;
-  while (const dirent* e = readdir(d)) {
-    const std::string name = e->d_name;
-    if (name != "." && name != "..") names.push_back(name);
-  }
-  closedir(d);
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
 // The generation number of "gen-000007", or -1.
 int64_t GenerationNumber(absl::string_view name) {
   int64_t n = -1;
@@ -180,11 +271,12 @@ int64_t GenerationNumber(absl::string_view name) {
 // or an error saying why CURRENT names no generation that is there.
 absl::StatusOr<std::string> ReadCurrent(const std::string& dir) {
   const std::string path = absl::StrCat(dir, "/", kCurrent);
-  Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) {
-    if (errno == ENOENT) return std::string();
-    return absl::DataLossError(absl::StrCat("cannot be read: ", strerror(errno)));
+  absl::StatusOr<Fd> opened = OpenRegular(path);
+  if (absl::IsNotFound(opened.status())) return std::string();
+  if (!opened.ok()) {
+    return absl::DataLossError(absl::StrCat("cannot be read: ", opened.status().message()));
   }
+  const Fd& fd = *opened;
   char text[64];
   const ssize_t n = read(fd.get(), text, sizeof(text));
   if (n < 0) return absl::DataLossError(absl::StrCat("cannot be read: ", strerror(errno)));
@@ -216,11 +308,8 @@ struct Opened {
 };
 
 absl::StatusOr<std::unique_ptr<Opened>> OpenSnapshot(const std::string& path) {
-  auto opened = std::make_unique<Opened>(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (opened->fd.get() < 0) {
-    if (errno == ENOENT) return absl::NotFoundError(absl::StrCat("no snapshot file ", path));
-    return Errno("open", path);
-  }
+  ATTEND_ASSIGN_OR_RETURN(Fd fd, OpenRegular(path));
+  auto opened = std::make_unique<Opened>(fd.release());
   opened->reader =
       std::make_unique<kv::SnapshotReader>(FileSource(opened->fd.get(), &opened->bytes), path);
   return opened;
@@ -269,11 +358,8 @@ absl::StatusOr<SnapshotStore> SnapshotStore::Open(const std::string& dir, int th
   }
   // Leftovers of a save that was killed: never read, removed now (generations that were being
   // written are removed whole once a newer one is complete).
-  for (const std::string& folder : {path, absl::StrCat(path, "/saved")}) {
-    for (const std::string& name : ListDir(folder)) {
-      if (absl::EndsWith(name, ".tmp")) unlink(absl::StrCat(folder, "/", name).c_str());
-    }
-  }
+  RemoveAbandoned(path);
+  RemoveAbandoned(absl::StrCat(path, "/saved"));
   return SnapshotStore(path, threads);
 }
 
@@ -382,8 +468,16 @@ absl::StatusOr<SnapshotReport> SnapshotStore::SaveAll(kv::KvCache& cache,
   const auto start = Clock::now();
   SnapshotReport report;
   int64_t next = 0;
+  // Generations that CURRENT does not name are never restored (saves that did not complete, or
+  // the one the start restored): removed before this one is written, so that their bytes do not
+  // take the room it needs. The one CURRENT names stays until this one replaces it.
+  const absl::StatusOr<std::string> current = ReadCurrent(dir_);
   for (const std::string& name : ListDir(dir_)) {
-    next = std::max(next, GenerationNumber(name) + 1);
+    const int64_t number = GenerationNumber(name);
+    next = std::max(next, number + 1);
+    if (number >= 0 && (!current.ok() || name != *current)) {
+      RemoveGeneration(absl::StrCat(dir_, "/", name));
+    }
   }
   report.generation = absl::StrFormat("%s%06d", kGenerationPrefix, next);
   const std::string gen_dir = absl::StrCat(dir_, "/", report.generation);

@@ -4,6 +4,8 @@
 // round trips, with their errors (no directory, unknown or damaged files, bad names, routing).
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -14,6 +16,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <future>
 #include <map>
 #include <optional>
@@ -22,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "attend/v1/kv_cache.grpc.pb.h"
@@ -432,7 +436,9 @@ TEST(SnapshotService, SavesNeverBlockAndConcurrentSavesOfOneNameStayWhole) {
   v1::SequenceInfo info;
   const grpc::Status stuck = c.Load("stuck", "chat/stuck", &info);
   EXPECT_TRUE(stuck.ok()) << stuck.error_message();
-  if (stuck.ok()) EXPECT_EQ(NextStep(c, "chat/stuck", 9), next1);
+  if (stuck.ok()) {
+    EXPECT_EQ(NextStep(c, "chat/stuck", 9), next1);
+  }
 
   std::vector<std::thread> savers;
   std::atomic<int> failed{0};
@@ -469,6 +475,160 @@ TEST(SnapshotService, SavesNeverBlockAndConcurrentSavesOfOneNameStayWhole) {
   std::vector<std::string> names = Names(dir + "/saved");
   std::sort(names.begin(), names.end());
   EXPECT_EQ(names, (std::vector<std::string>{"same.attnsnap", "stuck.attnsnap"}));
+}
+
+// What is not a regular file where a snapshot file belongs is refused by name and never
+// waited on: a FIFO (or a link to one) at a saved name would block the load's open() until a
+// writer came, holding a worker thread for good. A save whose file name is taken by a directory
+// says so with FAILED_PRECONDITION, and the directory stays.
+TEST(SnapshotService, LoadsRefuseWhatIsNoRegularFileWithoutBlocking) {
+  const std::string dir = TempDir();
+  auto started = server::AttendServer::Start(Options(dir));
+  ASSERT_TRUE(started.ok()) << started.status();
+  Client c(**started);
+  ASSERT_TRUE(c.Create("chat/1", v1::FLOAT32, 0).ok());
+  c.Append("chat/1", 40, 3);
+  ASSERT_EQ(mkdir((dir + "/saved").c_str(), 0755), 0);
+  ASSERT_EQ(mkfifo((dir + "/saved/fifo.attnsnap").c_str(), 0644), 0);
+  ASSERT_EQ(symlink((dir + "/saved/fifo.attnsnap").c_str(), (dir + "/saved/link.attnsnap").c_str()),
+            0);
+  ASSERT_EQ(mkdir((dir + "/saved/folder.attnsnap").c_str(), 0755), 0);
+  for (const auto& [name, kind] : std::vector<std::pair<std::string, std::string>>{
+           {"fifo", "is a FIFO, not a regular file"},
+           {"link", "is a FIFO, not a regular file"},
+           {"folder", "is a directory, not a regular file"}}) {
+    SCOPED_TRACE(name);
+    std::future<grpc::Status> load = std::async(std::launch::async, [&c, name = name] {
+      v1::SequenceInfo info;
+      return c.Load(name, "chat/" + name, &info);
+    });
+    if (load.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+      ADD_FAILURE() << "LoadSequence blocked on " << name;
+      const int writer = open((dir + "/saved/fifo.attnsnap").c_str(), O_WRONLY | O_NONBLOCK);
+      load.wait();
+      if (writer >= 0) close(writer);
+    }
+    const grpc::Status status = load.get();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::DATA_LOSS) << status.error_message();
+    EXPECT_THAT(status.error_message(),
+                ::testing::HasSubstr(absl::StrCat(dir, "/saved/", name, ".attnsnap ", kind)));
+  }
+  v1::SaveSequenceResponse saved;
+  const grpc::Status taken = c.Save("chat/1", "folder", &saved);
+  EXPECT_EQ(taken.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << taken.error_message();
+  EXPECT_THAT(taken.error_message(), ::testing::HasSubstr("folder.attnsnap"));
+  struct stat st;
+  EXPECT_TRUE(stat((dir + "/saved/folder.attnsnap").c_str(), &st) == 0 && S_ISDIR(st.st_mode));
+  // It serves on, and a save under a free name works.
+  ASSERT_TRUE(c.Save("chat/1", "fine", &saved).ok());
+  v1::SequenceInfo info;
+  EXPECT_TRUE(c.Load("fine", "chat/2", &info).ok());
+}
+
+// A start never waits on a FIFO in the snapshot directory (at CURRENT, or at a sequence's file in
+// the generation CURRENT names: that one is skipped by name, the others restored), and removes
+// only the temporary files no save holds: one that another server sharing the directory is
+// writing (its lock held) stays.
+TEST(SnapshotService, StartsNeverBlockAndKeepTemporaryFilesInUse) {
+  const std::string dir = TempDir();
+  {
+    auto started = server::AttendServer::Start(Options(dir));
+    ASSERT_TRUE(started.ok()) << started.status();
+    Client c(**started);
+    for (const char* id : {"a", "b", "c"}) {
+      ASSERT_TRUE(c.Create(id, v1::FLOAT32, 0).ok());
+      c.Append(id, 20, 5);
+    }
+  }  // drained and saved
+  const auto start = [&](absl::string_view fifo) {
+    std::future<absl::StatusOr<std::unique_ptr<server::AttendServer>>> starting =
+        std::async(std::launch::async, [&] { return server::AttendServer::Start(Options(dir)); });
+    if (starting.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+      ADD_FAILURE() << "the start blocked on " << fifo;
+      const int writer = open(std::string(fifo).c_str(), O_WRONLY | O_NONBLOCK);
+      starting.wait();
+      if (writer >= 0) close(writer);
+    }
+    return starting.get();
+  };
+  std::ifstream current_file(dir + "/CURRENT");
+  std::string current;
+  std::getline(current_file, current);
+  const std::string generation =
+      absl::StrCat(dir, "/", absl::StripTrailingAsciiWhitespace(current));
+  // A FIFO in place of b's file: a and c come back, b is named.
+  ASSERT_EQ(unlink((generation + "/b.attnsnap").c_str()), 0);
+  ASSERT_EQ(mkfifo((generation + "/b.attnsnap").c_str(), 0644), 0);
+  // Temporary files: one abandoned, one another server holds.
+  ASSERT_EQ(mkdir((dir + "/saved").c_str(), 0755), 0);
+  const std::string abandoned = dir + "/saved/x.attnsnap.7-1.tmp";
+  const std::string held = dir + "/saved/y.attnsnap.7-2.tmp";
+  const std::string fifo_tmp = dir + "/KERNELS.7-3.tmp";
+  for (const std::string& path : {abandoned, held}) {
+    const int fd = open(path.c_str(), O_WRONLY | O_CREAT, 0644);
+    ASSERT_GE(fd, 0);
+    close(fd);
+  }
+  ASSERT_EQ(mkfifo(fifo_tmp.c_str(), 0644), 0);
+  const int holder = open(held.c_str(), O_RDONLY);
+  ASSERT_GE(holder, 0);
+  ASSERT_EQ(flock(holder, LOCK_EX), 0);
+  {
+    auto started = start(generation + "/b.attnsnap");
+    ASSERT_TRUE(started.ok()) << started.status();
+    const server::SnapshotReport& restored = *(*started)->restored();
+    EXPECT_EQ(restored.sequences, 2);
+    ASSERT_EQ(restored.skipped.size(), 1u);
+    EXPECT_THAT(restored.skipped[0], ::testing::HasSubstr("b.attnsnap is a FIFO"));
+    Client c(**started);
+    EXPECT_EQ(c.List().size(), 2u);
+  }
+  struct stat st;
+  EXPECT_NE(stat(abandoned.c_str(), &st), 0) << "an abandoned temporary file stayed";
+  EXPECT_NE(lstat(fifo_tmp.c_str(), &st), 0) << "a FIFO named as a temporary file stayed";
+  EXPECT_EQ(stat(held.c_str(), &st), 0) << "a temporary file in use was removed";
+  close(holder);
+  // A FIFO at CURRENT: the start restores nothing, says why, and serves.
+  ASSERT_EQ(unlink((dir + "/CURRENT").c_str()), 0);
+  ASSERT_EQ(mkfifo((dir + "/CURRENT").c_str(), 0644), 0);
+  auto started = start(dir + "/CURRENT");
+  ASSERT_TRUE(started.ok()) << started.status();
+  EXPECT_EQ((*started)->restored()->sequences, 0);
+  Client c(**started);
+  EXPECT_TRUE(c.Create("d", v1::FLOAT32, 0).ok());
+}
+
+// A generation that no CURRENT names (a snapshot killed while it was written) is removed before
+// the next snapshot is written, not after: on a disk with room for one snapshot its bytes would
+// otherwise cost that snapshot its sequences. On a 3 MiB tmpfs (as root; skipped elsewhere).
+TEST(SnapshotService, AnAbandonedGenerationMakesRoomForTheNextSnapshot) {
+  const std::string dir = TempDir();
+  if (mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=3m") != 0) {
+    GTEST_SKIP() << "cannot mount a tmpfs here: " << std::strerror(errno);
+  }
+  {
+    auto started = server::AttendServer::Start(Options(dir));
+    ASSERT_TRUE(started.ok()) << started.status();
+    Client c(**started);
+    ASSERT_TRUE(c.Create("big", v1::FLOAT32, 0).ok());
+    // 3000 tokens x 2 (k, v) x 2 heads x 16 x 4 bytes: 0.77 MB a layer, two layers.
+    for (uint64_t seed = 0; seed < 3; ++seed) c.Append("big", 1000, seed, /*with_q=*/false);
+    // What a killed snapshot left: 1.8 MB in a generation CURRENT does not name.
+    ASSERT_EQ(mkdir((dir + "/gen-000007").c_str(), 0755), 0);
+    const int fd =
+        open((dir + "/gen-000007/big.attnsnap.1-2-3.tmp").c_str(), O_WRONLY | O_CREAT, 0644);
+    ASSERT_GE(fd, 0);
+    const std::string junk(1800 << 10, 'x');
+    ASSERT_EQ(write(fd, junk.data(), junk.size()), static_cast<ssize_t>(junk.size()));
+    close(fd);
+  }  // drained and saved
+  {
+    auto started = server::AttendServer::Start(Options(dir));
+    ASSERT_TRUE(started.ok()) << started.status();
+    EXPECT_EQ((*started)->restored()->sequences, 1);
+    EXPECT_THAT((*started)->restored()->skipped, ::testing::IsEmpty());
+  }
+  EXPECT_EQ(umount2(dir.c_str(), MNT_DETACH), 0) << std::strerror(errno);
 }
 
 TEST(SnapshotService, WithoutADirectorySaveAndLoadAreRefused) {
