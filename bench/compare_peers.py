@@ -20,9 +20,11 @@ a pinned npm package (see there). Its K/V take the same dtype as attend's (f32, 
 decode table also gives ggml with f16 K/V, its usual cache type.
 
 Debian's PyTorch takes its BLAS from the libblas.so.3 alternative: the reference BLAS unless
-OpenBLAS is installed (apt-get install python3-torch libopenblas0-pthread), which this script
-reports. OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE, which some machines set, mislead OpenBLAS, so
-they are removed for the PyTorch measurements only (a child process).
+OpenBLAS is installed (apt-get install python3-torch libopenblas0-pthread). The BLAS line and the
+JSON's torch.blas name the BLAS library the PyTorch child has loaded (torch.blas_info: torch's
+build-time BLAS_INFO, "generic" for Debian's). OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE, which some
+machines set, mislead OpenBLAS, so they are removed for the PyTorch measurements only (a child
+process).
 
     /usr/bin/python3 bench/compare_peers.py [--build build] [--bench_dir DIR] [--python PY]
         [--threads N] [--small] [--json FILE]
@@ -32,12 +34,21 @@ binaries unpacked elsewhere, bench/device/engine_run.sh). --python: the Python t
 PyTorch peers; default the one running this script if it has torch, else /usr/bin/python3
 (Debian's python3-torch). --small: small shapes (n 512, context 1024), to check that everything
 runs, not figures to quote. --json: every figure of the run (attend's benchmark rows, PyTorch's,
-ggml's) written to FILE as well.
+ggml's) written to FILE as well. --threads: a positive integer (default all CPUs).
+
+The arguments are checked before any benchmark runs: --python must name an executable (a path,
+or a name on PATH), --json a file that can be written (its folder exists, it is not a folder),
+--threads a positive integer, and an explicit --bench_dir (or --build's bench/) must hold
+attention_bench and decode_bench; a usage error (exit 2) names the flag. Where the PyTorch child
+fails, "PyTorch: skipped (...)" says how (its exit status and last stderr line); the hint that
+Debian's python3-torch provides torch comes only where importing torch failed.
 """
 import argparse
 import importlib.util
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 
@@ -103,24 +114,52 @@ def default_python():
 
 
 def run_torch(python, threads, prefill_shapes, decode_shapes):
-    """bench/torch_peer.py's JSON, or None with the reason it failed."""
+    """bench/torch_peer.py's JSON and "", or None and what failed, for "PyTorch: skipped (...)":
+    the child's exit status and last stderr line, with the hint that Debian's python3-torch
+    provides torch only where importing torch failed (torch_peer.NO_TORCH)."""
     env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
     spec = json.dumps({"prefill": prefill_shapes, "decode": decode_shapes})
-    child = subprocess.run([python, torch_peer.__file__, str(threads), spec], capture_output=True,
-                           text=True, env=env)
+    try:
+        child = subprocess.run([python, torch_peer.__file__, str(threads), spec],
+                               capture_output=True, text=True, env=env)
+    except OSError as e:  # executable, yet not a program (exec format error)
+        return None, "%s could not be run: %s" % (python, e.strerror or e)
+    lines = child.stderr.strip().splitlines()
+    last = lines[-1].strip() if lines else ""
+    if child.returncode == torch_peer.NO_TORCH and last.startswith(torch_peer.NO_TORCH_PREFIX):
+        return None, "%s cannot import torch: %s; Debian's python3-torch provides it" % (
+            python, last[len(torch_peer.NO_TORCH_PREFIX):])
     if child.returncode != 0:
-        return None, child.stderr.strip().splitlines()[-1] if child.stderr.strip() else "failed"
-    return json.loads(child.stdout), ""
+        if child.returncode < 0:
+            try:
+                name = signal.Signals(-child.returncode).name
+            except ValueError:
+                name = "?"
+            status = "killed by signal %d (%s)" % (-child.returncode, name)
+        else:
+            status = "exit status %d" % child.returncode
+        return None, "%s bench/torch_peer.py failed: %s, %s" % (
+            python, status, "last stderr line: " + last if last else "no stderr")
+    try:
+        return json.loads(child.stdout), ""
+    except ValueError:
+        return None, "%s bench/torch_peer.py exited 0 but printed no JSON%s" % (
+            python, " (last stderr line: %s)" % last if last else "")
 
 
 def describe_torch(torch_results, python, threads):
     """The lines that say which PyTorch ran and how its SDPA peer fared."""
     t = torch_results
     lines = []
+    # The child's own word (torch_peer.measure): the JSON says the same.
     blas = t.get("blas") or "?"
-    debian_blas = "/usr/lib/x86_64-linux-gnu/libblas.so.3"
-    if python == "/usr/bin/python3" and os.path.exists(debian_blas):
-        blas = "%s (OPENBLAS_CORETYPE/L2_SIZE unset)" % os.path.realpath(debian_blas)
+    notes = []
+    if t.get("blas_info") and t["blas_info"] != blas:
+        notes.append("torch's BLAS_INFO %s" % t["blas_info"])
+    if "openblas" in blas.lower():
+        notes.append("OPENBLAS_CORETYPE/L2_SIZE unset")
+    if notes:
+        blas += " (%s)" % "; ".join(notes)
     lines.append("PyTorch %s (%s) with %d threads, BLAS %s%s" % (
         t["version"], python, threads, blas,
         ", cpu capability %s" % t["cpu_capability"] if t.get("cpu_capability") else ""))
@@ -159,11 +198,20 @@ def fmt(x, digits=1):
 
 
 def print_tables(prefill, decoded, torch_results, ggml, prefill_shapes, decode_shapes,
-                 out=sys.stdout):
-    """The two tables: one row per attend case, then the peers' shapes attend has no case of.
-    prefill, decoded: the benchmark programs' JSON rows; ggml: {(kind, dtype, shape): figure}."""
+                 out=sys.stdout, small=False):
+    """The two tables: one row per attend case, then the peers' shapes attend has no case of
+    (a footnote under the table says so). prefill, decoded: the benchmark programs' JSON rows;
+    ggml: {(kind, dtype, shape): figure}; small: the run is --small's."""
     def emit(line=""):
         print(line, file=out)
+
+    no_case = []  # rows of the current table without an attend case
+
+    def footnote(binary):
+        if no_case:
+            emit('attend "-": %s has no case of that shape and dtype%s'
+                 % (binary, " in --small" if small else ""))
+        del no_case[:]
 
     # attend's ratios are against the limits probed around each of its cases; the peers', which
     # run later, against the best probe of the run.
@@ -184,6 +232,8 @@ def print_tables(prefill, decoded, torch_results, ggml, prefill_shapes, decode_s
     def row(label, attend, attend_ratio, kind, dtype, shape, peak):
         figures = [torch_figure(torch_results, p, kind, dtype, shape) for p, _ in peers]
         figures.append(ggml.get((kind, dtype, tuple(shape)), "-"))
+        if attend == "-":
+            no_case.append(label)
         cells = [(fmt(attend), fmt(attend_ratio, 2))]
         cells += [(fmt(f), fmt(f / peak, 2) if f != "-" and peak else "-") for f in figures]
         emit(label.ljust(LABEL_WIDTH) + "".join(" " + cell % c for c in cells))
@@ -211,6 +261,7 @@ def print_tables(prefill, decoded, torch_results, ggml, prefill_shapes, decode_s
             if (dtype, shape) not in done:
                 row("%d/%d, %d, %d, %s" % (shape + (dtype,)), "-", "-", "prefill", dtype, shape,
                     matmul[dtype] or matmul["float32"])
+    footnote("attention_bench")
     emit()
     emit("decode over the cache: K/V GB/s read; best read bandwidth probe %.1f GB/s" % bandwidth)
     header("shape (heads/kv, context, batch, dtype)")
@@ -231,32 +282,84 @@ def print_tables(prefill, decoded, torch_results, ggml, prefill_shapes, decode_s
                 continue
             row("%d/%d, %d, %d, %s" % (shape + (dtype,)), "-", "-", "decode", dtype, shape,
                 bandwidth)
+    footnote("decode_bench")
+
+
+def positive_int(text):
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError("expected a positive integer, got %r" % text)
+    return value
+
+
+def executable_problem(program):
+    """Why `program` (a path, or a name looked up on PATH) cannot be run, or None."""
+    if os.sep not in program:
+        return None if shutil.which(program) else "not found on PATH"
+    if not os.path.exists(program):
+        return "no such file"
+    if os.path.isdir(program):
+        return "is a folder"
+    if not os.access(program, os.X_OK):
+        return "not executable"
+    return None
+
+
+def output_problem(path):
+    """Why the file `path` cannot be written, or None."""
+    if os.path.isdir(path):
+        return "is a folder"
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.exists(parent):
+        return "no such folder %s" % parent
+    if not os.path.isdir(parent):
+        return "%s is not a folder" % parent
+    if os.path.exists(path):
+        return None if os.access(path, os.W_OK) else "not writable"
+    return None if os.access(parent, os.W_OK | os.X_OK) else "folder %s is not writable" % parent
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--build", default="build")
+    parser.add_argument("--build", default=None, help="attend's build folder (build)")
     parser.add_argument("--bench_dir", default=None,
                         help="folder of attention_bench, decode_bench, ggml_peer (BUILD/bench)")
     parser.add_argument("--python", default=None,
                         help="Python with torch for the PyTorch peers (this one if it has "
                              "torch, else /usr/bin/python3)")
-    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--threads", type=positive_int, default=os.cpu_count(),
+                        help="threads for PyTorch and ggml (all CPUs)")
     parser.add_argument("--small", action="store_true",
                         help="small shapes (n 512, context 1024): a check that all runs")
     parser.add_argument("--json", default=None,
                         help="also write every figure of the run to this file")
     args = parser.parse_args()
-    bench_dir = args.bench_dir or os.path.join(args.build, "bench")
+    bench_dir = args.bench_dir or os.path.join(args.build or "build", "bench")
     python = args.python or default_python()
     prefill_shapes = SMALL_PREFILL if args.small else PREFILL
     decode_shapes = SMALL_DECODE if args.small else DECODE
 
+    # Every argument before the benchmarks, which take a while.
+    if args.python and executable_problem(args.python):
+        parser.error("argument --python: %s: %s" % (args.python, executable_problem(args.python)))
+    if args.json and output_problem(args.json):
+        parser.error("argument --json: %s: %s" % (args.json, output_problem(args.json)))
     attention = os.path.join(bench_dir, "attention_bench")
     decode = os.path.join(bench_dir, "decode_bench")
+    flag = "--bench_dir" if args.bench_dir else "--build" if args.build else None
     for binary in (attention, decode):
-        if not os.path.exists(binary):
+        name = os.path.basename(binary)
+        if os.path.isfile(binary) and os.access(binary, os.X_OK):
+            continue
+        if not flag:
             sys.exit("%s is missing: run bash scripts/setup.sh first" % binary)
+        parser.error("argument %s: %s %s" % (
+            flag, name, "is not in %s" % bench_dir if not os.path.isfile(binary)
+            else "in %s is not executable" % bench_dir))
 
     machine, prefill = run_bench(attention,
                                  SMALL_PREFILL_FILTER if args.small else PREFILL_FILTER)
@@ -265,7 +368,7 @@ def main():
 
     torch_results, reason = run_torch(python, args.threads, prefill_shapes, decode_shapes)
     if torch_results is None:
-        print("PyTorch: skipped (%s; Debian's python3-torch provides it)" % reason)
+        print("PyTorch: skipped (%s)" % reason)
         print("PyTorch SDPA: skipped (no PyTorch)")
     else:
         for line in describe_torch(torch_results, python, args.threads):
@@ -293,13 +396,19 @@ def main():
                     ggml[("decode", dtype, (heads, kv, context, batch))] = (
                         r["kv_bytes_per_second"] / 1e9)
 
-    print_tables(prefill, decoded, torch_results, ggml, prefill_shapes, decode_shapes)
+    print_tables(prefill, decoded, torch_results, ggml, prefill_shapes, decode_shapes,
+                 small=args.small)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"machine": machine, "attend_prefill": prefill, "attend_decode": decoded,
-                       "torch": torch_results, "torch_python": python,
-                       "ggml": [{"kind": k, "dtype": d, "shape": list(s), "figure": v}
-                                for (k, d, s), v in sorted(ggml.items())]}, f, indent=1)
+        figures = {"machine": machine, "attend_prefill": prefill, "attend_decode": decoded,
+                   "torch": torch_results, "torch_python": python,
+                   "ggml": [{"kind": k, "dtype": d, "shape": list(s), "figure": v}
+                            for (k, d, s), v in sorted(ggml.items())]}
+        try:
+            with open(args.json, "w") as f:
+                json.dump(figures, f, indent=1)
+        except OSError as e:  # checked up front; the folder may have gone since
+            sys.exit("compare_peers.py: --json %s: %s (the tables above hold the figures)"
+                     % (args.json, e.strerror or e))
 
 
 if __name__ == "__main__":

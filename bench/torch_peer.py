@@ -12,12 +12,16 @@
 SPEC_JSON: {"prefill": [[heads, kv_heads, n, d], ...], "decode": [[heads, kv_heads, context,
 batch], ...]} (decode at head_dim 128). Before measuring, every peer is run on a small shape
 (causal prefill with GQA, and decode) and compared with the matmul peer: "check" in the JSON.
+Where `import torch` fails with an ImportError (ModuleNotFoundError included), it exits NO_TORCH
+(3) with one line on stderr that starts "torch_peer.py: import torch failed: ", which
+compare_peers.py tells from any other failure.
 
 The functions take the torch module as an argument and look the SDPA function up when called,
 so that tests/bench/torch_peer_test.py can stand a reference SDPA and a version in for a torch
 that has none.
 """
 import json
+import os
 import re
 import sys
 import time
@@ -29,6 +33,14 @@ DTYPES = ("float32", "bfloat16")
 # the same attention. bf16: the matmul peer rounds q.k and the weights to bf16, a fused kernel
 # need not (a reference SDPA in f32 differs by 0.02); a wrong mask or scale differs by 0.3 and up.
 AGREE = {"float32": 1e-4, "bfloat16": 1e-1}
+# Exit status and stderr line when `import torch` raises ImportError.
+NO_TORCH = 3
+NO_TORCH_PREFIX = "torch_peer.py: import torch failed: "
+# BLAS libraries by their file names, implementations before the libblas.so shims (Debian's
+# libblas.so.3 alternative is one, and loads the implementation it belongs to).
+BLAS_NAMES = [("openblas", re.compile(r"libopenblas")), ("mkl", re.compile(r"libmkl_")),
+              ("blis", re.compile(r"libblis")), ("flexiblas", re.compile(r"libflexiblas")),
+              ("blas", re.compile(r"libblas\.so"))]
 
 
 def version_tuple(version):
@@ -155,9 +167,32 @@ def check(torch, support):
     return diffs
 
 
+def loaded_blas(maps):
+    """The BLAS library mapped into a process, from its /proc/PID/maps text: OpenBLAS, MKL, BLIS
+    or FlexiBLAS before a plain libblas.so (the reference BLAS, or a shim that loaded one of
+    those); "" when none is (a BLAS linked into libtorch, as pip's MKL is)."""
+    found = {}
+    for line in maps.splitlines():
+        fields = line.split(None, 5)
+        if len(fields) < 6 or not fields[5].startswith("/"):
+            continue
+        path = fields[5].strip()
+        name = os.path.basename(path)
+        for kind, pattern in BLAS_NAMES:
+            if pattern.match(name):
+                found.setdefault(kind, path)
+                break
+    for kind, _ in BLAS_NAMES:
+        if kind in found:
+            return found[kind]
+    return ""
+
+
 def measure(torch, spec):
-    """The JSON compare_peers.py reads: version, threads, blas, sdpa (sdpa_support's), check,
-    results (one per peer, dtype and shape)."""
+    """The JSON compare_peers.py reads: version, threads, blas, blas_info, sdpa (sdpa_support's),
+    check, results (one per peer, dtype and shape). blas: the BLAS library this process has
+    mapped (what torch's matmuls call), else blas_info; blas_info: torch's build-time BLAS_INFO
+    ("generic" for Debian's torch, which calls whatever libblas.so.3 the alternative names)."""
     support = sdpa_support(torch)
     results = []
     for dtype_name in DTYPES:
@@ -182,16 +217,26 @@ def measure(torch, spec):
                                 "kv_bytes_per_second": kv_bytes / seconds})
             del inputs
     config = torch.__config__.show() if hasattr(torch, "__config__") else ""
-    blas = re.search(r"BLAS_INFO=([^,\s]+)", config)
+    blas_info = re.search(r"BLAS_INFO=([^,\s]+)", config)
+    blas_info = blas_info.group(1) if blas_info else ""
+    try:
+        with open("/proc/self/maps") as f:
+            maps = f.read()
+    except OSError:
+        maps = ""
     capability = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", None)
     return {"version": str(torch.__version__), "threads": torch.get_num_threads(),
-            "blas": blas.group(1) if blas else "", "cpu_capability": capability() if capability
-            else "", "sdpa": support, "check": check(torch, support) if support["used"] else {},
-            "results": results}
+            "blas": loaded_blas(maps) or blas_info, "blas_info": blas_info,
+            "cpu_capability": capability() if capability else "", "sdpa": support,
+            "check": check(torch, support) if support["used"] else {}, "results": results}
 
 
 def main():
-    import torch
+    try:
+        import torch
+    except ImportError as e:
+        sys.stderr.write("%s%s: %s\n" % (NO_TORCH_PREFIX, type(e).__name__, e))
+        sys.exit(NO_TORCH)
     torch.set_num_threads(int(sys.argv[1]))
     print(json.dumps(measure(torch, json.loads(sys.argv[2]))))
 

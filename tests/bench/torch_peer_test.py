@@ -204,6 +204,13 @@ class FakeSdpa(unittest.TestCase):
         self.assertEqual(rows, {})
 
         lines = compare_peers.describe_torch(results, "py", 2)
+        # blas: the BLAS library this process has loaded (Debian's torch: BLAS_INFO "generic",
+        # and the libblas.so.3 alternative's library), and the printed line says the same.
+        if os.path.exists("/proc/self/maps"):
+            with open("/proc/self/maps") as f:
+                loaded = torch_peer.loaded_blas(f.read())
+            self.assertEqual(results["blas"], loaded or results["blas_info"])
+        self.assertIn("BLAS %s" % results["blas"], lines[0])
         self.assertTrue(any(line.startswith("PyTorch SDPA: torch.nn.functional") and
                             "enable_gqa=True" in line for line in lines), lines)
         self.assertFalse(any("DISAGREES" in line for line in lines), lines)
