@@ -15,7 +15,7 @@ grpc::ServerUnaryReactor* KvCacheService::SaveSequence(grpc::CallbackServerConte
                                                        v1::SaveSequenceResponse* response) {
   return RunKv(
       context, "SaveSequence",
-      [this, request, response, route = RouteOf(*context)](const CallWork&) -> absl::Status {
+      [this, request, response, route = RouteOf(*context)](const CallWork& work) -> absl::Status {
         ATTEND_RETURN_IF_ERROR(RequireId(request->sequence_id(), "sequence_id"));
         ATTEND_RETURN_IF_ERROR(CheckRoute(route, request->sequence_id(), "sequence_id"));
         if (snapshots_ == nullptr) {
@@ -26,7 +26,7 @@ grpc::ServerUnaryReactor* KvCacheService::SaveSequence(grpc::CallbackServerConte
         const auto start = std::chrono::steady_clock::now();
         ATTEND_ASSIGN_OR_RETURN(
             const int64_t bytes,
-            snapshots_->SaveOne(*cache_, request->sequence_id(), request->name()));
+            snapshots_->SaveOne(*cache_, request->sequence_id(), request->name(), work.cancel));
         response->set_name(request->name().empty() ? request->sequence_id() : request->name());
         response->set_bytes(bytes);
         response->set_seconds(

@@ -658,7 +658,8 @@ SnapshotReport SnapshotStore::RestoreAll(kv::KvCache& cache) const {
 }
 
 absl::StatusOr<int64_t> SnapshotStore::SaveOne(kv::KvCache& cache, absl::string_view id,
-                                               absl::string_view name) const {
+                                               absl::string_view name,
+                                               const Cancellation* cancel) const {
   const absl::string_view file = name.empty() ? id : name;
   ATTEND_RETURN_IF_ERROR(kv::CheckSequenceId(file, name.empty() ? "sequence_id" : "name"));
   const std::string saved = absl::StrCat(dir_, "/saved");
@@ -667,8 +668,15 @@ absl::StatusOr<int64_t> SnapshotStore::SaveOne(kv::KvCache& cache, absl::string_
   ATTEND_RETURN_IF_ERROR(cache.Get(id).status());
   const std::string version = VersionLine("attend-server");
   return WriteAtomically(saved, FileNameOf(file), [&](const kv::ByteSink& sink) {
+    // A call cancelled (or past its deadline) while it writes stops there: the client was told
+    // it failed, so the file it may have had keeps its old bytes.
+    const kv::ByteSink checked = [&](absl::string_view piece) {
+      ATTEND_RETURN_IF_ERROR(CheckCancelled(cancel, "SaveSequence"));
+      return sink(piece);
+    };
     // Saved alone: a file that a load elsewhere needs nothing else for (no shared prefix).
-    return cache.Save(id, sink, version, /*share_with_source=*/false);
+    ATTEND_RETURN_IF_ERROR(cache.Save(id, checked, version, /*share_with_source=*/false));
+    return CheckCancelled(cancel, "SaveSequence");
   });
 }
 

@@ -37,6 +37,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "core/base/cancellation.h"
 #include "core/kv_cache/kv_cache.h"
 
 namespace attend::server {
@@ -71,9 +72,11 @@ class SnapshotStore {
   SnapshotReport RestoreAll(kv::KvCache& cache) const;
 
   // SaveSequence: `id` to saved/<name>.attnsnap (name empty: the id). Returns the file's bytes.
-  // INVALID_ARGUMENT for a bad name; the cache's NOT_FOUND; INTERNAL for I/O errors.
-  absl::StatusOr<int64_t> SaveOne(kv::KvCache& cache, absl::string_view id,
-                                  absl::string_view name) const;
+  // INVALID_ARGUMENT for a bad name; the cache's NOT_FOUND; CANCELLED, the file untouched, when
+  // `cancel` is set before the file is complete; RESOURCE_EXHAUSTED for a full disk,
+  // FAILED_PRECONDITION for a directory in the file's place, INTERNAL for other I/O errors.
+  absl::StatusOr<int64_t> SaveOne(kv::KvCache& cache, absl::string_view id, absl::string_view name,
+                                  const Cancellation* cancel = nullptr) const;
   // LoadSequence: saved/<name>.attnsnap into `cache` as `id` (empty: the saved id). NOT_FOUND
   // when there is no such file; the load's errors otherwise.
   absl::StatusOr<kv::SequenceInfo> LoadOne(kv::KvCache& cache, absl::string_view name,

@@ -631,6 +631,53 @@ TEST(SnapshotService, AnAbandonedGenerationMakesRoomForTheNextSnapshot) {
   EXPECT_EQ(umount2(dir.c_str(), MNT_DETACH), 0) << std::strerror(errno);
 }
 
+// A SaveSequence whose call is cancelled (by the client, its deadline, the shutdown) while the
+// file is written stops there: CANCELLED, and the file saved before under that name keeps its
+// bytes, with nothing left beside it.
+TEST(SnapshotService, ACancelledSaveLeavesTheOldFile) {
+  const std::string dir = TempDir();
+  auto store = server::SnapshotStore::Open(dir, 1);
+  ASSERT_TRUE(store.ok()) << store.status();
+  kv::KvCacheOptions options;
+  options.capacity_bytes = int64_t{16} << 20;
+  options.block_bytes = int64_t{8} << 10;
+  kv::KvCache cache(options);
+  kv::SequenceConfig config;
+  config.layers = 1;
+  config.n_head = kHeads;
+  config.n_head_kv = kKvHeads;
+  config.head_dim = kDim;
+  config.kv_dtype = DType::kFloat32;
+  std::mt19937_64 rng(3);
+  const std::vector<float> kv = RandomFloats(rng, 100 * kKvHeads * kDim);
+  for (const char* id : {"a", "b"}) {
+    ASSERT_TRUE(cache.Create(config, id, 0).ok());
+    kv::AppendInput in;
+    in.id = id;
+    in.k = {DType::kFloat32, {id[0] == 'a' ? 50 : 100, kKvHeads, kDim}, kv.data()};
+    in.v = in.k;
+    ASSERT_TRUE(cache.Append(0, in, Precision::kAuto, false, nullptr).ok());
+  }
+  ASSERT_TRUE(store->SaveOne(cache, "a", "x").ok());
+  const std::string path = dir + "/saved/x.attnsnap";
+  std::ifstream before_file(path, std::ios::binary);
+  const std::string before((std::istreambuf_iterator<char>(before_file)), {});
+  Cancellation cancel;
+  cancel.Cancel();
+  const absl::StatusOr<int64_t> cancelled = store->SaveOne(cache, "b", "x", &cancel);
+  EXPECT_EQ(cancelled.status().code(), absl::StatusCode::kCancelled) << cancelled.status();
+  std::ifstream after_file(path, std::ios::binary);
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(after_file)), {}), before);
+  EXPECT_EQ(Names(dir + "/saved"), std::vector<std::string>{"x.attnsnap"});
+  // Not cancelled, it replaces the file.
+  Cancellation live;
+  ASSERT_TRUE(store->SaveOne(cache, "b", "x", &live).ok());
+  ASSERT_TRUE(cache.Release("a").ok());
+  const absl::StatusOr<kv::SequenceInfo> loaded = store->LoadOne(cache, "x", "c");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->layer_tokens[0], 100);
+}
+
 TEST(SnapshotService, WithoutADirectorySaveAndLoadAreRefused) {
   server::ServerOptions options = ::attend::testing::SmallServerOptions();
   auto started = server::AttendServer::Start(options);
