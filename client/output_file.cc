@@ -45,6 +45,15 @@ absl::StatusOr<OutputFile> OutputFile::Open(const std::string& path) {
   return OutputFile(path, fd);
 }
 
+absl::StatusOr<OutputFile> OutputFile::CreateNew(const std::string& path) {
+  int fd;
+  do {
+    fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) return WriteError(path, errno);
+  return OutputFile(path, fd);
+}
+
 OutputFile::OutputFile(OutputFile&& other) noexcept
     : path_(std::move(other.path_)), fd_(std::exchange(other.fd_, -1)) {}
 

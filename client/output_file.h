@@ -28,6 +28,9 @@ class OutputFile {
  public:
   // WriteError when it cannot be opened: a missing directory, a directory, no permission.
   static absl::StatusOr<OutputFile> Open(const std::string& path);
+  // A new regular file at `path`: WriteError (EEXIST) when anything is there already, a link or
+  // a FIFO included, so that a temporary file is never one somebody planted.
+  static absl::StatusOr<OutputFile> CreateNew(const std::string& path);
 
   OutputFile(OutputFile&& other) noexcept;
   OutputFile& operator=(OutputFile&& other) noexcept;

@@ -40,7 +40,7 @@ grpc::ServerUnaryReactor* KvCacheService::LoadSequence(grpc::CallbackServerConte
                                                        v1::SequenceInfo* response) {
   return RunKv(
       context, "LoadSequence",
-      [this, request, response, route = RouteOf(*context)](const CallWork&) -> absl::Status {
+      [this, request, response, route = RouteOf(*context)](const CallWork& work) -> absl::Status {
         if (request->name().empty()) {
           return absl::InvalidArgumentError("name: empty; give the name it was saved under");
         }
@@ -60,7 +60,7 @@ grpc::ServerUnaryReactor* KvCacheService::LoadSequence(grpc::CallbackServerConte
         ATTEND_RETURN_IF_ERROR(CheckRoute(
             route, id, request->sequence_id().empty() ? "the saved sequence's id" : "sequence_id"));
         ATTEND_ASSIGN_OR_RETURN(const kv::SequenceInfo info,
-                                snapshots_->LoadOne(*cache_, request->name(), id));
+                                snapshots_->LoadOne(*cache_, request->name(), id, work.cancel));
         ToProto(info, response);
         return absl::OkStatus();
       });

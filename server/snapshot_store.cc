@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,7 +11,6 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <random>
 #include <set>
 #include <string_view>
 #include <thread>
@@ -36,6 +36,7 @@ namespace {
 
 constexpr char kSuffix[] = ".attnsnap";
 constexpr char kCurrent[] = "CURRENT";
+constexpr char kLock[] = "LOCK";
 constexpr char kKernels[] = "KERNELS";
 constexpr size_t kMaxKernelName = 128;
 // What RecordKernels writes is about 300 bytes, its comments included.
@@ -57,6 +58,9 @@ absl::Status Errno(absl::string_view what, const std::string& path) {
       return absl::ResourceExhaustedError(message);
     case EISDIR:
     case ENOTDIR:
+    case EACCES:
+    case EPERM:
+    case EROFS:
       return absl::FailedPreconditionError(message);
     default:
       return absl::InternalError(message);
@@ -126,14 +130,16 @@ std::vector<std::string> ListDir(const std::string& dir) {
   return names;
 }
 
-// "<pid>-<random>-<n>": this process's pid, a random number drawn once per process, and a count.
+// "<pid>-<random>": this process's pid and 64 bits drawn from the kernel for each name, so that
+// nobody who saw earlier names can plant a file at the next one.
 std::string TemporaryTag() {
-  static const uint64_t random = [] {
-    std::random_device device;
-    return (uint64_t{device()} << 32) ^ device();
-  }();
-  static std::atomic<uint64_t> writes{0};
-  return absl::StrFormat("%d-%016x-%d", getpid(), random, writes.fetch_add(1));
+  uint64_t random = 0;
+  if (getrandom(&random, sizeof(random), 0) != static_cast<ssize_t>(sizeof(random))) {
+    static std::atomic<uint64_t> writes{0};  // no entropy to be had: unique in this process
+    random = (static_cast<uint64_t>(Clock::now().time_since_epoch().count()) << 16) ^
+             writes.fetch_add(1);
+  }
+  return absl::StrFormat("%d-%016x", getpid(), random);
 }
 
 // Opens `path` for reading if it is a regular file (or a link to one). A FIFO would block open()
@@ -148,6 +154,9 @@ absl::StatusOr<Fd> OpenRegular(const std::string& path) {
   };
   if (stat(path.c_str(), &st) != 0) {
     if (errno == ENOENT) return absl::NotFoundError(absl::StrCat("no snapshot file ", path));
+    if (errno == ELOOP) {
+      return absl::DataLossError(absl::StrCat(path, " is a loop of symbolic links"));
+    }
     return Errno("open", path);
   }
   if (!S_ISREG(st.st_mode)) return refuse(st.st_mode);
@@ -182,13 +191,16 @@ void RemoveAbandoned(const std::string& dir) {
 
 // Writes dir/name through `produce` (which gets a sink) as a temporary file of its own
 // (dir/name.<pid>-<n>.tmp), fsync, rename, fsync of dir. On any failure the temporary file is
-// removed and nothing is renamed. Returns the bytes. Thread-safe: writes of one name at once
-// each rename a whole file (the last one stays); with one fixed temporary name they wrote into
-// one file and one's rename took the other's away. The file is created new (O_EXCL, no link
-// followed), so that nothing found at its name, a FIFO say, can block the write.
+// removed and nothing is renamed (also when `cancel` is set before the rename: a call that was
+// cancelled or passed its deadline while the disk synced leaves the old file). Returns the bytes.
+// Thread-safe: writes of one name at once each rename a whole file (the last one stays); with one
+// fixed temporary name they wrote into one file and one's rename took the other's away. The file is
+// created new (O_EXCL, no link followed), so that nothing found at its name, a FIFO say, can block
+// the write.
 absl::StatusOr<int64_t> WriteAtomically(
     const std::string& dir, const std::string& name,
-    const std::function<absl::Status(const kv::ByteSink&)>& produce) {
+    const std::function<absl::Status(const kv::ByteSink&)>& produce,
+    const Cancellation* cancel = nullptr) {
   const std::string path = absl::StrCat(dir, "/", name);
   std::string tmp;
   Fd fd(-1);
@@ -235,7 +247,10 @@ absl::StatusOr<int64_t> WriteAtomically(
   if (status.ok()) status = flush();
   if (status.ok() && fsync(fd.get()) != 0) status = Errno("fsync", tmp);
   if (status.ok() && close(fd.release()) != 0) status = Errno("close", tmp);
-  if (status.ok() && rename(tmp.c_str(), path.c_str()) != 0) status = Errno("rename", tmp);
+  if (status.ok()) status = CheckCancelled(cancel, "the write");
+  if (status.ok() && rename(tmp.c_str(), path.c_str()) != 0) {
+    status = Errno(absl::StrCat("rename ", tmp, " to"), path);
+  }
   if (status.ok()) status = SyncDir(dir);
   if (!status.ok()) {
     unlink(tmp.c_str());
@@ -245,8 +260,9 @@ absl::StatusOr<int64_t> WriteAtomically(
 }
 
 // A ByteSource reading an open file; counts the bytes read.
-kv::ByteSource FileSource(int fd, int64_t* bytes) {
-  return [fd, bytes](char* dst, size_t n) -> absl::StatusOr<size_t> {
+kv::ByteSource FileSource(int fd, int64_t* bytes, const Cancellation* cancel = nullptr) {
+  return [fd, bytes, cancel](char* dst, size_t n) -> absl::StatusOr<size_t> {
+    ATTEND_RETURN_IF_ERROR(CheckCancelled(cancel, "the load"));
     while (true) {
       const ssize_t got = read(fd, dst, n);
       if (got < 0 && errno == EINTR) continue;
@@ -307,20 +323,22 @@ struct Opened {
   std::unique_ptr<kv::SnapshotReader> reader;
 };
 
-absl::StatusOr<std::unique_ptr<Opened>> OpenSnapshot(const std::string& path) {
+absl::StatusOr<std::unique_ptr<Opened>> OpenSnapshot(const std::string& path,
+                                                     const Cancellation* cancel = nullptr) {
   ATTEND_ASSIGN_OR_RETURN(Fd fd, OpenRegular(path));
   auto opened = std::make_unique<Opened>(fd.release());
-  opened->reader =
-      std::make_unique<kv::SnapshotReader>(FileSource(opened->fd.get(), &opened->bytes), path);
+  opened->reader = std::make_unique<kv::SnapshotReader>(
+      FileSource(opened->fd.get(), &opened->bytes, cancel), path);
   return opened;
 }
 
 // Loads the file at `path`, sharing with its source when it can; a source that changed since
 // the save (FAILED_PRECONDITION) means loading it again on blocks of its own.
 absl::StatusOr<kv::SequenceInfo> LoadFile(kv::KvCache& cache, const std::string& path,
-                                          absl::string_view id, int64_t* bytes) {
+                                          absl::string_view id, int64_t* bytes,
+                                          const Cancellation* cancel = nullptr) {
   for (const bool share : {true, false}) {
-    ATTEND_ASSIGN_OR_RETURN(std::unique_ptr<Opened> opened, OpenSnapshot(path));
+    ATTEND_ASSIGN_OR_RETURN(std::unique_ptr<Opened> opened, OpenSnapshot(path, cancel));
     absl::StatusOr<kv::SequenceInfo> info = cache.Load(*opened->reader, id, share);
     *bytes += opened->bytes;
     if (share && info.status().code() == absl::StatusCode::kFailedPrecondition &&
@@ -360,7 +378,25 @@ absl::StatusOr<SnapshotStore> SnapshotStore::Open(const std::string& dir, int th
   // written are removed whole once a newer one is complete).
   RemoveAbandoned(path);
   RemoveAbandoned(absl::StrCat(path, "/saved"));
-  return SnapshotStore(path, threads);
+  // One server per directory: a second one's snapshot would remove the first one's generations
+  // (and its failure the CURRENT the first had written).
+  const std::string lock_path = absl::StrCat(path, "/", kLock);
+  const int lock_fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (lock_fd < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--snapshot_dir ", dir, ": cannot open ",
+                                                   lock_path, ": ", std::strerror(errno)));
+  }
+  std::shared_ptr<const int> lock(new int(lock_fd), [](const int* fd) {
+    close(*fd);
+    delete fd;
+  });
+  if (flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--snapshot_dir ", dir, ": another attend-server uses it (it holds ", lock_path,
+        "); each server needs a snapshot directory of its own (fleet.sh and the StatefulSet give "
+        "each replica one); saved files move by copying them or with ExportSequence"));
+  }
+  return SnapshotStore(path, threads, std::move(lock));
 }
 
 absl::Status SnapshotStore::RecordKernels(absl::string_view kernels) const {
@@ -663,28 +699,35 @@ absl::StatusOr<int64_t> SnapshotStore::SaveOne(kv::KvCache& cache, absl::string_
   const absl::string_view file = name.empty() ? id : name;
   ATTEND_RETURN_IF_ERROR(kv::CheckSequenceId(file, name.empty() ? "sequence_id" : "name"));
   const std::string saved = absl::StrCat(dir_, "/saved");
-  ATTEND_RETURN_IF_ERROR(MakeDir(saved));
+  if (absl::Status made = MakeDir(saved); !made.ok()) {
+    // The directory's state, not the request's.
+    return absl::FailedPreconditionError(made.message());
+  }
   // The sequence is looked up first, so that an unknown id is NOT_FOUND and writes nothing.
   ATTEND_RETURN_IF_ERROR(cache.Get(id).status());
   const std::string version = VersionLine("attend-server");
-  return WriteAtomically(saved, FileNameOf(file), [&](const kv::ByteSink& sink) {
-    // A call cancelled (or past its deadline) while it writes stops there: the client was told
-    // it failed, so the file it may have had keeps its old bytes.
-    const kv::ByteSink checked = [&](absl::string_view piece) {
-      ATTEND_RETURN_IF_ERROR(CheckCancelled(cancel, "SaveSequence"));
-      return sink(piece);
-    };
-    // Saved alone: a file that a load elsewhere needs nothing else for (no shared prefix).
-    ATTEND_RETURN_IF_ERROR(cache.Save(id, checked, version, /*share_with_source=*/false));
-    return CheckCancelled(cancel, "SaveSequence");
-  });
+  return WriteAtomically(
+      saved, FileNameOf(file),
+      [&](const kv::ByteSink& sink) {
+        // A call cancelled (or past its deadline) while it writes stops there: the client was told
+        // it failed, so the file it may have had keeps its old bytes.
+        const kv::ByteSink checked = [&](absl::string_view piece) {
+          ATTEND_RETURN_IF_ERROR(CheckCancelled(cancel, "SaveSequence"));
+          return sink(piece);
+        };
+        // Saved alone: a file that a load elsewhere needs nothing else for (no shared prefix).
+        ATTEND_RETURN_IF_ERROR(cache.Save(id, checked, version, /*share_with_source=*/false));
+        return CheckCancelled(cancel, "SaveSequence");
+      },
+      cancel);
 }
 
 absl::StatusOr<kv::SequenceInfo> SnapshotStore::LoadOne(kv::KvCache& cache, absl::string_view name,
-                                                        absl::string_view id) const {
+                                                        absl::string_view id,
+                                                        const Cancellation* cancel) const {
   ATTEND_RETURN_IF_ERROR(kv::CheckSequenceId(name, "name"));
   int64_t bytes = 0;
-  return LoadFile(cache, absl::StrCat(dir_, "/saved/", FileNameOf(name)), id, &bytes);
+  return LoadFile(cache, absl::StrCat(dir_, "/saved/", FileNameOf(name)), id, &bytes, cancel);
 }
 
 absl::StatusOr<std::string> SnapshotStore::SavedId(absl::string_view name) const {

@@ -31,6 +31,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -55,8 +56,11 @@ struct SnapshotReport {
 
 class SnapshotStore {
  public:
-  // Creates `dir` (and its parent) when missing. INVALID_ARGUMENT when it cannot be made or is
-  // not a writable directory. A restore loads on up to `threads` threads.
+  // Creates `dir` (and its parent) when missing, and locks `dir`/LOCK for as long as the store
+  // (or a copy of it) lives: a directory is one running server's, since two servers' snapshots
+  // would remove each other's generations. INVALID_ARGUMENT when it cannot be made, is not a
+  // writable directory, or another process holds its lock. A restore loads on up to `threads`
+  // threads.
   static absl::StatusOr<SnapshotStore> Open(const std::string& dir, int threads = 1);
 
   // Saves every sequence of `cache` as a new generation and makes it CURRENT, in the time left
@@ -73,14 +77,17 @@ class SnapshotStore {
 
   // SaveSequence: `id` to saved/<name>.attnsnap (name empty: the id). Returns the file's bytes.
   // INVALID_ARGUMENT for a bad name; the cache's NOT_FOUND; CANCELLED, the file untouched, when
-  // `cancel` is set before the file is complete; RESOURCE_EXHAUSTED for a full disk,
+  // `cancel` is set before the file is renamed into place; RESOURCE_EXHAUSTED for a full disk,
   // FAILED_PRECONDITION for a directory in the file's place, INTERNAL for other I/O errors.
   absl::StatusOr<int64_t> SaveOne(kv::KvCache& cache, absl::string_view id, absl::string_view name,
                                   const Cancellation* cancel = nullptr) const;
   // LoadSequence: saved/<name>.attnsnap into `cache` as `id` (empty: the saved id). NOT_FOUND
-  // when there is no such file; the load's errors otherwise.
+  // when there is no such file; DATA_LOSS naming it when it is damaged or no regular file (never
+  // waited on); CANCELLED, nothing added, when `cancel` is set while it is read; the load's
+  // errors otherwise.
   absl::StatusOr<kv::SequenceInfo> LoadOne(kv::KvCache& cache, absl::string_view name,
-                                           absl::string_view id) const;
+                                           absl::string_view id,
+                                           const Cancellation* cancel = nullptr) const;
 
   // The id a SaveSequence file `name` was saved from (its header's), or the errors of LoadOne.
   absl::StatusOr<std::string> SavedId(absl::string_view name) const;
@@ -103,9 +110,11 @@ class SnapshotStore {
   static std::string FileNameOf(absl::string_view id);
 
  private:
-  SnapshotStore(std::string dir, int threads) : dir_(std::move(dir)), threads_(threads) {}
+  SnapshotStore(std::string dir, int threads, std::shared_ptr<const int> lock)
+      : dir_(std::move(dir)), threads_(threads), lock_(std::move(lock)) {}
   std::string dir_;
   int threads_ = 1;
+  std::shared_ptr<const int> lock_;  // the open DIR/LOCK, closed (and unlocked) with the last copy
 };
 
 }  // namespace attend::server

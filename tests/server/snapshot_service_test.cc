@@ -493,10 +493,12 @@ TEST(SnapshotService, LoadsRefuseWhatIsNoRegularFileWithoutBlocking) {
   ASSERT_EQ(symlink((dir + "/saved/fifo.attnsnap").c_str(), (dir + "/saved/link.attnsnap").c_str()),
             0);
   ASSERT_EQ(mkdir((dir + "/saved/folder.attnsnap").c_str(), 0755), 0);
+  ASSERT_EQ(symlink("loop.attnsnap", (dir + "/saved/loop.attnsnap").c_str()), 0);
   for (const auto& [name, kind] : std::vector<std::pair<std::string, std::string>>{
            {"fifo", "is a FIFO, not a regular file"},
            {"link", "is a FIFO, not a regular file"},
-           {"folder", "is a directory, not a regular file"}}) {
+           {"folder", "is a directory, not a regular file"},
+           {"loop", "is a loop of symbolic links"}}) {
     SCOPED_TRACE(name);
     std::future<grpc::Status> load = std::async(std::launch::async, [&c, name = name] {
       v1::SequenceInfo info;
@@ -676,6 +678,29 @@ TEST(SnapshotService, ACancelledSaveLeavesTheOldFile) {
   const absl::StatusOr<kv::SequenceInfo> loaded = store->LoadOne(cache, "x", "c");
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ(loaded->layer_tokens[0], 100);
+  // A load whose call is cancelled while it reads adds nothing.
+  const absl::StatusOr<kv::SequenceInfo> stopped = store->LoadOne(cache, "x", "d", &cancel);
+  EXPECT_EQ(stopped.status().code(), absl::StatusCode::kCancelled) << stopped.status();
+  EXPECT_EQ(cache.Get("d").status().code(), absl::StatusCode::kNotFound);
+}
+
+// A snapshot directory is one running server's (DIR/LOCK): a second server's snapshot would
+// remove the first one's generations. The second is refused at start, saying why; once the
+// first is gone, the directory opens again.
+TEST(SnapshotService, ADirectoryIsOneServersAtATime) {
+  const std::string dir = TempDir();
+  auto first = server::SnapshotStore::Open(dir, 1);
+  ASSERT_TRUE(first.ok()) << first.status();
+  {
+    const server::SnapshotStore copy = *first;  // copies share the lock
+    auto second = server::AttendServer::Start(Options(dir));
+    EXPECT_EQ(second.status().code(), absl::StatusCode::kInvalidArgument) << second.status();
+    EXPECT_THAT(std::string(second.status().message()),
+                ::testing::HasSubstr("another attend-server uses it (it holds " + dir + "/LOCK)"));
+  }
+  first = absl::UnknownError("closed");
+  auto again = server::AttendServer::Start(Options(dir));
+  EXPECT_TRUE(again.ok()) << again.status();
 }
 
 TEST(SnapshotService, WithoutADirectorySaveAndLoadAreRefused) {

@@ -2,13 +2,19 @@
 // (the server's snapshot directory), export and import (the snapshot bytes through this client)
 // and hand-off (to the replicas of a fleet).
 #include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/random/distributions.h"
+#include "absl/random/random.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/cli/commands/input_files.h"
 #include "client/cli/commands/seq_commands.h"
@@ -120,10 +126,10 @@ int RunExport(Context& c, const ExportOptions& o) {
     c.out->flush();
     return kExitOk;
   }
-  // Into <out>.tmp, renamed to <out> once the stream ended well: a failed export leaves no
-  // partial <out> (and an older <out> as it was). A symlink's target is written, the link left a
-  // link; a device, FIFO or socket is written through, since nothing can be renamed onto it
-  // without replacing it.
+  // Into a temporary file beside <out>, renamed to <out> once the stream ended well: a failed
+  // export leaves no partial <out> (and an older <out> as it was). A symlink's target is written,
+  // the link left a link; a device, FIFO or socket is written through, since nothing can be renamed
+  // onto it without replacing it.
   std::string path = *out;
   std::error_code ec;
   // Followed hop by hop: canonical paths need the final target to exist already.
@@ -138,8 +144,21 @@ int RunExport(Context& c, const ExportOptions& o) {
   const std::filesystem::file_status kind = std::filesystem::status(path, ec);
   const bool through = std::filesystem::exists(kind) && !std::filesystem::is_regular_file(kind) &&
                        !std::filesystem::is_directory(kind);
-  const std::string tmp = through ? path : absl::StrCat(path, ".tmp");
-  absl::StatusOr<client::OutputFile> file = client::OutputFile::Open(tmp);
+  // The temporary file is a new one with a name of its own (a random part, made with O_EXCL and
+  // no link followed): whatever lies at a name somebody could guess, a link or a FIFO at
+  // <out>.tmp, is neither written through nor waited on.
+  std::string tmp = path;
+  absl::StatusOr<client::OutputFile> file = absl::UnknownError("not opened");
+  if (through) {
+    file = client::OutputFile::Open(tmp);
+  } else {
+    for (int attempt = 0; attempt < 8; ++attempt) {
+      tmp = absl::StrCat(
+          path, ".", absl::Hex(absl::Uniform<uint64_t>(absl::BitGen()), absl::kZeroPad16), ".tmp");
+      file = client::OutputFile::CreateNew(tmp);
+      if (file.ok() || !absl::StrContains(file.status().message(), std::strerror(EEXIST))) break;
+    }
+  }
   if (!file.ok()) return LocalError(c, file.status());
   absl::Status local;  // the file's failure, as opposed to the call's
   absl::StatusOr<client::ExportResult> r;
@@ -309,8 +328,10 @@ std::vector<Command> SeqPersistenceSubcommands() {
       {"export", "stream a sequence's snapshot bytes into a file (or stdout)",
        "attend seq export --id ID --out FILE|-",
        "The bytes are SaveSequence's file format, checksummed, of one moment; the sequence keeps\n"
-       "serving meanwhile. They go to FILE.tmp, renamed to FILE when the stream ended well, so a\n"
-       "failed export leaves no FILE; --out - writes them to stdout and nothing else.\n"
+       "serving meanwhile. They go to a new file FILE.<random>.tmp, renamed to FILE when the "
+       "stream\n"
+       "ended well, so a failed export leaves no FILE; --out - writes them to stdout and nothing\n"
+       "else.\n"
        "Examples:\n  attend seq export --id chat-1 --out chat-1.attnsnap\n"
        "  attend seq export --id chat-1 --out - |\n"
        "      attend --target other:50051 seq import --in /dev/stdin\n",

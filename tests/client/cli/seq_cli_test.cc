@@ -3,12 +3,17 @@
 // own objects), .npy round trips checked against the reference attention, help, and the exit
 // codes of usage, local-file, server and connection errors; save / load, export / import
 // through files, and hand-off between two servers.
+#include <fcntl.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <iterator>
 #include <map>
 #include <random>
@@ -718,6 +723,46 @@ TEST_F(SeqCliTest, ExportThroughSymlinksAndFifos) {
   EXPECT_EQ(got, want);
   EXPECT_TRUE(std::filesystem::is_fifo(std::filesystem::status(fifo)));
   EXPECT_FALSE(Exists(fifo + ".tmp"));
+}
+
+// What somebody planted at <out>.tmp, the name a temporary file used to have, is neither written
+// through (a link to another file) nor waited on (a FIFO): the export writes a new file of its
+// own and leaves nothing behind but <out>.
+TEST_F(SeqCliTest, PlantedTemporaryNamesAreNeitherWrittenThroughNorWaitedOn) {
+  const std::string dir = NewTempDir("seq-planted");
+  Create("pl");
+  {
+    std::ofstream victim(dir + "/victim");
+    victim << "keep me";
+  }
+  std::filesystem::create_symlink(dir + "/victim", dir + "/a.attnsnap.tmp");
+  ASSERT_EQ(mkfifo((dir + "/b.attnsnap.tmp").c_str(), 0600), 0);
+  for (const char* name : {"a.attnsnap", "b.attnsnap"}) {
+    SCOPED_TRACE(name);
+    std::future<int> run = std::async(std::launch::async, [&] {
+      return Run({"seq", "export", "--id", "pl", "--out", dir + "/" + name});
+    });
+    if (run.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+      ADD_FAILURE() << "the export blocked";
+      const int reader = open((dir + "/b.attnsnap.tmp").c_str(), O_RDONLY | O_NONBLOCK);
+      char sink[1 << 16];
+      while (run.wait_for(std::chrono::milliseconds(10)) != std::future_status::ready) {
+        if (reader >= 0 && read(reader, sink, sizeof(sink)) < 0) continue;
+      }
+      if (reader >= 0) close(reader);
+    }
+    EXPECT_EQ(run.get(), cli::kExitOk) << err_.str();
+    EXPECT_TRUE(
+        std::filesystem::is_regular_file(std::filesystem::symlink_status(dir + "/" + name)));
+  }
+  EXPECT_EQ(ReadFile(dir + "/victim"), "keep me");
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"a.attnsnap", "a.attnsnap.tmp", "b.attnsnap",
+                                             "b.attnsnap.tmp", "victim"}));
 }
 
 TEST_F(SeqCliTest, TransferUsageErrorsAndHelp) {
