@@ -213,6 +213,52 @@ ATTEND_AVX2 inline __m256 Sum8x8(const __m256* v) {
                        _mm256_permute2f128_ps(h0123, h4567, 0x31));
 }
 
+// DotRowsBlock's column loop, 8 columns a step from column `c` while 8 are left: acc[j * R + r]
+// += q row j x key row r, widened as they are loaded. Returns the first column not done.
+template <int M, int R, DType kType>
+ATTEND_AVX2 inline int64_t DotEights(const float* q, int64_t d, int64_t c, const void* const* row,
+                                     __m256* acc) {
+  for (; c + 8 <= d; c += 8) {
+    __m256 kv[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) kv[r] = Load8T<kType>(row[r], c);
+#pragma GCC unroll 4
+    for (int j = 0; j < M; ++j) {
+      __m256 qv = _mm256_loadu_ps(q + j * d + c);
+      // Keeps qv in a register: otherwise GCC folds the load into each of the R FMAs, and the
+      // extra loads bound the loop (bf16 from L2 on Zen 3: 8.4 GB/s folded, 10.9 kept).
+      if constexpr (R > 1) __asm__("" : "+x"(qv));
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) acc[j * R + r] = _mm256_fmadd_ps(qv, kv[r], acc[j * R + r]);
+    }
+  }
+  return c;
+}
+
+// The end of one step of DotRowsBlock: each accumulator's lanes summed, the columns from `c` on
+// added one by one, times the row's scale, into scores (key row r of the step is row r * span + t).
+template <int M, int R, DType kType>
+ATTEND_AVX2 inline void StoreDots(const __m256* acc, const float* q, int64_t d, int64_t c,
+                                  const void* const* row, const Rows& k, int64_t span, int64_t t,
+                                  float* scores, int64_t ld) {
+  alignas(32) float sums[8];
+  if constexpr (M * R == 8) {
+    _mm256_store_ps(sums, Sum8x8(acc));
+  } else {
+#pragma GCC unroll 8
+    for (int i = 0; i < M * R; ++i) sums[i] = Sum8(acc[i]);
+  }
+#pragma GCC unroll 4
+  for (int j = 0; j < M; ++j) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      float x = sums[j * R + r];
+      for (int64_t e = c; e < d; ++e) x += q[j * d + e] * Load(row[r], kType, e);
+      scores[j * ld + r * span + t] = x * ScaleAt<kType>(k, r * span + t);
+    }
+  }
+}
+
 // M query rows against R key rows at a time (M * R <= 8 accumulators): the R rows' loads are
 // shared by the M query rows, and the M * R independent FMA chains hide the FMA latency (with
 // one key row, M = 4 chains leave the FMA units half idle). The R rows come from R separate
@@ -234,37 +280,8 @@ ATTEND_AVX2 void DotRowsBlock(const float* q, int64_t d, const Rows& k, int64_t 
     const void* row[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) row[r] = RowAt<kType>(k, r * span + t);
-    int64_t c = 0;
-    for (; c + 8 <= d; c += 8) {
-      __m256 kv[R];
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) kv[r] = Load8T<kType>(row[r], c);
-#pragma GCC unroll 4
-      for (int j = 0; j < M; ++j) {
-        __m256 qv = _mm256_loadu_ps(q + j * d + c);
-        // Keeps qv in a register: otherwise GCC folds the load into each of the R FMAs, and the
-        // extra loads bound the loop (bf16 from L2 on Zen 3: 8.4 GB/s folded, 10.9 kept).
-        if constexpr (R > 1) __asm__("" : "+x"(qv));
-#pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) acc[j * R + r] = _mm256_fmadd_ps(qv, kv[r], acc[j * R + r]);
-      }
-    }
-    alignas(32) float sums[8];
-    if constexpr (M * R == 8) {
-      _mm256_store_ps(sums, Sum8x8(acc));
-    } else {
-#pragma GCC unroll 8
-      for (int i = 0; i < M * R; ++i) sums[i] = Sum8(acc[i]);
-    }
-#pragma GCC unroll 4
-    for (int j = 0; j < M; ++j) {
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) {
-        float x = sums[j * R + r];
-        for (int64_t e = c; e < d; ++e) x += q[j * d + e] * Load(row[r], kType, e);
-        scores[j * ld + r * span + t] = x * ScaleAt<kType>(k, r * span + t);
-      }
-    }
+    const int64_t c = DotEights<M, R, kType>(q, d, 0, row, acc);
+    StoreDots<M, R, kType>(acc, q, d, c, row, k, span, t, scores, ld);
   }
   if constexpr (R > 1) {
     const int64_t done = span * R;
@@ -384,34 +401,8 @@ ATTEND_AVX2 void DotRowsBf16Block(const float* q, const float* split, int64_t d,
         }
       }
     }
-    int64_t c = d16;
-    for (; c + 8 <= d; c += 8) {
-      __m256 kv[R];
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) kv[r] = Load8T<kType>(row[r], c);
-#pragma GCC unroll 4
-      for (int j = 0; j < M; ++j) {
-        const __m256 qv = _mm256_loadu_ps(q + j * d + c);
-#pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) acc[j * R + r] = _mm256_fmadd_ps(qv, kv[r], acc[j * R + r]);
-      }
-    }
-    alignas(32) float sums[8];
-    if constexpr (M * R == 8) {
-      _mm256_store_ps(sums, Sum8x8(acc));
-    } else {
-#pragma GCC unroll 8
-      for (int i = 0; i < M * R; ++i) sums[i] = Sum8(acc[i]);
-    }
-#pragma GCC unroll 4
-    for (int j = 0; j < M; ++j) {
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) {
-        float x = sums[j * R + r];
-        for (int64_t e = c; e < d; ++e) x += q[j * d + e] * Load(row[r], kType, e);
-        scores[j * ld + r * span + t] = x;
-      }
-    }
+    const int64_t c = DotEights<M, R, kType>(q, d, d16, row, acc);
+    StoreDots<M, R, kType>(acc, q, d, c, row, k, span, t, scores, ld);
   }
   if constexpr (R > 1) {
     const int64_t done = span * R;
