@@ -9,6 +9,8 @@
 // their arithmetic ceiling, against the core's FMA throughput. Two cores at that rate are what
 // decode could reach if memory were free; below the read bandwidth, decode is compute-bound.
 //
+// BM_DecodeKernelPart is q.k or p.v of that step alone: which of the two holds a storage type.
+//
 // BM_KernelChoice checks the kernel sets chosen at start-up (simd::ChooseKernels, per storage
 // type) against a longer measurement of every set in the same run: whether the chosen set is
 // within 5% of the fastest.
@@ -263,20 +265,29 @@ class KernelStep {
     out_.resize(kGroup * kDim);
   }
 
-  // Runs `steps` steps on the kernel set in use.
-  void Run(int steps) {
+  // Which of a step's kernels Run runs.
+  enum class Part { kBoth, kDot, kAccumulate };
+
+  // Runs `steps` steps on the kernel set in use: q.k then p.v, or one of them.
+  void Run(int steps, Part part = Part::kBoth) {
     // Weights like a softmax's (positive, summing to 1 per row); the kernels' speed does not
     // depend on them, only the output's scale does.
     const float weight = 1.0f / kRows;
+    if (part == Part::kAccumulate) std::fill(scores_.begin(), scores_.end(), weight);
     for (int rep = 0; rep < steps; ++rep) {
-      simd::DotRows(q_.data(), kGroup, kDim, k_, kRows, scores_.data(), kRows);
-      for (float& s : scores_) s = weight;
-      simd::AccumulateRows(scores_.data(), kRows, kGroup, v_, kRows, kDim, out_.data());
+      if (part != Part::kAccumulate) {
+        simd::DotRows(q_.data(), kGroup, kDim, k_, kRows, scores_.data(), kRows);
+      }
+      if (part == Part::kBoth) std::fill(scores_.begin(), scores_.end(), weight);
+      if (part != Part::kDot) {
+        simd::AccumulateRows(scores_.data(), kRows, kGroup, v_, kRows, kDim, out_.data());
+      }
     }
+    benchmark::DoNotOptimize(scores_.data());
     benchmark::DoNotOptimize(out_.data());
   }
 
-  // K and V bytes a step reads.
+  // K and V bytes a step reads (K or V alone: half).
   double Bytes() const { return 2.0 * kRows * kDim * DTypeSize(storage_); }
 
  private:
@@ -318,6 +329,24 @@ void BM_DecodeKernel(benchmark::State& state) {
   state.counters["two_cores_vs_read_bw"] = 2 * bytes / seconds / limits.read_bytes_per_second;
   state.SetLabel(simd::KernelName({storage}));
   simd::UseKernels(decode_set);  // back to the sets the other cases measure
+}
+
+// One of the decode kernels alone, on the set decode uses, one core, K or V in L2: which of q.k
+// and p.v holds a storage type's step. Reports the K (q.k) or V (p.v) bytes read per second.
+// args: storage, part (0 q.k, DotRows; 1 p.v, AccumulateRows).
+void BM_DecodeKernelPart(benchmark::State& state) {
+  const DType storage = StorageOf(state.range(0));
+  MeasureMachineLimits();  // first: it applies ATTEND_SIMD_KERNELS
+  KernelStep step(storage);
+  const auto part = state.range(1) == 0 ? KernelStep::Part::kDot : KernelStep::Part::kAccumulate;
+  double seconds = 0;
+  for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
+    step.Run(64, part);
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  state.counters["GBs_one_core"] = 64.0 * state.iterations() * step.Bytes() / 2 / seconds / 1e9;
+  state.SetLabel(simd::KernelName({storage}));
 }
 
 // The start-up choice (simd::ChooseKernels) checked against a longer measurement in the same
@@ -667,6 +696,7 @@ BENCHMARK(BM_DecodeKernel)
     ->ArgNames({"storage", "kernels"})
     ->ArgsProduct({{0, 1, 2}, {-1}})
     ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_DecodeKernelPart)->ArgNames({"storage", "part"})->ArgsProduct({{0, 1, 2}, {0, 1}});
 BENCHMARK(BM_KernelChoice)->ArgName("storage")->DenseRange(0, 2)->Unit(benchmark::kMillisecond);
 // Every kernel set against every other (1 = avx2, then the AVX-512 sets the CPU has).
 BENCHMARK(BM_DecodeKernel)

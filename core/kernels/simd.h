@@ -4,7 +4,7 @@
 // the machine's bandwidth.
 //
 // Each kernel has a portable scalar version, an AVX2+FMA one and AVX-512 ones (bf16 dot products
-// on vdpbf16ps where the CPU has AVX512-BF16, else int8 ones on vpdpbusd where it has
+// on vdpbf16ps where the CPU has AVX512-BF16, int8 ones on vpdpbusd where it has
 // AVX512-VNNI). The build targets no particular CPU: each set is compiled for its instruction
 // set with target attributes.
 //
@@ -143,7 +143,10 @@ void DotRows(const float* q, int64_t m, int64_t d, const Rows& k, int64_t rows, 
 
 // acc[j * dv + c] += sum over t < rows of p[j * ld + t] * value row t [c], for j < m, c < dv.
 // Against bf16 rows the AVX-512 kernels use bf16 dot products when v.native_bf16 is set and p
-// holds bf16 values (bf16 arithmetic rounds the probabilities), and f32 otherwise.
+// holds bf16 values (bf16 arithmetic rounds the probabilities), and f32 otherwise. Against int8
+// rows the VNNI kernels carry the weights p * (the row's scale) in int16 (15 bits and a sign):
+// each within 1/65534 of its accumulator row's largest weight, about as fine as q against int8
+// keys; where a weight is negative or not finite, every bit of p is kept.
 void AccumulateRows(const float* p, int64_t ld, int64_t m, const Rows& v, int64_t rows, int64_t dv,
                     float* acc);
 

@@ -7,11 +7,9 @@
 //     zero, as in a native bf16 matmul, so only under native bf16 arithmetic (Rows::native_bf16),
 //     and it needs q and p in bf16, as bf16 arithmetic (the default over bf16 storage) gives
 //     them; otherwise the widening kernels run.
-//   - int8 q.k on vpdpbusd (AVX512-VNNI; in simd_avx512_int8.cc): q is split into two int8
-//     parts on one scale (hi = round(q / s), lo = round((q - hi s) * 256 / s)): about 15 bits;
-//     the per-token scales multiply the int32 sums afterwards. vpdpbusd multiplies unsigned by
-//     signed bytes, so q goes in offset by 128 and 128 * (the row's sum) comes off again.
-//   - int8 p.v stays widened to f32: a byte dot product would need p in 8 bits.
+//   - int8 q.k and p.v on vpdpbusd (AVX512-VNNI; in simd_avx512_int8.cc), in the "avx512_vnni"
+//     and "avx512_bf16" sets: q, and the weights p * scale, each in two 8-bit parts on one scale
+//     per row (about 16 bits); the per-token scales multiply the int32 sums afterwards.
 //   - bf16 widened in place on 16-lane FMAs (simd_avx512_split.cc: a shift and an and per 32
 //     values, no shuffle), in the "avx512" and "avx512_vnni" sets.
 // The "avx512" set has every kernel at 16 lanes with masked tails (f32, bf16 and int8 widened);
@@ -522,9 +520,9 @@ ATTEND_AVX512_BF16 void AccumulateBf16(const float* p, int64_t ld, int64_t m, co
 // The sets with dot product instructions use them where they replace the widening, and the AVX2
 // kernels elsewhere: on Zen 4, with 512-bit instructions executed in two halves, the 16-lane f32
 // kernels read 24-34 GB/s from L2 on one core against the AVX2 ones' 33-39 (the horizontal sums
-// cost more at 16 lanes), and int8 decode over the cache ran no faster with vpdpbusd q.k (p.v
-// still widens every value). BENCHMARKS.md has the figures. The vnni set's bf16 is the
-// in-place widening (no dot product instruction of its own applies).
+// cost more at 16 lanes). BENCHMARKS.md has the figures. The vnni set's bf16 is the in-place
+// widening (no dot product instruction of its own applies); the bf16 set's int8 is the vnni
+// set's.
 ATTEND_AVX512_VNNI void DotRowsVnni(const float* q, int64_t m, int64_t d, const Rows& k,
                                     int64_t rows, float* scores, int64_t ld) {
   if (k.dtype == DType::kInt8) return DotInt8Vnni(q, m, d, k, rows, scores, ld);
@@ -535,12 +533,14 @@ ATTEND_AVX512_VNNI void DotRowsVnni(const float* q, int64_t m, int64_t d, const 
 ATTEND_AVX512_VNNI void AccumulateRowsVnni(const float* p, int64_t ld, int64_t m, const Rows& v,
                                            int64_t rows, int64_t dv, float* acc) {
   if (v.dtype == DType::kBFloat16) return AccumulateBf16Split(p, ld, m, v, rows, dv, acc);
+  if (v.dtype == DType::kInt8) return AccumulateInt8Vnni(p, ld, m, v, rows, dv, acc);
   return Avx2Kernels().accumulate_rows(p, ld, m, v, rows, dv, acc);
 }
 
 ATTEND_AVX512_BF16 void DotRowsBf16(const float* q, int64_t m, int64_t d, const Rows& k,
                                     int64_t rows, float* scores, int64_t ld) {
   if (k.dtype == DType::kBFloat16 && k.native_bf16) return DotBf16(q, m, d, k, rows, scores, ld);
+  if (k.dtype == DType::kInt8) return DotInt8Vnni(q, m, d, k, rows, scores, ld);
   return Avx2Kernels().dot_rows(q, m, d, k, rows, scores, ld);
 }
 
@@ -549,6 +549,7 @@ ATTEND_AVX512_BF16 void AccumulateRowsBf16(const float* p, int64_t ld, int64_t m
   if (v.dtype == DType::kBFloat16 && v.native_bf16) {
     return AccumulateBf16(p, ld, m, v, rows, dv, acc);
   }
+  if (v.dtype == DType::kInt8) return AccumulateInt8Vnni(p, ld, m, v, rows, dv, acc);
   return Avx2Kernels().accumulate_rows(p, ld, m, v, rows, dv, acc);
 }
 

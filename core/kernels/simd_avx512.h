@@ -72,10 +72,18 @@ ATTEND_AVX512 inline __m256 Sum8Of16(const __m512* v) {
 inline int64_t SpanRow(int r, int64_t g, int64_t span) { return r * span + g; }
 
 // scores[j * ld + t] = q row j . int8 key row t (times its scale), on vpdpbusd with q in two
-// int8 parts (simd_avx512_int8.cc); heads past the int32 sums' range take the AVX2 kernel.
+// int8 parts and the key rows transposed 16 at a time (simd_avx512_int8.cc); heads past the int32
+// sums' range take the AVX2 kernel.
 // REQUIRES: the CPU has AVX512-VNNI (and F, BW, VL, DQ); k.dtype is kInt8.
 void DotInt8Vnni(const float* q, int64_t m, int64_t d, const Rows& k, int64_t rows, float* scores,
                  int64_t ld);
+
+// acc[j][c] += sum over t of p[j][t] * value row t[c] over int8 rows, on vpdpwssd with the weights
+// p[j][t] * scale[t] in int16 (simd_avx512_int8.cc): each weight within 1/65534 of its row's
+// largest; the widening kernel where a weight is negative or not finite.
+// REQUIRES: the CPU has AVX512-VNNI (and F, BW, VL, DQ); v.dtype is kInt8.
+void AccumulateInt8Vnni(const float* p, int64_t ld, int64_t m, const Rows& v, int64_t rows,
+                        int64_t dv, float* acc);
 
 // DotRows and AccumulateRows over bf16 rows on 16-lane f32 FMAs, q and p in f32
 // (simd_avx512_split.cc): each 32-bit lane of a 64-byte load holds two bf16 values, which a shift

@@ -1,5 +1,10 @@
-// int8 q.k on vpdpbusd (AVX512-VNNI), for the "avx512_vnni" kernel set (simd_avx512.cc has the
-// rest of the AVX-512 kernels and says why p.v stays widened).
+// int8 q.k on vpdpbusd and p.v on vpdpwssd (AVX512-VNNI), for the "avx512_vnni" and
+// "avx512_bf16" kernel sets (simd_avx512.cc has the rest of the AVX-512 kernels).
+//
+// On a Zen 4 (one core, K or V in L2, a GQA group of 4), q.k read 9.3 GB/s of keys with
+// horizontal sums per row and 14.8 transposed; p.v 10.4 widened to f32, 13-14 on vpdpbusd (the
+// weights in two uint8 parts, four rows interleaved by byte) and 18-20 on vpdpwssd (one int16
+// part, two rows widened and interleaved): BENCHMARKS.md.
 //
 // Thread-safety: pure functions.
 #include <immintrin.h>
@@ -7,6 +12,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <limits>
 #include <vector>
 
 #include "core/kernels/simd_avx512.h"
@@ -28,17 +35,30 @@ namespace {
 // fits). Larger heads take the widening kernel.
 constexpr int64_t kMaxVnniHeadDim = 512;
 
-// Each q row as two int8 parts on the row's scale s = max|q| / 127, offset by 128 into uint8:
-// q ~ s * (hi + lo / 256), each value within s / 512. Rows padded to `width` (a multiple of 64)
-// with the offset zero; an all-zero row gets s = 0.
-ATTEND_AVX512 void QuantizeRows(const float* q, int64_t m, int64_t d, int64_t width,
-                                std::vector<uint8_t>* hi, std::vector<uint8_t>* lo,
-                                std::vector<float>* scale) {
-  hi->resize(static_cast<size_t>(m * width));
-  lo->resize(hi->size());
-  scale->resize(static_cast<size_t>(m));
+// Below this, a row's largest |q| or weight takes the widening kernel: its reciprocal times 32767
+// must be finite and its step a normal float, or the row's values would turn into zeros or
+// garbage (weights of 1e-40, from subnormal value scales, came out as 0). Far below anything a
+// model computes; the widening kernels keep such values as f32 does.
+constexpr float kSmallestScaled = 0x1p-100f;
+
+// q's rows as DotInt8Rows16 takes them: two signed 8-bit parts on the row's scale s = max|q| / 127,
+// q ~ s * (hi + lo / 256), each value within s / 512; rows padded with zeros to `width` (a
+// multiple of 64). An all-zero row gets s = 0.
+struct QuantizedRows {
+  std::vector<int8_t> hi, lo;
+  std::vector<int32_t> offset;  // per row: 128 * (256 * sum(hi) + sum(lo)), wrapped to int32
+  std::vector<float> factor;    // per row: s / 256
+};
+
+// Returns false (the parts unusable) when a row's largest |q| is positive and below
+// kSmallestScaled.
+ATTEND_AVX512 bool QuantizeRows(const float* q, int64_t m, int64_t d, int64_t width,
+                                QuantizedRows* out) {
+  out->hi.resize(static_cast<size_t>(m * width));
+  out->lo.resize(out->hi.size());
+  out->offset.resize(static_cast<size_t>(m));
+  out->factor.resize(static_cast<size_t>(m));
   const __m512 limit = _mm512_set1_ps(127.0f);
-  const __m512i offset = _mm512_set1_epi32(128);
   for (int64_t j = 0; j < m; ++j) {
     const float* row = q + j * d;
     __m512 absmax = _mm512_setzero_ps();
@@ -46,8 +66,10 @@ ATTEND_AVX512 void QuantizeRows(const float* q, int64_t m, int64_t d, int64_t wi
       absmax = _mm512_max_ps(absmax, _mm512_abs_ps(_mm512_maskz_loadu_ps(Mask16(d - c), row + c)));
     }
     const float top = _mm512_reduce_max_ps(absmax);
-    (*scale)[static_cast<size_t>(j)] = top / 127.0f;
+    if (top > 0.0f && top < kSmallestScaled) return false;
+    out->factor[static_cast<size_t>(j)] = top / 127.0f / 256.0f;
     const __m512 inverse = _mm512_set1_ps(top > 0.0f ? 127.0f / top : 0.0f);
+    __m512i sum_hi = _mm512_setzero_si512(), sum_lo = _mm512_setzero_si512();
     for (int64_t c = 0; c < width; c += 16) {
       const __mmask16 mask = c < d ? Mask16(d - c) : 0;
       const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, row + c), inverse);
@@ -55,120 +77,226 @@ ATTEND_AVX512 void QuantizeRows(const float* q, int64_t m, int64_t d, int64_t wi
       __m512 l = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_sub_ps(x, h), _mm512_set1_ps(256.0f)),
                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
       l = _mm512_max_ps(_mm512_min_ps(l, limit), _mm512_set1_ps(-127.0f));
+      const __m512i hi = _mm512_cvtps_epi32(h), lo = _mm512_cvtps_epi32(l);
+      sum_hi = _mm512_add_epi32(sum_hi, hi);
+      sum_lo = _mm512_add_epi32(sum_lo, lo);
       const size_t at = static_cast<size_t>(j * width + c);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(hi->data() + at),
-                       _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(h), offset)));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(lo->data() + at),
-                       _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(l), offset)));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out->hi.data() + at), _mm512_cvtepi32_epi8(hi));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out->lo.data() + at), _mm512_cvtepi32_epi8(lo));
     }
+    const auto total = static_cast<uint32_t>(_mm512_reduce_add_epi32(sum_hi)) * 256u +
+                       static_cast<uint32_t>(_mm512_reduce_add_epi32(sum_lo));
+    out->offset[static_cast<size_t>(j)] = static_cast<int32_t>(total * 128u);
+  }
+  return true;
+}
+
+// The 16 x 16 matrix of 32-bit elements in x transposed in place: lane t of x[i] becomes element i
+// of x[t] before. Four rounds of 16 two-input shuffles.
+ATTEND_AVX512 inline void Transpose16x16(__m512i* x) {
+  __m512i a[16];
+#pragma GCC unroll 8
+  for (int p = 0; p < 8; ++p) {
+    a[2 * p] = _mm512_unpacklo_epi32(x[2 * p], x[2 * p + 1]);
+    a[2 * p + 1] = _mm512_unpackhi_epi32(x[2 * p], x[2 * p + 1]);
+  }
+  // b[4 g + e], 128-bit lane L: element 4 L + e of rows 4 g .. 4 g + 3.
+  __m512i b[16];
+#pragma GCC unroll 4
+  for (int g = 0; g < 4; ++g) {
+    b[4 * g] = _mm512_unpacklo_epi64(a[4 * g], a[4 * g + 2]);
+    b[4 * g + 1] = _mm512_unpackhi_epi64(a[4 * g], a[4 * g + 2]);
+    b[4 * g + 2] = _mm512_unpacklo_epi64(a[4 * g + 1], a[4 * g + 3]);
+    b[4 * g + 3] = _mm512_unpackhi_epi64(a[4 * g + 1], a[4 * g + 3]);
+  }
+  // Element 4 L + e of all 16 rows: lane L of b[e], b[4 + e], b[8 + e], b[12 + e].
+#pragma GCC unroll 4
+  for (int e = 0; e < 4; ++e) {
+    const __m512i u0 = _mm512_shuffle_i32x4(b[e], b[4 + e], 0x44);
+    const __m512i u1 = _mm512_shuffle_i32x4(b[e], b[4 + e], 0xee);
+    const __m512i u2 = _mm512_shuffle_i32x4(b[8 + e], b[12 + e], 0x44);
+    const __m512i u3 = _mm512_shuffle_i32x4(b[8 + e], b[12 + e], 0xee);
+    x[e] = _mm512_shuffle_i32x4(u0, u2, 0x88);
+    x[4 + e] = _mm512_shuffle_i32x4(u0, u2, 0xdd);
+    x[8 + e] = _mm512_shuffle_i32x4(u1, u3, 0x88);
+    x[12 + e] = _mm512_shuffle_i32x4(u1, u3, 0xdd);
   }
 }
 
-// Eight horizontal int32 sums as in Sum8Of16 (v[i] for i >= N counts as zero).
-template <int N>
-ATTEND_AVX512 inline __m256i Sum8Of16I(const __m512i* v) {
-  static_assert(N >= 1 && N <= 8);
-  __m512i x[8];
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i) x[i] = i < N ? v[i] : _mm512_setzero_si512();
-  __m512i y[4];
-#pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i) {
-    y[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(x[2 * i], x[2 * i + 1]),
-                            _mm512_unpackhi_epi32(x[2 * i], x[2 * i + 1]));
+// Asks for the cache lines of `count` rows of `cols` int8 values, kPrefetchBytes past row `t`
+// (those below `rows`), dense rows too (unlike PrefetchRow): these kernels do about three times
+// f32's arithmetic per byte, and the hardware prefetchers alone left memory and arithmetic
+// barely overlapped. On a Zen 4, int8 decode over the cache read 10-14.5 GB/s without (the
+// earlier kernels: 12.8-16.5 in the same rounds) and 13-19 with (12-16): noisy rounds, but
+// the only ones where the faster kernels were not slower over memory.
+inline void PrefetchAhead(const Rows& r, int64_t t, int64_t rows, int64_t count, int64_t cols) {
+  const int64_t ahead = t + std::max<int64_t>(1, kPrefetchBytes / std::max<int64_t>(1, r.stride));
+  const int64_t end = std::min(rows, ahead + count);
+  for (int64_t u = ahead; u < end; ++u) {
+    const char* row = static_cast<const char*>(RowAt<DType::kInt8>(r, u));
+    for (int64_t off = 0; off < cols; off += 64) PrefetchLine(row + off);
   }
-  __m512i z[2];
-#pragma GCC unroll 2
-  for (int i = 0; i < 2; ++i) {
-    z[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(y[2 * i], y[2 * i + 1]),
-                            _mm512_unpackhi_epi64(y[2 * i], y[2 * i + 1]));
-  }
-  const __m512i s = _mm512_add_epi32(_mm512_shuffle_i32x4(z[0], z[1], 0x44),
-                                     _mm512_shuffle_i32x4(z[0], z[1], 0xee));
-  const __m512i t =
-      _mm512_add_epi32(_mm512_shuffle_i32x4(s, s, 0x88), _mm512_shuffle_i32x4(s, s, 0xdd));
-  return _mm512_castsi512_si256(t);
 }
 
-template <int M, int R>
-ATTEND_AVX512_VNNI void DotInt8Block(const uint8_t* qh, const uint8_t* ql, const float* qs,
-                                     int64_t width, int64_t d, const Rows& k, int64_t rows,
-                                     float* scores, int64_t ld) {
-  static_assert(M * R <= 8);
-  const __m512i ones = _mm512_set1_epi8(1);
-  const int64_t span = rows / R;
-  // Locals, so that the stores to `scores` do not make the compiler reload them (aliasing).
-  const float* const key_scales = k.scales;
-  float q_factor[M];
+// Scores of M query rows against key rows [t0, t0 + 16) (those below `rows`), the key rows
+// transposed 64 columns at a time so that lane t of vector i holds columns 4 i .. 4 i + 3 of row
+// t0 + t: vpdpbusd then adds 4 products per lane with q's four values broadcast, and each lane
+// ends with one row's whole dot product, with no horizontal sums. The keys go in as the unsigned
+// operand, offset by 128 (an xor), q's two signed parts as the signed one; 128 * (the sum of a
+// part) comes off again once per query row.
+template <int M>
+ATTEND_AVX512_VNNI void DotInt8Rows16(const QuantizedRows& q, int64_t j0, int64_t width, int64_t d,
+                                      const Rows& k, int64_t t0, int64_t rows, float* scores,
+                                      int64_t ld, bool prefetch) {
+  const auto* qh = reinterpret_cast<const int32_t*>(q.hi.data() + j0 * width);
+  const auto* ql = reinterpret_cast<const int32_t*>(q.lo.data() + j0 * width);
+  const int64_t n = std::min<int64_t>(16, rows - t0);
+  if (prefetch) PrefetchAhead(k, t0 + n, rows, 16, d);
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512i h[M], l[M];
 #pragma GCC unroll 4
-  for (int j = 0; j < M; ++j) q_factor[j] = qs[j] * (1.0f / 256.0f);
-  const int64_t ahead = PrefetchRows<DType::kInt8>(d);
-  for (int64_t g = 0; g < span; ++g) {
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      PrefetchRow<DType::kInt8>(k, r * span + g + ahead, (r + 1) * span, d);
+  for (int j = 0; j < M; ++j) h[j] = l[j] = _mm512_setzero_si512();
+  for (int64_t c = 0; c < d; c += 64) {
+    const __mmask64 mask = Mask64(d - c);
+    __m512i x[16];
+#pragma GCC unroll 16
+    for (int t = 0; t < 16; ++t) {
+      const auto* row =
+          static_cast<const int8_t*>(RowAt<DType::kInt8>(k, t0 + std::min<int64_t>(t, n - 1)));
+      x[t] = _mm512_xor_si512(_mm512_maskz_loadu_epi8(t < n ? mask : 0, row + c), flip);
     }
-    // Per (j, r): 256 * hi.k + lo.k, each with its 128 * sum(k) offset.
-    __m512i ah[M * R], al[M * R], sum[R];
-#pragma GCC unroll 8
-    for (int i = 0; i < M * R; ++i) ah[i] = al[i] = _mm512_setzero_si512();
-    const int8_t* row[R];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      sum[r] = _mm512_setzero_si512();
-      row[r] = static_cast<const int8_t*>(RowAt<DType::kInt8>(k, SpanRow(r, g, span)));
-    }
-    for (int64_t c = 0; c < d; c += 64) {
-      const __mmask64 mask = Mask64(d - c);
-      __m512i kv[R];
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) {
-        kv[r] = _mm512_maskz_loadu_epi8(mask, row[r] + c);
-        sum[r] = _mm512_dpbusd_epi32(sum[r], ones, kv[r]);
-      }
-#pragma GCC unroll 4
-      for (int j = 0; j < M; ++j) {
-        const __m512i hv = _mm512_loadu_si512(qh + j * width + c);
-        const __m512i lv = _mm512_loadu_si512(ql + j * width + c);
-#pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) {
-          ah[j * R + r] = _mm512_dpbusd_epi32(ah[j * R + r], hv, kv[r]);
-          al[j * R + r] = _mm512_dpbusd_epi32(al[j * R + r], lv, kv[r]);
-        }
-      }
-    }
-    // 256 * (hi.k - 128 sum) + (lo.k - 128 sum), lane by lane, in wrapping int32 arithmetic:
-    // exact, since the row's total fits (kMaxVnniHeadDim).
-    __m512i combined[M * R];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      // 128 * 257 * sum, as shifts (vpmulld is a slow instruction).
-      const __m512i offset =
-          _mm512_add_epi32(_mm512_slli_epi32(sum[r], 15), _mm512_slli_epi32(sum[r], 7));
-#pragma GCC unroll 4
-      for (int j = 0; j < M; ++j) {
-        combined[j * R + r] = _mm512_sub_epi32(
-            _mm512_add_epi32(_mm512_slli_epi32(ah[j * R + r], 8), al[j * R + r]), offset);
-      }
-    }
-    alignas(32) int32_t sums[8];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(sums), Sum8Of16I<M * R>(combined));
+    Transpose16x16(x);
+    const int64_t at = c / 4;  // q's 4-byte groups from column c
 #pragma GCC unroll 4
     for (int j = 0; j < M; ++j) {
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) {
-        const int64_t t = SpanRow(r, g, span);
-        scores[j * ld + t] = static_cast<float>(sums[j * R + r]) * q_factor[j] * key_scales[t];
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i) {
+        h[j] = _mm512_dpbusd_epi32(h[j], x[i], _mm512_set1_epi32(qh[j * width / 4 + at + i]));
+        l[j] = _mm512_dpbusd_epi32(l[j], x[i], _mm512_set1_epi32(ql[j * width / 4 + at + i]));
       }
     }
   }
-  if constexpr (R > 1) {
-    const int64_t done = span * R;
-    if (done < rows) {
-      Rows rest = k;
-      rest.data = RowAt<DType::kInt8>(k, done);
-      rest.scales = k.scales + done;
-      DotInt8Block<M, 1>(qh, ql, qs, width, d, rest, rows - done, scores + done, ld);
+  const __mmask16 out = Mask16(n);
+  const __m512 key_scales = _mm512_maskz_loadu_ps(out, k.scales + t0);
+#pragma GCC unroll 4
+  for (int j = 0; j < M; ++j) {
+    // 256 * (hi.k' - 128 sum hi) + (lo.k' - 128 sum lo), k' = k + 128, in wrapping int32
+    // arithmetic: exact, since the row's total fits (kMaxVnniHeadDim).
+    const __m512i combined =
+        _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(h[j], 8), l[j]),
+                         _mm512_set1_epi32(q.offset[static_cast<size_t>(j0 + j)]));
+    _mm512_mask_storeu_ps(
+        scores + j * ld + t0, out,
+        _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(combined),
+                                    _mm512_set1_ps(q.factor[static_cast<size_t>(j0 + j)])),
+                      key_scales));
+  }
+}
+
+// ---- int8 p.v on vpdpwssd ----
+
+// Each row's weights w[t] = p[t] * scale[t] (the value row's scale folded in) as int16 on the
+// row's step s = max w / 32767: each within s / 2, 1/65534 of the row's largest weight (q.k
+// carries q as finely). Rows padded with zero weights to `width` (even). Returns false when a
+// weight is negative or not finite (AccumulateRows takes any p), or the largest below
+// kSmallestScaled: the widening kernel runs then.
+ATTEND_AVX512 bool QuantizeWeights(const float* p, int64_t ld, int64_t m, const float* scales,
+                                   int64_t rows, int64_t width, std::vector<int16_t>* out,
+                                   std::vector<float>* step) {
+  out->resize(static_cast<size_t>(m * width));
+  step->resize(static_cast<size_t>(m));
+  const __m512 zero = _mm512_setzero_ps();
+  const __m512 inf = _mm512_set1_ps(std::numeric_limits<float>::infinity());
+  for (int64_t j = 0; j < m; ++j) {
+    const float* row = p + j * ld;
+    __m512 top = zero;
+    __mmask16 bad = 0;
+    for (int64_t t = 0; t < rows; t += 16) {
+      const __mmask16 mask = Mask16(rows - t);
+      const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, row + t),
+                                     _mm512_maskz_loadu_ps(mask, scales + t));
+      bad |= _mm512_cmp_ps_mask(x, zero, _CMP_NGE_UQ) | _mm512_cmp_ps_mask(x, inf, _CMP_EQ_OQ);
+      top = _mm512_max_ps(top, x);
+    }
+    if (bad != 0) return false;
+    const float largest = _mm512_reduce_max_ps(top);
+    if (largest > 0.0f && largest < kSmallestScaled) return false;
+    (*step)[static_cast<size_t>(j)] = largest / 32767.0f;
+    const __m512 inverse = _mm512_set1_ps(largest > 0.0f ? 32767.0f / largest : 0.0f);
+    for (int64_t t = 0; t < width; t += 16) {
+      const __mmask16 mask = Mask16(rows - t);
+      const __m512 x = _mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(mask, row + t),
+                                                   _mm512_maskz_loadu_ps(mask, scales + t)),
+                                     inverse);
+      const __m512i q = _mm512_min_epi32(_mm512_cvtps_epi32(x), _mm512_set1_epi32(32767));
+      _mm256_mask_storeu_epi16(out->data() + j * width + t, Mask16(width - t),
+                               _mm512_cvtepi32_epi16(q));
+    }
+  }
+  return true;
+}
+
+// Rows [t0, t0 + n) (n even) of p.v into M accumulator rows, 64 columns at a time: two value rows
+// widened to int16 and interleaved, so that each 32-bit lane holds one column of both, which
+// vpdpwssd multiplies by the pair's two weights. A row at `total` (an odd count's last pair)
+// reads as zero. The int32 sums stay exact: at most 2 * 32767 * 128 per instruction, n / 2 of
+// them (the caller's blocks of 128 rows).
+template <int M>
+ATTEND_AVX512_VNNI void AccumulateInt8Rows(const int16_t* w, int64_t width, const float* step,
+                                           const Rows& v, int64_t t0, int64_t n, int64_t total,
+                                           int64_t dv, float* acc, bool prefetch) {
+  for (int64_t c0 = 0; c0 < dv; c0 += 64) {
+    const __mmask32 m0 = Mask32(dv - c0), m1 = Mask32(dv - c0 - 32);
+    __m512i s[M][4];
+#pragma GCC unroll 4
+    for (int j = 0; j < M; ++j) {
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) s[j][k] = _mm512_setzero_si512();
+    }
+    for (int64_t t = t0; t < t0 + n; t += 2) {
+      if (c0 == 0 && prefetch) PrefetchAhead(v, t, total, 2, dv);
+      const auto* a = static_cast<const int8_t*>(RowAt<DType::kInt8>(v, t)) + c0;
+      const auto* b =
+          static_cast<const int8_t*>(RowAt<DType::kInt8>(v, std::min(t + 1, total - 1))) + c0;
+      const bool has_b = t + 1 < total;
+      const __m512i a0 = _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(m0, a));
+      const __m512i a1 = _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(m1, a + 32));
+      const __m512i b0 = _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(has_b ? m0 : 0, b));
+      const __m512i b1 = _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(has_b ? m1 : 0, b + 32));
+      const __m512i e[4] = {_mm512_unpacklo_epi16(a0, b0), _mm512_unpackhi_epi16(a0, b0),
+                            _mm512_unpacklo_epi16(a1, b1), _mm512_unpackhi_epi16(a1, b1)};
+#pragma GCC unroll 4
+      for (int j = 0; j < M; ++j) {
+        int32_t pair;
+        std::memcpy(&pair, w + j * width + t, sizeof(pair));
+        const __m512i pw = _mm512_set1_epi32(pair);
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) s[j][k] = _mm512_dpwssd_epi32(s[j][k], pw, e[k]);
+      }
+    }
+    // e[0] lane (L, i): column c0 + 8 L + i (i < 4); e[1]: c0 + 8 L + 4 + i; e[2], e[3]: + 32.
+    const __m512i first = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+    const __m512i second =
+        _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+#pragma GCC unroll 4
+    for (int j = 0; j < M; ++j) {
+      const __m512 sc = _mm512_set1_ps(step[j]);
+#pragma GCC unroll 2
+      for (int half = 0; half < 2; ++half) {
+        const __m512 lo = _mm512_cvtepi32_ps(s[j][2 * half]),
+                     hi = _mm512_cvtepi32_ps(s[j][2 * half + 1]);
+        const __m512 cols[2] = {_mm512_permutex2var_ps(lo, first, hi),
+                                _mm512_permutex2var_ps(lo, second, hi)};
+#pragma GCC unroll 2
+        for (int q = 0; q < 2; ++q) {
+          const int64_t c = c0 + 32 * half + 16 * q;
+          if (c >= dv) continue;
+          const __mmask16 mask = Mask16(dv - c);
+          float* x = acc + j * dv + c;
+          _mm512_mask_storeu_ps(x, mask,
+                                _mm512_fmadd_ps(cols[q], sc, _mm512_maskz_loadu_ps(mask, x)));
+        }
+      }
     }
   }
 }
@@ -178,22 +306,51 @@ ATTEND_AVX512_VNNI void DotInt8Block(const uint8_t* qh, const uint8_t* ql, const
 ATTEND_AVX512_VNNI void DotInt8Vnni(const float* q, int64_t m, int64_t d, const Rows& k,
                                     int64_t rows, float* scores, int64_t ld) {
   if (d > kMaxVnniHeadDim) return Avx2Kernels().dot_rows(q, m, d, k, rows, scores, ld);
-  thread_local std::vector<uint8_t> hi, lo;
-  thread_local std::vector<float> scale;
+  thread_local QuantizedRows parts;
   const int64_t width = (d + 63) / 64 * 64;
-  QuantizeRows(q, m, d, width, &hi, &lo, &scale);
-  int64_t j = 0;
-  for (; j + 4 <= m; j += 4) {
-    DotInt8Block<4, 2>(hi.data() + j * width, lo.data() + j * width, scale.data() + j, width, d, k,
-                       rows, scores + j * ld, ld);
+  if (!QuantizeRows(q, m, d, width, &parts)) {
+    return Avx2Kernels().dot_rows(q, m, d, k, rows, scores, ld);
   }
-  for (; j + 2 <= m; j += 2) {
-    DotInt8Block<2, 4>(hi.data() + j * width, lo.data() + j * width, scale.data() + j, width, d, k,
-                       rows, scores + j * ld, ld);
+  // Each block of 16 key rows is loaded and transposed once per 4 query rows (a GQA group of 4
+  // in one pass).
+  for (int64_t t0 = 0; t0 < rows; t0 += 16) {
+    int64_t j = 0;
+    for (; j + 4 <= m; j += 4)
+      DotInt8Rows16<4>(parts, j, width, d, k, t0, rows, scores + j * ld, ld, j == 0);
+    for (; j + 2 <= m; j += 2)
+      DotInt8Rows16<2>(parts, j, width, d, k, t0, rows, scores + j * ld, ld, j == 0);
+    for (; j < m; ++j)
+      DotInt8Rows16<1>(parts, j, width, d, k, t0, rows, scores + j * ld, ld, j == 0);
   }
-  for (; j < m; ++j) {
-    DotInt8Block<1, 4>(hi.data() + j * width, lo.data() + j * width, scale.data() + j, width, d, k,
-                       rows, scores + j * ld, ld);
+}
+
+ATTEND_AVX512_VNNI void AccumulateInt8Vnni(const float* p, int64_t ld, int64_t m, const Rows& v,
+                                           int64_t rows, int64_t dv, float* acc) {
+  thread_local std::vector<int16_t> weights;
+  thread_local std::vector<float> step;
+  const int64_t width = (rows + 1) / 2 * 2;
+  if (!QuantizeWeights(p, ld, m, v.scales, rows, width, &weights, &step)) {
+    return Avx2Kernels().accumulate_rows(p, ld, m, v, rows, dv, acc);
+  }
+  // Value rows in blocks of 128 (16 KiB of int8 rows of 128): the int32 sums' range, and the
+  // passes over a block's column chunks and query rows after the first read it from L1.
+  constexpr int64_t kBlockRows = 128;
+  for (int64_t t0 = 0; t0 < width; t0 += kBlockRows) {
+    const int64_t n = std::min(kBlockRows, width - t0);
+    const int16_t* w = weights.data();
+    int64_t j = 0;
+    for (; j + 4 <= m; j += 4) {
+      AccumulateInt8Rows<4>(w + j * width, width, step.data() + j, v, t0, n, rows, dv, acc + j * dv,
+                            j == 0);
+    }
+    for (; j + 2 <= m; j += 2) {
+      AccumulateInt8Rows<2>(w + j * width, width, step.data() + j, v, t0, n, rows, dv, acc + j * dv,
+                            j == 0);
+    }
+    for (; j < m; ++j) {
+      AccumulateInt8Rows<1>(w + j * width, width, step.data() + j, v, t0, n, rows, dv, acc + j * dv,
+                            j == 0);
+    }
   }
 }
 

@@ -128,8 +128,9 @@ TEST_P(Kernels, ScaleMaxScalesAndFindsTheMaxOrReportsNonFinite) {
 struct RowsCase {
   int64_t m, d, rows, stride;
   DType dtype;
-  bool bf16_operands = false;  // q and p hold bf16 values
-  bool zero_row = false;       // q's first row is all zeros
+  bool bf16_operands = false;    // q and p hold bf16 values
+  bool zero_row = false;         // q's first row is all zeros
+  bool negative_weight = false;  // one of p's weights is negative (AccumulateRows takes any p)
 };
 
 // RowToFloat, DotRows and AccumulateRows on case `c` against double-precision loops.
@@ -199,13 +200,26 @@ void CheckRowsCase(const RowsCase& c, std::mt19937_64& rng) {
   if (c.bf16_operands) {
     for (float& x : p) x = Bf16ToFloat(FloatToBf16(x));
   }
+  if (c.negative_weight) p[(c.m - 1) * ld + c.rows / 2] = -0.25f;
   std::vector<float> acc(c.m * c.d, 0.5f);
   AccumulateRows(p.data(), ld, c.m, k, c.rows, c.d, acc.data());
   for (int64_t j = 0; j < c.m; ++j) {
+    // AccumulateRows may carry the weights p * scale in int16 against int8 rows (simd.h): each
+    // within 1/65534 of the row's largest.
+    double w_absmax = 0.0;
+    for (int64_t t = 0; t < c.rows; ++t) {
+      w_absmax = std::max<double>(
+          w_absmax, std::abs(p[j * ld + t] * (c.dtype == DType::kInt8 ? scales[t] : 1.0f)));
+    }
     for (int64_t x = 0; x < c.d; ++x) {
-      double expected = 0.5;
-      for (int64_t t = 0; t < c.rows; ++t) expected += p[j * ld + t] * keys[t * c.stride + x];
-      ASSERT_NEAR(acc[j * c.d + x], expected, 1e-4 * (1 + std::abs(expected)));
+      double expected = 0.5, stored_abs = 0.0;
+      for (int64_t t = 0; t < c.rows; ++t) {
+        expected += p[j * ld + t] * keys[t * c.stride + x];
+        if (c.dtype == DType::kInt8) stored_abs += std::abs(keys_int8[t * c.stride + x]);
+      }
+      const double w_bound = w_absmax / 65534.0 * stored_abs;
+      ASSERT_NEAR(acc[j * c.d + x], expected, 1e-4 * (1 + std::abs(expected)) + w_bound)
+          << "row " << j << " column " << x;
     }
   }
 }
@@ -266,6 +280,79 @@ TEST_P(Kernels, GeneratedBf16RowsAroundSixteenColumnSteps) {
     c.zero_row = rng() % 7 == 0;
     CheckRowsCase(c, rng);
     if (HasFatalFailure()) return;
+  }
+}
+
+// int8 rows at head sizes around the 64-column steps of the vpdpbusd p.v kernel and its
+// blocks of 128 rows (row counts below, at and past them, and not multiples of its 4-row steps),
+// through every query-row block, with a negative weight now and then (the widening kernel).
+TEST_P(Kernels, GeneratedInt8RowsAroundSixtyFourColumnSteps) {
+  std::mt19937_64 rng(13);
+  const int64_t sizes[] = {1, 15, 16, 17, 63, 64, 65, 96, 100, 128, 129, 192, 256, 520};
+  const int64_t counts[] = {1, 3, 4, 5, 127, 128, 129, 131, 255, 256, 257, 700};
+  for (int i = 0; i < 48; ++i) {
+    RowsCase c{};
+    c.dtype = DType::kInt8;
+    c.m = 1 + static_cast<int64_t>(rng() % 9);
+    c.d = sizes[static_cast<size_t>(i) % std::size(sizes)];
+    c.rows = counts[static_cast<size_t>(rng() % std::size(counts))];
+    c.stride = c.d + static_cast<int64_t>(rng() % 3) * 8;
+    c.zero_row = rng() % 7 == 0;
+    c.negative_weight = rng() % 6 == 0;
+    CheckRowsCase(c, rng);
+    if (HasFatalFailure()) return;
+  }
+}
+
+// int8 rows whose scales are subnormal floats, or subnormal q: the VNNI kernels scale q and the
+// weights p * scale to integers, and must not lose such values to an overflowed reciprocal (the
+// fuzzer's corpus found p.v returning 0 for values of 1e-40). Checked relative to the sums'
+// magnitude: the other tests' absolute tolerance would pass a zero.
+TEST_P(Kernels, Int8RowsWithSubnormalScalesAndQueries) {
+  std::mt19937_64 rng(17);
+  constexpr int64_t kM = 4, kD = 128, kRows = 37;
+  // (scale, q) magnitudes: subnormal scales under ordinary q, then subnormal q against ordinary
+  // scales.
+  const std::pair<float, float> cases[] = {
+      {1e-40f, 1.0f}, {3e-39f, 0.5f}, {1e-30f, 1.0f}, {0.01f, 1e-40f}, {0.02f, 3e-39f}};
+  for (const auto& [tiny, q_size] : cases) {
+    SCOPED_TRACE(::testing::Message() << "scales of " << tiny << ", q of " << q_size);
+    std::vector<int8_t> values(kRows * kD);
+    std::vector<float> scales(kRows), exact(kRows * kD);
+    for (int64_t t = 0; t < kRows; ++t) {
+      scales[t] = tiny * static_cast<float>(1 + t % 3);
+      for (int64_t x = 0; x < kD; ++x) {
+        values[t * kD + x] = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
+        exact[t * kD + x] = values[t * kD + x] * scales[t];
+      }
+    }
+    const Rows rows{values.data(), DType::kInt8, kD, scales.data()};
+    std::vector<float> q(kM * kD), p(kM * kRows);
+    for (float& x : q) x = q_size * static_cast<float>(static_cast<int>(rng() % 201) - 100) / 100;
+    for (float& x : p) x = static_cast<float>(rng() % 1000) / 1000.0f;
+    std::vector<float> scores(kM * kRows), acc(kM * kD, 0.0f);
+    DotRows(q.data(), kM, kD, rows, kRows, scores.data(), kRows);
+    AccumulateRows(p.data(), kRows, kM, rows, kRows, kD, acc.data());
+    for (int64_t j = 0; j < kM; ++j) {
+      for (int64_t t = 0; t < kRows; ++t) {
+        double dot = 0, magnitude = 0;
+        for (int64_t x = 0; x < kD; ++x) {
+          dot += double{q[j * kD + x]} * exact[t * kD + x];
+          magnitude += std::abs(double{q[j * kD + x]} * exact[t * kD + x]);
+        }
+        ASSERT_GT(magnitude, 0.0);
+        ASSERT_NEAR(scores[j * kRows + t], dot, 1e-3 * magnitude) << "score " << j << "," << t;
+      }
+      for (int64_t x = 0; x < kD; ++x) {
+        double sum = 0, magnitude = 0;
+        for (int64_t t = 0; t < kRows; ++t) {
+          sum += double{p[j * kRows + t]} * exact[t * kD + x];
+          magnitude += std::abs(double{p[j * kRows + t]} * exact[t * kD + x]);
+        }
+        ASSERT_GT(magnitude, 0.0);
+        ASSERT_NEAR(acc[j * kD + x], sum, 1e-3 * magnitude) << "output " << j << "," << x;
+      }
+    }
   }
 }
 
