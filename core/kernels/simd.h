@@ -146,7 +146,9 @@ void DotRows(const float* q, int64_t m, int64_t d, const Rows& k, int64_t rows, 
 // holds bf16 values (bf16 arithmetic rounds the probabilities), and f32 otherwise. Against int8
 // rows the VNNI kernels carry the weights p * (the row's scale) in int16 (15 bits and a sign):
 // each within 1/65534 of its accumulator row's largest weight, about as fine as q against int8
-// keys; where a weight is negative or not finite, every bit of p is kept.
+// keys, and all of a row's together off by at most 2^-12 of the row's sum (a long tail of small
+// weights rounded alike moved an average of equal values by 1.4% before that bound); where that
+// bound fails, or a weight is negative or not finite, every bit of p is kept.
 void AccumulateRows(const float* p, int64_t ld, int64_t m, const Rows& v, int64_t rows, int64_t dv,
                     float* acc);
 

@@ -356,6 +356,32 @@ TEST_P(Kernels, Int8RowsWithSubnormalScalesAndQueries) {
   }
 }
 
+// One large weight and a long tail of small ones, each a step or two of a 16-bit scale on the
+// largest, all rounded the same way: the outside tester's case (an attention sink and 1,500 keys
+// 10 below it) where the int16 weights moved an average of values that all equal 5 by 1.4%.
+// Whatever the kernels carry the weights in, the rounding must not move such a sum by more than
+// 2^-12 of it.
+TEST_P(Kernels, Int8LongTailOfSmallWeightsKeepsItsMass) {
+  constexpr int64_t kD = 16;
+  for (const int64_t rows : {40, 200, 496, 1500}) {
+    for (const float tail : {4.5e-5f, 1.7e-5f, 3e-4f}) {
+      SCOPED_TRACE(::testing::Message() << rows << " rows, tail weights " << tail);
+      std::vector<int8_t> values(rows * kD, 127);
+      std::vector<float> scales(rows, 5.0f / 127.0f);  // every value exactly 5
+      const Rows v{values.data(), DType::kInt8, kD, scales.data()};
+      std::vector<float> p(rows, tail);
+      p[rows / 3] = 1.0f;
+      double mass = 0;
+      for (float x : p) mass += x;
+      std::vector<float> acc(kD, 0.0f);
+      AccumulateRows(p.data(), rows, 1, v, rows, kD, acc.data());
+      for (int64_t x = 0; x < kD; ++x) {
+        ASSERT_NEAR(acc[x] / mass, 5.0, 5.0 * std::ldexp(1.0, -12)) << "column " << x;
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Simd, Kernels, ::testing::ValuesIn(testing::RunnableKernels()),
                          [](const auto& test_param) { return test_param.param; });
 
