@@ -376,8 +376,76 @@ ATTEND_AVX512_BF16 void DotBf16Block(const uint16_t* qh, int64_t width, int64_t 
   }
 }
 
+// DotBf16Block for heads of exactly 32 * C columns: M query rows' bf16 values stay in M * C
+// registers for the whole call, where the general block reloads them for every R key rows (loads
+// were as many as the dot products: 4 of q and 2 of keys per 8 vdpbf16ps).
+template <int M, int R, int C>
+ATTEND_AVX512_BF16 void DotBf16BlockHeld(const uint16_t* qh, int64_t width, const Rows& k,
+                                         int64_t rows, float* scores, int64_t ld) {
+  static_assert(M * R <= 8 && M * C + M * R + R <= 32);
+  constexpr int64_t d = 32 * C;
+  __m512i qv[M * C];
+#pragma GCC unroll 16
+  for (int i = 0; i < M * C; ++i) qv[i] = _mm512_loadu_si512(qh + (i / C) * width + (i % C) * 32);
+  const int64_t span = rows / R;
+  const int64_t ahead = PrefetchRows<DType::kBFloat16>(d);
+  for (int64_t g = 0; g < span; ++g) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      PrefetchRow<DType::kBFloat16>(k, r * span + g + ahead, (r + 1) * span, d);
+    }
+    __m512 acc[M * R];
+#pragma GCC unroll 8
+    for (int i = 0; i < M * R; ++i) acc[i] = _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const auto* row =
+          static_cast<const uint16_t*>(RowAt<DType::kBFloat16>(k, SpanRow(r, g, span)));
+#pragma GCC unroll 4
+      for (int c = 0; c < C; ++c) {
+        const __m512i kv = _mm512_loadu_si512(row + 32 * c);
+#pragma GCC unroll 4
+        for (int j = 0; j < M; ++j) {
+          acc[j * R + r] = _mm512_dpbf16_ps(acc[j * R + r], (Bh512)kv, (Bh512)qv[j * C + c]);
+        }
+      }
+    }
+    alignas(32) float sums[8];
+    _mm256_store_ps(sums, Sum8Of16<M * R>(acc));
+#pragma GCC unroll 4
+    for (int j = 0; j < M; ++j) {
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) scores[j * ld + SpanRow(r, g, span)] = sums[j * R + r];
+    }
+  }
+  if constexpr (R > 1) {
+    const int64_t done = span * R;
+    if (done < rows) {
+      Rows rest = k;
+      rest.data = RowAt<DType::kBFloat16>(k, done);
+      DotBf16BlockHeld<M, 1, C>(qh, width, rest, rows - done, scores + done, ld);
+    }
+  }
+}
+
+template <int C>
+ATTEND_AVX512_BF16 void DotBf16RowsHeld(const uint16_t* qh, int64_t width, int64_t m, const Rows& k,
+                                        int64_t rows, float* scores, int64_t ld) {
+  int64_t j = 0;
+  for (; j + 4 <= m; j += 4) {
+    DotBf16BlockHeld<4, 2, C>(qh + j * width, width, k, rows, scores + j * ld, ld);
+  }
+  for (; j + 2 <= m; j += 2) {
+    DotBf16BlockHeld<2, 4, C>(qh + j * width, width, k, rows, scores + j * ld, ld);
+  }
+  for (; j < m; ++j) DotBf16BlockHeld<1, 8, C>(qh + j * width, width, k, rows, scores + j * ld, ld);
+}
+
 ATTEND_AVX512_BF16 void DotBf16Rows(const uint16_t* qh, int64_t width, int64_t m, int64_t d,
                                     const Rows& k, int64_t rows, float* scores, int64_t ld) {
+  // The common head sizes (64: Llama 3.2 1B, GPT-2; 128: most others) keep q in registers.
+  if (d == 64) return DotBf16RowsHeld<2>(qh, width, m, k, rows, scores, ld);
+  if (d == 128) return DotBf16RowsHeld<4>(qh, width, m, k, rows, scores, ld);
   int64_t j = 0;
   for (; j + 4 <= m; j += 4) {
     DotBf16Block<4, 2>(qh + j * width, width, d, k, rows, scores + j * ld, ld);
