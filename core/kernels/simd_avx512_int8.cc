@@ -172,10 +172,13 @@ ATTEND_AVX512_VNNI void DotInt8Rows16(const QuantizedRows& q, int64_t j0, int64_
     }
     Transpose16x16(x);
     const int64_t at = c / 4;  // q's 4-byte groups from column c
-#pragma GCC unroll 4
-    for (int j = 0; j < M; ++j) {
+    // Column group outermost: the 2 M accumulators' chains advance in turn (with one query
+    // row's 16 groups innermost, each chain waited on its own latency: 13.2-13.6 -> 14.5-14.7
+    // GB/s from L2 on a Zen 4).
 #pragma GCC unroll 16
-      for (int i = 0; i < 16; ++i) {
+    for (int i = 0; i < 16; ++i) {
+#pragma GCC unroll 4
+      for (int j = 0; j < M; ++j) {
         h[j] = _mm512_dpbusd_epi32(h[j], x[i], _mm512_set1_epi32(qh[j * width / 4 + at + i]));
         l[j] = _mm512_dpbusd_epi32(l[j], x[i], _mm512_set1_epi32(ql[j * width / 4 + at + i]));
       }
