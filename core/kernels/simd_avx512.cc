@@ -456,6 +456,25 @@ ATTEND_AVX512_BF16 void DotBf16Rows(const uint16_t* qh, int64_t width, int64_t m
   for (; j < m; ++j) DotBf16Block<1, 8>(qh + j * width, width, d, k, rows, scores + j * ld, ld);
 }
 
+// Whether vdpbf16ps's flushing could move q.k: a subnormal component of q (counted as zero,
+// while a key near float's top makes its product about 1), or a component of 2^32 or more
+// (subnormal keys, counted as zero, would then give products above 2^-94; at the engine's
+// largest native scale, 2^64, summed over a head those stay below 2^-20 of a score). Products of
+// normal values below 2^-126 stay below 2^-62 after that scale.
+ATTEND_AVX512 bool FlushWouldShow(const float* q, int64_t n) {
+  const __m512 smallest = _mm512_set1_ps(std::numeric_limits<float>::min());
+  const __m512 limit = _mm512_set1_ps(0x1p32f);
+  const __m512 zero = _mm512_setzero_ps();
+  __mmask16 any = 0;
+  for (int64_t c = 0; c < n; c += 16) {
+    const __m512 x = _mm512_abs_ps(_mm512_maskz_loadu_ps(Mask16(n - c), q + c));
+    any |=
+        (_mm512_cmp_ps_mask(x, smallest, _CMP_LT_OQ) & _mm512_cmp_ps_mask(x, zero, _CMP_NEQ_OQ)) |
+        _mm512_cmp_ps_mask(x, limit, _CMP_GE_OQ);
+  }
+  return any != 0;
+}
+
 ATTEND_AVX512_BF16 void DotBf16(const float* q, int64_t m, int64_t d, const Rows& k, int64_t rows,
                                 float* scores, int64_t ld) {
   thread_local std::vector<uint16_t> hi;
@@ -463,8 +482,10 @@ ATTEND_AVX512_BF16 void DotBf16(const float* q, int64_t m, int64_t d, const Rows
   hi.resize(static_cast<size_t>(m * width));
   bool exact = true;
   for (int64_t j = 0; j < m; ++j) exact &= ToBf16Row(q + j * d, d, width, hi.data() + j * width);
-  // q in f32 (f32 arithmetic): the widening kernels keep its every bit.
-  if (!exact) return Avx2Kernels().dot_rows(q, m, d, k, rows, scores, ld);
+  // q in f32 (f32 arithmetic): the widening kernels keep its every bit. So they do for q that
+  // vdpbf16ps would not multiply as it is (FlushWouldShow).
+  if (!exact || FlushWouldShow(q, m * d))
+    return Avx2Kernels().dot_rows(q, m, d, k, rows, scores, ld);
   DotBf16Rows(hi.data(), width, m, d, k, rows, scores, ld);
 }
 

@@ -304,6 +304,50 @@ TEST_P(Kernels, GeneratedInt8RowsAroundSixtyFourColumnSteps) {
   }
 }
 
+// bf16 q.k under native bf16 arithmetic where the dot product instruction's flushing would show:
+// a subnormal q component against keys near float's top (each product about 1, as an outside
+// tester found: vdpbf16ps counted q as zero and gave uniform weights), and a q large enough
+// that subnormal keys' products count. Every set computes these within the sums' rounding.
+TEST_P(Kernels, NativeBf16ScoresKeepSubnormalOperands) {
+  constexpr int64_t kM = 4, kRows = 21;
+  std::mt19937_64 rng(19);
+  // (q magnitude, key magnitude): products near 1 either way.
+  const std::pair<float, float> cases[] = {{2e-39f, 2e38f}, {1e-40f, 3e38f}, {3e37f, 5e-39f}};
+  for (const int64_t d : {64, 128, 96}) {
+    for (const auto& [q_size, k_size] : cases) {
+      SCOPED_TRACE(::testing::Message()
+                   << "d " << d << ", q of " << q_size << ", keys of " << k_size);
+      std::vector<float> q(kM * d), keys(kRows * d);
+      std::vector<uint16_t> stored(keys.size());
+      for (float& x : q) {
+        x = Bf16ToFloat(FloatToBf16(q_size * (rng() % 2 ? 1.0f : -1.0f) *
+                                    static_cast<float>(1 + rng() % 4) / 4.0f));
+      }
+      for (size_t i = 0; i < keys.size(); ++i) {
+        stored[i] = FloatToBf16((rng() % 2 ? 1.0f : -1.0f) * (k_size / 4.0f) *
+                                static_cast<float>(1 + rng() % 4));
+        keys[i] = Bf16ToFloat(stored[i]);
+      }
+      Rows rows{stored.data(), DType::kBFloat16, d};
+      rows.native_bf16 = true;
+      std::vector<float> scores(kM * kRows);
+      DotRows(q.data(), kM, d, rows, kRows, scores.data(), kRows);
+      for (int64_t j = 0; j < kM; ++j) {
+        for (int64_t t = 0; t < kRows; ++t) {
+          double want = 0, magnitude = 0;
+          for (int64_t x = 0; x < d; ++x) {
+            const double product = static_cast<double>(q[j * d + x]) * keys[t * d + x];
+            want += product;
+            magnitude += std::abs(product);
+          }
+          ASSERT_GT(magnitude, 1e-3);
+          ASSERT_NEAR(scores[j * kRows + t], want, 1e-5 * magnitude) << "row " << j << " key " << t;
+        }
+      }
+    }
+  }
+}
+
 // int8 rows whose scales are subnormal floats, or subnormal q: the VNNI kernels scale q and the
 // weights p * scale to integers, and must not lose such values to an overflowed reciprocal (the
 // fuzzer's corpus found p.v returning 0 for values of 1e-40). Checked relative to the sums'
