@@ -514,6 +514,34 @@ ATTEND_AVX512 inline void AddPairSums(__m512 even, __m512 odd, float* a, int64_t
   }
 }
 
+// Value rows t and t + 1 (t alone, paired with zeros, unless kHasB), columns [c0, c0 + 32 G),
+// into M accumulator rows.
+template <int M, int G, bool kHasB>
+ATTEND_AVX512_BF16 __attribute__((always_inline)) inline void AccumulateBf16Pair(
+    const uint16_t* wh, int64_t pairs, const Rows& v, int64_t t, int64_t c0, const __mmask32* mask,
+    __m512 (&even)[M][G], __m512 (&odd)[M][G]) {
+  const auto* a = static_cast<const uint16_t*>(RowAt<DType::kBFloat16>(v, t));
+  const auto* b = static_cast<const uint16_t*>(RowAt<DType::kBFloat16>(v, t + 1));
+  __m512i lo[G], hi[G];
+#pragma GCC unroll 8
+  for (int g = 0; g < G; ++g) {
+    const int64_t c = c0 + 32 * g;
+    const __m512i x = _mm512_maskz_loadu_epi16(mask[g], a + c);
+    const __m512i y = kHasB ? _mm512_maskz_loadu_epi16(mask[g], b + c) : _mm512_setzero_si512();
+    lo[g] = _mm512_unpacklo_epi16(x, y);
+    hi[g] = _mm512_unpackhi_epi16(x, y);
+  }
+#pragma GCC unroll 4
+  for (int j = 0; j < M; ++j) {
+    const __m512i w = PairAt(wh, j * pairs + t / 2);
+#pragma GCC unroll 8
+    for (int g = 0; g < G; ++g) {
+      even[j][g] = _mm512_dpbf16_ps(even[j][g], (Bh512)lo[g], (Bh512)w);
+      odd[j][g] = _mm512_dpbf16_ps(odd[j][g], (Bh512)hi[g], (Bh512)w);
+    }
+  }
+}
+
 // Rows [t0, t0 + n) of p.v into M accumulator rows, G column chunks of 32 at a time: pairs of
 // value rows interleaved (unpacklo/hi) so that each 32-bit lane holds one column of two rows,
 // which vdpbf16ps multiplies by the pair's two weights.
@@ -521,42 +549,37 @@ template <int M, int G>
 ATTEND_AVX512_BF16 void AccumulateBf16Rows(const uint16_t* wh, int64_t pairs, const Rows& v,
                                            int64_t t0, int64_t n, int64_t total, int64_t dv,
                                            float* acc) {
+  // Loop invariants out of the loop over rows: it divided (the prefetch distance) and built
+  // masks per row pair (bf16 p.v from L2 on a Zen 4: 33.3-37.0 -> 39.0-40.1 GB/s).
+  const int64_t ahead = PrefetchRows<DType::kBFloat16>(dv);
+  // Rows [t0, pair_end) come in whole pairs; a last row without a partner pairs with zeros.
+  const int64_t end = t0 + n, pair_end = t0 + std::min(n, total - t0) / 2 * 2;
   for (int64_t c0 = 0; c0 < dv; c0 += 32 * G) {
     __m512 even[M][G], odd[M][G];
+    __mmask32 mask[G];
+#pragma GCC unroll 8
+    for (int g = 0; g < G; ++g) {
+      const int64_t c = c0 + 32 * g;
+      mask[g] = c < dv ? Mask32(dv - c) : 0;
+    }
 #pragma GCC unroll 4
     for (int j = 0; j < M; ++j) {
 #pragma GCC unroll 8
       for (int g = 0; g < G; ++g) even[j][g] = odd[j][g] = _mm512_setzero_ps();
     }
-    for (int64_t t = t0; t < t0 + n; t += 2) {
-      if (c0 == 0) {
-        const int64_t ahead = PrefetchRows<DType::kBFloat16>(dv);
+    if (c0 == 0) {
+      for (int64_t t = t0; t < pair_end; t += 2) {
         PrefetchRow<DType::kBFloat16>(v, t + ahead, total, dv);
         PrefetchRow<DType::kBFloat16>(v, t + 1 + ahead, total, dv);
+        AccumulateBf16Pair<M, G, true>(wh, pairs, v, t, c0, mask, even, odd);
       }
-      const auto* a = static_cast<const uint16_t*>(RowAt<DType::kBFloat16>(v, t));
-      const auto* b = static_cast<const uint16_t*>(RowAt<DType::kBFloat16>(v, t + 1));
-      const bool has_b = t + 1 < total;
-      __m512i lo[G], hi[G];
-#pragma GCC unroll 8
-      for (int g = 0; g < G; ++g) {
-        const int64_t c = c0 + 32 * g;
-        const __mmask32 mask = c < dv ? Mask32(dv - c) : 0;
-        const __m512i x = _mm512_maskz_loadu_epi16(mask, a + c);
-        const __m512i y = _mm512_maskz_loadu_epi16(has_b ? mask : 0, b + c);
-        lo[g] = _mm512_unpacklo_epi16(x, y);
-        hi[g] = _mm512_unpackhi_epi16(x, y);
-      }
-#pragma GCC unroll 4
-      for (int j = 0; j < M; ++j) {
-        const __m512i w = PairAt(wh, j * pairs + t / 2);
-#pragma GCC unroll 8
-        for (int g = 0; g < G; ++g) {
-          even[j][g] = _mm512_dpbf16_ps(even[j][g], (Bh512)lo[g], (Bh512)w);
-          odd[j][g] = _mm512_dpbf16_ps(odd[j][g], (Bh512)hi[g], (Bh512)w);
-        }
+    } else {
+      for (int64_t t = t0; t < pair_end; t += 2) {
+        AccumulateBf16Pair<M, G, true>(wh, pairs, v, t, c0, mask, even, odd);
       }
     }
+    if (pair_end < end)
+      AccumulateBf16Pair<M, G, false>(wh, pairs, v, pair_end, c0, mask, even, odd);
 #pragma GCC unroll 4
     for (int j = 0; j < M; ++j) {
 #pragma GCC unroll 8
