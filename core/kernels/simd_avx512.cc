@@ -618,8 +618,14 @@ ATTEND_AVX512_BF16 void AccumulateBf16(const float* p, int64_t ld, int64_t m, co
   // p in f32 (f32 arithmetic): the widening kernels keep its every bit.
   if (!exact) return Avx2Kernels().accumulate_rows(p, ld, m, v, rows, dv, acc);
   int64_t j = 0;
-  for (; j + 4 <= m; j += 4) {
-    AccumulateBf16Block<4, 2>(hi.data() + j * width, pairs, v, rows, dv, acc + j * dv);
+  // Value rows of 65-128 columns are read whole, two query rows at a time, and the tile again
+  // (from L2) for the next two, not four query rows over half rows in two passes. From L2 that
+  // is 15% slower (twice the interleaving), but over the cache a bf16 step was 13-15% faster
+  // (16384 tokens x 16, 32/8 heads, d 128, Zen 4: 42.5-45.8 -> 35.5-38.8 ms).
+  if (dv <= 64 || dv > 128) {
+    for (; j + 4 <= m; j += 4) {
+      AccumulateBf16Block<4, 2>(hi.data() + j * width, pairs, v, rows, dv, acc + j * dv);
+    }
   }
   for (; j + 2 <= m; j += 2) {
     AccumulateBf16Block<2, 4>(hi.data() + j * width, pairs, v, rows, dv, acc + j * dv);
