@@ -9,7 +9,8 @@
 // their arithmetic ceiling, against the core's FMA throughput. Two cores at that rate are what
 // decode could reach if memory were free; below the read bandwidth, decode is compute-bound.
 //
-// BM_DecodeKernelPart is q.k or p.v of that step alone: which of the two holds a storage type.
+// BM_DecodeKernelPart is q.k or p.v of that step alone: which of the two holds a storage type
+// (and at heads of 64 and 256 columns besides 128).
 //
 // BM_KernelChoice checks the kernel sets chosen at start-up (simd::ChooseKernels, per storage
 // type) against a longer measurement of every set in the same run: whether the chosen set is
@@ -224,29 +225,29 @@ void BM_DecodeBatch(benchmark::State& state) {
 
 // One decode step of the kernels alone: q.k for a GQA group of 4 query heads, then p.v, over
 // kRows cached tokens of one KV head in `storage`, dense rows (as the KV cache's blocks hold
-// them). K and V (256 KiB for f32) stay in L2.
+// them), heads of `dim` columns (d 128: K and V, 256 KiB for f32, stay in L2).
 class KernelStep {
  public:
   static constexpr int64_t kGroup = kHeads / kKvHeads, kRows = 256;
 
-  explicit KernelStep(DType storage) : storage_(storage) {
-    q_ = Random(kGroup * kDim, 4);
-    const std::vector<float> values = Random(2 * kRows * kDim, 5);
+  explicit KernelStep(DType storage, int64_t dim = kDim) : storage_(storage), dim_(dim) {
+    q_ = Random(kGroup * dim_, 4);
+    const std::vector<float> values = Random(2 * kRows * dim_, 5);
     // Over bf16 storage decode computes in bf16 (Precision::kAuto): q arrives rounded.
     if (storage == DType::kBFloat16) {
       for (float& x : q_) x = Bf16ToFloat(FloatToBf16(x));
     }
     // K and V in the storage dtype; int8 with one scale per row (the values' absmax / 127).
-    kv_.resize(static_cast<size_t>(2 * kRows * kDim * DTypeSize(storage)));
+    kv_.resize(static_cast<size_t>(2 * kRows * dim_ * DTypeSize(storage)));
     scales_.assign(2 * kRows, 1.0f);
     for (int64_t row = 0; row < 2 * kRows; ++row) {
       float absmax = 0;
-      for (int64_t c = 0; c < kDim; ++c) {
-        absmax = std::max(absmax, std::abs(values[row * kDim + c]));
+      for (int64_t c = 0; c < dim_; ++c) {
+        absmax = std::max(absmax, std::abs(values[row * dim_ + c]));
       }
       if (storage == DType::kInt8) scales_[row] = absmax / 127.0f;
-      for (int64_t c = 0; c < kDim; ++c) {
-        const int64_t i = row * kDim + c;
+      for (int64_t c = 0; c < dim_; ++c) {
+        const int64_t i = row * dim_ + c;
         if (storage == DType::kFloat32) {
           reinterpret_cast<float*>(kv_.data())[i] = values[i];
         } else if (storage == DType::kBFloat16) {
@@ -256,13 +257,13 @@ class KernelStep {
         }
       }
     }
-    k_ = simd::Rows{kv_.data(), storage, kDim, scales_.data()};
-    v_ = simd::Rows{kv_.data() + kRows * kDim * DTypeSize(storage), storage, kDim,
+    k_ = simd::Rows{kv_.data(), storage, dim_, scales_.data()};
+    v_ = simd::Rows{kv_.data() + kRows * dim_ * DTypeSize(storage), storage, dim_,
                     scales_.data() + kRows};
     // As under native bf16 arithmetic: the bf16 sets' dot product instructions may run.
     k_.native_bf16 = v_.native_bf16 = storage == DType::kBFloat16;
     scores_.resize(kGroup * kRows);
-    out_.resize(kGroup * kDim);
+    out_.resize(kGroup * dim_);
   }
 
   // Which of a step's kernels Run runs.
@@ -276,11 +277,11 @@ class KernelStep {
     if (part == Part::kAccumulate) std::fill(scores_.begin(), scores_.end(), weight);
     for (int rep = 0; rep < steps; ++rep) {
       if (part != Part::kAccumulate) {
-        simd::DotRows(q_.data(), kGroup, kDim, k_, kRows, scores_.data(), kRows);
+        simd::DotRows(q_.data(), kGroup, dim_, k_, kRows, scores_.data(), kRows);
       }
       if (part == Part::kBoth) std::fill(scores_.begin(), scores_.end(), weight);
       if (part != Part::kDot) {
-        simd::AccumulateRows(scores_.data(), kRows, kGroup, v_, kRows, kDim, out_.data());
+        simd::AccumulateRows(scores_.data(), kRows, kGroup, v_, kRows, dim_, out_.data());
       }
     }
     benchmark::DoNotOptimize(scores_.data());
@@ -288,10 +289,11 @@ class KernelStep {
   }
 
   // K and V bytes a step reads (K or V alone: half).
-  double Bytes() const { return 2.0 * kRows * kDim * DTypeSize(storage_); }
+  double Bytes() const { return 2.0 * kRows * dim_ * DTypeSize(storage_); }
 
  private:
   DType storage_;
+  int64_t dim_;
   std::vector<float> q_, scales_, scores_, out_;
   std::vector<char> kv_;
   simd::Rows k_, v_;
@@ -337,7 +339,7 @@ void BM_DecodeKernel(benchmark::State& state) {
 void BM_DecodeKernelPart(benchmark::State& state) {
   const DType storage = StorageOf(state.range(0));
   MeasureMachineLimits();  // first: it applies ATTEND_SIMD_KERNELS
-  KernelStep step(storage);
+  KernelStep step(storage, state.range(2));
   const auto part = state.range(1) == 0 ? KernelStep::Part::kDot : KernelStep::Part::kAccumulate;
   double seconds = 0;
   for (auto _ : state) {
@@ -696,7 +698,9 @@ BENCHMARK(BM_DecodeKernel)
     ->ArgNames({"storage", "kernels"})
     ->ArgsProduct({{0, 1, 2}, {-1}})
     ->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_DecodeKernelPart)->ArgNames({"storage", "part"})->ArgsProduct({{0, 1, 2}, {0, 1}});
+BENCHMARK(BM_DecodeKernelPart)
+    ->ArgNames({"storage", "part", "dim"})
+    ->ArgsProduct({{0, 1, 2}, {0, 1}, {128, 64, 256}});
 BENCHMARK(BM_KernelChoice)->ArgName("storage")->DenseRange(0, 2)->Unit(benchmark::kMillisecond);
 // Every kernel set against every other (1 = avx2, then the AVX-512 sets the CPU has).
 BENCHMARK(BM_DecodeKernel)
