@@ -192,10 +192,7 @@ ATTEND_AVX512 void DotBlock(const float* q, int64_t d, const Rows& k, int64_t ro
   if constexpr (R > 1) {
     const int64_t done = span * R;
     if (done < rows) {
-      Rows rest = k;
-      rest.data = RowAt<kType>(k, done);
-      if (k.scales != nullptr) rest.scales = k.scales + done;
-      DotBlock<M, 1, kType>(q, d, rest, rows - done, scores + done, ld);
+      DotBlock<M, 1, kType>(q, d, RowsFrom<kType>(k, done), rows - done, scores + done, ld);
     }
   }
 }
@@ -358,20 +355,13 @@ ATTEND_AVX512_BF16 void DotBf16Block(const uint16_t* qh, int64_t width, int64_t 
         }
       }
     }
-    alignas(32) float sums[8];
-    _mm256_store_ps(sums, Sum8Of16<M * R>(acc));
-#pragma GCC unroll 4
-    for (int j = 0; j < M; ++j) {
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) scores[j * ld + SpanRow(r, g, span)] = sums[j * R + r];
-    }
+    StoreSpanSums<M, R>(acc, g, span, scores, ld);
   }
   if constexpr (R > 1) {
     const int64_t done = span * R;
     if (done < rows) {
-      Rows rest = k;
-      rest.data = RowAt<DType::kBFloat16>(k, done);
-      DotBf16Block<M, 1>(qh, width, d, rest, rows - done, scores + done, ld);
+      DotBf16Block<M, 1>(qh, width, d, RowsFrom<DType::kBFloat16>(k, done), rows - done,
+                         scores + done, ld);
     }
   }
 }
@@ -410,20 +400,13 @@ ATTEND_AVX512_BF16 void DotBf16BlockHeld(const uint16_t* qh, int64_t width, cons
         }
       }
     }
-    alignas(32) float sums[8];
-    _mm256_store_ps(sums, Sum8Of16<M * R>(acc));
-#pragma GCC unroll 4
-    for (int j = 0; j < M; ++j) {
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) scores[j * ld + SpanRow(r, g, span)] = sums[j * R + r];
-    }
+    StoreSpanSums<M, R>(acc, g, span, scores, ld);
   }
   if constexpr (R > 1) {
     const int64_t done = span * R;
     if (done < rows) {
-      Rows rest = k;
-      rest.data = RowAt<DType::kBFloat16>(k, done);
-      DotBf16BlockHeld<M, 1, C>(qh, width, rest, rows - done, scores + done, ld);
+      DotBf16BlockHeld<M, 1, C>(qh, width, RowsFrom<DType::kBFloat16>(k, done), rows - done,
+                                scores + done, ld);
     }
   }
 }
@@ -498,9 +481,8 @@ ATTEND_AVX512_BF16 void DotBf16Quad64(const uint16_t* qh, int64_t width, const R
     for (int j = 0; j < 4; ++j) _mm_storeu_ps(scores + j * ld + t, _mm_load_ps(out + 4 * j));
   }
   if (t < rows) {
-    Rows rest = k;
-    rest.data = RowAt<DType::kBFloat16>(k, t);
-    DotBf16BlockHeld<4, 1, 2>(qh, width, rest, rows - t, scores + t, ld);
+    DotBf16BlockHeld<4, 1, 2>(qh, width, RowsFrom<DType::kBFloat16>(k, t), rows - t, scores + t,
+                              ld);
   }
 }
 

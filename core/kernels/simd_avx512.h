@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "core/kernels/simd.h"
+#include "core/kernels/simd_internal.h"
 
 namespace attend::simd::internal {
 
@@ -70,6 +71,29 @@ ATTEND_AVX512 inline __m256 Sum8Of16(const __m512* v) {
 
 // Row r of R's rows at step g: row g of span r (spans of `span` rows).
 inline int64_t SpanRow(int r, int64_t g, int64_t span) { return r * span + g; }
+
+// The scores of a block step over R spans' rows (g: the step) from its M * R accumulators, query
+// row j's against span r's row in acc[j * R + r]: each summed over its 16 lanes.
+template <int M, int R>
+ATTEND_AVX512 inline void StoreSpanSums(const __m512* acc, int64_t g, int64_t span, float* scores,
+                                        int64_t ld) {
+  alignas(32) float sums[8];
+  _mm256_store_ps(sums, Sum8Of16<M * R>(acc));
+#pragma GCC unroll 4
+  for (int j = 0; j < M; ++j) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) scores[j * ld + SpanRow(r, g, span)] = sums[j * R + r];
+  }
+}
+
+// `rows` advanced by `t` rows of kType (and their scales, where they have them).
+template <DType kType>
+inline Rows RowsFrom(const Rows& rows, int64_t t) {
+  Rows rest = rows;
+  rest.data = RowAt<kType>(rows, t);
+  if (rows.scales != nullptr) rest.scales = rows.scales + t;
+  return rest;
+}
 
 // scores[j * ld + t] = q row j . int8 key row t (times its scale), on vpdpbusd with q in two
 // int8 parts and the key rows transposed 16 at a time (simd_avx512_int8.cc); heads past the int32

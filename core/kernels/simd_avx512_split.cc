@@ -92,20 +92,12 @@ ATTEND_AVX512 void DotSplitBlock(const float* qs, int64_t width, int64_t d, cons
     }
 #pragma GCC unroll 8
     for (int i = 0; i < M * R; ++i) even[i] = _mm512_add_ps(even[i], odd[i]);
-    alignas(32) float sums[8];
-    _mm256_store_ps(sums, Sum8Of16<M * R>(even));
-#pragma GCC unroll 4
-    for (int j = 0; j < M; ++j) {
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) scores[j * ld + SpanRow(r, g, span)] = sums[j * R + r];
-    }
+    StoreSpanSums<M, R>(even, g, span, scores, ld);
   }
   if constexpr (R > 1) {
     const int64_t done = span * R;
     if (done < rows) {
-      Rows rest = k;
-      rest.data = RowAt<kBf16>(k, done);
-      DotSplitBlock<M, 1>(qs, width, d, rest, rows - done, scores + done, ld);
+      DotSplitBlock<M, 1>(qs, width, d, RowsFrom<kBf16>(k, done), rows - done, scores + done, ld);
     }
   }
 }
