@@ -1,6 +1,7 @@
-// Internal to core/kernels: what the AVX-512 kernel files share (simd_avx512.cc, the f32, bf16
-// and dispatch parts; simd_avx512_int8.cc, the int8 dot products): the target attributes, lane
-// masks, the row order of the blocked kernels, and the int8 entry point.
+// Internal to core/kernels: what the AVX-512 kernel files share (simd_avx512.cc, the 16-lane f32
+// kernels and the sets' dispatch; simd_avx512_bf16.cc, the bf16 dot products;
+// simd_avx512_int8.cc, the int8 dot products; simd_avx512_split.cc, bf16 widened in place): the
+// target attributes, lane masks, the row order of the blocked kernels, and their entry points.
 //
 // Thread-safety: pure functions.
 #ifndef ATTEND_CORE_KERNELS_SIMD_AVX512_H_
@@ -108,6 +109,18 @@ void DotInt8Vnni(const float* q, int64_t m, int64_t d, const Rows& k, int64_t ro
 // REQUIRES: the CPU has AVX512-VNNI (and F, BW, VL, DQ); v.dtype is kInt8.
 void AccumulateInt8Vnni(const float* p, int64_t ld, int64_t m, const Rows& v, int64_t rows,
                         int64_t dv, float* acc);
+
+// DotRows and AccumulateRows over bf16 rows on vdpbf16ps (simd_avx512_bf16.cc): exact products
+// of bf16 values with f32 sums. Where q or p are not all bf16 values (f32 arithmetic), or q has
+// a subnormal component or one of 2^32 or more (vdpbf16ps counts subnormal inputs as zero), the
+// exact AVX2 kernels run instead. Subnormal keys and values still count as zero, as in a native
+// bf16 matmul.
+// REQUIRES: the CPU has AVX512-BF16 (and F, BW, VL, DQ, VNNI); the rows' dtype is kBFloat16 and
+// they may take native bf16 arithmetic (Rows::native_bf16).
+void DotBf16(const float* q, int64_t m, int64_t d, const Rows& k, int64_t rows, float* scores,
+             int64_t ld);
+void AccumulateBf16(const float* p, int64_t ld, int64_t m, const Rows& v, int64_t rows, int64_t dv,
+                    float* acc);
 
 // DotRows and AccumulateRows over bf16 rows on 16-lane f32 FMAs, q and p in f32
 // (simd_avx512_split.cc): each 32-bit lane of a 64-byte load holds two bf16 values, which a shift
