@@ -46,7 +46,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -54,9 +53,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "bench/kernel_step.h"
 #include "bench/machine_limits.h"
 #include "bench/step_times.h"
-#include "common/half.h"
 #include "core/base/large_memory.h"
 #include "core/kernels/simd.h"
 #include "core/kv_cache/kv_cache.h"
@@ -66,14 +65,7 @@ namespace attend::bench {
 namespace {
 
 constexpr int64_t kHeads = 32, kKvHeads = 8, kDim = 128;
-
-std::vector<float> Random(int64_t n, uint64_t seed) {
-  std::mt19937 rng(static_cast<uint32_t>(seed));
-  std::normal_distribution<float> normal;
-  std::vector<float> x(static_cast<size_t>(n));
-  for (float& e : x) e = normal(rng);
-  return x;
-}
+static_assert(kHeads / kKvHeads == KernelStep::kGroup, "the kernel step is one KV head's group");
 
 DType StorageOf(int64_t arg) {
   return arg == 0 ? DType::kFloat32 : (arg == 1 ? DType::kBFloat16 : DType::kInt8);
@@ -121,7 +113,7 @@ void BM_DecodeBatch(benchmark::State& state) {
   // in all but one step per block when serving; appending token context + 1 instead would take
   // and zero a block in every timed step.
   const int64_t chunk = 1024, filled_tokens = context - 1;
-  const std::vector<float> kv = Random(chunk * kKvHeads * kDim, 1);
+  const std::vector<float> kv = RandomNormal(chunk * kKvHeads * kDim, 1);
   std::vector<std::string> ids;
   // For the accuracy figure: an f32 twin of the first sequence (same tokens).
   const bool twin = storage != DType::kFloat32;
@@ -145,7 +137,7 @@ void BM_DecodeBatch(benchmark::State& state) {
       }
     }
   }
-  const std::vector<float> q = Random(kHeads * kDim, 2), k = Random(kKvHeads * kDim, 3);
+  const std::vector<float> q = RandomNormal(kHeads * kDim, 2), k = RandomNormal(kKvHeads * kDim, 3);
   if (twin) {
     // One step on the sequence and its f32 twin, compared, then both put back.
     std::vector<kv::AppendInput> pair(2);
@@ -223,82 +215,6 @@ void BM_DecodeBatch(benchmark::State& state) {
   state.SetLabel(stats.engine);
 }
 
-// One decode step of the kernels alone: q.k for a GQA group of 4 query heads, then p.v, over
-// kRows cached tokens of one KV head in `storage`, dense rows (as the KV cache's blocks hold
-// them), heads of `dim` columns (d 128: K and V, 256 KiB for f32, stay in L2).
-class KernelStep {
- public:
-  static constexpr int64_t kGroup = kHeads / kKvHeads, kRows = 256;
-
-  explicit KernelStep(DType storage, int64_t dim = kDim) : storage_(storage), dim_(dim) {
-    q_ = Random(kGroup * dim_, 4);
-    const std::vector<float> values = Random(2 * kRows * dim_, 5);
-    // Over bf16 storage decode computes in bf16 (Precision::kAuto): q arrives rounded.
-    if (storage == DType::kBFloat16) {
-      for (float& x : q_) x = Bf16ToFloat(FloatToBf16(x));
-    }
-    // K and V in the storage dtype; int8 with one scale per row (the values' absmax / 127).
-    kv_.resize(static_cast<size_t>(2 * kRows * dim_ * DTypeSize(storage)));
-    scales_.assign(2 * kRows, 1.0f);
-    for (int64_t row = 0; row < 2 * kRows; ++row) {
-      float absmax = 0;
-      for (int64_t c = 0; c < dim_; ++c) {
-        absmax = std::max(absmax, std::abs(values[row * dim_ + c]));
-      }
-      if (storage == DType::kInt8) scales_[row] = absmax / 127.0f;
-      for (int64_t c = 0; c < dim_; ++c) {
-        const int64_t i = row * dim_ + c;
-        if (storage == DType::kFloat32) {
-          reinterpret_cast<float*>(kv_.data())[i] = values[i];
-        } else if (storage == DType::kBFloat16) {
-          reinterpret_cast<uint16_t*>(kv_.data())[i] = FloatToBf16(values[i]);
-        } else {
-          kv_[i] = static_cast<char>(std::lround(values[i] / scales_[row]));
-        }
-      }
-    }
-    k_ = simd::Rows{kv_.data(), storage, dim_, scales_.data()};
-    v_ = simd::Rows{kv_.data() + kRows * dim_ * DTypeSize(storage), storage, dim_,
-                    scales_.data() + kRows};
-    // As under native bf16 arithmetic: the bf16 sets' dot product instructions may run.
-    k_.native_bf16 = v_.native_bf16 = storage == DType::kBFloat16;
-    scores_.resize(kGroup * kRows);
-    out_.resize(kGroup * dim_);
-  }
-
-  // Which of a step's kernels Run runs.
-  enum class Part { kBoth, kDot, kAccumulate };
-
-  // Runs `steps` steps on the kernel set in use: q.k then p.v, or one of them.
-  void Run(int steps, Part part = Part::kBoth) {
-    // Weights like a softmax's (positive, summing to 1 per row); the kernels' speed does not
-    // depend on them, only the output's scale does.
-    const float weight = 1.0f / kRows;
-    if (part == Part::kAccumulate) std::fill(scores_.begin(), scores_.end(), weight);
-    for (int rep = 0; rep < steps; ++rep) {
-      if (part != Part::kAccumulate) {
-        simd::DotRows(q_.data(), kGroup, dim_, k_, kRows, scores_.data(), kRows);
-      }
-      if (part == Part::kBoth) std::fill(scores_.begin(), scores_.end(), weight);
-      if (part != Part::kDot) {
-        simd::AccumulateRows(scores_.data(), kRows, kGroup, v_, kRows, dim_, out_.data());
-      }
-    }
-    benchmark::DoNotOptimize(scores_.data());
-    benchmark::DoNotOptimize(out_.data());
-  }
-
-  // K and V bytes a step reads (K or V alone: half).
-  double Bytes() const { return 2.0 * kRows * dim_ * DTypeSize(storage_); }
-
- private:
-  DType storage_;
-  int64_t dim_;
-  std::vector<float> q_, scales_, scores_, out_;
-  std::vector<char> kv_;
-  simd::Rows k_, v_;
-};
-
 // The decode kernels (KernelStep) on the calling thread; args: storage, kernel set (an index into
 // the sets this CPU runs, simd::testing::RunnableKernels(); -1 = the one decode uses: the one
 // measured at start-up for the storage type, or ATTEND_SIMD_KERNELS).
@@ -312,7 +228,7 @@ void BM_DecodeKernel(benchmark::State& state) {
     return;
   }
   if (state.range(1) >= 0) simd::UseKernels(sets[static_cast<size_t>(state.range(1))]);
-  KernelStep step(storage);
+  KernelStep step(storage, kDim);
   double seconds = 0;
   const MachineLimits before = MeasureLimitsNow();
   for (auto _ : state) {
@@ -365,7 +281,7 @@ void BM_KernelChoice(benchmark::State& state) {
   std::vector<std::string> sets = simd::RunnableKernels();
   if (sets.size() > 1) sets.erase(sets.begin());  // as the measurement: the vector sets
   if (std::find(sets.begin(), sets.end(), chosen) == sets.end()) sets.push_back(chosen);
-  KernelStep step(storage);
+  KernelStep step(storage, kDim);
   std::vector<StepTimes> times(sets.size());
   constexpr int kSteps = 16;
   size_t round = 0;
@@ -627,7 +543,7 @@ void BM_DecodeLayout(benchmark::State& state) {
   float* const v = k + kElements;
 #pragma omp parallel for
   for (int64_t i = 0; i < 2 * kElements; ++i) k[i] = 1e-3f * static_cast<float>(i % 7);
-  const std::vector<float> q = Random(kGroup * kDim, 4);
+  const std::vector<float> q = RandomNormal(kGroup * kDim, 4);
   const int64_t stride = layout == 0 ? kDim : kKvHeads * kDim;
   // Row t of head h.
   const auto row = [&](float* base, int64_t h, int64_t t) {
