@@ -128,14 +128,23 @@ ATTEND_AVX512 inline void Transpose16x16(__m512i* x) {
   }
 }
 
-// Asks for the cache lines of `count` rows of `cols` int8 values, kPrefetchBytes past row `t`
+// How far ahead PrefetchAhead asks for rows, in bytes. Near: on a Zen 4 the far distance of the
+// other kernels (kPrefetchBytes, 4 KiB) made int8 decode over the cache 13-16% slower than this
+// one (one thread, 4096 tokens x 16 sequences: 15.7-15.9 ms at 4 KiB, 13.6-13.9 at 512 bytes,
+// 18.4-18.5 with none; docs/perf-log/2026-12-06-int8-prefetch-near.md). The likely reason:
+// lines asked for 4 KiB ahead wait on memory in the L1's few miss buffers, which the current
+// rows' loads then queue behind, while lines 512 bytes ahead are mostly in L2 already, brought by
+// the hardware's stream prefetcher, and only need moving to L1 before the transposes read them.
+// Asking for the far lines into L2 only (prefetcht1) measured the same as this.
+constexpr int64_t kInt8PrefetchBytes = 512;
+
+// Asks for the cache lines of `count` rows of `cols` int8 values, kInt8PrefetchBytes past row `t`
 // (those below `rows`), dense rows too (unlike PrefetchRow): these kernels do about three times
-// f32's arithmetic per byte, and the hardware prefetchers alone left memory and arithmetic
-// barely overlapped. On a Zen 4, int8 decode over the cache read 10-14.5 GB/s without (the
-// earlier kernels: 12.8-16.5 in the same rounds) and 13-19 with (12-16): noisy rounds, but
-// the only ones where the faster kernels were not slower over memory.
+// f32's arithmetic per byte, and without it the hardware prefetchers alone left memory and
+// arithmetic barely overlapped (18.4-18.5 ms against 13.6-13.9 in the case above).
 inline void PrefetchAhead(const Rows& r, int64_t t, int64_t rows, int64_t count, int64_t cols) {
-  const int64_t ahead = t + std::max<int64_t>(1, kPrefetchBytes / std::max<int64_t>(1, r.stride));
+  const int64_t ahead =
+      t + std::max<int64_t>(1, kInt8PrefetchBytes / std::max<int64_t>(1, r.stride));
   const int64_t end = std::min(rows, ahead + count);
   for (int64_t u = ahead; u < end; ++u) {
     const char* row = static_cast<const char*>(RowAt<DType::kInt8>(r, u));
