@@ -10,6 +10,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "core/kernels/simd.h"
 #include "core/kernels/simd_internal.h"
@@ -104,11 +105,38 @@ void DotInt8Vnni(const float* q, int64_t m, int64_t d, const Rows& k, int64_t ro
                  int64_t ld);
 
 // acc[j][c] += sum over t of p[j][t] * value row t[c] over int8 rows, on vpdpwssd with the weights
-// p[j][t] * scale[t] in int16 (simd_avx512_int8.cc): each weight within 1/65534 of its row's
-// largest; the widening kernel where a weight is negative or not finite.
+// in int16 as QuantizeInt8Weights carries them (simd_avx512_int8.cc); the widening kernel where
+// it refuses them.
 // REQUIRES: the CPU has AVX512-VNNI (and F, BW, VL, DQ); v.dtype is kInt8.
 void AccumulateInt8Vnni(const float* p, int64_t ld, int64_t m, const Rows& v, int64_t rows,
                         int64_t dv, float* acc);
+
+// Rows per step of the int16 weights: the int32 sums' range (at most 2 * 32767 * 127 per
+// vpdpwssd lane, one per row pair), and, where that is too coarse, blocks of kFineBlockRows.
+inline constexpr int64_t kBlockRows = 128;
+inline constexpr int64_t kFineBlockRows = 32;
+
+// The weights w[j][t] = p[j][t] * scale[t] (the value row's scale folded in) of p.v in int16:
+// values[j * width + t] * step[b * m + j] with b = t / block, each within step / 2 of w, where
+// a block's step is its largest weight / 32767 (1/65534 of it).
+struct Int8Weights {
+  std::vector<int16_t> values;  // [m, width]; rows past `rows` are zero
+  std::vector<float> step;      // [blocks, m]
+  int64_t width = 0;            // rows rounded up to even (vpdpwssd reads pairs)
+  int64_t block = 0;            // kBlockRows or kFineBlockRows
+};
+
+// Carries p's m rows ([m, ld], `rows` weights each) in int16 on blocks of kBlockRows rows, or of
+// kFineBlockRows where that leaves a row's rounding off by more than 2^-12 of its sum in all
+// (weights spread over more than 2^16 in 128 rows, as sharp attention's are: with scores of
+// standard deviation 2, 96% of the p.v calls of a decode step over 4096 tokens were refused on
+// one step per tile). False, for the widening kernel, where a weight is
+// negative or not finite, or the rounding is off by more than that on the finer blocks too (a
+// long tail of tiny weights, all rounded alike). A block whose largest weight is below 2^-100 is
+// carried as zeros, its mass counted as rounding error.
+// REQUIRES: the CPU has AVX-512 F, BW, VL, DQ.
+bool QuantizeInt8Weights(const float* p, int64_t ld, int64_t m, const float* scales, int64_t rows,
+                         Int8Weights* out);
 
 // DotRows and AccumulateRows over bf16 rows on vdpbf16ps (simd_avx512_bf16.cc): exact products
 // of bf16 values with f32 sums. Where q or p are not all bf16 values (f32 arithmetic), or q has

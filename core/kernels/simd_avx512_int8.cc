@@ -4,7 +4,9 @@
 // On a Zen 4 (one core, K or V in L2, a GQA group of 4), q.k read 9.3 GB/s of keys with
 // horizontal sums per row and 14.8 transposed; p.v 10.4 widened to f32, 13-14 on vpdpbusd (the
 // weights in two uint8 parts, four rows interleaved by byte) and 18-20 on vpdpwssd (one int16
-// part, two rows widened and interleaved): BENCHMARKS.md.
+// part, two rows widened and interleaved): BENCHMARKS.md. With sharp weights (a softmax of
+// scores of standard deviation 2, `BM_DecodeKernelPart` sharp:1), p.v reads 14.0-14.7 on steps
+// per 32 rows, where the widening kernel that such weights took before read 9.8-9.9.
 //
 // Thread-safety: pure functions.
 #include <immintrin.h>
@@ -35,16 +37,12 @@ namespace {
 // fits). Larger heads take the widening kernel.
 constexpr int64_t kMaxVnniHeadDim = 512;
 
-// Below this, a row's largest |q| or weight takes the widening kernel: its reciprocal times 32767
-// must be finite and its step a normal float, or the row's values would turn into zeros or
-// garbage (weights of 1e-40, from subnormal value scales, came out as 0). Far below anything a
-// model computes; the widening kernels keep such values as f32 does.
+// Below this, a row's largest |q| takes the widening kernel, and a block of weights is carried
+// as zeros (QuantizeInt8Weights, which counts their mass as error): the reciprocal times 32767
+// must be finite and the step a normal float, or the values would turn into zeros or garbage
+// (weights of 1e-40, from subnormal value scales, came out as 0). Far below anything a model
+// computes; the widening kernels keep such values as f32 does.
 constexpr float kSmallestScaled = 0x1p-100f;
-
-// The most the int16 weights of p.v may be off in all, as a fraction of their sum: an output
-// moves by at most this much of its largest |value| (int8 storage's own error is 1/254 of each
-// row's largest). Above it the call takes the widening kernel.
-constexpr float kMaxWeightError = 0x1p-12f;
 
 // q's rows as DotInt8Rows16 takes them: two signed 8-bit parts on the row's scale s = max|q| / 127,
 // q ~ s * (hi + lo / 256), each value within s / 512; rows padded with zeros to `width` (a
@@ -212,62 +210,108 @@ ATTEND_AVX512_VNNI void DotInt8Rows16(const QuantizedRows& q, int64_t j0, int64_
 
 // ---- int8 p.v on vpdpwssd ----
 
-// Each row's weights w[t] = p[t] * scale[t] (the value row's scale folded in) as int16 on the
-// row's step s = max w / 32767: each within s / 2, 1/65534 of the row's largest weight (q.k
-// carries q as finely). Rows padded with zero weights to `width` (even). Returns false when a
-// weight is negative or not finite (AccumulateRows takes any p), the largest below
-// kSmallestScaled, or the rounding off by more than kMaxWeightError of a row's sum: the widening
-// kernel runs then.
-ATTEND_AVX512 bool QuantizeWeights(const float* p, int64_t ld, int64_t m, const float* scales,
-                                   int64_t rows, int64_t width, std::vector<int16_t>* out,
-                                   std::vector<float>* step) {
-  out->resize(static_cast<size_t>(m * width));
-  step->resize(static_cast<size_t>(m));
+}  // namespace
+
+namespace {
+
+// Sums a whole row's int16 weight errors against this.
+constexpr float kMaxWeightError = 0x1p-12f;
+
+// Quantizes every row's weights on a step per block of `block` rows (a multiple of
+// kFineBlockRows), from the blocks' largest weights in sub_max ([m, subs], one per
+// kFineBlockRows rows). False when a row's rounding is off by more than kMaxWeightError of its
+// mass in all.
+ATTEND_AVX512 bool QuantizeBlocks(const float* p, int64_t ld, int64_t m, const float* scales,
+                                  int64_t rows, const float* sub_max, int64_t subs,
+                                  const float* mass, int64_t block, Int8Weights* out) {
+  const int64_t width = out->width, blocks = (width + block - 1) / block;
+  const int64_t subs_per_block = block / kFineBlockRows;
+  out->block = block;
+  out->values.resize(static_cast<size_t>(m * width));
+  out->step.resize(static_cast<size_t>(blocks * m));
   const __m512 zero = _mm512_setzero_ps();
-  const __m512 inf = _mm512_set1_ps(std::numeric_limits<float>::infinity());
   for (int64_t j = 0; j < m; ++j) {
     const float* row = p + j * ld;
-    __m512 top = zero;
-    __mmask16 bad = 0;
-    for (int64_t t = 0; t < rows; t += 16) {
-      const __mmask16 mask = Mask16(rows - t);
-      const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, row + t),
-                                     _mm512_maskz_loadu_ps(mask, scales + t));
-      bad |= _mm512_cmp_ps_mask(x, zero, _CMP_NGE_UQ) | _mm512_cmp_ps_mask(x, inf, _CMP_EQ_OQ);
-      top = _mm512_max_ps(top, x);
-    }
-    if (bad != 0) return false;
-    const float largest = _mm512_reduce_max_ps(top);
-    if (largest > 0.0f && largest < kSmallestScaled) return false;
-    (*step)[static_cast<size_t>(j)] = largest / 32767.0f;
-    const __m512 inverse = _mm512_set1_ps(largest > 0.0f ? 32767.0f / largest : 0.0f);
-    const __m512 step_j = _mm512_set1_ps((*step)[static_cast<size_t>(j)]);
-    __m512 error = zero, mass = zero;
-    for (int64_t t = 0; t < width; t += 16) {
-      const __mmask16 mask = Mask16(rows - t);
-      const __m512 w = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, row + t),
-                                     _mm512_maskz_loadu_ps(mask, scales + t));
-      const __m512i q =
-          _mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(w, inverse)), _mm512_set1_epi32(32767));
-      _mm256_mask_storeu_epi16(out->data() + j * width + t, Mask16(width - t),
-                               _mm512_cvtepi32_epi16(q));
-      error =
-          _mm512_add_ps(error, _mm512_abs_ps(_mm512_fnmadd_ps(_mm512_cvtepi32_ps(q), step_j, w)));
-      mass = _mm512_add_ps(mass, w);
+    __m512 error = zero;
+    for (int64_t b = 0; b < blocks; ++b) {
+      float largest = 0.0f;
+      for (int64_t u = b * subs_per_block; u < std::min(subs, (b + 1) * subs_per_block); ++u) {
+        largest = std::max(largest, sub_max[j * subs + u]);
+      }
+      // A block whose largest weight is below kSmallestScaled (its reciprocal times 32767 would
+      // not be finite) is carried as zeros: its whole mass counts as error below, so it passes
+      // only where that mass does not matter.
+      const bool usable = largest >= kSmallestScaled;
+      const float step = usable ? largest / 32767.0f : 0.0f;
+      out->step[static_cast<size_t>(b * m + j)] = step;
+      const __m512 inverse = _mm512_set1_ps(usable ? 32767.0f / largest : 0.0f);
+      const __m512 step_v = _mm512_set1_ps(step);
+      for (int64_t t = b * block; t < std::min(width, (b + 1) * block); t += 16) {
+        const __mmask16 mask = Mask16(rows - t);
+        const __m512 w = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, row + t),
+                                       _mm512_maskz_loadu_ps(mask, scales + t));
+        const __m512i q = _mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(w, inverse)),
+                                           _mm512_set1_epi32(32767));
+        _mm256_mask_storeu_epi16(out->values.data() + j * width + t, Mask16(width - t),
+                                 _mm512_cvtepi32_epi16(q));
+        error =
+            _mm512_add_ps(error, _mm512_abs_ps(_mm512_fnmadd_ps(_mm512_cvtepi32_ps(q), step_v, w)));
+      }
     }
     // The rounding moves this row's sum by at most `error` times the largest |value|; past
     // kMaxWeightError of its mass (a long tail of weights a step or two each, all rounded
     // alike: 1.4% off an average of equal values), every bit of p is kept instead.
-    if (_mm512_reduce_add_ps(error) > kMaxWeightError * _mm512_reduce_add_ps(mass)) return false;
+    if (_mm512_reduce_add_ps(error) > kMaxWeightError * mass[j]) return false;
   }
   return true;
 }
+
+}  // namespace
+
+ATTEND_AVX512 bool QuantizeInt8Weights(const float* p, int64_t ld, int64_t m, const float* scales,
+                                       int64_t rows, Int8Weights* out) {
+  out->width = (rows + 1) / 2 * 2;
+  const int64_t subs = (out->width + kFineBlockRows - 1) / kFineBlockRows;
+  thread_local std::vector<float> sub_max, mass;
+  sub_max.resize(static_cast<size_t>(m * subs));
+  mass.resize(static_cast<size_t>(m));
+  const __m512 zero = _mm512_setzero_ps();
+  const __m512 inf = _mm512_set1_ps(std::numeric_limits<float>::infinity());
+  for (int64_t j = 0; j < m; ++j) {
+    const float* row = p + j * ld;
+    __m512 sum = zero;
+    __mmask16 bad = 0;
+    for (int64_t u = 0; u < subs; ++u) {
+      __m512 top = zero;
+      for (int64_t t = u * kFineBlockRows; t < std::min(rows, (u + 1) * kFineBlockRows); t += 16) {
+        const __mmask16 mask = Mask16(std::min(rows, (u + 1) * kFineBlockRows) - t);
+        const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, row + t),
+                                       _mm512_maskz_loadu_ps(mask, scales + t));
+        bad |= _mm512_cmp_ps_mask(x, zero, _CMP_NGE_UQ) | _mm512_cmp_ps_mask(x, inf, _CMP_EQ_OQ);
+        top = _mm512_max_ps(top, x);
+        sum = _mm512_add_ps(sum, x);
+      }
+      sub_max[static_cast<size_t>(j * subs + u)] = _mm512_reduce_max_ps(top);
+    }
+    if (bad != 0) return false;
+    mass[static_cast<size_t>(j)] = _mm512_reduce_add_ps(sum);
+  }
+  // Coarse blocks first: each costs a pass converting the int32 sums to f32 at its end.
+  for (const int64_t block : {kBlockRows, kFineBlockRows}) {
+    if (QuantizeBlocks(p, ld, m, scales, rows, sub_max.data(), subs, mass.data(), block, out)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+namespace {
 
 // Rows [t0, t0 + n) (n even) of p.v into M accumulator rows, 64 columns at a time: two value rows
 // widened to int16 and interleaved, so that each 32-bit lane holds one column of both, which
 // vpdpwssd multiplies by the pair's two weights. A row at `total` (an odd count's last pair)
 // reads as zero. The int32 sums stay exact: at most 2 * 32767 * 128 per instruction, n / 2 of
-// them (the caller's blocks of 128 rows).
+// them (the weights' blocks, at most kBlockRows rows).
 template <int M>
 ATTEND_AVX512_VNNI void AccumulateInt8Rows(const int16_t* w, int64_t width, const float* step,
                                            const Rows& v, int64_t t0, int64_t n, int64_t total,
@@ -353,29 +397,29 @@ ATTEND_AVX512_VNNI void DotInt8Vnni(const float* q, int64_t m, int64_t d, const 
 
 ATTEND_AVX512_VNNI void AccumulateInt8Vnni(const float* p, int64_t ld, int64_t m, const Rows& v,
                                            int64_t rows, int64_t dv, float* acc) {
-  thread_local std::vector<int16_t> weights;
-  thread_local std::vector<float> step;
-  const int64_t width = (rows + 1) / 2 * 2;
-  if (!QuantizeWeights(p, ld, m, v.scales, rows, width, &weights, &step)) {
+  thread_local Int8Weights weights;
+  if (!QuantizeInt8Weights(p, ld, m, v.scales, rows, &weights)) {
     return Avx2Kernels().accumulate_rows(p, ld, m, v, rows, dv, acc);
   }
-  // Value rows in blocks of 128 (16 KiB of int8 rows of 128): the int32 sums' range, and the
-  // passes over a block's column chunks and query rows after the first read it from L1.
-  constexpr int64_t kBlockRows = 128;
-  for (int64_t t0 = 0; t0 < width; t0 += kBlockRows) {
-    const int64_t n = std::min(kBlockRows, width - t0);
-    const int16_t* w = weights.data();
+  // Value rows in the weights' blocks (at most 128 rows, 16 KiB of int8 rows of 128): one step
+  // per block, and the int32 sums' range; the passes over a block's column chunks and query rows
+  // after the first read it from L1.
+  const int64_t width = weights.width, block = weights.block;
+  for (int64_t t0 = 0, b = 0; t0 < width; t0 += block, ++b) {
+    const int64_t n = std::min(block, width - t0);
+    const int16_t* w = weights.values.data();
+    const float* step = weights.step.data() + b * m;
     int64_t j = 0;
     for (; j + 4 <= m; j += 4) {
-      AccumulateInt8Rows<4>(w + j * width, width, step.data() + j, v, t0, n, rows, dv, acc + j * dv,
+      AccumulateInt8Rows<4>(w + j * width, width, step + j, v, t0, n, rows, dv, acc + j * dv,
                             j == 0);
     }
     for (; j + 2 <= m; j += 2) {
-      AccumulateInt8Rows<2>(w + j * width, width, step.data() + j, v, t0, n, rows, dv, acc + j * dv,
+      AccumulateInt8Rows<2>(w + j * width, width, step + j, v, t0, n, rows, dv, acc + j * dv,
                             j == 0);
     }
     for (; j < m; ++j) {
-      AccumulateInt8Rows<1>(w + j * width, width, step.data() + j, v, t0, n, rows, dv, acc + j * dv,
+      AccumulateInt8Rows<1>(w + j * width, width, step + j, v, t0, n, rows, dv, acc + j * dv,
                             j == 0);
     }
   }
