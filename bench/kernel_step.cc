@@ -56,16 +56,34 @@ KernelStep::KernelStep(DType storage, int64_t dim) : storage_(storage), dim_(dim
   out_.resize(kGroup * dim_);
 }
 
+void KernelStep::SetWeights(double sigma) {
+  weights_.assign(kGroup * kRows, 1.0f / kRows);
+  if (sigma <= 0) return;
+  const std::vector<float> draws = RandomNormal(kGroup * kRows, 6);
+  for (int64_t j = 0; j < kGroup; ++j) {
+    float* row = weights_.data() + j * kRows;
+    const float* s = draws.data() + j * kRows;
+    const float top = sigma * *std::max_element(s, s + kRows);
+    double sum = 0;
+    for (int64_t t = 0; t < kRows; ++t) sum += row[t] = std::exp(sigma * s[t] - top);
+    for (int64_t t = 0; t < kRows; ++t) row[t] = static_cast<float>(row[t] / sum);
+  }
+  // As q: decode over bf16 storage computes in bf16, its weights arrive rounded (f32 ones would
+  // send the bf16 sets to their f32 kernels).
+  if (storage_ == DType::kBFloat16) {
+    for (float& x : weights_) x = Bf16ToFloat(FloatToBf16(x));
+  }
+}
+
 void KernelStep::Run(int steps, Part part) {
-  // Weights like a softmax's (positive, summing to 1 per row); the kernels' speed does not
-  // depend on them, only the output's scale does.
-  const float weight = 1.0f / kRows;
-  if (part == Part::kAccumulate) std::fill(scores_.begin(), scores_.end(), weight);
+  // Weights like a softmax's (positive, summing to 1 per row): SetWeights.
+  if (weights_.empty()) SetWeights(0);
+  if (part == Part::kAccumulate) std::copy(weights_.begin(), weights_.end(), scores_.begin());
   for (int rep = 0; rep < steps; ++rep) {
     if (part != Part::kAccumulate) {
       simd::DotRows(q_.data(), kGroup, dim_, k_, kRows, scores_.data(), kRows);
     }
-    if (part == Part::kBoth) std::fill(scores_.begin(), scores_.end(), weight);
+    if (part == Part::kBoth) std::copy(weights_.begin(), weights_.end(), scores_.begin());
     if (part != Part::kDot) {
       simd::AccumulateRows(scores_.data(), kRows, kGroup, v_, kRows, dim_, out_.data());
     }

@@ -33,13 +33,18 @@ class KernelStep {
   // Runs `steps` steps on the kernel set in use: q.k then p.v, or one of them.
   void Run(int steps, Part part = Part::kBoth);
 
+  // The weights p.v runs with: by default uniform (1 / kRows); here a softmax's of scores drawn
+  // with standard deviation `sigma` (0: uniform again). Only the int8 kernels' speed depends on
+  // them: their int16 weights need finer steps where the weights spread over more than 2^16.
+  void SetWeights(double sigma);
+
   // K and V bytes a step reads (K or V alone: half).
   double Bytes() const;
 
  private:
   DType storage_;
   int64_t dim_;
-  std::vector<float> q_, scales_, scores_, out_;
+  std::vector<float> q_, scales_, scores_, out_, weights_;
   std::vector<char> kv_;
   simd::Rows k_, v_;
 };
