@@ -129,11 +129,11 @@ ATTEND_AVX512 inline void Transpose16x16(__m512i* x) {
 // How far ahead PrefetchAhead asks for rows, in bytes. Near: on a Zen 4 the far distance of the
 // other kernels (kPrefetchBytes, 4 KiB) made int8 decode over the cache 13-16% slower than this
 // one (one thread, 4096 tokens x 16 sequences: 15.7-15.9 ms at 4 KiB, 13.6-13.9 at 512 bytes,
-// 18.4-18.5 with none; docs/perf-log/2026-12-06-int8-prefetch-near.md). The likely reason:
-// lines asked for 4 KiB ahead wait on memory in the L1's few miss buffers, which the current
-// rows' loads then queue behind, while lines 512 bytes ahead are mostly in L2 already, brought by
-// the hardware's stream prefetcher, and only need moving to L1 before the transposes read them.
-// Asking for the far lines into L2 only (prefetcht1) measured the same as this.
+// 18.4-18.5 with none; docs/perf-log/2026-12-06-int8-prefetch-and-weight-blocks.md). The likely
+// reason: lines asked for 4 KiB ahead wait on memory in the L1's few miss buffers, which the
+// current rows' loads then queue behind, while lines 512 bytes ahead are mostly in L2 already,
+// brought by the hardware's stream prefetcher, and only need moving to L1 before the transposes
+// read them. Asking for the far lines into L2 only (prefetcht1) measured the same as this.
 constexpr int64_t kInt8PrefetchBytes = 512;
 
 // Asks for the cache lines of `count` rows of `cols` int8 values, kInt8PrefetchBytes past row `t`
@@ -296,13 +296,29 @@ ATTEND_AVX512 bool QuantizeInt8Weights(const float* p, int64_t ld, int64_t m, co
     if (bad != 0) return false;
     mass[static_cast<size_t>(j)] = _mm512_reduce_add_ps(sum);
   }
-  // Coarse blocks first: each costs a pass converting the int32 sums to f32 at its end.
-  for (const int64_t block : {kBlockRows, kFineBlockRows}) {
-    if (QuantizeBlocks(p, ld, m, scales, rows, sub_max.data(), subs, mass.data(), block, out)) {
-      return true;
+  // Coarse blocks where they will likely do: each block costs p.v a conversion of its int32 sums
+  // to f32 (blocks of 32 keys read 20% slower than of 128), and a try that fails costs a pass
+  // over the weights (12% of a sharp p.v). Rounding to nearest is off by a quarter step on
+  // average; where that already breaks the bound on the coarse blocks, they are skipped. Either
+  // way the exact check decides.
+  bool coarse = true;
+  for (int64_t j = 0; j < m && coarse; ++j) {
+    double expected = 0;
+    for (int64_t u0 = 0; u0 < subs; u0 += kBlockRows / kFineBlockRows) {
+      float largest = 0.0f;
+      const int64_t u1 = std::min(subs, u0 + kBlockRows / kFineBlockRows);
+      for (int64_t u = u0; u < u1; ++u) largest = std::max(largest, sub_max[j * subs + u]);
+      expected += static_cast<double>(std::min(rows, u1 * kFineBlockRows) - u0 * kFineBlockRows) *
+                  largest / (4.0 * 32767.0);
     }
+    coarse = expected <= kMaxWeightError * mass[static_cast<size_t>(j)];
   }
-  return false;
+  if (coarse &&
+      QuantizeBlocks(p, ld, m, scales, rows, sub_max.data(), subs, mass.data(), kBlockRows, out)) {
+    return true;
+  }
+  return QuantizeBlocks(p, ld, m, scales, rows, sub_max.data(), subs, mass.data(), kFineBlockRows,
+                        out);
 }
 
 namespace {
