@@ -450,8 +450,10 @@ TEST_P(Kernels, Int8SoftmaxWeightsOfAnySharpnessKeepTheirBound) {
   std::mt19937_64 rng(29);
   constexpr int64_t kD = 128;
   for (const double sigma : {0.5, 2.0, 3.0, 5.0, 8.0}) {
-    for (const int64_t rows : {31, 128, 200, 496}) {
-      for (const int64_t m : {1, 3, 4}) {
+    // Rows around the weights' blocks (32 and 128 keys, pairs) and query rows through every
+    // group size the kernels take (4, 2, 1).
+    for (const int64_t rows : {1, 2, 31, 33, 63, 127, 128, 129, 200, 257, 496}) {
+      for (const int64_t m : {1, 2, 3, 4, 5, 7}) {
         SCOPED_TRACE(::testing::Message()
                      << "sigma " << sigma << ", " << rows << " rows, " << m << " query rows");
         std::vector<int8_t> values(rows * kD);
