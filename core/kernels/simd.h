@@ -133,11 +133,12 @@ struct Rows {
 // out[i] = element i of row `t` of `rows` as float (int8 times the row's scale), for i < n.
 void RowToFloat(const Rows& rows, int64_t t, int64_t n, float* out);
 
-// scores[j * ld + t] = dot(q[j * d ...], key row t) for j < m, t < rows. Against bf16 and int8
-// rows the AVX-512 kernels carry q in 16 significant bits (as two int8 parts, for the dot
-// product instruction): each q value within 2^-16 of its row's largest |q|, far below the error
-// of the storage itself (1/254 of the row's largest). Against bf16 rows they use bf16 dot
-// products when k.native_bf16 is set and q holds bf16 values, and are exact f32 otherwise.
+// scores[j * ld + t] = dot(q[j * d ...], key row t) for j < m, t < rows. Against int8 rows the
+// VNNI kernels carry q in two int8 parts (for the dot product instruction): each q value within
+// 1/65024 (half a step of max / 127 / 256, 2^-16 x 128/127) of its row's largest |q|, far below
+// the error of the storage itself (1/254 of the row's largest). Against bf16 rows the AVX-512
+// kernels use bf16 dot products when k.native_bf16 is set and q holds bf16 values, and are exact
+// f32 otherwise.
 void DotRows(const float* q, int64_t m, int64_t d, const Rows& k, int64_t rows, float* scores,
              int64_t ld);
 
@@ -145,10 +146,13 @@ void DotRows(const float* q, int64_t m, int64_t d, const Rows& k, int64_t rows, 
 // Against bf16 rows the AVX-512 kernels use bf16 dot products when v.native_bf16 is set and p
 // holds bf16 values (bf16 arithmetic rounds the probabilities), and f32 otherwise. Against int8
 // rows the VNNI kernels carry the weights p * (the row's scale) in int16 (15 bits and a sign):
-// each within 1/65534 of its accumulator row's largest weight, about as fine as q against int8
-// keys, and all of a row's together off by at most 2^-12 of the row's sum (a long tail of small
-// weights rounded alike moved an average of equal values by 1.4% before that bound); where that
-// bound fails, or a weight is negative or not finite, every bit of p is kept.
+// each within 1/65534 of the largest weight of its block of 128 rows (of 32 rows where 128 would
+// break the bound that follows), about as fine as q against int8 keys, and all of a row's
+// together off by at most 2^-12 of the row's sum (a long tail of small weights rounded alike
+// moved an average of equal values by 1.4% before that bound); where that bound fails, or a
+// weight is negative or not finite, every bit of p is kept. int8 rows whose scales are all below
+// 2^-100 (subnormal values) are summed on scales times 2^100 and added at 2^-100, so that the
+// weights keep their bits on every set.
 void AccumulateRows(const float* p, int64_t ld, int64_t m, const Rows& v, int64_t rows, int64_t dv,
                     float* acc);
 

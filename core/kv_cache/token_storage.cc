@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "common/half.h"
@@ -37,11 +38,17 @@ void Quantize(const TensorView& src, int64_t offset, int64_t count, int8_t* dst,
   // int8's own 1/254).
   while (std::isinf(*scale * 127.0f)) *scale = std::nextafter(*scale, 0.0f);
   const float inverse = max > 0.0f ? 127.0f / max : 0.0f;
-  if (std::isinf(inverse)) {
-    // max < 127 / FLT_MAX (about 3.7e-37): 127 / max overflows float, and multiplying by +inf
-    // would store every nonzero value as +-127 and every zero as NaN (whose conversion to int8 is
-    // undefined). In double, 127 / max is finite for every float max > 0; such rows are rare.
-    const double exact = 127.0 / static_cast<double>(max);
+  if (max > 0.0f && *scale < std::numeric_limits<float>::min()) {
+    // A subnormal scale (max below about 1.5e-36) keeps fewer bits than the values need: read
+    // back as int8 * scale, values quantized against the exact 127 / max were off by the
+    // scale's rounding times up to 127, past max / 254 (an outside tester's finding). The scale
+    // is rounded up instead, so that 127 * scale covers max, and the values are quantized
+    // against that scale itself: each within scale / 2, max / 254 plus half of float's smallest
+    // step. (127 / max also overflows float below about 3.7e-37; in double it is finite.)
+    if (127.0 * static_cast<double>(*scale) < static_cast<double>(max)) {
+      *scale = std::nextafter(*scale, 1.0f);
+    }
+    const double exact = 1.0 / static_cast<double>(*scale);
     for (int64_t i = 0; i < count; ++i) {
       dst[i] = static_cast<int8_t>(std::clamp(std::nearbyint(x[i] * exact), -127.0, 127.0));
     }

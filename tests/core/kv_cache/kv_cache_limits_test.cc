@@ -94,6 +94,38 @@ TEST(KvCacheLimits, Int8StoresRowsOfTinyValues) {
   }
 }
 
+// int8 rows whose scale max / 127 is a subnormal float (max below about 1.5e-36): the scale keeps
+// fewer bits, and values quantized against the exact 127 / max were read back off by the
+// scale's rounding times up to 127, past the documented max / 254 (an outside tester's finding,
+// through decode). Generated rows from 1e-36 down to 1e-43: each value read back is within
+// max / 254 of the original, plus half of float's smallest step (what an f32 scale can hold).
+TEST(KvCacheLimits, Int8RowsOfSubnormalScaleKeepTheirBound) {
+  std::mt19937_64 rng(41);
+  std::uniform_real_distribution<double> unit(-1.0, 1.0);
+  KvCache cache(Options(64));
+  int case_index = 0;
+  for (const double size : {1e-36, 3e-37, 1e-38, 1e-40, 3e-42, 1e-43}) {
+    for (int rep = 0; rep < 20; ++rep) {
+      const std::string id = "tiny" + std::to_string(case_index++);
+      ASSERT_OK(cache.Create(Config(DType::kInt8), id, 0));
+      std::vector<float> row(8);
+      for (float& x : row) x = static_cast<float>(size * unit(rng));
+      Tokens t{std::vector<float>(16, 0.0f), row, row};
+      auto result = cache.Append(0, t.Input(id, 1, true), Precision::kAuto, false, nullptr);
+      ASSERT_OK(result);
+      double max = 0;
+      for (float x : row) max = std::max(max, std::abs(double{x}));
+      for (size_t i = 0; i < 16; ++i) {
+        EXPECT_LE(std::abs(result->output[i] - double{row[i % 8]}),
+                  max / 254 * (1 + 1e-6) + std::ldexp(1.0, -150))
+            << "values of " << size << ", element " << i << ": " << row[i % 8] << " read back as "
+            << result->output[i];
+      }
+      ASSERT_OK(cache.Release(id));
+    }
+  }
+}
+
 // A reservation covers the sequence's own appends also after a Fork shares its partly written
 // last block: the fork takes its own copy of that block at once, so the source never has to copy
 // it, however full the cache is by then.

@@ -112,8 +112,8 @@ void ExpectSameNextSteps(KvCache& a, const std::string& id_a, KvCache& b, const 
             << "layer " << l << " element " << i << ": " << x[i] << " vs " << y[i];
       } else {
         // Other tiles sum in another order; over int8 rows the AVX-512 VNNI kernels also carry
-        // the weights p * scale in int16 on each tile's largest (simd.h), within 1/65534 of it:
-        // a tile of other rows rounds them otherwise, far below the storage's own 1/254.
+        // the weights p * scale in int16 on each block's largest (simd.h), within 1/65534 of
+        // it: a tile of other rows rounds them otherwise, far below the storage's own 1/254.
         const double tolerance = c.kv_dtype == DType::kInt8 ? 1e-4 : 1e-5;
         ASSERT_NEAR(x[i], y[i], tolerance) << "layer " << l << " element " << i;
       }
