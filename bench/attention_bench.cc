@@ -2,13 +2,17 @@
 //   prefill: useful FLOP/s (4 x head_dim per attended pair) / oneDNN matmul FLOP/s
 //   decode:  K/V bytes read per second / streaming read bandwidth
 //   cache prefill: the same FLOP/s for a prefill appended to a KV-cache sequence
+//   prefill tile matmuls: one tile's q.k or p.v on one thread, weights plain or packed, against
+//   one core's share of the matmul probe
 // `ratio` uses the median iteration, `ratio_best` the fastest (bench/step_times.h says why).
 //
 //   build/bench/attention_bench [--benchmark_filter=Prefill]
 #include <benchmark/benchmark.h>
+#include <omp.h>
 
 #include <chrono>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "bench/machine_limits.h"
@@ -173,6 +177,97 @@ void BM_MatmulCallOverhead(benchmark::State& state) {
   }
 }
 
+// One prefill tile's matmul on one thread, as tile::RunTileJob runs it inside its parallel
+// region: q.k, 64 query rows x d 128 against a tile of 512 keys (the keys read through a
+// transposed view of their [512, 128] rows), or p.v, 64 x 512 probabilities against the tile's
+// [512, 128] values. Weights plain (what prefill passes today: oneDNN copies them into its own
+// layout on every call) or packed once (onednn::PackWeights; pack_us is that one-time cost).
+// GFLOPs_one_core against ratio's per-core share of the matmul probe (all threads' rate over the
+// thread count) says how much of the machine's matmul rate a tile gets, and so which primitive
+// falls short where prefill does. args: bf16, part (0 q.k, 1 p.v), packed.
+void BM_PrefillTileMatmul(benchmark::State& state) {
+  const bool bf16 = state.range(0) != 0, pv = state.range(1) != 0, packed = state.range(2) != 0;
+  const MachineLimits& limits = MeasureMachineLimits();
+  const DType type = bf16 ? DType::kBFloat16 : DType::kFloat32;
+  if (bf16 && !HasBf16Matmul()) {
+    state.SkipWithError("no bf16 matmul on this CPU");
+    return;
+  }
+  const int threads = omp_get_max_threads();
+  const onednn::ScopedThreadLimit one_thread(1);
+  constexpr int64_t kRows = 64, kDim = 128, kKeys = 512;
+  const int64_t k = pv ? kKeys : kDim, n = pv ? kDim : kKeys;
+  onednn::MatmulSpec spec;
+  spec.src = {kRows, k, k, 1, type};
+  spec.weights = pv ? onednn::Operand{k, n, n, 1, type} : onednn::Operand{k, n, 1, k, type};
+  spec.dst = {kRows, n, n, 1, DType::kFloat32};
+  const size_t bytes = bf16 ? 2 : 4;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal;
+  std::vector<char> a(static_cast<size_t>(kRows * k) * bytes),
+      b(static_cast<size_t>(k * n) * bytes);
+  for (auto* buffer : {&a, &b}) {
+    for (size_t i = 0; i < buffer->size() / bytes; ++i) {
+      if (bf16) {
+        reinterpret_cast<uint16_t*>(buffer->data())[i] = FloatToBf16(normal(rng));
+      } else {
+        reinterpret_cast<float*>(buffer->data())[i] = normal(rng);
+      }
+    }
+  }
+  std::vector<float> c(static_cast<size_t>(kRows * n));
+  std::vector<char> packed_b;
+  onednn::MatmulSpec run = spec;
+  const void* weights = b.data();
+  double pack_seconds = 0;
+  if (packed) {
+    run.weights.packed = true;
+    const absl::StatusOr<int64_t> size = onednn::PackedWeightsBytes(run);
+    if (!size.ok()) {
+      state.SkipWithError(std::string(size.status().message()).c_str());
+      return;
+    }
+    packed_b.resize(static_cast<size_t>(*size));
+    constexpr int kPacks = 20;
+    for (int i = 0; i <= kPacks; ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      if (!onednn::PackWeights(run, spec.weights, b.data(), packed_b.data()).ok()) {
+        state.SkipWithError("pack failed");
+        return;
+      }
+      // The first call creates the reorder; the rest time the copy alone.
+      if (i > 0) {
+        pack_seconds +=
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      }
+    }
+    pack_seconds /= kPacks;
+    weights = packed_b.data();
+  }
+  constexpr int kCalls = 64;
+  StepTimes times;
+  for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < kCalls; ++i) {
+      if (!onednn::RunMatmul(run, a.data(), weights, c.data()).ok()) {
+        state.SkipWithError("matmul failed");
+        return;
+      }
+    }
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    state.SetIterationTime(seconds);
+    times.Add(seconds);
+    benchmark::DoNotOptimize(c.data());
+  }
+  const double flops = 2.0 * kRows * k * n * kCalls;
+  const double probe = bf16 ? limits.matmul_bf16_flops : limits.matmul_f32_flops;
+  state.counters["GFLOPs_one_core"] = flops / times.Median() / 1e9;
+  state.counters["ratio"] = flops / times.Median() / (probe / threads);
+  state.counters["us_per_call"] = times.Median() / kCalls * 1e6;
+  if (packed) state.counters["pack_us"] = pack_seconds * 1e6;
+}
+
 // Stateless decode over the caller's [context, 8, 128] K and V (rows a head stride apart), read
 // from memory as BM_DecodeBatch reads the cache's (caches evicted before each step), so that
 // the two compare. args: context, batch (sequences), bf16. 32 query heads, 8 KV heads.
@@ -243,6 +338,12 @@ BENCHMARK(BM_CachePrefill)
     ->MinTime(1.0);
 
 BENCHMARK(BM_MatmulCallOverhead)->Unit(benchmark::kMicrosecond);
+
+BENCHMARK(BM_PrefillTileMatmul)
+    ->ArgNames({"bf16", "part", "packed"})
+    ->ArgsProduct({{0, 1}, {0, 1}, {0, 1}})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseManualTime();
 
 BENCHMARK(BM_Decode)
     ->ArgNames({"context", "batch", "bf16"})

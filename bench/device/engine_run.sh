@@ -7,7 +7,8 @@
 #   decode_kernels.json  decode_bench: BM_KernelChoice, BM_DecodeKernel (every kernel set),
 #                        BM_InstructionRate
 #   decode.json          decode_bench: DecodeBatch f32/bf16/int8 at 4096 tokens, batch 1 and 16
-#   attention.json       attention_bench: causal prefill f32 and bf16, 8/8 heads, d 128, n 2048, 8192
+#   attention.json       attention_bench: causal prefill f32 and bf16, 8/8 heads, d 128, n 2048, 8192;
+#                        one prefill tile's matmuls on one core, weights plain and packed
 #   peers.json           bench/compare_peers.py --json (PyTorch matmul and SDPA peers; its table is
 #                        in engine.log)
 #   decode_scaling.json  decode_bench --scaling_threads=1,2,4,8,16: f32/bf16/int8, batch 1, 2 and
@@ -141,14 +142,14 @@ if ((quick)); then
   kernels='^BM_KernelChoice|^BM_InstructionRate/kind:0'
   context=1024
   scaling=(--scaling_threads=1,2 --scaling_contexts=1024 --scaling_batches=1,2 --scaling_storages=0)
-  prefill='^BM_CausalPrefill/n:512/heads:8/kv_heads:8/d:128/bf16:[01]/threads:0/'
+  prefill='^BM_CausalPrefill/n:512/heads:8/kv_heads:8/d:128/bf16:[01]/threads:0/|^BM_PrefillTileMatmul/bf16:1'
   peers=(--small)
 else
   kernels='^BM_KernelChoice|^BM_DecodeKernel|^BM_InstructionRate'
   context=4096
   scaling=(--scaling_threads=1,2,4,8,16 --scaling_contexts=4096 --scaling_batches=1,2,16
            --scaling_storages=0,1,2)
-  prefill='^BM_CausalPrefill/n:(2048|8192)/heads:8/kv_heads:8/d:128/bf16:[01]/threads:0/'
+  prefill='^BM_CausalPrefill/n:(2048|8192)/heads:8/kv_heads:8/d:128/bf16:[01]/threads:0/|^BM_PrefillTileMatmul'
   peers=()
 fi
 

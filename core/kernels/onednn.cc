@@ -168,11 +168,12 @@ Matmul::~Matmul() = default;
 const std::string& Matmul::impl() const { return primitive_->impl; }
 
 std::string MatmulSpec::Key() const {
-  return absl::StrCat(src.rows, "x", src.cols, ":", src.row_stride, ",", src.col_stride,
-                      TypeCode(src.type), "|", weights.rows, "x", weights.cols, ":",
-                      weights.row_stride, ",", weights.col_stride, TypeCode(weights.type), "|",
-                      dst.rows, "x", dst.cols, ":", dst.row_stride, ",", dst.col_stride,
-                      TypeCode(dst.type));
+  return absl::StrCat(
+      src.rows, "x", src.cols, ":", src.row_stride, ",", src.col_stride, TypeCode(src.type), "|",
+      weights.rows, "x", weights.cols, ":",
+      weights.packed ? "packed" : absl::StrCat(weights.row_stride, ",", weights.col_stride),
+      TypeCode(weights.type), "|", dst.rows, "x", dst.cols, ":", dst.row_stride, ",",
+      dst.col_stride, TypeCode(dst.type));
 }
 
 // One matmul's oneDNN arguments: memory objects made once, pointed at each call's operands.
@@ -227,12 +228,17 @@ absl::StatusOr<std::shared_ptr<const Matmul>> GetMatmul(const MatmulSpec& spec) 
   Matmul::Primitive& p = *matmul->primitive_;
   absl::Status status = Call("matmul create", [&] {
     p.src_md = Describe(spec.src);
-    p.weights_md = Describe(spec.weights);
+    // Packed weights: the primitive picks its layout (format "any"), which PackWeights writes.
+    p.weights_md = spec.weights.packed ? dnnl::memory::desc({spec.weights.rows, spec.weights.cols},
+                                                            DnnlType(spec.weights.type),
+                                                            dnnl::memory::format_tag::any)
+                                       : Describe(spec.weights);
     p.dst_md = Describe(spec.dst);
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     dnnl::matmul::desc desc(p.src_md, p.weights_md, p.dst_md);
     dnnl::matmul::primitive_desc pd(desc, attr, CpuEngine());
+    p.weights_md = pd.weights_desc();
     p.impl = pd.impl_info_str();
     p.scratchpad_bytes = pd.scratchpad_desc().get_size();
     p.primitive = dnnl::matmul(pd);
@@ -292,7 +298,7 @@ class ThreadMatmuls {
 
   static bool SameOperand(const Operand& a, const Operand& b) {
     return a.rows == b.rows && a.cols == b.cols && a.row_stride == b.row_stride &&
-           a.col_stride == b.col_stride && a.type == b.type;
+           a.col_stride == b.col_stride && a.type == b.type && a.packed == b.packed;
   }
   static bool SameSpec(const MatmulSpec& a, const MatmulSpec& b) {
     return SameOperand(a.src, b.src) && SameOperand(a.weights, b.weights) &&
@@ -315,8 +321,13 @@ absl::Status RunMatmul(const MatmulSpec& spec, const void* src, const void* weig
       ready.Add(spec, *strided);
       return (*strided)->Execute(src, weights, dst);
     }
-    if (strided.status().code() != absl::StatusCode::kInternal) return strided.status();
+    if (strided.status().code() != absl::StatusCode::kInternal || spec.weights.packed) {
+      return strided.status();
+    }
     Cache().MarkUnsupported(key);
+  }
+  if (spec.weights.packed) {
+    return absl::InternalError(absl::StrCat("oneDNN has no matmul for ", key));
   }
   MatmulSpec dense{Densified(spec.src), Densified(spec.weights), Densified(spec.dst)};
   if (IsDense(spec.src) && IsDense(spec.weights) && IsDense(spec.dst)) {
@@ -339,6 +350,78 @@ absl::Status RunMatmul(const MatmulSpec& spec, const void* src, const void* weig
   ATTEND_RETURN_IF_ERROR(matmul->Execute(packed_src, packed_weights, packed_dst));
   if (!IsDense(spec.dst)) Repack(spec.dst, dst, packed_dst, /*unpack=*/true);
   return absl::OkStatus();
+}
+
+namespace {
+
+// Reorders into packed weights, one per (plain layout, packed spec), created once.
+class ReorderCache {
+ public:
+  absl::StatusOr<std::shared_ptr<const dnnl::reorder>> Get(const std::string& key,
+                                                           const dnnl::memory::desc& from,
+                                                           const dnnl::memory::desc& to)
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    {
+      MutexLock lock(&mu_);
+      if (auto it = reorders_.find(key); it != reorders_.end()) return it->second;
+    }
+    std::shared_ptr<const dnnl::reorder> reorder;
+    ATTEND_RETURN_IF_ERROR(Call("reorder create", [&] {
+      reorder = std::make_shared<const dnnl::reorder>(
+          dnnl::reorder::primitive_desc(CpuEngine(), from, CpuEngine(), to));
+    }));
+    MutexLock lock(&mu_);
+    // Bounded as the matmuls are: past the capacity, the cache starts over.
+    if (static_cast<int64_t>(reorders_.size()) >= kDefaultMatmulCacheCapacity) reorders_.clear();
+    return reorders_.emplace(key, std::move(reorder)).first->second;
+  }
+
+ private:
+  Mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<const dnnl::reorder>> reorders_
+      ABSL_GUARDED_BY(mu_);
+};
+
+ReorderCache& Reorders() {
+  static auto* cache = new ReorderCache();
+  return *cache;
+}
+
+absl::StatusOr<std::shared_ptr<const Matmul>> PackedMatmul(const MatmulSpec& spec) {
+  if (!spec.weights.packed) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("packed weights asked for a spec whose weights are not packed: ", spec.Key()));
+  }
+  return GetMatmul(spec);
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> PackedWeightsBytes(const MatmulSpec& spec) {
+  ATTEND_ASSIGN_OR_RETURN(auto matmul, PackedMatmul(spec));
+  return static_cast<int64_t>(matmul->primitive_->weights_md.get_size());
+}
+
+absl::Status PackWeights(const MatmulSpec& spec, const Operand& plain, const void* weights,
+                         void* packed) {
+  if (plain.packed || plain.rows != spec.weights.rows || plain.cols != spec.weights.cols ||
+      plain.type != spec.weights.type) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weights of ", plain.rows, "x", plain.cols, " ", TypeCode(plain.type),
+                     plain.packed ? " (packed)" : "", " cannot be packed for matmul ", spec.Key()));
+  }
+  ATTEND_ASSIGN_OR_RETURN(auto matmul, PackedMatmul(spec));
+  const dnnl::memory::desc from = Describe(plain);
+  const dnnl::memory::desc& to = matmul->primitive_->weights_md;
+  const std::string key = absl::StrCat(spec.Key(), "<-", plain.row_stride, ",", plain.col_stride);
+  ATTEND_ASSIGN_OR_RETURN(auto reorder, Reorders().Get(key, from, to));
+  return Call("reorder execute", [&] {
+    dnnl::memory src(from, CpuEngine(), const_cast<void*>(weights));
+    dnnl::memory dst(to, CpuEngine(), packed);
+    thread_local dnnl::stream stream(CpuEngine());
+    reorder->execute(stream, src, dst);
+    stream.wait();
+  });
 }
 
 int64_t MatmulCreations() { return Cache().Stats().creations; }

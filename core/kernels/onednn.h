@@ -32,6 +32,11 @@ struct Operand {
   int64_t row_stride = 0;
   int64_t col_stride = 1;
   DType type = DType::kFloat32;
+  // Weights only: the data is in the primitive's own blocked layout, as PackWeights writes it
+  // (the strides are then ignored). A matmul over plain weights copies them into that layout on
+  // every call; weights used by many calls (a key tile against every query tile of a prefill)
+  // can be packed once instead.
+  bool packed = false;
 };
 
 // dst[M, N] = src[M, K] x weights[K, N], all f32 or bf16 inputs with an f32 or bf16 dst.
@@ -61,6 +66,9 @@ class Matmul {
 
  private:
   friend absl::StatusOr<std::shared_ptr<const Matmul>> GetMatmul(const MatmulSpec& spec);
+  friend absl::StatusOr<int64_t> PackedWeightsBytes(const MatmulSpec& spec);
+  friend absl::Status PackWeights(const MatmulSpec& spec, const Operand& plain, const void* weights,
+                                  void* packed);
   friend class ThreadMatmuls;
   struct Primitive;  // the oneDNN primitive and its descriptors (onednn.cc)
   // Makes the oneDNN memory objects and argument map for this primitive, with no data yet.
@@ -76,10 +84,21 @@ absl::StatusOr<std::shared_ptr<const Matmul>> GetMatmul(const MatmulSpec& spec);
 
 // Executes dst = src x weights for `spec`. When oneDNN has no implementation for the strided
 // layout (some ISAs accept only dense operands), packs the operands into dense per-thread
-// buffers, runs the dense primitive and scatters the result: slower, never wrong. Each thread
-// keeps its most recently used specs with their oneDNN arguments ready, so a repeated shape
+// buffers, runs the dense primitive and scatters the result: slower, never wrong. Packed
+// weights (Operand::packed) have no such fallback: INTERNAL where oneDNN has no primitive. Each
+// thread keeps its most recently used specs with their oneDNN arguments ready, so a repeated shape
 // costs no key, lock or allocation.
 absl::Status RunMatmul(const MatmulSpec& spec, const void* src, const void* weights, void* dst);
+
+// Bytes PackWeights writes for `spec` (whose weights are `packed`): the primitive's own layout,
+// padded. INVALID_ARGUMENT unless spec.weights.packed; INTERNAL as GetMatmul.
+absl::StatusOr<int64_t> PackedWeightsBytes(const MatmulSpec& spec);
+
+// Writes `weights`, laid out as `plain` says (spec.weights's shape and type, with strides; its
+// `packed` unset), into `packed` (PackedWeightsBytes(spec) bytes) in the layout RunMatmul(spec)
+// reads. Runs on the calling thread. The reorder primitives are cached as the matmuls are.
+absl::Status PackWeights(const MatmulSpec& spec, const Operand& plain, const void* weights,
+                         void* packed);
 
 // Number of primitives created so far (cache misses), for tests and metrics.
 int64_t MatmulCreations();

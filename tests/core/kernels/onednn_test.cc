@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/half.h"
 #include "core/kernels/cpu_features.h"
 #include "tests/test_util.h"
 
@@ -131,6 +132,82 @@ TEST(RunMatmul, RefusesShapesThatDoNotAgree) {
 // AMD's AVX512-BF16 (Zen 4: twice the f32 rate). On Intel cores without AMX, vdpbf16ps retires
 // at half the rate of the f32 FMAs, and oneDNN's bf16 matmul ran at 0.5-0.7x its f32 one, so
 // bf16 there multiplies bf16-rounded values on the f32 matmul (the same exact products).
+// Weights packed once into the primitive's own layout give the same products as the plain
+// (strided) weights they came from, for the prefill's tile shapes and odd ones, f32 and bf16
+// (bf16 where oneDNN has a bf16 matmul): prefill packs a key tile once for all query tiles.
+TEST(PackWeights, PackedWeightsGiveThePlainProducts) {
+  std::mt19937_64 rng(9);
+  std::vector<DType> types = {DType::kFloat32};
+  if (HasBf16Matmul()) types.push_back(DType::kBFloat16);
+  struct Shape {
+    int64_t m, k, n;
+    bool transposed;
+  };
+  for (const DType type : types) {
+    for (const Shape& shape :
+         {Shape{64, 128, 512, true}, Shape{64, 512, 128, false}, Shape{64, 128, 192, true},
+          Shape{16, 72, 40, false}, Shape{7, 33, 5, true}}) {
+      SCOPED_TRACE(::testing::Message()
+                   << shape.m << "x" << shape.k << "x" << shape.n
+                   << (shape.transposed ? " transposed" : "") << " " << DTypeName(type));
+      const int64_t m = shape.m, k = shape.k, n = shape.n;
+      const size_t bytes = type == DType::kBFloat16 ? 2 : 4;
+      const std::vector<float> a = RandomFloats(rng, m * k), b = RandomFloats(rng, k * n);
+      // The operands in `type` (bf16 values are exact in both, so the two products agree).
+      std::vector<char> a_data(a.size() * bytes), b_data(b.size() * bytes);
+      for (size_t i = 0; i < a.size(); ++i) {
+        if (type == DType::kBFloat16) {
+          reinterpret_cast<uint16_t*>(a_data.data())[i] = FloatToBf16(a[i]);
+        } else {
+          reinterpret_cast<float*>(a_data.data())[i] = a[i];
+        }
+      }
+      for (size_t i = 0; i < b.size(); ++i) {
+        if (type == DType::kBFloat16) {
+          reinterpret_cast<uint16_t*>(b_data.data())[i] = FloatToBf16(b[i]);
+        } else {
+          reinterpret_cast<float*>(b_data.data())[i] = b[i];
+        }
+      }
+      MatmulSpec plain;
+      plain.src = {m, k, k, 1, type};
+      plain.weights = shape.transposed ? Operand{k, n, 1, k, type} : Operand{k, n, n, 1, type};
+      plain.dst = {m, n, n, 1, DType::kFloat32};
+      std::vector<float> expected(static_cast<size_t>(m * n)), got(expected.size(), -7.0f);
+      ASSERT_OK(RunMatmul(plain, a_data.data(), b_data.data(), expected.data()));
+
+      MatmulSpec packed = plain;
+      packed.weights.packed = true;
+      const absl::StatusOr<int64_t> size = PackedWeightsBytes(packed);
+      ASSERT_OK(size);
+      ASSERT_GE(*size, static_cast<int64_t>(k * n * bytes));
+      std::vector<char> packed_data(static_cast<size_t>(*size));
+      ASSERT_OK(PackWeights(packed, plain.weights, b_data.data(), packed_data.data()));
+      ASSERT_OK(RunMatmul(packed, a_data.data(), packed_data.data(), got.data()));
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_NEAR(got[i], expected[i], 1e-5 * (1.0 + std::abs(expected[i]))) << "element " << i;
+      }
+    }
+  }
+}
+
+TEST(PackWeights, RefusesWeightsThatDoNotFit) {
+  MatmulSpec spec;
+  spec.src = {16, 32, 32, 1, DType::kFloat32};
+  spec.weights = {32, 16, 16, 1, DType::kFloat32, /*packed=*/true};
+  spec.dst = {16, 16, 16, 1, DType::kFloat32};
+  std::vector<float> plain(32 * 16), packed(64 * 64);
+  // The plain layout's shape must be the spec's.
+  EXPECT_THAT(PackWeights(spec, {16, 32, 32, 1, DType::kFloat32}, plain.data(), packed.data()),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  // A spec whose weights are not packed has no packed layout.
+  MatmulSpec not_packed = spec;
+  not_packed.weights.packed = false;
+  EXPECT_THAT(PackedWeightsBytes(not_packed), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(PackWeights(not_packed, not_packed.weights, plain.data(), packed.data()),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
 TEST(UseBf16Matmul, OnlyWhereItIsTheFasterMatmul) {
   __builtin_cpu_init();
   const bool amx = CpuIsaName() == "avx512_core_amx";
