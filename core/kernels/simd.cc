@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -190,9 +192,17 @@ void AccumulateRows(const float* p, int64_t ld, int64_t m, const Rows& v, int64_
     // 2^100 into a zeroed buffer instead, whose sums are added to acc times 2^-100: one rounding
     // per output, as fine as f32 holds them. Larger scales in the tile make such rows' share of
     // the bound (relative to the largest value) far larger than their rounding.
-    constexpr float kTiny = 0x1p-100f;
-    const float largest = *std::max_element(v.scales, v.scales + rows);
-    if (largest > 0.0f && largest < kTiny) {
+    // Scales are non-negative finite floats, whose bits order as the values do: an integer max,
+    // which the compiler vectorises (a float max it does not, for NaN's sake), keeps this scan
+    // small next to the kernel's rows x dv x m products.
+    constexpr int32_t kTinyBits = 0x0d800000;  // 2^-100
+    int32_t largest = 0;
+    for (int64_t t = 0; t < rows; ++t) {
+      int32_t bits;
+      std::memcpy(&bits, v.scales + t, sizeof(bits));
+      largest = std::max(largest, bits);
+    }
+    if (largest > 0 && largest < kTinyBits) {
       thread_local std::vector<float> scaled, part;
       scaled.resize(static_cast<size_t>(rows));
       for (int64_t t = 0; t < rows; ++t) scaled[t] = v.scales[t] * 0x1p100f;  // exact
