@@ -10,8 +10,9 @@
 // decode could reach if memory were free; below the read bandwidth, decode is compute-bound.
 //
 // BM_DecodeKernelPart is q.k or p.v of that step alone: which of the two holds a storage type
-// (and at heads of 64 and 256 columns besides 128). p.v runs with uniform weights, and with
-// sharp ones (sharp:1, a softmax of scores of standard deviation 2, as attention often is).
+// (and at heads of 64 and 256 columns besides 128). p.v runs with uniform weights, with sharp
+// ones (sharp:1, a softmax of scores of standard deviation 2, as attention often is), and with
+// an attention sink among a tail of weights 10 below it (sharp:2).
 //
 // BM_KernelChoice checks the kernel sets chosen at start-up (simd::ChooseKernels, per storage
 // type) against a longer measurement of every set in the same run: whether the chosen set is
@@ -258,7 +259,7 @@ void BM_DecodeKernelPart(benchmark::State& state) {
   const DType storage = StorageOf(state.range(0));
   MeasureMachineLimits();  // first: it applies ATTEND_SIMD_KERNELS
   KernelStep step(storage, state.range(2));
-  step.SetWeights(state.range(3) == 0 ? 0.0 : 2.0);
+  step.SetWeights(state.range(3) == 0 ? 0.0 : (state.range(3) == 1 ? 2.0 : -1.0));
   const auto part = state.range(1) == 0 ? KernelStep::Part::kDot : KernelStep::Part::kAccumulate;
   double seconds = 0;
   for (auto _ : state) {
@@ -549,7 +550,7 @@ BENCHMARK(BM_DecodeKernel)
 BENCHMARK(BM_DecodeKernelPart)
     ->ArgNames({"storage", "part", "dim", "sharp"})
     ->ArgsProduct({{0, 1, 2}, {0, 1}, {128, 64, 256}, {0}})
-    ->ArgsProduct({{0, 1, 2}, {1}, {128}, {1}});
+    ->ArgsProduct({{0, 1, 2}, {1}, {128}, {1, 2}});
 BENCHMARK(BM_KernelChoice)->ArgName("storage")->DenseRange(0, 2)->Unit(benchmark::kMillisecond);
 // Every kernel set against every other (1 = avx2, then the AVX-512 sets the CPU has).
 BENCHMARK(BM_DecodeKernel)

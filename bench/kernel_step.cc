@@ -58,7 +58,16 @@ KernelStep::KernelStep(DType storage, int64_t dim) : storage_(storage), dim_(dim
 
 void KernelStep::SetWeights(double sigma) {
   weights_.assign(kGroup * kRows, 1.0f / kRows);
-  if (sigma <= 0) return;
+  if (sigma < 0) {
+    // An attention sink: one key with weight 1, the others 4.5e-5 of it (e^-10), as when a sink
+    // holds half the attention of 20,000 keys; the int16 weights round such a tail alike.
+    for (int64_t j = 0; j < kGroup; ++j) {
+      std::fill_n(weights_.begin() + j * kRows, kRows, 4.5e-5f);
+      weights_[static_cast<size_t>(j * kRows + 37)] = 1.0f;
+    }
+    return;
+  }
+  if (sigma == 0) return;
   const std::vector<float> draws = RandomNormal(kGroup * kRows, 6);
   for (int64_t j = 0; j < kGroup; ++j) {
     float* row = weights_.data() + j * kRows;

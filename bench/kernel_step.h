@@ -34,8 +34,9 @@ class KernelStep {
   void Run(int steps, Part part = Part::kBoth);
 
   // The weights p.v runs with: by default uniform (1 / kRows); here a softmax's of scores drawn
-  // with standard deviation `sigma` (0: uniform again). Only the int8 kernels' speed depends on
-  // them: their int16 weights need finer steps where the weights spread over more than 2^16.
+  // with standard deviation `sigma` (0: uniform again; below 0, an attention sink among a tail
+  // 10 below it). Only the int8 kernels' speed depends on them: their int16 weights need finer
+  // steps where the weights spread over more than 2^16, and a sink's block is summed exactly.
   void SetWeights(double sigma);
 
   // K and V bytes a step reads (K or V alone: half).

@@ -149,8 +149,9 @@ void DotRows(const float* q, int64_t m, int64_t d, const Rows& k, int64_t rows, 
 // each within 1/65534 of the largest weight of its block of 128 rows (of 32 rows where 128 would
 // break the bound that follows), about as fine as q against int8 keys, and all of a row's
 // together off by at most 2^-12 of the row's sum (a long tail of small weights rounded alike
-// moved an average of equal values by 1.4% before that bound); where that bound fails, or a
-// weight is negative or not finite, every bit of p is kept. int8 rows whose scales are all below
+// moved an average of equal values by 1.4% before that bound); where that bound fails, every bit
+// of p is kept in the blocks of 32 rows with the most rounding (up to half of them), or in all
+// of them, as where a weight is negative or not finite. int8 rows whose scales are all below
 // 2^-100 (subnormal values) are summed on scales times 2^100 and added at 2^-100, so that the
 // weights keep their bits on every set.
 void AccumulateRows(const float* p, int64_t ld, int64_t m, const Rows& v, int64_t rows, int64_t dv,

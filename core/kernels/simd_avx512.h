@@ -122,17 +122,20 @@ inline constexpr int64_t kFineBlockRows = 32;
 struct Int8Weights {
   std::vector<int16_t> values;  // [m, width]; rows past `rows` are zero
   std::vector<float> step;      // [blocks, m]
+  std::vector<uint8_t> exact;   // [blocks]: 1 where the block's p is summed exactly instead
   int64_t width = 0;            // rows rounded up to even (vpdpwssd reads pairs)
   int64_t block = 0;            // kBlockRows or kFineBlockRows
 };
 
 // Carries p's m rows ([m, ld], `rows` weights each) in int16 on blocks of kBlockRows rows, or of
 // kFineBlockRows where that leaves a row's rounding off by more than 2^-12 of its sum in all
+// (and on the fine blocks, marks `exact` the blocks with the most rounding, at most half of
+// them, until every row is within: an attention sink's block among a long tail)
 // (weights spread over more than 2^16 in 128 rows, as sharp attention's are: with scores of
 // standard deviation 2, 96% of the p.v calls of a decode step over 4096 tokens were refused on
 // one step per tile). False, for the widening kernel, where a weight is
-// negative or not finite, or the rounding is off by more than that on the finer blocks too (a
-// long tail of tiny weights, all rounded alike). A block whose largest weight is below 2^-100 is
+// negative or not finite, or the rounding is off by more than that on the finer blocks even with
+// half of them exact. A block whose largest weight is below 2^-100 is
 // carried as zeros, its mass counted as rounding error.
 // REQUIRES: the CPU has AVX-512 F, BW, VL, DQ.
 bool QuantizeInt8Weights(const float* p, int64_t ld, int64_t m, const float* scales, int64_t rows,

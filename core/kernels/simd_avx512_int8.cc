@@ -219,20 +219,27 @@ constexpr float kMaxWeightError = 0x1p-12f;
 
 // Quantizes every row's weights on a step per block of `block` rows (a multiple of
 // kFineBlockRows), from the blocks' largest weights in sub_max ([m, subs], one per
-// kFineBlockRows rows). False when a row's rounding is off by more than kMaxWeightError of its
-// mass in all.
+// kFineBlockRows rows). Where a row's rounding is off by more than kMaxWeightError of its mass in
+// all: false on coarse blocks (`exact_allowed` unset); on fine ones, the blocks with the most
+// rounding are marked exact (out->exact, the widening kernel, no rounding) until every row is
+// within, false when that would take more than half of them.
 ATTEND_AVX512 bool QuantizeBlocks(const float* p, int64_t ld, int64_t m, const float* scales,
                                   int64_t rows, const float* sub_max, int64_t subs,
-                                  const float* mass, int64_t block, Int8Weights* out) {
+                                  const float* mass, int64_t block, bool exact_allowed,
+                                  Int8Weights* out) {
   const int64_t width = out->width, blocks = (width + block - 1) / block;
   const int64_t subs_per_block = block / kFineBlockRows;
   out->block = block;
   out->values.resize(static_cast<size_t>(m * width));
   out->step.resize(static_cast<size_t>(blocks * m));
+  out->exact.assign(static_cast<size_t>(blocks), 0);
+  thread_local std::vector<float> errors, totals;  // [m, blocks], [m]
+  errors.resize(static_cast<size_t>(m * blocks));
+  totals.assign(static_cast<size_t>(m), 0.0f);
+  bool within = true;
   const __m512 zero = _mm512_setzero_ps();
   for (int64_t j = 0; j < m; ++j) {
     const float* row = p + j * ld;
-    __m512 error = zero;
     for (int64_t b = 0; b < blocks; ++b) {
       float largest = 0.0f;
       for (int64_t u = b * subs_per_block; u < std::min(subs, (b + 1) * subs_per_block); ++u) {
@@ -246,6 +253,7 @@ ATTEND_AVX512 bool QuantizeBlocks(const float* p, int64_t ld, int64_t m, const f
       out->step[static_cast<size_t>(b * m + j)] = step;
       const __m512 inverse = _mm512_set1_ps(usable ? 32767.0f / largest : 0.0f);
       const __m512 step_v = _mm512_set1_ps(step);
+      __m512 error = zero;
       for (int64_t t = b * block; t < std::min(width, (b + 1) * block); t += 16) {
         const __mmask16 mask = Mask16(rows - t);
         const __m512 w = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, row + t),
@@ -257,11 +265,45 @@ ATTEND_AVX512 bool QuantizeBlocks(const float* p, int64_t ld, int64_t m, const f
         error =
             _mm512_add_ps(error, _mm512_abs_ps(_mm512_fnmadd_ps(_mm512_cvtepi32_ps(q), step_v, w)));
       }
+      errors[static_cast<size_t>(j * blocks + b)] = _mm512_reduce_add_ps(error);
+      totals[static_cast<size_t>(j)] += errors[static_cast<size_t>(j * blocks + b)];
     }
-    // The rounding moves this row's sum by at most `error` times the largest |value|; past
-    // kMaxWeightError of its mass (a long tail of weights a step or two each, all rounded
-    // alike: 1.4% off an average of equal values), every bit of p is kept instead.
-    if (_mm512_reduce_add_ps(error) > kMaxWeightError * mass[j]) return false;
+    // The rounding moves this row's sum by at most its total error times the largest |value|;
+    // past kMaxWeightError of its mass (a long tail of weights a step or two each, all rounded
+    // alike: 1.4% off an average of equal values), bits of p are kept instead.
+    if (totals[static_cast<size_t>(j)] > kMaxWeightError * mass[j]) {
+      if (!exact_allowed) return false;
+      within = false;
+    }
+  }
+  // An attention sink among a long tail of small weights puts most of a row's rounding in the
+  // sink's block: that block alone is summed exactly, the rest stays on vpdpwssd.
+  for (int64_t marked = 0; !within; ++marked) {
+    if (2 * (marked + 1) > blocks) return false;
+    // The row furthest over its bound, and its block with the most rounding not yet exact.
+    int64_t worst_row = 0;
+    float worst = 0.0f;
+    for (int64_t j = 0; j < m; ++j) {
+      const float over = totals[static_cast<size_t>(j)] - kMaxWeightError * mass[j];
+      if (over > worst) {
+        worst = over;
+        worst_row = j;
+      }
+    }
+    int64_t pick = -1;
+    for (int64_t b = 0; b < blocks; ++b) {
+      if (out->exact[static_cast<size_t>(b)]) continue;
+      if (pick < 0 || errors[static_cast<size_t>(worst_row * blocks + b)] >
+                          errors[static_cast<size_t>(worst_row * blocks + pick)]) {
+        pick = b;
+      }
+    }
+    out->exact[static_cast<size_t>(pick)] = 1;
+    within = true;
+    for (int64_t j = 0; j < m; ++j) {
+      totals[static_cast<size_t>(j)] -= errors[static_cast<size_t>(j * blocks + pick)];
+      within = within && totals[static_cast<size_t>(j)] <= kMaxWeightError * mass[j];
+    }
   }
   return true;
 }
@@ -313,12 +355,12 @@ ATTEND_AVX512 bool QuantizeInt8Weights(const float* p, int64_t ld, int64_t m, co
     }
     coarse = expected <= kMaxWeightError * mass[static_cast<size_t>(j)];
   }
-  if (coarse &&
-      QuantizeBlocks(p, ld, m, scales, rows, sub_max.data(), subs, mass.data(), kBlockRows, out)) {
+  if (coarse && QuantizeBlocks(p, ld, m, scales, rows, sub_max.data(), subs, mass.data(),
+                               kBlockRows, /*exact_allowed=*/false, out)) {
     return true;
   }
   return QuantizeBlocks(p, ld, m, scales, rows, sub_max.data(), subs, mass.data(), kFineBlockRows,
-                        out);
+                        /*exact_allowed=*/true, out);
 }
 
 namespace {
@@ -422,6 +464,11 @@ ATTEND_AVX512_VNNI void AccumulateInt8Vnni(const float* p, int64_t ld, int64_t m
   // after the first read it from L1.
   const int64_t width = weights.width, block = weights.block;
   for (int64_t t0 = 0, b = 0; t0 < width; t0 += block, ++b) {
+    if (weights.exact[static_cast<size_t>(b)]) {
+      Avx2Kernels().accumulate_rows(p + t0, ld, m, RowsFrom<DType::kInt8>(v, t0),
+                                    std::min(block, rows - t0), dv, acc);
+      continue;
+    }
     const int64_t n = std::min(block, width - t0);
     const int16_t* w = weights.values.data();
     const float* step = weights.step.data() + b * m;

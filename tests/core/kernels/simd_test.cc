@@ -586,19 +586,36 @@ TEST(SimdKernels, QuantizeInt8WeightsCarriesSharpSoftmaxRows) {
   }
 }
 
-// What the bound refuses still goes to the widening kernel: the outside tester's attention sink
-// with a long tail of weights a step or so each, all rounded alike; and negative or non-finite
-// weights.
-TEST(SimdKernels, QuantizeInt8WeightsRefusesWhatItCannotCarry) {
+// An attention sink with a long tail of weights a step or so each, all rounded alike (the outside
+// tester's case): the sink's block of 32 is summed exactly and the rest stays in int16. Negative
+// or non-finite weights go to the widening kernel whole.
+TEST(SimdKernels, QuantizeInt8WeightsSumsASinksBlockExactly) {
   if (!HasAvx512()) GTEST_SKIP() << "no AVX-512 here";
   constexpr int64_t kRows = 496;
   const std::vector<float> scales(kRows, 1.0f / 127.0f);
   internal::Int8Weights w;
-  std::vector<float> p(kRows, 4.5e-5f);
-  p[100] = 1.0f;
-  EXPECT_FALSE(internal::QuantizeInt8Weights(p.data(), kRows, 1, scales.data(), kRows, &w));
+  for (const int64_t sink : {0, 100, 300}) {
+    SCOPED_TRACE(::testing::Message() << "sink at " << sink);
+    std::vector<float> p(kRows, 4.5e-5f);
+    p[sink] = 1.0f;
+    ASSERT_TRUE(internal::QuantizeInt8Weights(p.data(), kRows, 1, scales.data(), kRows, &w));
+    ASSERT_EQ(w.block, internal::kFineBlockRows);
+    for (int64_t b = 0; b * w.block < kRows; ++b) {
+      EXPECT_EQ(w.exact[b], b == sink / w.block ? 1 : 0) << "block " << b;
+    }
+  }
   std::vector<float> tail(kRows, 4.5e-5f);  // the same tail without the sink: exact enough
-  EXPECT_TRUE(internal::QuantizeInt8Weights(tail.data(), kRows, 1, scales.data(), kRows, &w));
+  ASSERT_TRUE(internal::QuantizeInt8Weights(tail.data(), kRows, 1, scales.data(), kRows, &w));
+  for (uint8_t e : w.exact) EXPECT_EQ(e, 0);
+  // A sink in every block: a block's tail rounds off by at most 31 half steps, under twice the
+  // bound, so about half the blocks are summed exactly, never more.
+  std::vector<float> sinks(kRows, 4.5e-5f);
+  for (int64_t t = 0; t < kRows; t += internal::kFineBlockRows) sinks[t] = 1.0f;
+  ASSERT_TRUE(internal::QuantizeInt8Weights(sinks.data(), kRows, 1, scales.data(), kRows, &w));
+  int64_t exact = 0;
+  for (uint8_t e : w.exact) exact += e;
+  EXPECT_GE(exact, 1);
+  EXPECT_LE(2 * exact, static_cast<int64_t>(w.exact.size()));
   for (const float bad :
        {-0.25f, std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
     std::vector<float> q(kRows, 0.5f);
