@@ -259,7 +259,9 @@ void BM_DecodeKernelPart(benchmark::State& state) {
   const DType storage = StorageOf(state.range(0));
   MeasureMachineLimits();  // first: it applies ATTEND_SIMD_KERNELS
   KernelStep step(storage, state.range(2));
-  step.SetWeights(state.range(3) == 0 ? 0.0 : (state.range(3) == 1 ? 2.0 : -1.0));
+  step.SetWeights(state.range(3) == 0   ? KernelStep::Weights::kUniform
+                  : state.range(3) == 1 ? KernelStep::Weights::kSharp
+                                        : KernelStep::Weights::kSink);
   const auto part = state.range(1) == 0 ? KernelStep::Part::kDot : KernelStep::Part::kAccumulate;
   double seconds = 0;
   for (auto _ : state) {

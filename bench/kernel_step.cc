@@ -54,28 +54,29 @@ KernelStep::KernelStep(DType storage, int64_t dim) : storage_(storage), dim_(dim
   k_.native_bf16 = v_.native_bf16 = storage == DType::kBFloat16;
   scores_.resize(kGroup * kRows);
   out_.resize(kGroup * dim_);
+  SetWeights(Weights::kUniform);
 }
 
-void KernelStep::SetWeights(double sigma) {
+void KernelStep::SetWeights(Weights weights) {
   weights_.assign(kGroup * kRows, 1.0f / kRows);
-  if (sigma < 0) {
-    // An attention sink: one key with weight 1, the others 4.5e-5 of it (e^-10), as when a sink
-    // holds half the attention of 20,000 keys; the int16 weights round such a tail alike.
-    for (int64_t j = 0; j < kGroup; ++j) {
-      std::fill_n(weights_.begin() + j * kRows, kRows, 4.5e-5f);
-      weights_[static_cast<size_t>(j * kRows + 37)] = 1.0f;
-    }
-    return;
-  }
-  if (sigma == 0) return;
-  const std::vector<float> draws = RandomNormal(kGroup * kRows, 6);
+  const std::vector<float> draws =
+      weights == Weights::kSharp ? RandomNormal(kGroup * kRows, 6) : std::vector<float>();
   for (int64_t j = 0; j < kGroup; ++j) {
     float* row = weights_.data() + j * kRows;
-    const float* s = draws.data() + j * kRows;
-    const float top = sigma * *std::max_element(s, s + kRows);
-    double sum = 0;
-    for (int64_t t = 0; t < kRows; ++t) sum += row[t] = std::exp(sigma * s[t] - top);
-    for (int64_t t = 0; t < kRows; ++t) row[t] = static_cast<float>(row[t] / sum);
+    if (weights == Weights::kSink) {
+      // One key with weight 1, the others 4.5e-5 of it (e^-10), as when a sink holds half the
+      // attention of 20,000 keys; the int16 weights round such a tail alike.
+      std::fill_n(row, kRows, 4.5e-5f);
+      row[37] = 1.0f;
+    } else if (weights == Weights::kSharp) {
+      // A softmax of scores of standard deviation 2.
+      constexpr double kSigma = 2.0;
+      const float* s = draws.data() + j * kRows;
+      const float top = kSigma * *std::max_element(s, s + kRows);
+      double sum = 0;
+      for (int64_t t = 0; t < kRows; ++t) sum += row[t] = std::exp(kSigma * s[t] - top);
+      for (int64_t t = 0; t < kRows; ++t) row[t] = static_cast<float>(row[t] / sum);
+    }
   }
   // As q: decode over bf16 storage computes in bf16, its weights arrive rounded (f32 ones would
   // send the bf16 sets to their f32 kernels).
@@ -85,8 +86,6 @@ void KernelStep::SetWeights(double sigma) {
 }
 
 void KernelStep::Run(int steps, Part part) {
-  // Weights like a softmax's (positive, summing to 1 per row): SetWeights.
-  if (weights_.empty()) SetWeights(0);
   if (part == Part::kAccumulate) std::copy(weights_.begin(), weights_.end(), scores_.begin());
   for (int rep = 0; rep < steps; ++rep) {
     if (part != Part::kAccumulate) {

@@ -33,11 +33,12 @@ class KernelStep {
   // Runs `steps` steps on the kernel set in use: q.k then p.v, or one of them.
   void Run(int steps, Part part = Part::kBoth);
 
-  // The weights p.v runs with: by default uniform (1 / kRows); here a softmax's of scores drawn
-  // with standard deviation `sigma` (0: uniform again; below 0, an attention sink among a tail
-  // 10 below it). Only the int8 kernels' speed depends on them: their int16 weights need finer
-  // steps where the weights spread over more than 2^16, and a sink's block is summed exactly.
-  void SetWeights(double sigma);
+  // The weights p.v runs with (positive, as a softmax's): uniform (1 / kRows, the default); a
+  // softmax of scores of standard deviation 2; or an attention sink among a tail 10 below it.
+  // Only the int8 kernels' speed depends on them: their int16 weights need finer steps where the
+  // weights spread over more than 2^16, and a sink's block is summed exactly.
+  enum class Weights { kUniform, kSharp, kSink };
+  void SetWeights(Weights weights);
 
   // K and V bytes a step reads (K or V alone: half).
   double Bytes() const;

@@ -88,6 +88,19 @@ ATTEND_AVX512 inline void StoreSpanSums(const __m512* acc, int64_t g, int64_t sp
   }
 }
 
+// acc[0..cols) (cols <= 32) += 32 column sums that a p.v kernel left spread over two vectors in
+// its own order: permutex2var over (a, b) with `first` gives columns 0-15, with `second` 16-31.
+ATTEND_AVX512 inline void AddPermuted(__m512 a, __m512 b, __m512i first, __m512i second, float* acc,
+                                      int64_t cols) {
+  const __mmask16 m0 = Mask16(cols), m1 = Mask16(cols - 16);
+  const __m512 lo = _mm512_permutex2var_ps(a, first, b);
+  _mm512_mask_storeu_ps(acc, m0, _mm512_add_ps(_mm512_maskz_loadu_ps(m0, acc), lo));
+  if (cols > 16) {
+    const __m512 hi = _mm512_permutex2var_ps(a, second, b);
+    _mm512_mask_storeu_ps(acc + 16, m1, _mm512_add_ps(_mm512_maskz_loadu_ps(m1, acc + 16), hi));
+  }
+}
+
 // `rows` advanced by `t` rows of kType (and their scales, where they have them).
 template <DType kType>
 inline Rows RowsFrom(const Rows& rows, int64_t t) {

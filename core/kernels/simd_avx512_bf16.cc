@@ -283,16 +283,9 @@ ATTEND_AVX512 inline __m512i PairAt(const uint16_t* w, int64_t i) {
 // unpackhi): unpacklo of two rows holds, per 128-bit lane L, columns 8L..8L+3, unpackhi columns
 // 8L+4..8L+7.
 ATTEND_AVX512 inline void AddPairSums(__m512 even, __m512 odd, float* a, int64_t cols) {
-  const __m512i first = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
-  const __m512i second =
-      _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
-  const __mmask16 m0 = Mask16(cols), m1 = Mask16(cols - 16);
-  const __m512 lo = _mm512_permutex2var_ps(even, first, odd);
-  _mm512_mask_storeu_ps(a, m0, _mm512_add_ps(_mm512_maskz_loadu_ps(m0, a), lo));
-  if (cols > 16) {
-    const __m512 hi = _mm512_permutex2var_ps(even, second, odd);
-    _mm512_mask_storeu_ps(a + 16, m1, _mm512_add_ps(_mm512_maskz_loadu_ps(m1, a + 16), hi));
-  }
+  AddPermuted(even, odd, _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23),
+              _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31), a,
+              cols);
 }
 
 // Value rows t and t + 1 (t alone, paired with zeros, unless kHasB), columns [c0, c0 + 32 G),

@@ -217,6 +217,17 @@ namespace {
 // Sums a whole row's int16 weight errors against this.
 constexpr float kMaxWeightError = 0x1p-12f;
 
+// The largest weight of block b of `block` rows (a multiple of kFineBlockRows), from the
+// largest of each kFineBlockRows rows (`subs` of them).
+inline float BlockLargest(const float* sub_max, int64_t subs, int64_t block, int64_t b) {
+  const int64_t per = block / kFineBlockRows;
+  float largest = 0.0f;
+  for (int64_t u = b * per; u < std::min(subs, (b + 1) * per); ++u) {
+    largest = std::max(largest, sub_max[u]);
+  }
+  return largest;
+}
+
 // Quantizes every row's weights on a step per block of `block` rows (a multiple of
 // kFineBlockRows), from the blocks' largest weights in sub_max ([m, subs], one per
 // kFineBlockRows rows). Where a row's rounding is off by more than kMaxWeightError of its mass in
@@ -228,7 +239,6 @@ ATTEND_AVX512 bool QuantizeBlocks(const float* p, int64_t ld, int64_t m, const f
                                   const float* mass, int64_t block, bool exact_allowed,
                                   Int8Weights* out) {
   const int64_t width = out->width, blocks = (width + block - 1) / block;
-  const int64_t subs_per_block = block / kFineBlockRows;
   out->block = block;
   out->values.resize(static_cast<size_t>(m * width));
   out->step.resize(static_cast<size_t>(blocks * m));
@@ -241,10 +251,7 @@ ATTEND_AVX512 bool QuantizeBlocks(const float* p, int64_t ld, int64_t m, const f
   for (int64_t j = 0; j < m; ++j) {
     const float* row = p + j * ld;
     for (int64_t b = 0; b < blocks; ++b) {
-      float largest = 0.0f;
-      for (int64_t u = b * subs_per_block; u < std::min(subs, (b + 1) * subs_per_block); ++u) {
-        largest = std::max(largest, sub_max[j * subs + u]);
-      }
+      const float largest = BlockLargest(sub_max + j * subs, subs, block, b);
       // A block whose largest weight is below kSmallestScaled (its reciprocal times 32767 would
       // not be finite) is carried as zeros: its whole mass counts as error below, so it passes
       // only where that mass does not matter.
@@ -346,11 +353,9 @@ ATTEND_AVX512 bool QuantizeInt8Weights(const float* p, int64_t ld, int64_t m, co
   bool coarse = true;
   for (int64_t j = 0; j < m && coarse; ++j) {
     double expected = 0;
-    for (int64_t u0 = 0; u0 < subs; u0 += kBlockRows / kFineBlockRows) {
-      float largest = 0.0f;
-      const int64_t u1 = std::min(subs, u0 + kBlockRows / kFineBlockRows);
-      for (int64_t u = u0; u < u1; ++u) largest = std::max(largest, sub_max[j * subs + u]);
-      expected += static_cast<double>(std::min(rows, u1 * kFineBlockRows) - u0 * kFineBlockRows) *
+    for (int64_t b = 0; b * kBlockRows < rows; ++b) {
+      const float largest = BlockLargest(sub_max.data() + j * subs, subs, kBlockRows, b);
+      expected += static_cast<double>(std::min(rows, (b + 1) * kBlockRows) - b * kBlockRows) *
                   largest / (4.0 * 32767.0);
     }
     coarse = expected <= kMaxWeightError * mass[static_cast<size_t>(j)];

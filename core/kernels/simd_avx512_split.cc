@@ -104,16 +104,9 @@ ATTEND_AVX512 void DotSplitBlock(const float* qs, int64_t width, int64_t d, cons
 
 // acc[0..cols) += the chunk held as even columns (lane i: column 2i) and odd ones (2i + 1).
 ATTEND_AVX512 inline void AddSplit(__m512 even, __m512 odd, float* acc, int64_t cols) {
-  const __m512i first = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-  const __m512i second =
-      _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
-  const __mmask16 m0 = Mask16(cols), m1 = Mask16(cols - 16);
-  const __m512 a = _mm512_permutex2var_ps(even, first, odd);
-  _mm512_mask_storeu_ps(acc, m0, _mm512_add_ps(_mm512_maskz_loadu_ps(m0, acc), a));
-  if (cols > 16) {
-    const __m512 b = _mm512_permutex2var_ps(even, second, odd);
-    _mm512_mask_storeu_ps(acc + 16, m1, _mm512_add_ps(_mm512_maskz_loadu_ps(m1, acc + 16), b));
-  }
+  AddPermuted(even, odd, _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23),
+              _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31), acc,
+              cols);
 }
 
 // p.v into M accumulator rows held split (per 32-column chunk: 16 even columns, then 16 odd, as
