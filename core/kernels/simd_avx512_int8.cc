@@ -2,11 +2,13 @@
 // "avx512_bf16" kernel sets (simd_avx512.cc has the rest of the AVX-512 kernels).
 //
 // On a Zen 4 (one core, K or V in L2, a GQA group of 4), q.k read 9.3 GB/s of keys with
-// horizontal sums per row and 14.8 transposed; p.v 10.4 widened to f32, 13-14 on vpdpbusd (the
-// weights in two uint8 parts, four rows interleaved by byte) and 18-20 on vpdpwssd (one int16
-// part, two rows widened and interleaved): BENCHMARKS.md. With sharp weights (a softmax of
-// scores of standard deviation 2, `BM_DecodeKernelPart` sharp:1), p.v reads 14.0-14.7 on steps
-// per 32 rows, where the widening kernel that such weights took before read 9.8-9.9.
+// horizontal sums per row, 14.8 transposed, and 19.4-19.6 transposed in 4 x 4 blocks and
+// software-pipelined, its scratch reached without __tls_get_addr (CMakeLists.txt); p.v 10.4 widened
+// to f32, 13-14 on vpdpbusd (the weights in two uint8 parts, four rows interleaved by byte) and
+// 18-20 on vpdpwssd (one int16 part, two rows widened and interleaved): BENCHMARKS.md. With sharp
+// weights (a softmax of scores of standard deviation 2, `BM_DecodeKernelPart` sharp:1), p.v
+// reads 14.0-14.7 on steps per 32 rows, where the widening kernel that such weights took before
+// read 9.8-9.9.
 //
 // Thread-safety: pure functions.
 #include <immintrin.h>
@@ -51,7 +53,30 @@ struct QuantizedRows {
   std::vector<int8_t> hi, lo;
   std::vector<int32_t> offset;  // per row: 128 * (256 * sum(hi) + sum(lo)), wrapped to int32
   std::vector<float> factor;    // per row: s / 256
+  // hi and lo as DotInt8Rows16 reads them: per group of query rows (4, then 2, then 1, as
+  // DotInt8Vnni takes them), DotInt8Rows16's order (see there).
+  std::vector<int32_t> interleaved;
 };
+
+// Fills parts->interleaved for the groups DotInt8Vnni passes over m query rows.
+inline void InterleaveGroups(int64_t m, int64_t width, QuantizedRows* parts) {
+  const int64_t groups = width / 4;
+  parts->interleaved.resize(static_cast<size_t>(m * groups * 2));
+  const auto* hi = reinterpret_cast<const int32_t*>(parts->hi.data());
+  const auto* lo = reinterpret_cast<const int32_t*>(parts->lo.data());
+  int64_t j0 = 0;
+  for (const int64_t size : {4, 2, 1}) {
+    for (; j0 + size <= m; j0 += size) {
+      int32_t* out = parts->interleaved.data() + j0 * groups * 2;
+      for (int64_t g = 0; g < groups; ++g) {
+        for (int64_t j = 0; j < size; ++j) {
+          out[(g * size + j) * 2] = hi[(j0 + j) * groups + g];
+          out[(g * size + j) * 2 + 1] = lo[(j0 + j) * groups + g];
+        }
+      }
+    }
+  }
+}
 
 // Returns false (the parts unusable) when a row's largest |q| is positive and below
 // kSmallestScaled.
@@ -126,6 +151,42 @@ ATTEND_AVX512 inline void Transpose16x16(__m512i* x) {
   }
 }
 
+// Quarter g (columns c + 16 g .. c + 16 g + 15) of key rows [t0, t0 + 16) as Transpose16x16
+// leaves them, x[0..3] = its x[4 g .. 4 g + 3] (lane t of x[e]: columns c + 16 g + 4 e ..
+// c + 16 g + 4 e + 3 of row t0 + t), each byte xor `flip`, from 16-byte loads: lane L of v[a] is
+// row t0 + 4 L + a's 16 bytes, so that each 128-bit lane needs only a 4 x 4 transpose (two
+// rounds of shuffles, where Transpose16x16 takes four; the inserts are loads on other ports).
+// `base` points at row t0's column c. On a Zen 4, q.k from L2: 14.7 -> 15.0 GB/s at d 128,
+// 12.3 -> 13.4 at d 64.
+ATTEND_AVX512 inline void LoadQuarter(const int8_t* base, int64_t stride, int g, __m512i flip,
+                                      __m512i* x) {
+  __m512i v[4];
+#pragma GCC unroll 4
+  for (int a = 0; a < 4; ++a) {
+    const int8_t* p = base + a * stride + 16 * g;
+    __m512i w = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    w = _mm512_inserti32x4(w, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 4 * stride)), 1);
+    w = _mm512_inserti32x4(w, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8 * stride)), 2);
+    w = _mm512_inserti32x4(w, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 12 * stride)),
+                           3);
+    v[a] = _mm512_xor_si512(w, flip);
+  }
+  const __m512i t0 = _mm512_unpacklo_epi32(v[0], v[1]), t1 = _mm512_unpackhi_epi32(v[0], v[1]);
+  const __m512i t2 = _mm512_unpacklo_epi32(v[2], v[3]), t3 = _mm512_unpackhi_epi32(v[2], v[3]);
+  x[0] = _mm512_unpacklo_epi64(t0, t2);
+  x[1] = _mm512_unpackhi_epi64(t0, t2);
+  x[2] = _mm512_unpacklo_epi64(t1, t3);
+  x[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+
+// All four quarters of columns [c, c + 64) of rows [t0, t0 + 16).
+ATTEND_AVX512 inline void LoadTransposed16x64(const Rows& k, int64_t t0, int64_t c, __m512i flip,
+                                              __m512i* x) {
+  const int8_t* base = static_cast<const int8_t*>(RowAt<DType::kInt8>(k, t0)) + c;
+#pragma GCC unroll 4
+  for (int g = 0; g < 4; ++g) LoadQuarter(base, k.stride, g, flip, x + 4 * g);
+}
+
 // How far ahead PrefetchAhead asks for rows, in bytes. Near: on a Zen 4 the far distance of the
 // other kernels (kPrefetchBytes, 4 KiB) made int8 decode over the cache 13-16% slower than this
 // one (one thread, 4096 tokens x 16 sequences: 15.7-15.9 ms at 4 KiB, 13.6-13.9 at 512 bytes,
@@ -160,8 +221,9 @@ template <int M>
 ATTEND_AVX512_VNNI void DotInt8Rows16(const QuantizedRows& q, int64_t j0, int64_t width, int64_t d,
                                       const Rows& k, int64_t t0, int64_t rows, float* scores,
                                       int64_t ld, bool prefetch) {
-  const auto* qh = reinterpret_cast<const int32_t*>(q.hi.data() + j0 * width);
-  const auto* ql = reinterpret_cast<const int32_t*>(q.lo.data() + j0 * width);
+  // Group (j0, M)'s 4-byte parts interleaved: column group g, query row j, part (hi, lo) at
+  // (g * M + j) * 2 + part, so that every broadcast of a chunk is one pointer plus a constant.
+  const int32_t* qg = q.interleaved.data() + j0 * width / 2;
   const int64_t n = std::min<int64_t>(16, rows - t0);
   if (prefetch) PrefetchAhead(k, t0 + n, rows, 16, d);
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
@@ -171,14 +233,18 @@ ATTEND_AVX512_VNNI void DotInt8Rows16(const QuantizedRows& q, int64_t j0, int64_
   for (int64_t c = 0; c < d; c += 64) {
     const __mmask64 mask = Mask64(d - c);
     __m512i x[16];
+    if (n == 16 && c + 64 <= d) {
+      LoadTransposed16x64(k, t0, c, flip, x);
+    } else {
 #pragma GCC unroll 16
-    for (int t = 0; t < 16; ++t) {
-      const auto* row =
-          static_cast<const int8_t*>(RowAt<DType::kInt8>(k, t0 + std::min<int64_t>(t, n - 1)));
-      x[t] = _mm512_xor_si512(_mm512_maskz_loadu_epi8(t < n ? mask : 0, row + c), flip);
+      for (int t = 0; t < 16; ++t) {
+        const auto* row =
+            static_cast<const int8_t*>(RowAt<DType::kInt8>(k, t0 + std::min<int64_t>(t, n - 1)));
+        x[t] = _mm512_xor_si512(_mm512_maskz_loadu_epi8(t < n ? mask : 0, row + c), flip);
+      }
+      Transpose16x16(x);
     }
-    Transpose16x16(x);
-    const int64_t at = c / 4;  // q's 4-byte groups from column c
+    const int32_t* qc = qg + (c / 4) * 2 * M;  // q's 4-byte groups from column c
     // Column group outermost: the 2 M accumulators' chains advance in turn (with one query
     // row's 16 groups innermost, each chain waited on its own latency: 13.2-13.6 -> 14.5-14.7
     // GB/s from L2 on a Zen 4).
@@ -186,8 +252,8 @@ ATTEND_AVX512_VNNI void DotInt8Rows16(const QuantizedRows& q, int64_t j0, int64_
     for (int i = 0; i < 16; ++i) {
 #pragma GCC unroll 4
       for (int j = 0; j < M; ++j) {
-        h[j] = _mm512_dpbusd_epi32(h[j], x[i], _mm512_set1_epi32(qh[j * width / 4 + at + i]));
-        l[j] = _mm512_dpbusd_epi32(l[j], x[i], _mm512_set1_epi32(ql[j * width / 4 + at + i]));
+        h[j] = _mm512_dpbusd_epi32(h[j], x[i], _mm512_set1_epi32(qc[(i * M + j) * 2]));
+        l[j] = _mm512_dpbusd_epi32(l[j], x[i], _mm512_set1_epi32(qc[(i * M + j) * 2 + 1]));
       }
     }
   }
@@ -205,6 +271,72 @@ ATTEND_AVX512_VNNI void DotInt8Rows16(const QuantizedRows& q, int64_t j0, int64_
         _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(combined),
                                     _mm512_set1_ps(q.factor[static_cast<size_t>(j0 + j)])),
                       key_scales));
+  }
+}
+
+// acc += vpdpbusd(x, *b broadcast), the broadcast folded into the instruction's memory
+// operand ({1to16}), which GCC 12 does not do for vpdpbusd: one instruction instead of two in
+// the loop, 2-5% faster q.k on a Zen 4 (18.2-19.0 -> 19.4-19.6 GB/s from L2 at d 128).
+ATTEND_AVX512_VNNI inline void DpbusdBroadcast(__m512i& acc, __m512i x, const int32_t* b) {
+  __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(x), "m"(*b));
+}
+
+// Scores of the query rows of group (j0, M) against key rows [0, full) (full a multiple of 16,
+// d of 64), as DotInt8Rows16 computes them, software-pipelined: the loads and transposes of the
+// next 64 columns of 16 rows are interleaved, a quarter at a time, with the vpdpbusd of the
+// current ones, so that the out-of-order window, full of a block's 128 vpdpbusd (one a cycle on
+// a Zen 4, whatever else runs beside them), need not reach past them to start the next block's
+// shuffles. From L2, d 128: 14.5-14.9 -> 15.1-16.2 GB/s (16.0-16.5 -> 18.0-18.6 at d 256).
+template <int M>
+ATTEND_AVX512_VNNI void DotInt8Pipelined(const QuantizedRows& q, int64_t j0, int64_t width,
+                                         int64_t d, const Rows& k, int64_t full, int64_t rows,
+                                         float* scores, int64_t ld, bool prefetch) {
+  const int32_t* qg = q.interleaved.data() + j0 * width / 2;
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  const auto* keys = static_cast<const int8_t*>(k.data);
+  __m512i x[16];
+  LoadTransposed16x64(k, 0, 0, flip, x);
+  for (int64_t t0 = 0; t0 < full; t0 += 16) {
+    if (prefetch) PrefetchAhead(k, t0 + 16, rows, 16, d);
+    __m512i h[M], l[M];
+#pragma GCC unroll 4
+    for (int j = 0; j < M; ++j) h[j] = l[j] = _mm512_setzero_si512();
+    for (int64_t c = 0; c < d; c += 64) {
+      // The next block: the next 64 columns, or the next 16 rows' first; at the very end the
+      // current one again (loaded for nothing, but no branch in the loop).
+      int64_t next_t = t0, next_c = c + 64;
+      if (next_c == d) {
+        next_t += 16;
+        next_c = 0;
+      }
+      if (next_t >= full) next_t = t0, next_c = c;
+      const int8_t* next = keys + next_t * k.stride + next_c;
+      const int32_t* qc = qg + (c / 4) * 2 * M;
+#pragma GCC unroll 4
+      for (int g = 0; g < 4; ++g) {
+#pragma GCC unroll 4
+        for (int i = 4 * g; i < 4 * g + 4; ++i) {
+#pragma GCC unroll 4
+          for (int j = 0; j < M; ++j) {
+            DpbusdBroadcast(h[j], x[i], qc + (i * M + j) * 2);
+            DpbusdBroadcast(l[j], x[i], qc + (i * M + j) * 2 + 1);
+          }
+        }
+        LoadQuarter(next, k.stride, g, flip, x + 4 * g);
+      }
+    }
+    const __m512 key_scales = _mm512_loadu_ps(k.scales + t0);
+#pragma GCC unroll 4
+    for (int j = 0; j < M; ++j) {
+      const __m512i combined =
+          _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(h[j], 8), l[j]),
+                           _mm512_set1_epi32(q.offset[static_cast<size_t>(j0 + j)]));
+      _mm512_storeu_ps(
+          scores + j * ld + t0,
+          _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(combined),
+                                      _mm512_set1_ps(q.factor[static_cast<size_t>(j0 + j)])),
+                        key_scales));
+    }
   }
 }
 
@@ -445,9 +577,23 @@ ATTEND_AVX512_VNNI void DotInt8Vnni(const float* q, int64_t m, int64_t d, const 
   if (!QuantizeRows(q, m, d, width, &parts)) {
     return Avx2Kernels().dot_rows(q, m, d, k, rows, scores, ld);
   }
-  // Each block of 16 key rows is loaded and transposed once per 4 query rows (a GQA group of 4
-  // in one pass).
-  for (int64_t t0 = 0; t0 < rows; t0 += 16) {
+  InterleaveGroups(m, width, &parts);
+  // Whole blocks of 16 rows, when whole 64-column blocks make them up, on the pipelined kernel:
+  // once per group of query rows (4, 2, 1). A second group reads the rows again, from the cache.
+  int64_t done = 0;
+  if (d % 64 == 0 && rows >= 16) {
+    done = rows / 16 * 16;
+    int64_t j = 0;
+    for (; j + 4 <= m; j += 4)
+      DotInt8Pipelined<4>(parts, j, width, d, k, done, rows, scores + j * ld, ld, j == 0);
+    for (; j + 2 <= m; j += 2)
+      DotInt8Pipelined<2>(parts, j, width, d, k, done, rows, scores + j * ld, ld, j == 0);
+    for (; j < m; ++j)
+      DotInt8Pipelined<1>(parts, j, width, d, k, done, rows, scores + j * ld, ld, j == 0);
+  }
+  // The rest: each block of 16 key rows is loaded and transposed once per 4 query rows (a GQA
+  // group of 4 in one pass).
+  for (int64_t t0 = done; t0 < rows; t0 += 16) {
     int64_t j = 0;
     for (; j + 4 <= m; j += 4)
       DotInt8Rows16<4>(parts, j, width, d, k, t0, rows, scores + j * ld, ld, j == 0);

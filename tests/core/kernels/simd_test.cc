@@ -307,6 +307,28 @@ TEST_P(Kernels, GeneratedInt8RowsAroundSixtyFourColumnSteps) {
   }
 }
 
+// int8 q.k's pipelined kernel (whole blocks of 16 key rows at head sizes of whole 64-column
+// steps, the next block loaded while the current one is multiplied) and the kernel of the rows
+// after them: row counts around multiples of 16, every query-row group (4, 2, 1) and their
+// mixes up to 9 rows (a second group reads the rows again), padded strides, and head sizes past
+// one 64-column step and off it.
+TEST_P(Kernels, GeneratedInt8ScoresAroundSixteenRowBlocks) {
+  std::mt19937_64 rng(17);
+  const int64_t sizes[] = {64, 128, 192, 256, 512, 80, 144};
+  const int64_t counts[] = {15, 16, 17, 31, 32, 33, 47, 48, 64, 65, 111, 112, 113, 496};
+  for (int i = 0; i < 56; ++i) {
+    RowsCase c{};
+    c.dtype = DType::kInt8;
+    c.m = 1 + static_cast<int64_t>(rng() % 9);
+    c.d = sizes[static_cast<size_t>(i) % std::size(sizes)];
+    c.rows = counts[static_cast<size_t>(rng() % std::size(counts))];
+    c.stride = c.d + static_cast<int64_t>(rng() % 3) * 16;
+    c.zero_row = rng() % 7 == 0;
+    CheckRowsCase(c, rng);
+    if (HasFatalFailure()) return;
+  }
+}
+
 // bf16 q.k under native bf16 arithmetic where the dot product instruction's flushing would show:
 // a subnormal q component against keys near float's top (each product about 1, as an outside
 // tester found: vdpbf16ps counted q as zero and gave uniform weights), and a q large enough
