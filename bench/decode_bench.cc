@@ -27,7 +27,8 @@
 // of that density could read here: memory and arithmetic overlap only so far on one core.
 //
 // BM_InstructionRate is the core's rate of the instructions the kernel sets are built on (8- and
-// 16-lane FMAs, vdpbf16ps, vpdpbusd): register operands, 24 independent chains, one core. Which
+// 16-lane FMAs, vdpbf16ps, vpdpbusd, vpdpwssd): register operands, 24 independent chains, one
+// core; and vpdpbusd as int8 q.k mixes it, with broadcasts from memory and with shuffles. Which
 // set decodes fastest follows from these rates as much as from the instructions a CPU has.
 //
 // BM_DecodeScaling (only with --scaling_threads) is BM_DecodeBatch again over a list of thread
@@ -355,13 +356,15 @@ __attribute__((target("avx2,fma"))) float ReadWithFmas(const float* data, int64_
   return lanes[0];
 }
 
-// arg: 0 = 8-lane FMA, 1 = 16-lane FMA, 2 = vdpbf16ps, 3 = vpdpbusd (all 512-bit but the first).
-// Reports instructions per second and multiply-adds per second (8, 16, 32 and 64 per
-// instruction), on one core.
+// arg: 0 = 8-lane FMA, 1 = 16-lane FMA, 2 = vdpbf16ps, 3 = vpdpbusd, 4 = vpdpbusd with an
+// embedded broadcast, 5 = vpdpbusd with a shuffle per two, 6 = vpdpwssd (all 512-bit but the
+// first). Reports dot product instructions per second (shuffles not counted) and multiply-adds
+// per second (8, 16, 32, 64 and 32 per instruction), on one core.
 void BM_InstructionRate(benchmark::State& state) {
   const int which = static_cast<int>(state.range(0));
   __builtin_cpu_init();
   const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  const bool vnni = avx512 && __builtin_cpu_supports("avx512vnni");
   const struct {
     const char* name;
     bool runs;
@@ -372,7 +375,10 @@ void BM_InstructionRate(benchmark::State& state) {
        8},
       {"fma 16-lane", avx512, Fma16Chains, 16},
       {"vdpbf16ps", avx512 && __builtin_cpu_supports("avx512bf16"), DpBf16Chains, 32},
-      {"vpdpbusd", avx512 && __builtin_cpu_supports("avx512vnni"), DpBusdChains, 64},
+      {"vpdpbusd", vnni, DpBusdChains, 64},
+      {"vpdpbusd {1to16}", vnni, DpBusdBroadcastChains, 64},
+      {"vpdpbusd + 1/2 shuffle", vnni, DpBusdWithShufflesChains, 64},
+      {"vpdpwssd", vnni, DpWssdChains, 32},
   };
   const auto& kind = kinds[which];
   if (!kind.runs) {
@@ -562,7 +568,7 @@ BENCHMARK(BM_DecodeKernel)
 
 BENCHMARK(BM_InstructionRate)
     ->ArgName("kind")
-    ->DenseRange(0, 3)
+    ->DenseRange(0, 6)
     ->Iterations(5)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);

@@ -22,6 +22,15 @@ float Fma16Chains();
 float DpBf16Chains();
 // 512-bit vpdpbusd. REQUIRES: AVX512F, BW and VNNI.
 float DpBusdChains();
+// 512-bit vpdpbusd with q's 4 bytes broadcast from memory ({1to16}), as int8 q.k runs it.
+// REQUIRES: AVX512F, BW and VNNI.
+float DpBusdBroadcastChains();
+// 512-bit vpdpbusd, one 512-bit shuffle (vpunpck*dq, vshufi32x4) per two, as the int8 q.k
+// kernel's transposes mix them: the same rate as DpBusdChains where shuffles run on other pipes.
+// REQUIRES: AVX512F, BW and VNNI.
+float DpBusdWithShufflesChains();
+// 512-bit vpdpwssd (int8 p.v). REQUIRES: AVX512F, BW and VNNI.
+float DpWssdChains();
 
 }  // namespace attend::bench
 
