@@ -128,6 +128,13 @@ struct Rows {
   // instruction, which counts subnormal inputs and products below 2^-126 as zero (as a native
   // bf16 matmul does). Otherwise every product is exact.
   bool native_bf16 = false;
+  // Optional: the bytes [next, next + next_bytes) the caller reads after these rows (a tile's
+  // values while q.k reads its keys, the next tile's keys while p.v reads values). The int8 VNNI
+  // kernels, which compute about as long as memory takes to deliver their rows, ask for them
+  // into L2 a little at a time as they go, so that memory streams the next rows while they
+  // compute. Speed only: any range the caller may read, or none.
+  const void* next = nullptr;
+  int64_t next_bytes = 0;
 };
 
 // out[i] = element i of row `t` of `rows` as float (int8 times the row's scale), for i < n.

@@ -329,6 +329,55 @@ TEST_P(Kernels, GeneratedInt8ScoresAroundSixteenRowBlocks) {
   }
 }
 
+// Decode calls DotRows once per tile with the same q, and the int8 kernels keep q's quantised
+// parts between calls: a q changed in place (one value, or only its sign, or only its last bit),
+// a q of another shape at the same address, and the same values at another address each give
+// exactly the scores a first call with that q gives. Rows::next (the rows the caller reads next)
+// changes nothing in the results.
+TEST_P(Kernels, Int8ScoresFollowEveryChangeOfQ) {
+  constexpr int64_t kD = 128, kRows = 80, kMaxM = 8;
+  std::mt19937_64 rng(23);
+  std::vector<int8_t> keys(kRows * kD);
+  for (int8_t& x : keys) x = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
+  std::vector<float> scales(kRows);
+  for (int64_t t = 0; t < kRows; ++t) scales[t] = 0.01f + 0.001f * t;
+  const std::vector<float> values = ::attend::testing::RandomFloats(rng, kRows * kD);
+  Rows k{keys.data(), DType::kInt8, kD, scales.data()};
+  Rows k_next = k;
+  k_next.next = values.data();
+  k_next.next_bytes = static_cast<int64_t>(values.size() * sizeof(float));
+  // The scores of `q` ([m, kD]) from a fresh copy of it, after a call with unrelated q.
+  auto fresh = [&](const std::vector<float>& q, int64_t m) {
+    std::vector<float> other = ::attend::testing::RandomFloats(rng, kMaxM * kD);
+    std::vector<float> scores(kMaxM * kRows);
+    DotRows(other.data(), kMaxM, kD, k, kRows, scores.data(), kRows);
+    const std::vector<float> copy = q;
+    scores.assign(m * kRows, 0.0f);
+    DotRows(copy.data(), m, kD, k, kRows, scores.data(), kRows);
+    return scores;
+  };
+  std::vector<float> q = ::attend::testing::RandomFloats(rng, kMaxM * kD);
+  std::vector<float> scores(kMaxM * kRows);
+  int64_t m = 4;
+  DotRows(q.data(), m, kD, k, kRows, scores.data(), kRows);
+  for (int change = 0; change < 5; ++change) {
+    SCOPED_TRACE(change);
+    const size_t at = static_cast<size_t>(rng() % (m * kD));
+    if (change == 0) q[at] *= 3.0f;  // the largest |q| of its row may move
+    if (change == 1) q[at] = -q[at];
+    if (change == 2) q[at] = std::nextafter(q[at], 1e30f);
+    if (change == 3) m = 7;  // more rows at the same address
+    if (change == 4) m = 2;  // fewer
+    std::vector<float> again(m * kRows);
+    DotRows(q.data(), m, kD, change % 2 == 0 ? k : k_next, kRows, again.data(), kRows);
+    std::vector<float> expected = fresh(std::vector<float>(q.begin(), q.begin() + m * kD), m);
+    EXPECT_EQ(again, expected);
+    // The same q at once again, now from the kept parts.
+    DotRows(q.data(), m, kD, k_next, kRows, again.data(), kRows);
+    EXPECT_EQ(again, expected);
+  }
+}
+
 // bf16 q.k under native bf16 arithmetic where the dot product instruction's flushing would show:
 // a subnormal q component against keys near float's top (each product about 1, as an outside
 // tester found: vdpbf16ps counted q as zero and gave uniform weights), and a q large enough
