@@ -9,7 +9,9 @@
 //   key scales   [n_head_kv][tokens_per_block] float32       after the values
 //   value scales [n_head_kv][tokens_per_block] float32       after the key scales
 // Elements are float32, bfloat16 or int8. int8 is symmetric per token and head: a row x is
-// stored as round(x / s) with s = max|x| / 127, so each value is off by at most s / 2.
+// stored as the integers nearest x * (127 / max|x|) in float32 (ties to even), with the scale
+// s = max|x| / 127, so each value is off by at most s / 2, times 1 + 2^-14 for float32's
+// roundings (token_storage.cc).
 #ifndef ATTEND_CORE_KV_CACHE_LAYOUT_H_
 #define ATTEND_CORE_KV_CACHE_LAYOUT_H_
 

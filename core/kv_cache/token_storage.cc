@@ -25,7 +25,11 @@ const float* FloatRow(const TensorView& src, int64_t offset, int64_t count,
 }
 
 // Stores `count` elements starting at element `offset` of `src` as symmetric int8 with one scale
-// (max |x| / 127; 0 for an all-zero row) in `*scale`.
+// (max |x| / 127; 0 for an all-zero row) in `*scale`: each value the integer nearest
+// x * (127 / max) in float32 (ties to even). Read back as int8 * scale, a value is within
+// max / 254 x (1 + 2^-14): the scale, 127 / max and the product each round by up to 2^-24, which
+// can tip a value just short of a midpoint to the far side (at most 763 x 2^-24 of half a step
+// in all); exact rounding would cost a double division per value on every append.
 void Quantize(const TensorView& src, int64_t offset, int64_t count, int8_t* dst, float* scale) {
   thread_local std::vector<float> buffer;
   const float* x = FloatRow(src, offset, count, &buffer);

@@ -126,6 +126,47 @@ TEST(KvCacheLimits, Int8RowsOfSubnormalScaleKeepTheirBound) {
   }
 }
 
+// int8 values at and next to the midpoints between two steps, where float32's rounding of the
+// scale, of 127 / max and of x * (127 / max) decides the side (an outside tester found values a
+// step off round(x / s) there, 1.0000013 x max / 254 from the original): each value read back is
+// within the documented max / 254 x (1 + 2^-14). The generated cases reach past max / 254 itself
+// (checked), so they are the ones the bound is about.
+TEST(KvCacheLimits, Int8ValuesNextToMidpointsKeepTheirBound) {
+  std::mt19937_64 rng(43);
+  std::uniform_real_distribution<double> size(0.5, 300.0);
+  KvCache cache(Options(64));
+  double worst = 0;  // the largest error over max / 254
+  for (int case_index = 0; case_index < 60; ++case_index) {
+    const std::string id = "ties" + std::to_string(case_index);
+    ASSERT_OK(cache.Create(Config(DType::kInt8), id, 0));
+    const float max = static_cast<float>(size(rng));
+    const double step = double{max / 127.0f};
+    std::vector<float> row(8);
+    row[0] = case_index % 2 == 0 ? max : -max;
+    for (size_t i = 1; i < row.size(); ++i) {
+      // Midpoint k + 1/2 of a random step, moved by up to three float steps either way.
+      const int k = static_cast<int>(rng() % 126);
+      float x = static_cast<float>((k + 0.5) * step);
+      for (int move = static_cast<int>(rng() % 7) - 3; move != 0; move += move > 0 ? -1 : 1) {
+        x = std::nextafter(x, move > 0 ? 1e30f : 0.0f);
+      }
+      row[i] = rng() % 2 ? x : -x;
+    }
+    Tokens t{std::vector<float>(16, 0.0f), row, row};
+    auto result = cache.Append(0, t.Input(id, 1, true), Precision::kAuto, false, nullptr);
+    ASSERT_OK(result);
+    for (size_t i = 0; i < 16; ++i) {
+      const double error = std::abs(result->output[i] - double{row[i % 8]});
+      worst = std::max(worst, error / (double{max} / 254));
+      EXPECT_LE(error, double{max} / 254 * (1 + std::ldexp(1.0, -14)))
+          << "max " << max << ", element " << i << ": " << row[i % 8] << " read back as "
+          << result->output[i];
+    }
+    ASSERT_OK(cache.Release(id));
+  }
+  EXPECT_GT(worst, 1.0) << "no case reached past max / 254: the midpoints were missed";
+}
+
 // A reservation covers the sequence's own appends also after a Fork shares its partly written
 // last block: the fork takes its own copy of that block at once, so the source never has to copy
 // it, however full the cache is by then.

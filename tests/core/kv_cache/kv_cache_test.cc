@@ -178,6 +178,17 @@ INSTANTIATE_TEST_SUITE_P(KvCache, CachedEqualsOneShot,
 
 // The first sequence of a shape creates the primitives its prefills use, so that no Append
 // (of any length, in any chunks) creates one: that would cost ~0.3 ms each on the request path.
+// n_head_kv left 0 (a client that leaves the proto field unset) means multi-head attention: one
+// key/value head per query head, as the proto documents; the shape checks then hold for that.
+TEST(KvCache, UnsetKeyValueHeadsMeansOnePerQueryHead) {
+  KvCache cache(SmallCache(int64_t{64} << 20, int64_t{256} << 10));
+  auto created = cache.Create(Config(Shape{4, 0, 32}, DType::kFloat32, 1), "mha", 0);
+  ASSERT_OK(created);
+  EXPECT_EQ(created->config.n_head_kv, 4);
+  const Tokens t = MakeTokens(3, Shape{4, 4, 32}, 5);
+  EXPECT_OK(cache.Append(0, t.Input("mha", 0, 3), Precision::kAuto, false, nullptr));
+}
+
 TEST(KvCache, CreateWarmsUpThePrefillPrimitives) {
   const Shape shape{8, 2, 64};
   for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kInt8}) {
