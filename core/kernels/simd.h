@@ -132,7 +132,8 @@ struct Rows {
   // values while q.k reads its keys, the next tile's keys while p.v reads values). The int8 VNNI
   // kernels, which compute about as long as memory takes to deliver their rows, ask for them
   // into L2 a little at a time as they go, so that memory streams the next rows while they
-  // compute. Speed only: any range the caller may read, or none.
+  // compute, instead of starting each stream cold. Speed only: any range the caller may read,
+  // or none.
   const void* next = nullptr;
   int64_t next_bytes = 0;
 };

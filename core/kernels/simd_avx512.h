@@ -175,6 +175,30 @@ void DotBf16Split(const float* q, int64_t m, int64_t d, const Rows& k, int64_t r
 void AccumulateBf16Split(const float* p, int64_t ld, int64_t m, const Rows& v, int64_t rows,
                          int64_t dv, float* acc);
 
+// Rows::next asked for into L2 in step with a kernel's progress: after `done` of the `count` rows
+// the kernel reads, that share of the next rows, so that memory brings them while the kernel
+// computes on the current ones (decode reads a tile's keys, its values, then the next tile's
+// keys: three streams, each of which memory would otherwise start cold).
+class NextRows {
+ public:
+  NextRows(const Rows& rows, int64_t count)
+      : begin_(static_cast<const char*>(rows.next)),
+        at_(begin_),
+        end_(begin_ == nullptr ? nullptr : begin_ + rows.next_bytes),
+        per_row_(count > 0 ? (rows.next_bytes + count - 1) / count : 0) {}
+  void Reached(int64_t done) {
+    const char* target = begin_ + done * per_row_;
+    if (target > end_) target = end_;
+    for (; at_ < target; at_ += 64) __asm__ volatile("prefetcht1 %0" : : "m"(*at_));
+  }
+
+ private:
+  const char* begin_;
+  const char* at_;
+  const char* end_;
+  int64_t per_row_;
+};
+
 }  // namespace attend::simd::internal
 
 #endif  // ATTEND_CORE_KERNELS_SIMD_AVX512_H_

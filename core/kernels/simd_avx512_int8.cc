@@ -211,26 +211,6 @@ inline void PrefetchAhead(const Rows& r, int64_t t, int64_t rows, int64_t count,
   }
 }
 
-// Rows::next asked for into L2 in `steps` equal parts, one per Step(), so that memory brings the
-// caller's next rows while the kernel computes on the current ones.
-class NextRows {
- public:
-  NextRows(const Rows& rows, int64_t steps)
-      : at_(static_cast<const char*>(rows.next)),
-        end_(at_ == nullptr ? nullptr : at_ + rows.next_bytes),
-        per_step_(steps > 0 ? (rows.next_bytes / 64 + steps) / steps : 0) {}
-  void Step() {
-    for (int64_t i = 0; i < per_step_ && at_ < end_; ++i, at_ += 64) {
-      __asm__ volatile("prefetcht1 %0" : : "m"(*at_));
-    }
-  }
-
- private:
-  const char* at_;
-  const char* end_;
-  int64_t per_step_;
-};
-
 // Scores of M query rows against key rows [t0, t0 + 16) (those below `rows`), the key rows
 // transposed 64 columns at a time so that lane t of vector i holds columns 4 i .. 4 i + 3 of row
 // t0 + t: vpdpbusd then adds 4 products per lane with q's four values broadcast, and each lane
@@ -320,7 +300,7 @@ ATTEND_AVX512_VNNI void DotInt8Pipelined(const QuantizedRows& q, int64_t j0, int
   for (int64_t t0 = 0; t0 < full; t0 += 16) {
     if (prefetch) {
       PrefetchAhead(k, t0 + 16, rows, 16, d);
-      next_rows->Step();
+      next_rows->Reached(t0 + 16);
     }
     __m512i h[M], l[M];
 #pragma GCC unroll 4
@@ -546,7 +526,7 @@ ATTEND_AVX512_VNNI void AccumulateInt8Rows(const int16_t* w, int64_t width, cons
     for (int64_t t = t0; t < t0 + n; t += 2) {
       if (c0 == 0 && prefetch) {
         PrefetchAhead(v, t, total, 2, dv);
-        next->Step();
+        next->Reached(t + 2);
       }
       const auto* a = static_cast<const int8_t*>(RowAt<DType::kInt8>(v, t)) + c0;
       const auto* b =
@@ -622,7 +602,7 @@ ATTEND_AVX512_VNNI void DotInt8Vnni(const float* q, int64_t m, int64_t d, const 
   int64_t done = 0;
   if (d % 64 == 0 && rows >= 16) {
     done = rows / 16 * 16;
-    NextRows next(k, done / 16);
+    NextRows next(k, done);
     int64_t j = 0;
     for (; j + 4 <= m; j += 4)
       DotInt8Pipelined<4>(parts, j, width, d, k, done, rows, scores + j * ld, ld, j == 0, &next);
@@ -654,7 +634,7 @@ ATTEND_AVX512_VNNI void AccumulateInt8Vnni(const float* p, int64_t ld, int64_t m
   // per block, and the int32 sums' range; the passes over a block's column chunks and query rows
   // after the first read it from L1.
   const int64_t width = weights.width, block = weights.block;
-  NextRows next(v, width / 2);
+  NextRows next(v, width);
   for (int64_t t0 = 0, b = 0; t0 < width; t0 += block, ++b) {
     if (weights.exact[static_cast<size_t>(b)]) {
       Avx2Kernels().accumulate_rows(p + t0, ld, m, RowsFrom<DType::kInt8>(v, t0),

@@ -378,6 +378,49 @@ TEST_P(Kernels, Int8ScoresFollowEveryChangeOfQ) {
   }
 }
 
+// Rows::next only asks for memory: with it set (to another buffer, as decode sets it to the
+// tile's values or the next tile's keys), DotRows and AccumulateRows give the same bits as
+// without, for every storage type, query-row count and row count around the kernels' steps.
+TEST_P(Kernels, NextRowsChangeNoResult) {
+  std::mt19937_64 rng(29);
+  const DType dtypes[] = {DType::kFloat32, DType::kBFloat16, DType::kInt8};
+  const std::vector<float> elsewhere = ::attend::testing::RandomFloats(rng, 1 << 16);
+  for (int i = 0; i < 36; ++i) {
+    const DType dtype = dtypes[i % 3];
+    const int64_t m = 1 + static_cast<int64_t>(rng() % 9);
+    const int64_t d = i % 2 ? 128 : 64 + static_cast<int64_t>(rng() % 3) * 32;
+    const int64_t rows = 1 + static_cast<int64_t>(rng() % 300);
+    SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " m " << m << " d " << d << " rows "
+                                      << rows);
+    std::vector<float> q = ::attend::testing::RandomFloats(rng, m * d);
+    std::vector<float> p = ::attend::testing::RandomFloats(rng, m * rows);
+    for (float& x : q) x = Bf16ToFloat(FloatToBf16(x));
+    for (float& x : p) x = Bf16ToFloat(FloatToBf16(std::abs(x) / static_cast<float>(rows)));
+    const std::vector<float> values = ::attend::testing::RandomFloats(rng, rows * d);
+    std::vector<uint16_t> bf16(values.size());
+    std::vector<int8_t> int8(values.size());
+    for (size_t x = 0; x < values.size(); ++x) {
+      bf16[x] = FloatToBf16(values[x]);
+      int8[x] = static_cast<int8_t>(std::clamp(std::lround(values[x] * 40), -127L, 127L));
+    }
+    const std::vector<float> scales(rows, 1.0f / 40);
+    Rows plain{dtype == DType::kFloat32    ? static_cast<const void*>(values.data())
+               : dtype == DType::kBFloat16 ? static_cast<const void*>(bf16.data())
+                                           : static_cast<const void*>(int8.data()),
+               dtype, d, scales.data(), /*native_bf16=*/true};
+    Rows with_next = plain;
+    with_next.next = elsewhere.data();
+    with_next.next_bytes = static_cast<int64_t>(elsewhere.size() * sizeof(float));
+    std::vector<float> s0(m * rows), s1(m * rows), a0(m * d, 0.5f), a1(m * d, 0.5f);
+    DotRows(q.data(), m, d, plain, rows, s0.data(), rows);
+    DotRows(q.data(), m, d, with_next, rows, s1.data(), rows);
+    EXPECT_EQ(s0, s1);
+    AccumulateRows(p.data(), rows, m, plain, rows, d, a0.data());
+    AccumulateRows(p.data(), rows, m, with_next, rows, d, a1.data());
+    EXPECT_EQ(a0, a1);
+  }
+}
+
 // bf16 q.k under native bf16 arithmetic where the dot product instruction's flushing would show:
 // a subnormal q component against keys near float's top (each product about 1, as an outside
 // tester found: vdpbf16ps counted q as zero and gave uniform weights), and a q large enough
