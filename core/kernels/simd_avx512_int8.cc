@@ -211,6 +211,28 @@ inline void PrefetchAhead(const Rows& r, int64_t t, int64_t rows, int64_t count,
   }
 }
 
+// The scores of query rows j0 .. j0 + M - 1 against 16 key rows (lanes in `out`) from vpdpbusd's
+// sums of q's two parts, h and l, into scores[j * ld + lane].
+template <int M>
+ATTEND_AVX512 inline void StoreScores16(const QuantizedRows& q, int64_t j0, const __m512i* h,
+                                        const __m512i* l, __mmask16 out, const float* key_scales,
+                                        float* scores, int64_t ld) {
+  const __m512 ks = _mm512_maskz_loadu_ps(out, key_scales);
+#pragma GCC unroll 4
+  for (int j = 0; j < M; ++j) {
+    // 256 * (hi.k' - 128 sum hi) + (lo.k' - 128 sum lo), k' = k + 128, in wrapping int32
+    // arithmetic: exact, since the row's total fits (kMaxVnniHeadDim).
+    const __m512i combined =
+        _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(h[j], 8), l[j]),
+                         _mm512_set1_epi32(q.offset[static_cast<size_t>(j0 + j)]));
+    _mm512_mask_storeu_ps(
+        scores + j * ld, out,
+        _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(combined),
+                                    _mm512_set1_ps(q.factor[static_cast<size_t>(j0 + j)])),
+                      ks));
+  }
+}
+
 // Scores of M query rows against key rows [t0, t0 + 16) (those below `rows`), the key rows
 // transposed 64 columns at a time so that lane t of vector i holds columns 4 i .. 4 i + 3 of row
 // t0 + t: vpdpbusd then adds 4 products per lane with q's four values broadcast, and each lane
@@ -257,21 +279,7 @@ ATTEND_AVX512_VNNI void DotInt8Rows16(const QuantizedRows& q, int64_t j0, int64_
       }
     }
   }
-  const __mmask16 out = Mask16(n);
-  const __m512 key_scales = _mm512_maskz_loadu_ps(out, k.scales + t0);
-#pragma GCC unroll 4
-  for (int j = 0; j < M; ++j) {
-    // 256 * (hi.k' - 128 sum hi) + (lo.k' - 128 sum lo), k' = k + 128, in wrapping int32
-    // arithmetic: exact, since the row's total fits (kMaxVnniHeadDim).
-    const __m512i combined =
-        _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(h[j], 8), l[j]),
-                         _mm512_set1_epi32(q.offset[static_cast<size_t>(j0 + j)]));
-    _mm512_mask_storeu_ps(
-        scores + j * ld + t0, out,
-        _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(combined),
-                                    _mm512_set1_ps(q.factor[static_cast<size_t>(j0 + j)])),
-                      key_scales));
-  }
+  StoreScores16<M>(q, j0, h, l, Mask16(n), k.scales + t0, scores + t0, ld);
 }
 
 // acc += vpdpbusd(x, *b broadcast), the broadcast folded into the instruction's memory
@@ -329,18 +337,7 @@ ATTEND_AVX512_VNNI void DotInt8Pipelined(const QuantizedRows& q, int64_t j0, int
         LoadQuarter(next, k.stride, g, flip, x + 4 * g);
       }
     }
-    const __m512 key_scales = _mm512_loadu_ps(k.scales + t0);
-#pragma GCC unroll 4
-    for (int j = 0; j < M; ++j) {
-      const __m512i combined =
-          _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(h[j], 8), l[j]),
-                           _mm512_set1_epi32(q.offset[static_cast<size_t>(j0 + j)]));
-      _mm512_storeu_ps(
-          scores + j * ld + t0,
-          _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(combined),
-                                      _mm512_set1_ps(q.factor[static_cast<size_t>(j0 + j)])),
-                        key_scales));
-    }
+    StoreScores16<M>(q, j0, h, l, 0xffff, k.scales + t0, scores + t0, ld);
   }
 }
 
