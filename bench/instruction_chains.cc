@@ -63,10 +63,10 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) float DpBf16Chains() {
 #define ATTEND_ACCS12(a)                                                                          \
   "+v"(a[0]), "+v"(a[1]), "+v"(a[2]), "+v"(a[3]), "+v"(a[4]), "+v"(a[5]), "+v"(a[6]), "+v"(a[7]), \
       "+v"(a[8]), "+v"(a[9]), "+v"(a[10]), "+v"(a[11])
-#define ATTEND_TWELVE(op, rest)                                                                  \
+#define ATTEND_TWELVE(op)                                                                        \
   op " %13, %12, %0\n\t" op " %13, %12, %1\n\t" op " %13, %12, %2\n\t" op " %13, %12, %3\n\t" op \
      " %13, %12, %4\n\t" op " %13, %12, %5\n\t" op " %13, %12, %6\n\t" op " %13, %12, %7\n\t" op \
-     " %13, %12, %8\n\t" op " %13, %12, %9\n\t" op " %13, %12, %10\n\t" op " %13, %12, %11" rest
+     " %13, %12, %8\n\t" op " %13, %12, %9\n\t" op " %13, %12, %10\n\t" op " %13, %12, %11"
 // kIterations steps of 24 chains (two asm statements of 12, `body` with the accumulators `acc`),
 // then their sum. Every loop over the accumulators is unrolled: an array indexed by a variable
 // lives in memory, and GCC then stored every chain after every step.
@@ -84,7 +84,7 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) float DpBf16Chains() {
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) float DpBusdChains() {
   const __m512i x = _mm512_set1_epi8(1), y = _mm512_set1_epi8(1);
 #define ATTEND_STEP(acc) \
-  __asm__ volatile(ATTEND_TWELVE("vpdpbusd", "") : ATTEND_ACCS12(acc) : "v"(x), "v"(y))
+  __asm__ volatile(ATTEND_TWELVE("vpdpbusd") : ATTEND_ACCS12(acc) : "v"(x), "v"(y))
   ATTEND_VNNI_LOOP(ATTEND_STEP);
 #undef ATTEND_STEP
 }
@@ -127,7 +127,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) float DpBusdWithShufflesC
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) float DpWssdChains() {
   const __m512i x = _mm512_set1_epi16(1), y = _mm512_set1_epi16(1);
 #define ATTEND_STEP(acc) \
-  __asm__ volatile(ATTEND_TWELVE("vpdpwssd", "") : ATTEND_ACCS12(acc) : "v"(x), "v"(y))
+  __asm__ volatile(ATTEND_TWELVE("vpdpwssd") : ATTEND_ACCS12(acc) : "v"(x), "v"(y))
   ATTEND_VNNI_LOOP(ATTEND_STEP);
 #undef ATTEND_STEP
 }

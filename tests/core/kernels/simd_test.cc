@@ -390,8 +390,8 @@ TEST_P(Kernels, NextRowsChangeNoResult) {
     const int64_t m = 1 + static_cast<int64_t>(rng() % 9);
     const int64_t d = i % 2 ? 128 : 64 + static_cast<int64_t>(rng() % 3) * 32;
     const int64_t rows = 1 + static_cast<int64_t>(rng() % 300);
-    SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " m " << m << " d " << d << " rows "
-                                      << rows);
+    SCOPED_TRACE(::testing::Message()
+                 << DTypeName(dtype) << " m " << m << " d " << d << " rows " << rows);
     std::vector<float> q = ::attend::testing::RandomFloats(rng, m * d);
     std::vector<float> p = ::attend::testing::RandomFloats(rng, m * rows);
     for (float& x : q) x = Bf16ToFloat(FloatToBf16(x));
