@@ -219,13 +219,15 @@ absl::Status AttentionEngine::Compute(const AttentionProblem& problem, absl::Spa
                    options_.threads, scratch_.get());
   const Operand pv(v, s.n_head_kv, s.head_dim_v, !kernels, padded_rows, storage, round_kv,
                    options_.threads, scratch_.get());
-  // The tiles pack their own query rows, so f32 queries are read in place.
-  std::vector<float> qf;
-  const float* q_f32 = static_cast<const float*>(q.data);
-  if (q.dtype != DType::kFloat32) {
-    qf.resize(static_cast<size_t>(s.n_q * s.n_head * s.head_dim));
-    ConvertToFloat(q, qf.data());
-    q_f32 = qf.data();
+  // The tiles pack their own query rows from f32 or bf16 in place; float16 is converted first.
+  std::unique_ptr<float[]> qf;
+  const void* q_rows = q.data;
+  DType q_dtype = q.dtype;
+  if (q.dtype != DType::kFloat32 && q.dtype != DType::kBFloat16) {
+    qf.reset(new float[static_cast<size_t>(q.num_elements())]);  // every element written
+    ConvertToFloat(q, qf.get());
+    q_rows = qf.get();
+    q_dtype = DType::kFloat32;
   }
 
   std::vector<HeadTiles> heads;
@@ -238,7 +240,8 @@ absl::Status AttentionEngine::Compute(const AttentionProblem& problem, absl::Spa
   for (int64_t g = 0; g < s.n_head_kv; ++g) {
     tile::Work& w = works[static_cast<size_t>(g)];
     w.keys = &heads[static_cast<size_t>(g)];
-    w.q = q_f32;
+    w.q = q_rows;
+    w.q_dtype = q_dtype;
     w.n_q = s.n_q;
     w.n_head = s.n_head;
     w.head_kv = g;
@@ -251,14 +254,18 @@ absl::Status AttentionEngine::Compute(const AttentionProblem& problem, absl::Spa
     // The heads' rows interleave in the caller's tensor: decode reads them span by span.
     w.key_span = s.n_head_kv > 1 ? kKernelTile : 0;
   }
-  ATTEND_RETURN_IF_ERROR(tile::Run(works, options_.threads, cancel));
+  bool outputs_finite = false;
+  ATTEND_RETURN_IF_ERROR(tile::Run(works, options_.threads, cancel, &outputs_finite));
 
   // A non-finite output means q.k * scale, or the weighted sum of v (summed before it is divided
-  // by the weights' sum), overflowed. A long prefill's output is megabytes: scanned by every
-  // compute thread.
-  const int64_t first_bad = FirstNonFiniteElement(
-      TensorView{DType::kFloat32, {static_cast<int64_t>(output.size())}, output.data()},
-      options_.threads);
+  // by the weights' sum), overflowed. The tiles check the values as they write them; only then
+  // is the output scanned for the first one, for the message.
+  const int64_t first_bad =
+      outputs_finite
+          ? -1
+          : FirstNonFiniteElement(
+                TensorView{DType::kFloat32, {static_cast<int64_t>(output.size())}, output.data()},
+                options_.threads);
   if (first_bad >= 0) {
     // A NaN or infinity among the inputs poisons the output too; a decode-sized problem's k and
     // v were not scanned beforehand (PrepareAttention): name the tensor and element.

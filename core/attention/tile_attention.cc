@@ -49,6 +49,8 @@ float UpdateRow(float* row, int64_t lo, int64_t hi, int64_t width, float scale, 
   }
   const float new_max = std::max(*max, row_max);
   const float alpha = *max == kNegInf ? 0.0f : std::exp(*max - new_max);
+  // (Exp straight into bf16, fused, measured no faster: the exp's arithmetic bounds both, and
+  // the conversion's pass over the row in L1 costs next to nothing.)
   const float added = simd::ExpShiftSum(row + lo, new_max, row + lo, hi - lo);
   if (row_bf16 != nullptr) {
     simd::ToBf16(row + lo, hi - lo, row_bf16 + lo);
@@ -297,15 +299,17 @@ void Merge(const State& part, State* into) {
   }
 }
 
-void Finish(const Job& job, const State& state, float* const* out_rows, float* const* weight_rows) {
+bool Finish(const Job& job, const State& state, float* const* out_rows, float* const* weight_rows) {
   const int64_t dv = job.keys->head_dim_v;
+  bool finite = true;
   for (int64_t i = 0; i < job.m; ++i) {
     if (state.overflowed[i]) {
       std::fill_n(out_rows[i], dv, std::numeric_limits<float>::quiet_NaN());
+      finite = false;
       continue;
     }
     const float inv = state.sum[i] > 0.0f ? 1.0f / state.sum[i] : 0.0f;
-    for (int64_t c = 0; c < dv; ++c) out_rows[i][c] = state.acc[i * dv + c] * inv;
+    finite &= simd::ScaleCopy(&state.acc[i * dv], inv, out_rows[i], dv);
     if (weight_rows != nullptr) {
       // Every visible key of the row (over the whole key range, not one split).
       KeyRange range =
@@ -318,6 +322,7 @@ void Finish(const Job& job, const State& state, float* const* out_rows, float* c
       }
     }
   }
+  return finite;
 }
 
 namespace {
@@ -357,33 +362,42 @@ Job MakeJob(const Task& task, std::vector<float>* packed) {
   // every head later (often the next 4 KiB page), which the hardware prefetchers do not follow:
   // unaided, packing was latency-bound (3-4% of a 2048-token prefill). Ask for a few tokens
   // ahead.
-  const int64_t group_bytes = w.group * d * static_cast<int64_t>(sizeof(float));
-  const auto group_rows = [&](int64_t r) {  // token r's rows of this group, contiguous
-    return w.q + ((task.first_token + r) * w.n_head + w.head_kv * w.group) * d;
+  const int64_t group_bytes = w.group * d * DTypeSize(w.q_dtype);
+  // Token r's rows of this group, contiguous: as Rows, row j of them is query head j's.
+  const auto group_rows = [&](int64_t r) {
+    simd::Rows rows;
+    rows.data =
+        static_cast<const char*>(w.q) +
+        ((task.first_token + r) * w.n_head + w.head_kv * w.group) * d * DTypeSize(w.q_dtype);
+    rows.dtype = w.q_dtype;
+    rows.stride = d;
+    return rows;
   };
   const auto prefetch = [&](int64_t r) {
-    const char* p = reinterpret_cast<const char*>(group_rows(r));
+    const char* p = static_cast<const char*>(group_rows(r).data);
     for (int64_t b = 0; b < group_bytes; b += 64) __builtin_prefetch(p + b);
   };
   constexpr int64_t kAheadTokens = 4;
   // Whether some q * scale is not finite (a huge q and a scale above 1): the scores may still
   // be, so the rows are then packed unscaled and the scale applied to the scores instead.
   uint32_t scaled_overflow = 0;
+  // bf16 queries are bf16 values already: rounding them again changes nothing.
+  const bool round = !job.q_scaled && w.q_dtype != DType::kBFloat16;
   for (int64_t r = 0; r < std::min(kAheadTokens, task.tokens); ++r) prefetch(r);
   for (int64_t r = 0; r < task.tokens; ++r) {
     if (r + kAheadTokens < task.tokens) prefetch(r + kAheadTokens);
+    const simd::Rows src = group_rows(r);
     for (int64_t j = 0; j < w.group; ++j) {
-      const float* src = group_rows(r) + j * d;
       float* dst = &(*packed)[static_cast<size_t>((r * w.group + j) * d)];
+      simd::RowToFloat(src, j, d, dst);
       if (job.q_scaled) {
         for (int64_t c = 0; c < d; ++c) {
-          dst[c] = src[c] * w.scale;
+          dst[c] *= w.scale;
           uint32_t bits;
           std::memcpy(&bits, &dst[c], sizeof(bits));
           scaled_overflow |= static_cast<uint32_t>((bits & 0x7fffffffu) >= 0x7f800000u);
         }
-      } else {
-        std::copy(src, src + d, dst);
+      } else if (round) {
         simd::RoundToBf16(dst, d);  // q was checked finite
       }
     }
@@ -391,7 +405,9 @@ Job MakeJob(const Task& task, std::vector<float>* packed) {
   if (scaled_overflow != 0) {
     job.q_scaled = false;
     for (int64_t r = 0; r < task.tokens; ++r) {
-      std::copy(group_rows(r), group_rows(r) + w.group * d, &(*packed)[r * w.group * d]);
+      const simd::Rows src = group_rows(r);
+      for (int64_t j = 0; j < w.group; ++j)
+        simd::RowToFloat(src, j, d, &(*packed)[static_cast<size_t>((r * w.group + j) * d)]);
     }
   }
   job.q = packed->data();
@@ -488,11 +504,25 @@ struct Units {
   size_t count() const { return begin.size() - 1; }
 };
 
-// Phase 2, the units: without spans, each task is a unit of its own, in the order PlanTasks made
-// them. Span by span, the tasks are ordered by their first key (the stable sort keeps the works'
-// order within a span), and a span's tasks (every work's piece of the same keys, over tiles of
-// the same width) make one unit, which RunKernelJobs reads interleaved: whole token rows of the
-// caller's tensor one after another.
+// About the pairs (query row, key) a task attends, from its first and last rows' visible keys:
+// exact where they change linearly from row to row (no mask, causal), an estimate where a
+// sliding window stops their growth. Only the order of the units depends on it.
+int64_t TaskPairs(const Task& task) {
+  const Job job = MakeJob(task, nullptr);
+  const int64_t last = job.m - 1;
+  return (RowKeys(job, 0).size() + RowKeys(job, last).size()) * job.m / 2;
+}
+
+// Phase 2, the units: without spans, each task is a unit of its own, work by work as PlanTasks
+// made them, and within a work the costliest first (by TaskPairs; ties in PlanTasks' order).
+// Threads take them one at a time as they finish the last, so the run ends on small units: in
+// PlanTasks' order a causal prefill ends on the last head's largest query tiles, and with many
+// threads one of them left the others idle for up to a tile's time. Across works the order stays:
+// consecutive units of one work read the same key and value tiles, from the cache (sorted across
+// works, a 32/8-head f32 prefill ran 7% slower on two threads). Span by span, the tasks are ordered
+// by their first key (the stable sort keeps the works' order within a span), and a span's tasks
+// (every work's piece of the same keys, over tiles of the same width) make one unit, which
+// RunKernelJobs reads interleaved: whole token rows of the caller's tensor one after another.
 Units GroupUnits(const std::vector<Task>& tasks, bool by_span) {
   Units units;
   units.order.resize(tasks.size());
@@ -500,6 +530,13 @@ Units GroupUnits(const std::vector<Task>& tasks, bool by_span) {
   if (by_span) {
     std::stable_sort(units.order.begin(), units.order.end(),
                      [&](size_t a, size_t b) { return tasks[a].key_begin < tasks[b].key_begin; });
+  } else {
+    std::vector<int64_t> pairs(tasks.size());
+    for (size_t i = 0; i < tasks.size(); ++i) pairs[i] = TaskPairs(tasks[i]);
+    std::stable_sort(units.order.begin(), units.order.end(), [&](size_t a, size_t b) {
+      if (tasks[a].work != tasks[b].work) return tasks[a].work < tasks[b].work;
+      return pairs[a] > pairs[b];
+    });
   }
   for (size_t i = 0; i < units.order.size(); ++i) {
     const Task& task = tasks[units.order[i]];
@@ -520,7 +557,8 @@ Units GroupUnits(const std::vector<Task>& tasks, bool by_span) {
 // thread's own, kept between calls.
 absl::Status RunUnit(const std::vector<Work>& works, const std::vector<Task>& tasks,
                      const Units& units, size_t unit, ConvertedTiles* converted,
-                     const Cancellation* cancel, std::vector<State>* partials) {
+                     const Cancellation* cancel, std::vector<State>* partials,
+                     std::atomic<bool>* finite) {
   const size_t first = units.begin[unit];
   const size_t n = units.begin[unit + 1] - first;
   thread_local std::vector<std::vector<float>> packed;
@@ -554,8 +592,10 @@ absl::Status RunUnit(const std::vector<Work>& works, const std::vector<Task>& ta
   for (size_t j = 0; j < n; ++j) {
     const Task& task = tasks[units.order[first + j]];
     if (!task.whole) continue;
-    Finish(jobs[j], *states[j], out_rows[j].data(),
-           task.work->weights ? weight_rows[j].data() : nullptr);
+    if (!Finish(jobs[j], *states[j], out_rows[j].data(),
+                task.work->weights ? weight_rows[j].data() : nullptr)) {
+      finite->store(false, std::memory_order_relaxed);
+    }
   }
   return absl::OkStatus();
 }
@@ -566,7 +606,7 @@ absl::Status RunUnit(const std::vector<Work>& works, const std::vector<Task>& ta
 // their sizes differ.
 absl::Status RunUnits(const std::vector<Work>& works, const std::vector<Task>& tasks,
                       const Units& units, bool by_span, int threads, const Cancellation* cancel,
-                      std::vector<State>* partials) {
+                      std::vector<State>* partials, std::atomic<bool>* finite) {
   // Only the matmul path converts tiles (decode's kernels read every dtype in place).
   std::optional<ConvertedTiles> converted;
   for (const Work& w : works) {
@@ -577,7 +617,7 @@ absl::Status RunUnits(const std::vector<Work>& works, const std::vector<Task>& t
   }
   ConvertedTiles* const shared = converted ? &*converted : nullptr;
   const auto run = [&](size_t unit) {
-    return RunUnit(works, tasks, units, unit, shared, cancel, partials);
+    return RunUnit(works, tasks, units, unit, shared, cancel, partials, finite);
   };
   const size_t count = units.count();
   absl::Status status;
@@ -611,8 +651,9 @@ absl::Status RunUnits(const std::vector<Work>& works, const std::vector<Task>& t
 // Phase 4, the merge: the tasks of a split slot each hold a partial softmax over their keys;
 // combines them in key order (as Merge requires) into the slot's first, then normalises it and
 // writes the outputs and weights over every key of the rows. Whole tasks were finished as they
-// ran.
-void MergeSplits(const std::vector<Task>& tasks, std::vector<State>* partials) {
+// ran. Returns whether every output value it wrote is finite.
+bool MergeSplits(const std::vector<Task>& tasks, std::vector<State>* partials) {
+  bool finite = true;
   std::vector<float*> out_rows, weight_rows;
   for (size_t i = 0; i < tasks.size();) {
     size_t end = i + 1;
@@ -624,23 +665,28 @@ void MergeSplits(const std::vector<Task>& tasks, std::vector<State>* partials) {
       all.key_end = all.work->keys->keys;
       const Job job = MakeJob(all, nullptr);
       RowsOf(all, &out_rows, &weight_rows);
-      Finish(job, (*partials)[i], out_rows.data(),
-             all.work->weights ? weight_rows.data() : nullptr);
+      finite &= Finish(job, (*partials)[i], out_rows.data(),
+                       all.work->weights ? weight_rows.data() : nullptr);
     }
     i = end;
   }
+  return finite;
 }
 
 }  // namespace
 
-absl::Status Run(const std::vector<Work>& works, int threads, const Cancellation* cancel) {
+absl::Status Run(const std::vector<Work>& works, int threads, const Cancellation* cancel,
+                 bool* outputs_finite) {
   threads = RunThreads(works, threads);
   const bool by_span = BySpan(works);
   const std::vector<Task> tasks = PlanTasks(works, threads, by_span);
   const Units units = GroupUnits(tasks, by_span);
   std::vector<State> partials(tasks.size());
-  ATTEND_RETURN_IF_ERROR(RunUnits(works, tasks, units, by_span, threads, cancel, &partials));
-  MergeSplits(tasks, &partials);
+  std::atomic<bool> finite{true};
+  ATTEND_RETURN_IF_ERROR(
+      RunUnits(works, tasks, units, by_span, threads, cancel, &partials, &finite));
+  const bool merged_finite = MergeSplits(tasks, &partials);
+  if (outputs_finite != nullptr) *outputs_finite = merged_finite && finite.load();
   return absl::OkStatus();
 }
 

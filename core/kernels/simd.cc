@@ -172,6 +172,10 @@ void ScaleAdd(float* dst, float alpha, const float* src, int64_t n) {
   Other().scale_add(dst, alpha, src, n);
 }
 
+bool ScaleCopy(const float* src, float factor, float* dst, int64_t n) {
+  return Other().scale_copy(src, factor, dst, n);
+}
+
 void RowToFloat(const Rows& rows, int64_t t, int64_t n, float* out) {
   RowSet(rows.dtype).row_to_float(rows, t, n, out);
 }

@@ -117,6 +117,10 @@ void ToBf16(const float* x, int64_t n, uint16_t* out);
 // dst[i] = dst[i] * alpha + src[i].
 void ScaleAdd(float* dst, float alpha, const float* src, int64_t n);
 
+// dst[i] = src[i] * factor for i < n; returns whether every dst[i] is finite. The attention
+// output written and checked in one pass (a separate scan read a prefill's megabytes again).
+bool ScaleCopy(const float* src, float factor, float* dst, int64_t n);
+
 // Rows of keys or values where they live: float32, bfloat16, or int8 with one float scale per
 // row (the row's values are int8 x scale).
 struct Rows {

@@ -160,6 +160,21 @@ ATTEND_AVX2 void ToBf16Avx2(const float* x, int64_t n, uint16_t* out) {
   ToBf16Scalar(x + i, n - i, out + i);
 }
 
+ATTEND_AVX2 bool ScaleCopyAvx2(const float* src, float factor, float* dst, int64_t n) {
+  const __m256 f = _mm256_set1_ps(factor);
+  const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256 inf = _mm256_set1_ps(std::numeric_limits<float>::infinity());
+  __m256 bad = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(src + i), f);
+    _mm256_storeu_ps(dst + i, v);
+    bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_and_ps(v, magnitude), inf, _CMP_NLT_UQ));
+  }
+  const bool tail = ScaleCopyScalar(src + i, factor, dst + i, n - i);
+  return tail && _mm256_movemask_ps(bad) == 0;
+}
+
 ATTEND_AVX2 void ScaleAddAvx2(float* dst, float alpha, const float* src, int64_t n) {
   const __m256 a = _mm256_set1_ps(alpha);
   int64_t i = 0;
@@ -618,9 +633,9 @@ ATTEND_AVX2 void AccumulateRowsAvx2(const float* p, int64_t ld, int64_t m, const
   }
 }
 
-const Kernels kAvx2Kernels{"avx2",       ExpShiftSumAvx2,   RoundToBf16Avx2, MaxAvx2,
-                           ScaleMaxAvx2, ToBf16Avx2,        ScaleAddAvx2,    RowToFloatAvx2,
-                           DotRowsAvx2,  AccumulateRowsAvx2};
+const Kernels kAvx2Kernels{"avx2",         ExpShiftSumAvx2, RoundToBf16Avx2,   MaxAvx2,
+                           ScaleMaxAvx2,   ToBf16Avx2,      ScaleAddAvx2,      ScaleCopyAvx2,
+                           RowToFloatAvx2, DotRowsAvx2,     AccumulateRowsAvx2};
 
 }  // namespace
 

@@ -26,6 +26,7 @@ struct Kernels {
   float (*scale_max)(float*, int64_t, float);
   void (*to_bf16)(const float*, int64_t, uint16_t*);
   void (*scale_add)(float*, float, const float*, int64_t);
+  bool (*scale_copy)(const float*, float, float*, int64_t);
   void (*row_to_float)(const Rows&, int64_t, int64_t, float*);
   void (*dot_rows)(const float*, int64_t, int64_t, const Rows&, int64_t, float*, int64_t);
   void (*accumulate_rows)(const float*, int64_t, int64_t, const Rows&, int64_t, int64_t, float*);
@@ -84,7 +85,8 @@ RowChoice MeasureRowKernels(const std::vector<const Kernels*>& candidates, const
 
 // exp(x) for x <= 0 as 2^n * e^r: n = round(x / ln 2), r = x - n ln 2 (Cody-Waite split), e^r by
 // a degree-6 polynomial; relative error about 1e-7. Below -87 the result is 0. The vector
-// versions evaluate the same polynomial, so every implementation gives the same values.
+// versions evaluate the same polynomial with fused multiply-adds (the same bits in every vector
+// set), within an ulp of this one, which rounds the range reduction's products separately.
 inline float ExpScalar(float x) {
   if (x < -87.0f) return 0.0f;
   // A score that overflowed (inf - inf) stays NaN for the caller's output check to report;
@@ -124,6 +126,16 @@ inline void RoundToBf16Scalar(float* x, int64_t n) {
 
 inline void ToBf16Scalar(const float* x, int64_t n, uint16_t* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = FloatToBf16(x[i]);
+}
+
+// ScaleCopy's scalar loop, also the vector versions' tail.
+inline bool ScaleCopyScalar(const float* src, float factor, float* dst, int64_t n) {
+  bool finite = true;
+  for (int64_t i = 0; i < n; ++i) {
+    dst[i] = src[i] * factor;
+    finite &= std::isfinite(dst[i]);
+  }
+  return finite;
 }
 
 // Element i of a row's storage, without the int8 scale.

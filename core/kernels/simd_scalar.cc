@@ -72,9 +72,10 @@ void AccumulateRowsScalar(const float* p, int64_t ld, int64_t m, const Rows& v, 
   }
 }
 
-const Kernels kScalarKernels{
-    "scalar",     ExpShiftSumScalar, RoundToBf16Scalar, MaxScalar,     ScaleMaxScalar,
-    ToBf16Scalar, ScaleAddScalar,    RowToFloatScalar,  DotRowsScalar, AccumulateRowsScalar};
+const Kernels kScalarKernels{"scalar",       ExpShiftSumScalar,   RoundToBf16Scalar,
+                             MaxScalar,      ScaleMaxScalar,      ToBf16Scalar,
+                             ScaleAddScalar, ScaleCopyScalar,     RowToFloatScalar,
+                             DotRowsScalar,  AccumulateRowsScalar};
 
 }  // namespace
 

@@ -105,17 +105,14 @@ absl::Status RunPagedAttention(absl::Span<const PagedProblem> problems, Precisio
     pairs += visible;
     flops += visible * 2 * (layout.head_dim + layout.head_dim_v);
   }
-  ATTEND_RETURN_IF_ERROR(tile::Run(works, threads, cancel));
-  // A non-finite output means q.k * scale, or the weighted sum of v, overflowed. A prefill's
-  // output is megabytes: scanned
-  // by every compute thread, and without an early exit so that the scan vectorises.
-  for (const PagedProblem& p : problems) {
-    const TensorView output{DType::kFloat32, {p.n * p.n_head * p.layout->head_dim_v}, p.output};
-    if (FirstNonFiniteElement(output, threads) >= 0) {
-      return absl::InvalidArgumentError(
-          "attention output is not finite: the scores (q.k * scale) or the weighted sum of v "
-          "overflowed float32; the inputs' magnitudes are too large");
-    }
+  bool outputs_finite = false;
+  ATTEND_RETURN_IF_ERROR(tile::Run(works, threads, cancel, &outputs_finite));
+  // A non-finite output means q.k * scale, or the weighted sum of v, overflowed. The tiles check
+  // the values as they write them (a prefill's output is megabytes: read again, it cost a pass).
+  if (!outputs_finite) {
+    return absl::InvalidArgumentError(
+        "attention output is not finite: the scores (q.k * scale) or the weighted sum of v "
+        "overflowed float32; the inputs' magnitudes are too large");
   }
   if (stats != nullptr) {
     stats->attended_pairs += pairs;

@@ -10,6 +10,7 @@
 #include <random>
 #include <string>
 
+#include "absl/base/casts.h"
 #include "absl/strings/str_cat.h"
 #include "common/half.h"
 #include "core/attention/testing/reference_attention.h"
@@ -354,6 +355,56 @@ TEST(Engine, SingleThreadMatchesParallel) {
       AttentionEngine({2}).Compute(qv, kv, kv, options, {}, absl::MakeSpan(many), {}, nullptr));
   // Summation order may differ between oneDNN's threaded and single-threaded kernels.
   for (size_t i = 0; i < one.size(); ++i) ASSERT_NEAR(one[i], many[i], 1e-6) << i;
+}
+
+// bf16 queries are read in place, each job converting its own rows: the output must be the bits
+// the same values give as float32 queries, for decode-sized and matmul-sized calls, grouped
+// heads, both arithmetics, and q * scale overflowing float32 (the rows are then packed unscaled).
+TEST(Engine, Bf16QueriesGiveTheBitsOfTheirFloatValues) {
+  struct Geometry {
+    int64_t n_q, n_kv, n_head, n_head_kv, d;
+  };
+  const Geometry geometries[] = {{1, 300, 8, 2, 64}, {3, 40, 4, 4, 5},      {5, 70, 8, 2, 16},
+                                 {70, 70, 2, 2, 32}, {130, 150, 8, 2, 128}, {64, 600, 4, 1, 8}};
+  std::mt19937_64 rng(31);
+  int cases = 0;
+  for (const Geometry& g : geometries) {
+    for (Precision precision : {Precision::kFloat32, Precision::kBFloat16}) {
+      for (bool overflow : {false, true}) {
+        SCOPED_TRACE(absl::StrCat("n_q ", g.n_q, " n_kv ", g.n_kv, " heads ", g.n_head, "/",
+                                  g.n_head_kv, " d ", g.d, " ", PrecisionName(precision),
+                                  overflow ? " q * scale overflows" : ""));
+        std::vector<float> qf = RandomFloats(rng, g.n_q * g.n_head * g.d);
+        // q * scale past float32 in one element, while q.k * scale stays finite: its key
+        // column is zero.
+        std::vector<float> kf = RandomFloats(rng, g.n_kv * g.n_head_kv * g.d);
+        AttentionOptions options;
+        options.mask.causal = true;
+        options.precision = precision;
+        if (overflow) {
+          options.scale = 0x1p100f;
+          for (float& x : qf) x *= 0x1p-110f;
+          qf[qf.size() / 2] = 0x1p120f;
+          for (int64_t t = 0; t < g.n_kv * g.n_head_kv; ++t)
+            kf[t * g.d + (qf.size() / 2) % g.d] = 0;
+        }
+        Input q16 = MakeInput(qf, {g.n_q, g.n_head, g.d}, DType::kBFloat16);
+        const TensorView q32{DType::kFloat32, {g.n_q, g.n_head, g.d}, q16.exact.data()};
+        const TensorView k{DType::kFloat32, {g.n_kv, g.n_head_kv, g.d}, kf.data()};
+        std::vector<float> from16(g.n_q * g.n_head * g.d), from32(from16.size());
+        const AttentionEngine engine;
+        AttentionStats stats;
+        ASSERT_OK(engine.Compute(q16.view, k, k, options, {}, absl::MakeSpan(from16), {}, &stats));
+        ASSERT_OK(engine.Compute(q32, k, k, options, {}, absl::MakeSpan(from32), {}, nullptr));
+        for (size_t i = 0; i < from16.size(); ++i) {
+          ASSERT_EQ(absl::bit_cast<uint32_t>(from16[i]), absl::bit_cast<uint32_t>(from32[i]))
+              << "element " << i << ": " << from16[i] << " against " << from32[i];
+        }
+        ++cases;
+      }
+    }
+  }
+  EXPECT_EQ(cases, 24);
 }
 
 // A one-thread engine keeps oneDNN's matmuls on the calling thread too (they follow the calling

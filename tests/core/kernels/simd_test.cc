@@ -9,6 +9,7 @@
 #include <random>
 #include <string>
 
+#include "absl/base/casts.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -125,6 +126,87 @@ TEST_P(Kernels, ScaleMaxScalesAndFindsTheMaxOrReportsNonFinite) {
       EXPECT_EQ(got, want) << "n " << n << " scale " << scale;
     }
   }
+}
+
+// The vector sets compute exp to the bit as the AVX2 kernel (the same fused steps; the AVX-512
+// sets build 2^n with vscalefps and mask off lanes below -87 instead of clamping them), and
+// within an ulp of the scalar ExpScalar (which rounds the products of the range reduction
+// separately), which also computes every set's tail: dense sweeps across the -87 cut-off and
+// near the bottom of float's exponents, values far below it (where the AVX-512 sets compute
+// nonsense that the mask drops), and every length's tail.
+TEST_P(Kernels, ExpShiftSumGivesTheAvx2Bits) {
+  std::vector<float> x;
+  for (float v = -90.0f; v <= -84.0f; v += 0.00390625f) x.push_back(v);
+  for (float v = -1.0f; v <= 0.0f; v += 0.0009765625f) x.push_back(v);
+  for (float v : {-87.0f, std::nextafter(-87.0f, 0.0f), std::nextafter(-87.0f, -100.0f), -0.0f,
+                  -1e-30f, -1e-45f, -88.7f, -103.3f, -150.0f, -1e4f, -1e30f, -3.4e38f}) {
+    x.push_back(v);
+  }
+  std::mt19937_64 rng(41);
+  std::uniform_real_distribution<float> wide(-200.0f, 0.0f);
+  for (int i = 0; i < 4000; ++i) x.push_back(wide(rng));
+  while (x.size() % 16 != 0) x.push_back(-0.5f);  // no tails: every value in a vector
+  const int64_t n = static_cast<int64_t>(x.size());
+  std::vector<float> y(x.size()), avx2(x.size());
+  ExpShiftSum(x.data(), 0.0f, y.data(), n);
+  const bool vector = GetParam() != "scalar";
+  if (vector) internal::Avx2Kernels().exp_shift_sum(x.data(), 0.0f, avx2.data(), n);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float scalar = internal::ExpScalar(x[i]);
+    if (vector) {
+      ASSERT_EQ(absl::bit_cast<uint32_t>(y[i]), absl::bit_cast<uint32_t>(avx2[i]))
+          << "exp(" << x[i] << "): " << y[i] << " against the AVX2 kernel's " << avx2[i];
+    }
+    ASSERT_LE(std::abs(static_cast<int64_t>(absl::bit_cast<uint32_t>(y[i])) -
+                       static_cast<int64_t>(absl::bit_cast<uint32_t>(scalar))),
+              1)
+        << "exp(" << x[i] << "): " << y[i] << " against ExpScalar's " << scalar;
+  }
+  // Every length, shifted: the tails and the sums.
+  for (int64_t len = 0; len <= 70; ++len) {
+    std::vector<float> row(static_cast<size_t>(len) + 1, 7.0f), out(row.size(), -1.0f);
+    for (int64_t i = 0; i < len; ++i) row[i] = wide(rng) * 0.5f + 3.0f;
+    const float sum = ExpShiftSum(row.data(), 3.0f, out.data(), len);
+    double want = 0.0;
+    for (int64_t i = 0; i < len; ++i) {
+      const float e = internal::ExpScalar(row[i] - 3.0f);
+      ASSERT_NEAR(out[i], e, 0x1p-23f * e) << len << " " << i;
+      want += e;
+    }
+    EXPECT_EQ(out[len], -1.0f) << "wrote past n = " << len;
+    EXPECT_NEAR(sum, want, 1e-6 * want + 1e-30) << len;
+  }
+}
+
+// The attention output's last pass: scaled copies, and whether any value is not finite (a NaN,
+// an infinity, or a product past float's range), wherever in the row, tails included.
+TEST_P(Kernels, ScaleCopyScalesAndReportsNonFinite) {
+  std::mt19937_64 rng(43);
+  int flagged = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const int64_t n = static_cast<int64_t>(rng() % 150);
+    const float factor =
+        trial % 5 == 0 ? 1.0f : std::ldexp(1.0f, static_cast<int>(rng() % 9) - 4) * 1.3f;
+    std::vector<float> src = ::attend::testing::RandomFloats(rng, n, 50.0f);
+    const int bad = n > 0 && trial % 2 == 1 ? static_cast<int>(rng() % 5) : -1;
+    if (bad >= 0) {
+      const float values[] = {std::nanf(""), INFINITY, -INFINITY, 3e38f, -3.3e38f};
+      src[rng() % n] = values[bad];
+    }
+    std::vector<float> dst(static_cast<size_t>(n) + 1, 12345.0f);
+    const bool finite = ScaleCopy(src.data(), factor, dst.data(), n);
+    bool want = true;
+    for (int64_t i = 0; i < n; ++i) {
+      const float scaled = src[i] * factor;
+      ASSERT_TRUE(std::isnan(scaled) ? std::isnan(dst[i]) : dst[i] == scaled)
+          << "n " << n << " i " << i << ": " << dst[i] << " against " << scaled;
+      want &= std::isfinite(scaled);
+    }
+    EXPECT_EQ(dst[n], 12345.0f) << "wrote past n = " << n;
+    EXPECT_EQ(finite, want) << "n " << n << " factor " << factor << " bad " << bad;
+    flagged += want ? 0 : 1;
+  }
+  EXPECT_GT(flagged, 100);  // the cases do reach the flag
 }
 
 struct RowsCase {
