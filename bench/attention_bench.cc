@@ -60,13 +60,15 @@ Inputs MakeInputs(int64_t n_q, int64_t n_kv, int64_t heads, int64_t kv_heads, in
   return in;
 }
 
-// args: n, heads, kv_heads, head_dim, bf16, threads (0 = all). Ratios are against the limits
-// measured with the same number of threads.
+// args: n, heads, kv_heads, head_dim, bf16, threads (0 = all), packed (EngineOptions::tile_packing:
+// 0 none, 1 the default, 2 all).
+// Ratios are against the limits measured with the same number of threads.
 void BM_CausalPrefill(benchmark::State& state) {
   const int64_t n = state.range(0), heads = state.range(1), kv_heads = state.range(2),
                 d = state.range(3);
   const bool bf16 = state.range(4) != 0;
   const int threads = static_cast<int>(state.range(5));
+  const int64_t packed = state.range(6);
   MeasureMachineLimits();
   // A case limited to `threads` measures its limits with as many (oneDNN follows this thread's
   // OpenMP setting, in the probes as in the engine), so its ratio compares like with like.
@@ -75,7 +77,12 @@ void BM_CausalPrefill(benchmark::State& state) {
   AttentionOptions options;
   options.mask.causal = true;
   std::vector<float> out(static_cast<size_t>(n * heads * d));
-  AttentionEngine engine(EngineOptions{threads});
+  EngineOptions engine_options;
+  engine_options.threads = threads;
+  engine_options.tile_packing = packed == 0   ? tile::TilePacking::kNone
+                                : packed == 2 ? tile::TilePacking::kAll
+                                              : tile::TilePacking::kBf16;
+  AttentionEngine engine(engine_options);
   AttentionStats stats;
   StepTimes times;
   const MachineLimits before = MeasureLimitsNow();
@@ -307,15 +314,19 @@ void BM_Decode(benchmark::State& state) {
   state.SetLabel(stats.engine);
 }
 
+// packed:0 (none) and packed:2 (f32 too) beside packed:1 (the default, bf16): what packing the
+// shared key and value tiles once gains.
 BENCHMARK(BM_CausalPrefill)
-    ->ArgNames({"n", "heads", "kv_heads", "d", "bf16", "threads"})
-    ->Args({2048, 8, 8, 128, 0, 0})
-    ->Args({2048, 8, 8, 128, 1, 0})
-    ->Args({2048, 32, 8, 128, 0, 0})
-    ->Args({2048, 8, 8, 64, 0, 0})
-    ->Args({2048, 8, 8, 128, 0, 1})
-    ->Args({512, 8, 8, 128, 0, 0})
-    ->Args({512, 8, 8, 128, 1, 0})
+    ->ArgNames({"n", "heads", "kv_heads", "d", "bf16", "threads", "packed"})
+    ->Args({2048, 8, 8, 128, 0, 0, 1})
+    ->Args({2048, 8, 8, 128, 1, 0, 1})
+    ->Args({2048, 32, 8, 128, 0, 0, 1})
+    ->Args({2048, 8, 8, 64, 0, 0, 1})
+    ->Args({2048, 8, 8, 128, 0, 1, 1})
+    ->Args({512, 8, 8, 128, 0, 0, 1})
+    ->Args({512, 8, 8, 128, 1, 0, 1})
+    ->Args({2048, 8, 8, 128, 0, 0, 2})
+    ->Args({2048, 8, 8, 128, 1, 0, 0})
     ->Unit(benchmark::kMillisecond)
     ->UseManualTime()
     ->MinTime(1.0);
@@ -323,9 +334,10 @@ BENCHMARK(BM_CausalPrefill)
 // About 1.5 s per iteration here: a fixed count, so that best and median have several to pick.
 // f32 and bf16 (bf16 at this length is where a bf16 matmul, AMX's, has the most to give).
 BENCHMARK(BM_CausalPrefill)
-    ->ArgNames({"n", "heads", "kv_heads", "d", "bf16", "threads"})
-    ->Args({8192, 8, 8, 128, 0, 0})
-    ->Args({8192, 8, 8, 128, 1, 0})
+    ->ArgNames({"n", "heads", "kv_heads", "d", "bf16", "threads", "packed"})
+    ->Args({8192, 8, 8, 128, 0, 0, 1})
+    ->Args({8192, 8, 8, 128, 1, 0, 1})
+    ->Args({8192, 8, 8, 128, 1, 0, 0})
     ->Unit(benchmark::kMillisecond)
     ->UseManualTime()
     ->Iterations(3);

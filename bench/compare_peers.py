@@ -65,12 +65,12 @@ DECODE = [  # (heads, kv_heads, context, batch)
     (32, 8, 4096, 16),
 ]
 # attend's cases of those shapes (threads:0: all threads).
-PREFILL_FILTER = "CausalPrefill/n:2048/.*/threads:0"
+PREFILL_FILTER = "CausalPrefill/n:2048/.*/threads:0/packed:1"
 DECODE_FILTER = "(context:(4096|16384)/batch:1/|context:4096/batch:16/)storage:[012]/threads:0"
 # --small: cases attention_bench and decode_bench have at these sizes.
 SMALL_PREFILL = [(8, 8, 512, 128), (32, 8, 512, 128)]
 SMALL_DECODE = [(32, 8, 1024, 1), (32, 8, 1024, 16)]
-SMALL_PREFILL_FILTER = "CausalPrefill/n:512/.*/threads:0"
+SMALL_PREFILL_FILTER = "CausalPrefill/n:512/.*/threads:0/packed:1"
 SMALL_DECODE_FILTER = "context:1024/batch:(1|16)/storage:[012]/threads:0/idle:0"
 
 # The PyTorch peers: (bench/torch_peer.py's name, column heading).

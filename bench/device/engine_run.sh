@@ -7,8 +7,9 @@
 #   decode_kernels.json  decode_bench: BM_KernelChoice, BM_DecodeKernel (every kernel set),
 #                        BM_InstructionRate
 #   decode.json          decode_bench: DecodeBatch f32/bf16/int8 at 4096 tokens, batch 1 and 16
-#   attention.json       attention_bench: causal prefill f32 and bf16, 8/8 heads, d 128, n 2048, 8192;
-#                        one prefill tile's matmuls on one core, weights plain and packed
+#   attention.json       attention_bench: causal prefill f32 and bf16, 8/8 heads, d 128, n 2048, 8192,
+#                        with the shared tiles packed and (packed:0) plain; one prefill tile's
+#                        matmuls on one core, weights plain and packed
 #   peers.json           bench/compare_peers.py --json (PyTorch matmul and SDPA peers; its table is
 #                        in engine.log)
 #   decode_scaling.json  decode_bench --scaling_threads=1,2,4,8,16: f32/bf16/int8, batch 1, 2 and
@@ -163,7 +164,7 @@ capped 60 "$run/decode_bench" \
   --benchmark_out="$OUT/decode.json" --benchmark_out_format=json
 
 section "attention_bench: causal prefill f32 and bf16, 8/8 heads, d 128"
-capped 60 "$run/attention_bench" --benchmark_filter="$prefill" \
+capped 90 "$run/attention_bench" --benchmark_filter="$prefill" \
   --benchmark_out="$OUT/attention.json" --benchmark_out_format=json
 
 section "compare_peers.py ${peers[*]}"

@@ -253,6 +253,7 @@ absl::Status AttentionEngine::Compute(const AttentionProblem& problem, absl::Spa
     w.weights = weights.empty() ? nullptr : weights.data();
     // The heads' rows interleave in the caller's tensor: decode reads them span by span.
     w.key_span = s.n_head_kv > 1 ? kKernelTile : 0;
+    w.packing = options_.tile_packing;
   }
   bool outputs_finite = false;
   ATTEND_RETURN_IF_ERROR(tile::Run(works, options_.threads, cancel, &outputs_finite));

@@ -31,6 +31,7 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "core/attention/attention.h"
+#include "core/attention/tile_attention.h"
 #include "core/base/cancellation.h"
 #include "core/base/scratch_pool.h"
 
@@ -42,6 +43,10 @@ struct EngineOptions {
   // Copy buffers kept mapped between calls (shared by concurrent calls): enough for the K and V
   // copies of an 8192-token prefill with 8 key/value heads of 128 in f32.
   int64_t scratch_cache_bytes = int64_t{64} << 20;
+  // Which of a prefill's key and value tiles, read by many query tiles, are packed once into the
+  // matmul's own layout (tile::TilePacking says why bf16 only by default). attention_bench's
+  // BM_CausalPrefill packed:0 compares with none.
+  tile::TilePacking tile_packing = tile::TilePacking::kBf16;
 };
 
 class AttentionEngine {

@@ -210,6 +210,35 @@ absl::Status RunKernelJobs(const Job* jobs, State* const* states, int64_t n) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// A tile's two matmuls over `cols` keys, for `rows` query rows: q.k (the keys as weights, K^T,
+// their rows `k_stride` apart) and p.v (the values, `v_stride` apart). Packed weights ignore
+// the strides.
+onednn::MatmulSpec ScoresSpec(int64_t rows, int64_t d, int64_t cols, int64_t k_stride, DType type) {
+  onednn::MatmulSpec spec;
+  spec.src = {rows, d, d, 1, type};
+  spec.weights = {d, cols, 1, k_stride, type};
+  spec.dst = {rows, cols, cols, 1, DType::kFloat32};
+  return spec;
+}
+
+onednn::MatmulSpec ValuesSpec(int64_t rows, int64_t cols, int64_t dv, int64_t v_stride,
+                              DType type) {
+  onednn::MatmulSpec spec;
+  spec.src = {rows, cols, cols, 1, type};
+  spec.weights = {cols, dv, v_stride, 1, type};
+  spec.dst = {rows, dv, dv, 1, DType::kFloat32};
+  return spec;
+}
+
+onednn::MatmulSpec Packed(onednn::MatmulSpec spec) {
+  spec.weights.packed = true;
+  return spec;
+}
+
+}  // namespace
+
 absl::Status RunTileJob(const Job& job, State* state) {
   if (job.m < kMatmulRows) return RunKernelJobs(&job, &state, 1);
   const KeyTiles& keys = *job.keys;
@@ -248,14 +277,36 @@ absl::Status RunTileJob(const Job& job, State* state) {
     // Columns this tile computes: up to the job's last visible key, rounded up to 64 so that the
     // shapes come from a small fixed set.
     const int64_t cols = std::min(width, (std::min(valid, range.end - start) + 63) / 64 * 64);
-    const simd::Rows k = TileOperand(job, t, /*values=*/false,
-                                     {keys.Keys(t), keys.dtype, keys.key_stride, keys.KeyScales(t)},
-                                     valid, cols, d, /*kernels=*/false, k_f32, k_bf16);
-    onednn::MatmulSpec qk;
-    qk.src = {rows, d, d, 1, a.matmul};
-    qk.weights = {d, cols, 1, k.stride, a.matmul};
-    qk.dst = {rows, cols, cols, 1, DType::kFloat32};
-    ATTEND_RETURN_IF_ERROR(onednn::RunMatmul(qk, q_operand, k.data, s));
+    const auto key_operand = [&] {
+      return TileOperand(job, t, /*values=*/false,
+                         {keys.Keys(t), keys.dtype, keys.key_stride, keys.KeyScales(t)}, valid,
+                         cols, d, /*kernels=*/false, k_f32, k_bf16);
+    };
+    const auto value_operand = [&] {
+      return TileOperand(job, t, /*values=*/true,
+                         {keys.Values(t), keys.dtype, keys.value_stride, keys.ValueScales(t)},
+                         valid, cols, dv, /*kernels=*/false, v_f32, v_bf16);
+    };
+    // A tile marked for packing (PlanPacking) and read whole comes packed, from whichever job
+    // packed it; the packing job makes the operand first, as the plain path would.
+    // (PlanPacking sized them for kQueryTileRows query rows: a group of more than that many
+    // query heads per key/value head makes taller matmuls, which read them plain.)
+    const bool packs = cols == width && rows == kQueryTileRows && job.converted != nullptr &&
+                       job.converted->Marked(job.work, t);
+    const void* k_packed =
+        !packs ? nullptr : job.converted->GetPacked(job.work, t, /*values=*/false, [&](void* out) {
+          const simd::Rows k = key_operand();
+          const onednn::MatmulSpec plain = ScoresSpec(rows, d, cols, k.stride, a.matmul);
+          return onednn::PackWeights(Packed(plain), plain.weights, k.data, out).ok();
+        });
+    if (k_packed != nullptr) {
+      ATTEND_RETURN_IF_ERROR(onednn::RunMatmul(Packed(ScoresSpec(rows, d, cols, 0, a.matmul)),
+                                               q_operand, k_packed, s));
+    } else {
+      const simd::Rows k = key_operand();
+      ATTEND_RETURN_IF_ERROR(
+          onednn::RunMatmul(ScoresSpec(rows, d, cols, k.stride, a.matmul), q_operand, k.data, s));
+    }
 
     UpdateRows(job, t, valid, cols, s, pb, alpha.data(), state);
     // The matmul's padding rows.
@@ -265,16 +316,21 @@ absl::Status RunTileJob(const Job& job, State* state) {
       std::fill(s + m * cols, s + rows * cols, 0.0f);
     }
 
-    const simd::Rows v =
-        TileOperand(job, t, /*values=*/true,
-                    {keys.Values(t), keys.dtype, keys.value_stride, keys.ValueScales(t)}, valid,
-                    cols, dv, /*kernels=*/false, v_f32, v_bf16);
     const void* p_operand = pb != nullptr ? static_cast<const void*>(pb) : s;
-    onednn::MatmulSpec pv;
-    pv.src = {rows, cols, cols, 1, a.matmul};
-    pv.weights = {cols, dv, v.stride, 1, a.matmul};
-    pv.dst = {rows, dv, dv, 1, DType::kFloat32};
-    ATTEND_RETURN_IF_ERROR(onednn::RunMatmul(pv, p_operand, v.data, tmp));
+    const void* v_packed =
+        !packs ? nullptr : job.converted->GetPacked(job.work, t, /*values=*/true, [&](void* out) {
+          const simd::Rows v = value_operand();
+          const onednn::MatmulSpec plain = ValuesSpec(rows, cols, dv, v.stride, a.matmul);
+          return onednn::PackWeights(Packed(plain), plain.weights, v.data, out).ok();
+        });
+    if (v_packed != nullptr) {
+      ATTEND_RETURN_IF_ERROR(onednn::RunMatmul(Packed(ValuesSpec(rows, cols, dv, 0, a.matmul)),
+                                               p_operand, v_packed, tmp));
+    } else {
+      const simd::Rows v = value_operand();
+      ATTEND_RETURN_IF_ERROR(onednn::RunMatmul(ValuesSpec(rows, cols, dv, v.stride, a.matmul),
+                                               p_operand, v.data, tmp));
+    }
     for (int64_t i = 0; i < m; ++i) simd::ScaleAdd(&state->acc[i * dv], alpha[i], tmp + i * dv, dv);
   }
   return absl::OkStatus();
@@ -600,6 +656,76 @@ absl::Status RunUnit(const std::vector<Work>& works, const std::vector<Task>& ta
   return absl::OkStatus();
 }
 
+// The jobs that read a tile whole before it pays to pack it once for all of them: packing a
+// 512-key bf16 tile costs about a third of one of its matmuls, and each matmul over packed
+// weights saves about 7% of one (BM_PrefillTileMatmul, Zen 4, 2026-12-07), so the break-even is
+// 4 to 5 reads.
+constexpr int64_t kMinPackedReads = 6;
+
+// Marks for packing the matmul tiles that at least kMinPackedReads jobs read whole (every
+// column: RunTileJob's cols reaches the tile's width), the most read first, until the store's
+// cap. Decided here, before any job runs, so that every read of a marked tile is of the same
+// packed bytes.
+void PlanPacking(const std::vector<Work>& works, const std::vector<Task>& tasks,
+                 ConvertedTiles* store) {
+  // The works that may pack, with their packed tiles' sizes (which depend only on the work's
+  // shapes). Asked of every such work, whether or not one of its tiles qualifies, so that the
+  // first matmul call of a shape (the KV cache's warm-up) creates the packed primitives too.
+  // Decode-sized works run the kernels; more than kQueryTileRows query heads per key/value head
+  // make taller matmuls, which read their tiles plain.
+  std::vector<std::pair<int64_t, int64_t>> bytes(works.size(), {0, 0});
+  std::vector<std::vector<int64_t>> reads(works.size());
+  for (size_t i = 0; i < works.size(); ++i) {
+    const Work& w = works[i];
+    const bool packs = w.packing == TilePacking::kAll ||
+                       (w.packing == TilePacking::kBf16 && w.arithmetic.matmul == DType::kBFloat16);
+    if (!packs || UsesKernels(w.n_q, w.group) || w.group > kQueryTileRows) continue;
+    const int64_t width = w.keys->width;
+    const DType type = w.arithmetic.matmul;
+    const absl::StatusOr<int64_t> k = onednn::PackedWeightsBytes(
+        Packed(ScoresSpec(kQueryTileRows, w.keys->head_dim, width, 0, type)));
+    const absl::StatusOr<int64_t> v = onednn::PackedWeightsBytes(
+        Packed(ValuesSpec(kQueryTileRows, width, w.keys->head_dim_v, 0, type)));
+    // No packed primitive for these shapes: the tiles stay plain.
+    if (!k.ok() || !v.ok() || *k <= 0 || *v <= 0) continue;
+    bytes[i] = {*k, *v};
+    reads[i].assign(static_cast<size_t>((w.keys->keys + width - 1) / width), 0);
+  }
+  for (const Task& task : tasks) {
+    const size_t i = static_cast<size_t>(task.work - works.data());
+    if (reads[i].empty()) continue;
+    const Job job = MakeJob(task, nullptr);
+    const KeyRange range = JobKeys(job);
+    if (range.size() == 0) continue;
+    const int64_t width = task.work->keys->width;
+    for (int64_t t = range.begin / width; t <= (range.end - 1) / width; ++t) {
+      const int64_t start = t * width;
+      const int64_t valid = std::min(width, task.work->keys->keys - start);
+      // RunTileJob's columns: up to the last visible key, rounded up to 64.
+      if ((std::min(valid, range.end - start) + 63) / 64 * 64 >= width) {
+        ++reads[i][static_cast<size_t>(t)];
+      }
+    }
+  }
+  struct Candidate {
+    int64_t reads, work, tile;
+  };
+  std::vector<Candidate> candidates;
+  for (size_t i = 0; i < works.size(); ++i) {
+    for (size_t t = 0; t < reads[i].size(); ++t) {
+      if (reads[i][t] >= kMinPackedReads) {
+        candidates.push_back({reads[i][t], static_cast<int64_t>(i), static_cast<int64_t>(t)});
+      }
+    }
+  }
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const Candidate& a, const Candidate& b) { return a.reads > b.reads; });
+  for (const Candidate& c : candidates) {
+    const auto [key_bytes, value_bytes] = bytes[static_cast<size_t>(c.work)];
+    if (!store->MarkPacked(c.work, c.tile, key_bytes, value_bytes)) break;
+  }
+}
+
 // Phase 3, the run: every unit, on up to `threads` OpenMP threads. The first error stops the
 // units not yet started and is returned. Span by span, each thread takes one contiguous run of
 // the (equal) spans (Work::key_span says why); otherwise the units are dealt one at a time, as
@@ -615,6 +741,7 @@ absl::Status RunUnits(const std::vector<Work>& works, const std::vector<Task>& t
       break;
     }
   }
+  if (converted) PlanPacking(works, tasks, &*converted);
   ConvertedTiles* const shared = converted ? &*converted : nullptr;
   const auto run = [&](size_t unit) {
     return RunUnit(works, tasks, units, unit, shared, cancel, partials, finite);

@@ -31,6 +31,17 @@
 
 namespace attend::tile {
 
+// Which of a prefill's shared key and value tiles are packed into the matmul primitive's own
+// layout once, instead of being copied into it by every matmul that reads them.
+//   - kBf16 (the default): on native bf16 matmuls. Zen 4 (2026-12-07): a 512-key tile's bf16
+//     matmuls run 5-10% faster on packed weights, which about pays for packing in a prefill
+//     (2048 and 8192 tokens within 1-2%); on AMX, whose tiles take their own layout, it is the
+//     copy a plain matmul makes on every call that packing saves.
+//   - kAll: f32 matmuls too. On Zen 4 they ran 1-9% slower for it (the f32 p.v gains nothing
+//     from packed weights, and the packed copies take cache); for tests and comparisons.
+//   - kNone: every matmul reads its tiles plain.
+enum class TilePacking { kNone, kBf16, kAll };
+
 // Folded query rows from which oneDNN matmuls pay off; below, the vector kernels run.
 inline constexpr int64_t kMatmulRows = 16;
 // RunKernelJobs reads the f32 tiles of several jobs in pieces of this many rows, job by job.
@@ -168,6 +179,9 @@ struct Work {
   // every 4 KiB row a page apart, which the hardware prefetchers do not follow
   // (bench/decode_bench.cc, BM_DecodeLayout: 1.6-1.8x slower than one head's rows in a row).
   int64_t key_span = 0;
+  // Which matmul tiles that enough of this work's query tiles read whole are packed once into
+  // the primitive's layout and shared (tile_operands.h, ConvertedTiles).
+  TilePacking packing = TilePacking::kBf16;
 };
 
 // Runs every work item with up to `threads` OpenMP threads (0 = all), oneDNN's own threads

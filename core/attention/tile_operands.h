@@ -10,6 +10,8 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <new>
+#include <thread>
 #include <vector>
 
 #include "core/attention/tile_attention.h"
@@ -37,10 +39,19 @@ void ConvertRows(const simd::Rows& src, int64_t rows, int64_t out_rows, int64_t 
 // own copy rather than wait. Memory is capped per Run (kMaxBytes); tiles past it are converted
 // per job as before.
 //
-// Thread-safety: Get may be called concurrently; each slot is written once.
+// The same store keeps whole tiles packed into the matmul primitives' own layout
+// (onednn::PackWeights): a matmul over plain weights copies them into that layout on every call,
+// and a causal prefill's key tile is read by every query tile after it. Which tiles are packed is
+// decided before the jobs run (MarkPacked, in a fixed order), and every job that reads a marked
+// tile whole reads its packed bytes, waiting while another job packs them: the output does not
+// depend on which thread got there first.
+//
+// Thread-safety: Get and GetPacked may be called concurrently; each slot is written once.
+// MarkPacked must be called before any job runs.
 class ConvertedTiles {
  public:
   static constexpr int64_t kMaxBytes = int64_t{64} << 20;
+  static constexpr int64_t kMaxPackedBytes = int64_t{64} << 20;
 
   explicit ConvertedTiles(const std::vector<Work>& works) {
     for (const Work& w : works) {
@@ -48,7 +59,49 @@ class ConvertedTiles {
       slots_size_ += static_cast<size_t>(2 * ((w.keys->keys + w.keys->width - 1) / w.keys->width));
     }
     slots_ = std::make_unique<Slot[]>(slots_size_);
+    packed_ = std::make_unique<PackedSlot[]>(slots_size_);
   }
+
+  // Marks tile `tile` of work `work` for packing, its keys into `key_bytes` and its values into
+  // `value_bytes`. False, and no mark, when that would take the packed tiles past
+  // kMaxPackedBytes.
+  bool MarkPacked(int64_t work, int64_t tile, int64_t key_bytes, int64_t value_bytes) {
+    if (packed_bytes_ + key_bytes + value_bytes > kMaxPackedBytes) return false;
+    packed_bytes_ += key_bytes + value_bytes;
+    PackedAt(work, tile, false).bytes = key_bytes;
+    PackedAt(work, tile, true).bytes = value_bytes;
+    return true;
+  }
+
+  // Whether tile `tile` of work `work` is marked for packing.
+  bool Marked(int64_t work, int64_t tile) const { return PackedAt(work, tile, false).bytes > 0; }
+
+  // The marked tile's keys (values when `values`) packed: by `pack(void* out)`, which writes the
+  // marked bytes and returns whether it succeeded, in the first job that asks; the others wait
+  // for it. Null when the tile is not marked or packing failed (every job then reads it plain).
+  template <typename Pack>
+  const void* GetPacked(int64_t work, int64_t tile, bool values, const Pack& pack) {
+    PackedSlot& slot = PackedAt(work, tile, values);
+    if (slot.bytes <= 0) return nullptr;
+    int state = kEmpty;
+    if (slot.state.compare_exchange_strong(state, kConverting, std::memory_order_acq_rel)) {
+      slot.data.reset(static_cast<char*>(
+          ::operator new (static_cast<size_t>(slot.bytes), std::align_val_t{kPackedAlignment})));
+      const bool ok = pack(static_cast<void*>(slot.data.get()));
+      if (!ok) slot.data.reset();
+      slot.state.store(ok ? kReady : kFailed, std::memory_order_release);
+      if (ok) packed_tiles_made.fetch_add(1, std::memory_order_relaxed);
+      return ok ? slot.data.get() : nullptr;
+    }
+    // Another job packs it: a few microseconds (a tile's copy).
+    while ((state = slot.state.load(std::memory_order_acquire)) == kConverting) {
+      std::this_thread::yield();
+    }
+    return state == kReady ? slot.data.get() : nullptr;
+  }
+
+  // Tiles' keys or values packed by every Run so far (for tests).
+  static inline std::atomic<int64_t> packed_tiles_made{0};
 
   // Tile `tile` of work `work` (values when `values`) as dense f32 [width, cols], converted by
   // `convert` into the slot's memory the first time; null when another job is converting it or
@@ -77,15 +130,36 @@ class ConvertedTiles {
   }
 
  private:
-  static constexpr int kEmpty = 0, kConverting = 1, kReady = 2;
+  static constexpr int kEmpty = 0, kConverting = 1, kReady = 2, kFailed = 3;
+  static constexpr size_t kPackedAlignment = 64;
   struct Slot {
     std::atomic<int> state{kEmpty};
     std::unique_ptr<float[]> data;
   };
+  struct AlignedDelete {
+    void operator()(char* p) const { ::operator delete (p, std::align_val_t{kPackedAlignment}); }
+  };
+  struct PackedSlot {
+    int64_t bytes = 0;  // 0: not marked
+    std::atomic<int> state{kEmpty};
+    std::unique_ptr<char[], AlignedDelete> data;
+  };
+  size_t Index(int64_t work, int64_t tile, bool values) const {
+    return static_cast<size_t>(first_slot_[static_cast<size_t>(work)] + 2 * tile +
+                               (values ? 1 : 0));
+  }
+  PackedSlot& PackedAt(int64_t work, int64_t tile, bool values) {
+    return packed_[Index(work, tile, values)];
+  }
+  const PackedSlot& PackedAt(int64_t work, int64_t tile, bool values) const {
+    return packed_[Index(work, tile, values)];
+  }
   std::vector<int64_t> first_slot_;
   size_t slots_size_ = 0;
   std::unique_ptr<Slot[]> slots_;
   std::atomic<int64_t> bytes_{0};
+  std::unique_ptr<PackedSlot[]> packed_;
+  int64_t packed_bytes_ = 0;
 };
 
 // Tile `t`'s keys (or values, with `values`; `valid` rows of `cols` at `src`) as its operand:

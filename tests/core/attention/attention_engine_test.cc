@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/half.h"
 #include "core/attention/testing/reference_attention.h"
+#include "core/attention/tile_operands.h"
 #include "core/kernels/cpu_features.h"
 #include "core/kernels/onednn.h"
 #include "tests/test_util.h"
@@ -258,6 +259,85 @@ TEST(Engine, LargeConvertedOperandsMatchReference) {
   }
   CheckAgainstReference(
       {130, 600, 2, 2, 32, 32, {false, 0}, Precision::kFloat32, DType::kFloat16, true}, ++seed);
+}
+
+// Key and value tiles that enough query tiles read whole are packed once into the matmul's own
+// layout and shared by the jobs of a call (tile_operands.h): by default on native bf16 matmuls,
+// with kAll on f32 ones too (so that every machine runs the path). Every dtype and arithmetic,
+// causal, unmasked and windowed, grouped heads (and a group too tall for the packed shapes,
+// which reads the tiles plain): against the reference, packing must have happened exactly where
+// the geometry and the setting call for it, and two-thread calls, whose jobs race to pack, must
+// repeat to the bit.
+TEST(Engine, PackedTilesMatchReferenceAndRepeat) {
+  struct Packing {
+    Case c;
+    tile::TilePacking packing;
+    bool geometry_packs;  // some tile is read whole by enough jobs
+  };
+  const MaskSpec causal{true, 0}, none{false, 0}, window{true, 700};
+  const tile::TilePacking all = tile::TilePacking::kAll, bf16 = tile::TilePacking::kBf16,
+                          off = tile::TilePacking::kNone;
+  const Packing cases[] = {
+      // 1100 tokens causal, 2/1 heads (32 tokens a job): tile 0 is read whole by 21 jobs.
+      {{1100, 1100, 2, 1, 64, 64, causal, Precision::kFloat32, DType::kFloat32, false}, all, true},
+      {{1100, 1100, 2, 1, 64, 64, causal, Precision::kFloat32, DType::kFloat32, false}, bf16, true},
+      {{1100, 1100, 2, 1, 64, 64, causal, Precision::kBFloat16, DType::kBFloat16, false},
+       bf16,
+       true},
+      {{1100, 1100, 2, 1, 64, 64, causal, Precision::kBFloat16, DType::kBFloat16, false},
+       off,
+       true},
+      {{1100, 1100, 2, 1, 64, 64, causal, Precision::kBFloat16, DType::kFloat32, false}, all, true},
+      {{1100, 1100, 2, 1, 64, 64, causal, Precision::kFloat32, DType::kFloat16, false}, all, true},
+      // Unmasked: every job reads every whole tile; the last tile (76 keys) is never whole.
+      {{400, 1100, 4, 4, 32, 48, none, Precision::kAuto, DType::kBFloat16, false}, bf16, true},
+      // A window of 700 keys: tiles are read whole only while the window covers them.
+      {{1300, 1300, 8, 2, 32, 32, window, Precision::kFloat32, DType::kFloat32, false}, all, true},
+      {{1300, 1300, 8, 2, 32, 32, window, Precision::kBFloat16, DType::kFloat32, false},
+       bf16,
+       true},
+      // 500 tokens: no tile is read whole by six jobs.
+      {{500, 500, 2, 1, 64, 64, causal, Precision::kFloat32, DType::kFloat32, false}, all, false},
+      // 96 query heads per key/value head: 96-row matmuls, read plain.
+      {{40, 700, 96, 1, 16, 16, none, Precision::kFloat32, DType::kFloat32, false}, all, false},
+  };
+  uint64_t seed = 700;
+  for (const Packing& p : cases) {
+    EngineOptions options;
+    options.tile_packing = p.packing;
+    const AttentionEngine engine(options);
+    // Whether the call's matmuls run in bf16 (ResolvePrecision: auto over bf16 inputs is bf16).
+    const bool bf16_matmul =
+        UseBf16Matmul() &&
+        (p.c.precision == Precision::kBFloat16 ||
+         (p.c.precision == Precision::kAuto && p.c.input_dtype == DType::kBFloat16));
+    const bool want = p.geometry_packs && (p.packing == all || (p.packing == bf16 && bf16_matmul));
+    const int64_t before = tile::ConvertedTiles::packed_tiles_made.load();
+    CheckAgainstReference(p.c, ++seed, &engine);
+    const int64_t made = tile::ConvertedTiles::packed_tiles_made.load() - before;
+    EXPECT_EQ(made > 0, want) << p.c.Name() << ": " << made << " tiles packed";
+  }
+  // Repeats: the same call three times on two threads.
+  std::mt19937_64 rng(77);
+  const auto q = RandomFloats(rng, 1100 * 4 * 64);
+  const auto k = RandomFloats(rng, 1100 * 1 * 64);
+  const TensorView qv{DType::kFloat32, {1100, 4, 64}, q.data()};
+  const TensorView kv{DType::kFloat32, {1100, 1, 64}, k.data()};
+  AttentionOptions options;
+  options.mask.causal = true;
+  EngineOptions two_threads;
+  two_threads.threads = 2;
+  two_threads.tile_packing = tile::TilePacking::kAll;
+  const AttentionEngine engine(two_threads);
+  std::vector<float> first(q.size()), again(q.size());
+  ASSERT_OK(engine.Compute(qv, kv, kv, options, {}, absl::MakeSpan(first), {}, nullptr));
+  for (int repeat = 0; repeat < 2; ++repeat) {
+    ASSERT_OK(engine.Compute(qv, kv, kv, options, {}, absl::MakeSpan(again), {}, nullptr));
+    for (size_t i = 0; i < first.size(); ++i) {
+      ASSERT_EQ(absl::bit_cast<uint32_t>(first[i]), absl::bit_cast<uint32_t>(again[i]))
+          << "repeat " << repeat << " element " << i;
+    }
+  }
 }
 
 // Decode-sized work (few folded rows) runs the vector kernels; over few heads the keys are split
