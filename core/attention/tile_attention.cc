@@ -662,6 +662,33 @@ absl::Status RunUnit(const std::vector<Work>& works, const std::vector<Task>& ta
 // 4 to 5 reads.
 constexpr int64_t kMinPackedReads = 6;
 
+// The bytes of a tile's keys and values packed for its two matmuls (0 where oneDNN has no packed
+// primitive for the shapes), remembered per thread: every prefill call asks for each of its
+// works, and the primitive cache's lookup builds a string key and takes a lock, twice per work.
+// The first ask of a shape creates the packed primitives, in whichever call (the KV cache's
+// warm-up) first reaches PlanPacking.
+std::pair<int64_t, int64_t> PackedTileBytes(int64_t width, int64_t d, int64_t dv, DType type) {
+  struct Known {
+    int64_t width, d, dv;
+    DType type;
+    std::pair<int64_t, int64_t> bytes;
+  };
+  thread_local std::vector<Known> known;
+  for (const Known& k : known) {
+    if (k.width == width && k.d == d && k.dv == dv && k.type == type) return k.bytes;
+  }
+  const absl::StatusOr<int64_t> k =
+      onednn::PackedWeightsBytes(Packed(ScoresSpec(kQueryTileRows, d, width, 0, type)));
+  const absl::StatusOr<int64_t> v =
+      onednn::PackedWeightsBytes(Packed(ValuesSpec(kQueryTileRows, width, dv, 0, type)));
+  const std::pair<int64_t, int64_t> bytes =
+      k.ok() && v.ok() ? std::pair<int64_t, int64_t>{*k, *v} : std::pair<int64_t, int64_t>{0, 0};
+  constexpr size_t kKeep = 16;  // shapes per thread
+  if (known.size() >= kKeep) known.erase(known.begin());
+  known.push_back({width, d, dv, type, bytes});
+  return bytes;
+}
+
 // Marks for packing the matmul tiles that at least kMinPackedReads jobs read whole (every
 // column: RunTileJob's cols reaches the tile's width), the most read first, until the store's
 // cap. Decided here, before any job runs, so that every read of a marked tile is of the same
@@ -681,14 +708,9 @@ void PlanPacking(const std::vector<Work>& works, const std::vector<Task>& tasks,
                        (w.packing == TilePacking::kBf16 && w.arithmetic.matmul == DType::kBFloat16);
     if (!packs || UsesKernels(w.n_q, w.group) || w.group > kQueryTileRows) continue;
     const int64_t width = w.keys->width;
-    const DType type = w.arithmetic.matmul;
-    const absl::StatusOr<int64_t> k = onednn::PackedWeightsBytes(
-        Packed(ScoresSpec(kQueryTileRows, w.keys->head_dim, width, 0, type)));
-    const absl::StatusOr<int64_t> v = onednn::PackedWeightsBytes(
-        Packed(ValuesSpec(kQueryTileRows, width, w.keys->head_dim_v, 0, type)));
+    bytes[i] = PackedTileBytes(width, w.keys->head_dim, w.keys->head_dim_v, w.arithmetic.matmul);
     // No packed primitive for these shapes: the tiles stay plain.
-    if (!k.ok() || !v.ok() || *k <= 0 || *v <= 0) continue;
-    bytes[i] = {*k, *v};
+    if (bytes[i].first <= 0 || bytes[i].second <= 0) continue;
     reads[i].assign(static_cast<size_t>((w.keys->keys + width - 1) / width), 0);
   }
   for (const Task& task : tasks) {
