@@ -357,8 +357,12 @@ BENCHMARK(BM_PrefillTileMatmul)
     ->Unit(benchmark::kMicrosecond)
     ->UseManualTime();
 
+// 64 and 1024 tokens: what a call costs besides its bytes (a line through 4096 and 16384 alone
+// read as a fixed millisecond).
 BENCHMARK(BM_Decode)
     ->ArgNames({"context", "batch", "bf16"})
+    ->Args({64, 1, 0})
+    ->Args({1024, 1, 0})
     ->Args({4096, 1, 0})
     ->Args({4096, 1, 1})
     ->Args({16384, 1, 0})
