@@ -293,20 +293,23 @@ absl::Status RunTileJob(const Job& job, State* state) {
     // query heads per key/value head makes taller matmuls, which read them plain.)
     const bool packs = cols == width && rows == kQueryTileRows && job.converted != nullptr &&
                        job.converted->Marked(job.work, t);
-    const void* k_packed =
-        !packs ? nullptr : job.converted->GetPacked(job.work, t, /*values=*/false, [&](void* out) {
-          const simd::Rows k = key_operand();
-          const onednn::MatmulSpec plain = ScoresSpec(rows, d, cols, k.stride, a.matmul);
-          return onednn::PackWeights(Packed(plain), plain.weights, k.data, out).ok();
-        });
-    if (k_packed != nullptr) {
-      ATTEND_RETURN_IF_ERROR(onednn::RunMatmul(Packed(ScoresSpec(rows, d, cols, 0, a.matmul)),
-                                               q_operand, k_packed, s));
-    } else {
-      const simd::Rows k = key_operand();
-      ATTEND_RETURN_IF_ERROR(
-          onednn::RunMatmul(ScoresSpec(rows, d, cols, k.stride, a.matmul), q_operand, k.data, s));
-    }
+    // One of the tile's matmuls, src x the tile's keys or values (`operand` makes them plain;
+    // `spec(stride)` is the matmul over weights rows `stride` apart).
+    const auto tile_matmul = [&](bool values, const auto& operand, const auto& spec,
+                                 const void* src, float* dst) {
+      const void* packed =
+          !packs ? nullptr : job.converted->GetPacked(job.work, t, values, [&](void* out) {
+            const simd::Rows w = operand();
+            const onednn::MatmulSpec plain = spec(w.stride);
+            return onednn::PackWeights(Packed(plain), plain.weights, w.data, out).ok();
+          });
+      if (packed != nullptr) return onednn::RunMatmul(Packed(spec(0)), src, packed, dst);
+      const simd::Rows w = operand();
+      return onednn::RunMatmul(spec(w.stride), src, w.data, dst);
+    };
+    ATTEND_RETURN_IF_ERROR(tile_matmul(
+        /*values=*/false, key_operand,
+        [&](int64_t stride) { return ScoresSpec(rows, d, cols, stride, a.matmul); }, q_operand, s));
 
     UpdateRows(job, t, valid, cols, s, pb, alpha.data(), state);
     // The matmul's padding rows.
@@ -317,20 +320,10 @@ absl::Status RunTileJob(const Job& job, State* state) {
     }
 
     const void* p_operand = pb != nullptr ? static_cast<const void*>(pb) : s;
-    const void* v_packed =
-        !packs ? nullptr : job.converted->GetPacked(job.work, t, /*values=*/true, [&](void* out) {
-          const simd::Rows v = value_operand();
-          const onednn::MatmulSpec plain = ValuesSpec(rows, cols, dv, v.stride, a.matmul);
-          return onednn::PackWeights(Packed(plain), plain.weights, v.data, out).ok();
-        });
-    if (v_packed != nullptr) {
-      ATTEND_RETURN_IF_ERROR(onednn::RunMatmul(Packed(ValuesSpec(rows, cols, dv, 0, a.matmul)),
-                                               p_operand, v_packed, tmp));
-    } else {
-      const simd::Rows v = value_operand();
-      ATTEND_RETURN_IF_ERROR(onednn::RunMatmul(ValuesSpec(rows, cols, dv, v.stride, a.matmul),
-                                               p_operand, v.data, tmp));
-    }
+    ATTEND_RETURN_IF_ERROR(tile_matmul(
+        /*values=*/true, value_operand,
+        [&](int64_t stride) { return ValuesSpec(rows, cols, dv, stride, a.matmul); }, p_operand,
+        tmp));
     for (int64_t i = 0; i < m; ++i) simd::ScaleAdd(&state->acc[i * dv], alpha[i], tmp + i * dv, dv);
   }
   return absl::OkStatus();
