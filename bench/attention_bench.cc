@@ -194,6 +194,7 @@ void BM_MatmulCallOverhead(benchmark::State& state) {
 // falls short where prefill does. args: bf16, part (0 q.k, 1 p.v), packed.
 void BM_PrefillTileMatmul(benchmark::State& state) {
   const bool bf16 = state.range(0) != 0, pv = state.range(1) != 0, packed = state.range(2) != 0;
+  const int64_t kRows = state.range(3);  // query rows: the engine's tile is 64
   const MachineLimits& limits = MeasureMachineLimits();
   const DType type = bf16 ? DType::kBFloat16 : DType::kFloat32;
   if (bf16 && !HasBf16Matmul()) {
@@ -202,7 +203,7 @@ void BM_PrefillTileMatmul(benchmark::State& state) {
   }
   const int threads = omp_get_max_threads();
   const onednn::ScopedThreadLimit one_thread(1);
-  constexpr int64_t kRows = 64, kDim = 128, kKeys = 512;
+  constexpr int64_t kDim = 128, kKeys = 512;
   const int64_t k = pv ? kKeys : kDim, n = pv ? kDim : kKeys;
   onednn::MatmulSpec spec;
   spec.src = {kRows, k, k, 1, type};
@@ -351,9 +352,12 @@ BENCHMARK(BM_CachePrefill)
 
 BENCHMARK(BM_MatmulCallOverhead)->Unit(benchmark::kMicrosecond);
 
+// rows:256, bf16 only: whether a taller query tile would run the primitive closer to the probe
+// (on AMX, whose tiles are 16 rows tall and whose brgemm kernels amortise their set-up over M).
 BENCHMARK(BM_PrefillTileMatmul)
-    ->ArgNames({"bf16", "part", "packed"})
-    ->ArgsProduct({{0, 1}, {0, 1}, {0, 1}})
+    ->ArgNames({"bf16", "part", "packed", "rows"})
+    ->ArgsProduct({{0, 1}, {0, 1}, {0, 1}, {64}})
+    ->ArgsProduct({{1}, {0, 1}, {0, 1}, {256}})
     ->Unit(benchmark::kMicrosecond)
     ->UseManualTime();
 
