@@ -71,6 +71,16 @@ void State::Reset(int64_t m, int64_t head_dim_v) {
   overflowed.assign(static_cast<size_t>(m), 0);
 }
 
+KeyRange JobKeys(const Job& job) {
+  const int64_t kb = RowKeys(job, 0).begin;
+  return {kb, std::max(kb, RowKeys(job, job.m - 1).end)};
+}
+
+int64_t MatmulColumns(const KeyTiles& keys, const KeyRange& range, int64_t t) {
+  const int64_t start = t * keys.width, valid = std::min(keys.width, keys.keys - start);
+  return std::min(keys.width, (std::min(valid, range.end - start) + 63) / 64 * 64);
+}
+
 KeyRange RowKeys(const Job& job, int64_t row) {
   KeyRange r = VisibleKeys(job.mask, job.n_q, job.keys->keys, job.first_token + row / job.group);
   r.begin = std::max(r.begin, job.key_begin);
@@ -85,12 +95,6 @@ simd::Rows Advance(simd::Rows rows, int64_t r) {
   rows.data = static_cast<const char*>(rows.data) + r * rows.stride * DTypeSize(rows.dtype);
   if (rows.scales != nullptr) rows.scales += r;
   return rows;
-}
-
-// The first and one-past-last key any row of the job sees: rows see monotonically later keys.
-KeyRange JobKeys(const Job& job) {
-  const int64_t kb = RowKeys(job, 0).begin;
-  return {kb, std::max(kb, RowKeys(job, job.m - 1).end)};
 }
 
 // Updates the job's softmax state with the scores of tile `t` (row i's at s + i * cols):
@@ -210,60 +214,6 @@ absl::Status RunKernelJobs(const Job* jobs, State* const* states, int64_t n) {
   return absl::OkStatus();
 }
 
-namespace {
-
-// A tile's two matmuls over `cols` keys, for `rows` query rows: q.k (the keys as weights, K^T,
-// their rows `k_stride` apart) and p.v (the values, `v_stride` apart). Packed weights ignore
-// the strides.
-onednn::MatmulSpec ScoresSpec(int64_t rows, int64_t d, int64_t cols, int64_t k_stride, DType type) {
-  onednn::MatmulSpec spec;
-  spec.src = {rows, d, d, 1, type};
-  spec.weights = {d, cols, 1, k_stride, type};
-  spec.dst = {rows, cols, cols, 1, DType::kFloat32};
-  return spec;
-}
-
-onednn::MatmulSpec ValuesSpec(int64_t rows, int64_t cols, int64_t dv, int64_t v_stride,
-                              DType type) {
-  onednn::MatmulSpec spec;
-  spec.src = {rows, cols, cols, 1, type};
-  spec.weights = {cols, dv, v_stride, 1, type};
-  spec.dst = {rows, dv, dv, 1, DType::kFloat32};
-  return spec;
-}
-
-onednn::MatmulSpec Packed(onednn::MatmulSpec spec) {
-  spec.weights.packed = true;
-  return spec;
-}
-
-// Packs tile `t`'s keys (values when `values`) of `job`'s work, whole, into `out` (the bytes
-// PlanPacking marked) for the matmul over kQueryTileRows query rows that reads them; false when
-// oneDNN fails. The operand is the one the plain path reads (TileOperand).
-bool PackTile(const Job& job, int64_t t, bool values, void* out) {
-  const KeyTiles& keys = *job.keys;
-  const int64_t width = keys.width, valid = std::min(width, keys.keys - t * width);
-  thread_local std::vector<float> f32;
-  thread_local std::vector<uint16_t> bf16;
-  const DType type = job.arithmetic.matmul;
-  if (values) {
-    const simd::Rows v =
-        TileOperand(job, t, /*values=*/true,
-                    {keys.Values(t), keys.dtype, keys.value_stride, keys.ValueScales(t)}, valid,
-                    width, keys.head_dim_v, /*kernels=*/false, f32, bf16);
-    const onednn::MatmulSpec plain =
-        ValuesSpec(kQueryTileRows, width, keys.head_dim_v, v.stride, type);
-    return onednn::PackWeights(Packed(plain), plain.weights, v.data, out).ok();
-  }
-  const simd::Rows k = TileOperand(job, t, /*values=*/false,
-                                   {keys.Keys(t), keys.dtype, keys.key_stride, keys.KeyScales(t)},
-                                   valid, width, keys.head_dim, /*kernels=*/false, f32, bf16);
-  const onednn::MatmulSpec plain = ScoresSpec(kQueryTileRows, keys.head_dim, width, k.stride, type);
-  return onednn::PackWeights(Packed(plain), plain.weights, k.data, out).ok();
-}
-
-}  // namespace
-
 absl::Status RunTileJob(const Job& job, State* state) {
   if (job.m < kMatmulRows) return RunKernelJobs(&job, &state, 1);
   const KeyTiles& keys = *job.keys;
@@ -297,11 +247,8 @@ absl::Status RunTileJob(const Job& job, State* state) {
 
   for (int64_t t = range.begin / width; t <= (range.end - 1) / width; ++t) {
     ATTEND_RETURN_IF_ERROR(CheckCancelled(job.cancel, "attention"));
-    const int64_t start = t * width;
-    const int64_t valid = std::min(width, keys.keys - start);
-    // Columns this tile computes: up to the job's last visible key, rounded up to 64 so that the
-    // shapes come from a small fixed set.
-    const int64_t cols = std::min(width, (std::min(valid, range.end - start) + 63) / 64 * 64);
+    const int64_t valid = std::min(width, keys.keys - t * width);
+    const int64_t cols = MatmulColumns(keys, range, t);
     const auto key_operand = [&] {
       return TileOperand(job, t, /*values=*/false,
                          {keys.Keys(t), keys.dtype, keys.key_stride, keys.KeyScales(t)}, valid,
@@ -312,20 +259,15 @@ absl::Status RunTileJob(const Job& job, State* state) {
                          {keys.Values(t), keys.dtype, keys.value_stride, keys.ValueScales(t)},
                          valid, cols, dv, /*kernels=*/false, v_f32, v_bf16);
     };
-    // A tile marked for packing (PlanPacking) and read whole comes packed (PackMarkedTiles packed
-    // it before the jobs ran; should that have failed, every job reads it plain).
-    // (PlanPacking sized them for kQueryTileRows query rows: a group of more than that many
-    // query heads per key/value head makes taller matmuls, which read them plain.)
-    const bool packs = cols == width && rows == kQueryTileRows && job.converted != nullptr &&
-                       job.converted->Marked(job.work, t);
+    // A tile read whole comes packed when PlanPacking marked it and PackMarkedTiles packed it
+    // before the jobs ran. (They are packed for kQueryTileRows query rows: a group of more than
+    // that many query heads per key/value head makes taller matmuls, which read them plain.)
+    const bool whole = cols == width && rows == kQueryTileRows && job.converted != nullptr;
     // One of the tile's matmuls, src x the tile's keys or values (`operand` makes them plain;
     // `spec(stride)` is the matmul over weights rows `stride` apart).
     const auto tile_matmul = [&](bool values, const auto& operand, const auto& spec,
                                  const void* src, float* dst) {
-      const void* packed =
-          !packs ? nullptr : job.converted->GetPacked(job.work, t, values, [&](void* out) {
-            return PackTile(job, t, values, out);
-          });
+      const void* packed = whole ? job.converted->PackedData(job.work, t, values) : nullptr;
       if (packed != nullptr) return onednn::RunMatmul(Packed(spec(0)), src, packed, dst);
       const simd::Rows w = operand();
       return onednn::RunMatmul(spec(w.stride), src, w.data, dst);
@@ -678,33 +620,6 @@ absl::Status RunUnit(const std::vector<Work>& works, const std::vector<Task>& ta
 // 4 to 5 reads.
 constexpr int64_t kMinPackedReads = 6;
 
-// The bytes of a tile's keys and values packed for its two matmuls (0 where oneDNN has no packed
-// primitive for the shapes), remembered per thread: every prefill call asks for each of its
-// works, and the primitive cache's lookup builds a string key and takes a lock, twice per work.
-// The first ask of a shape creates the packed primitives, in whichever call (the KV cache's
-// warm-up) first reaches PlanPacking.
-std::pair<int64_t, int64_t> PackedTileBytes(int64_t width, int64_t d, int64_t dv, DType type) {
-  struct Known {
-    int64_t width, d, dv;
-    DType type;
-    std::pair<int64_t, int64_t> bytes;
-  };
-  thread_local std::vector<Known> known;
-  for (const Known& k : known) {
-    if (k.width == width && k.d == d && k.dv == dv && k.type == type) return k.bytes;
-  }
-  const absl::StatusOr<int64_t> k =
-      onednn::PackedWeightsBytes(Packed(ScoresSpec(kQueryTileRows, d, width, 0, type)));
-  const absl::StatusOr<int64_t> v =
-      onednn::PackedWeightsBytes(Packed(ValuesSpec(kQueryTileRows, width, dv, 0, type)));
-  const std::pair<int64_t, int64_t> bytes =
-      k.ok() && v.ok() ? std::pair<int64_t, int64_t>{*k, *v} : std::pair<int64_t, int64_t>{0, 0};
-  constexpr size_t kKeep = 16;  // shapes per thread
-  if (known.size() >= kKeep) known.erase(known.begin());
-  known.push_back({width, d, dv, type, bytes});
-  return bytes;
-}
-
 // Marks for packing the matmul tiles that at least kMinPackedReads jobs read whole (every
 // column: RunTileJob's cols reaches the tile's width), the most read first, until the store's
 // cap. Decided here, before any job runs, so that every read of a marked tile is of the same
@@ -737,12 +652,7 @@ void PlanPacking(const std::vector<Work>& works, const std::vector<Task>& tasks,
     if (range.size() == 0) continue;
     const int64_t width = task.work->keys->width;
     for (int64_t t = range.begin / width; t <= (range.end - 1) / width; ++t) {
-      const int64_t start = t * width;
-      const int64_t valid = std::min(width, task.work->keys->keys - start);
-      // RunTileJob's columns: up to the last visible key, rounded up to 64.
-      if ((std::min(valid, range.end - start) + 63) / 64 * 64 >= width) {
-        ++reads[i][static_cast<size_t>(t)];
-      }
+      if (MatmulColumns(*task.work->keys, range, t) == width) ++reads[i][static_cast<size_t>(t)];
     }
   }
   struct Candidate {
@@ -795,10 +705,8 @@ void PackMarkedTiles(const std::vector<Work>& works, const std::vector<Task>& ta
     }
   }
   const auto pack = [&](const Piece& p) {
-    // A failure is kept in the slot: the jobs then read the tile plain.
-    (void)store->GetPacked(static_cast<int64_t>(p.work), p.tile, p.values, [&](void* out) {
-      return PackTile(*jobs[p.work], p.tile, p.values, out);
-    });
+    store->Pack(static_cast<int64_t>(p.work), p.tile, p.values,
+                [&](void* out) { return PackTile(*jobs[p.work], p.tile, p.values, out); });
   };
   const int64_t count = static_cast<int64_t>(pieces.size());
   if (count == 0) return;

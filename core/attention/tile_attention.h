@@ -150,6 +150,14 @@ bool Finish(const Job& job, const State& state, float* const* out_rows, float* c
 // The keys row `row` of the job may see.
 KeyRange RowKeys(const Job& job, int64_t row);
 
+// The first and one-past-last key any row of the job sees: rows see monotonically later keys.
+KeyRange JobKeys(const Job& job);
+
+// The key columns of tile `t` a matmul job over `range` (its JobKeys) computes: up to the range's
+// last key, rounded up to 64 so that the shapes come from a small fixed set, at most the tile's
+// width. PlanPacking counts a tile as read whole where this is the width.
+int64_t MatmulColumns(const KeyTiles& keys, const KeyRange& range, int64_t t);
+
 // A whole call's worth of work: the query tokens of one call (or one cached sequence) against
 // one key/value head. Run() folds each head's group, cuts the tokens into jobs of at most
 // kQueryTileRows folded rows, splits the keys across threads when there are fewer jobs than

@@ -1,6 +1,8 @@
 #include "core/attention/tile_operands.h"
 
 #include <algorithm>
+#include <utility>
+#include <vector>
 
 #include "common/half.h"
 
@@ -94,6 +96,72 @@ simd::Rows TileOperand(const Job& job, int64_t t, bool values, const simd::Rows&
   }
   return PrepareOperand(src, keys.padded, keys.bf16_exact, valid, width, cols, a, kernels, f32,
                         bf16);
+}
+
+onednn::MatmulSpec ScoresSpec(int64_t rows, int64_t d, int64_t cols, int64_t k_stride, DType type) {
+  onednn::MatmulSpec spec;
+  spec.src = {rows, d, d, 1, type};
+  spec.weights = {d, cols, 1, k_stride, type};
+  spec.dst = {rows, cols, cols, 1, DType::kFloat32};
+  return spec;
+}
+
+onednn::MatmulSpec ValuesSpec(int64_t rows, int64_t cols, int64_t dv, int64_t v_stride,
+                              DType type) {
+  onednn::MatmulSpec spec;
+  spec.src = {rows, cols, cols, 1, type};
+  spec.weights = {cols, dv, v_stride, 1, type};
+  spec.dst = {rows, dv, dv, 1, DType::kFloat32};
+  return spec;
+}
+
+onednn::MatmulSpec Packed(onednn::MatmulSpec spec) {
+  spec.weights.packed = true;
+  return spec;
+}
+
+bool PackTile(const Job& job, int64_t t, bool values, void* out) {
+  const KeyTiles& keys = *job.keys;
+  const int64_t width = keys.width, valid = std::min(width, keys.keys - t * width);
+  thread_local std::vector<float> f32;
+  thread_local std::vector<uint16_t> bf16;
+  const DType type = job.arithmetic.matmul;
+  if (values) {
+    const simd::Rows v =
+        TileOperand(job, t, /*values=*/true,
+                    {keys.Values(t), keys.dtype, keys.value_stride, keys.ValueScales(t)}, valid,
+                    width, keys.head_dim_v, /*kernels=*/false, f32, bf16);
+    const onednn::MatmulSpec plain =
+        ValuesSpec(kQueryTileRows, width, keys.head_dim_v, v.stride, type);
+    return onednn::PackWeights(Packed(plain), plain.weights, v.data, out).ok();
+  }
+  const simd::Rows k = TileOperand(job, t, /*values=*/false,
+                                   {keys.Keys(t), keys.dtype, keys.key_stride, keys.KeyScales(t)},
+                                   valid, width, keys.head_dim, /*kernels=*/false, f32, bf16);
+  const onednn::MatmulSpec plain = ScoresSpec(kQueryTileRows, keys.head_dim, width, k.stride, type);
+  return onednn::PackWeights(Packed(plain), plain.weights, k.data, out).ok();
+}
+
+std::pair<int64_t, int64_t> PackedTileBytes(int64_t width, int64_t d, int64_t dv, DType type) {
+  struct Known {
+    int64_t width, d, dv;
+    DType type;
+    std::pair<int64_t, int64_t> bytes;
+  };
+  thread_local std::vector<Known> known;
+  for (const Known& k : known) {
+    if (k.width == width && k.d == d && k.dv == dv && k.type == type) return k.bytes;
+  }
+  const absl::StatusOr<int64_t> k =
+      onednn::PackedWeightsBytes(Packed(ScoresSpec(kQueryTileRows, d, width, 0, type)));
+  const absl::StatusOr<int64_t> v =
+      onednn::PackedWeightsBytes(Packed(ValuesSpec(kQueryTileRows, width, dv, 0, type)));
+  const std::pair<int64_t, int64_t> bytes =
+      k.ok() && v.ok() ? std::pair<int64_t, int64_t>{*k, *v} : std::pair<int64_t, int64_t>{0, 0};
+  constexpr size_t kKeep = 16;  // shapes per thread
+  if (known.size() >= kKeep) known.erase(known.begin());
+  known.push_back({width, d, dv, type, bytes});
+  return bytes;
 }
 
 }  // namespace attend::tile

@@ -11,10 +11,11 @@
 #include <cstdint>
 #include <memory>
 #include <new>
-#include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/attention/tile_attention.h"
+#include "core/kernels/onednn.h"
 #include "core/kernels/simd.h"
 
 namespace attend::tile {
@@ -42,12 +43,13 @@ void ConvertRows(const simd::Rows& src, int64_t rows, int64_t out_rows, int64_t 
 // The same store keeps whole tiles packed into the matmul primitives' own layout
 // (onednn::PackWeights): a matmul over plain weights copies them into that layout on every call,
 // and a causal prefill's key tile is read by every query tile after it. Which tiles are packed is
-// decided before the jobs run (MarkPacked, in a fixed order), and every job that reads a marked
-// tile whole reads its packed bytes, waiting while another job packs them: the output does not
-// depend on which thread got there first.
+// decided (MarkPacked, in a fixed order) and they are packed (Pack) before the jobs run, so every
+// job that reads a marked tile whole reads the same packed bytes: the output does not depend on
+// the schedule.
 //
-// Thread-safety: Get and GetPacked may be called concurrently; each slot is written once.
-// MarkPacked must be called before any job runs.
+// Thread-safety: Get may be called concurrently; each of its slots is written once. MarkPacked,
+// then Pack (concurrently only for distinct slots), then PackedData, each phase finished before
+// the next begins.
 class ConvertedTiles {
  public:
   static constexpr int64_t kMaxBytes = int64_t{64} << 20;
@@ -76,28 +78,24 @@ class ConvertedTiles {
   // Whether tile `tile` of work `work` is marked for packing.
   bool Marked(int64_t work, int64_t tile) const { return PackedAt(work, tile, false).bytes > 0; }
 
-  // The marked tile's keys (values when `values`) packed: by `pack(void* out)`, which writes the
-  // marked bytes and returns whether it succeeded, in the first job that asks; the others wait
-  // for it. Null when the tile is not marked or packing failed (every job then reads it plain).
-  template <typename Pack>
-  const void* GetPacked(int64_t work, int64_t tile, bool values, const Pack& pack) {
+  // Packs the marked tile's keys (values when `values`) with `pack(void* out)`, which writes the
+  // marked bytes and returns whether it succeeded; after a failure the tile stays plain.
+  template <typename PackFn>
+  void Pack(int64_t work, int64_t tile, bool values, const PackFn& pack) {
     PackedSlot& slot = PackedAt(work, tile, values);
-    if (slot.bytes <= 0) return nullptr;
-    int state = kEmpty;
-    if (slot.state.compare_exchange_strong(state, kConverting, std::memory_order_acq_rel)) {
-      slot.data.reset(static_cast<char*>(
-          ::operator new (static_cast<size_t>(slot.bytes), std::align_val_t{kPackedAlignment})));
-      const bool ok = pack(static_cast<void*>(slot.data.get()));
-      if (!ok) slot.data.reset();
-      slot.state.store(ok ? kReady : kFailed, std::memory_order_release);
-      if (ok) packed_tiles_made.fetch_add(1, std::memory_order_relaxed);
-      return ok ? slot.data.get() : nullptr;
+    slot.data.reset(static_cast<char*>(
+        ::operator new (static_cast<size_t>(slot.bytes), std::align_val_t{kPackedAlignment})));
+    if (!pack(static_cast<void*>(slot.data.get()))) {
+      slot.data.reset();
+      return;
     }
-    // Another job packs it: about ten microseconds on Zen 4 (a 512-key tile's copy).
-    while ((state = slot.state.load(std::memory_order_acquire)) == kConverting) {
-      std::this_thread::yield();
-    }
-    return state == kReady ? slot.data.get() : nullptr;
+    packed_tiles_made.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  // The packed keys (values when `values`) of tile `tile`; null when it is not marked or its
+  // packing failed (jobs then read it plain).
+  const void* PackedData(int64_t work, int64_t tile, bool values) const {
+    return PackedAt(work, tile, values).data.get();
   }
 
   // Tiles' keys or values packed by every Run so far (for tests).
@@ -109,8 +107,7 @@ class ConvertedTiles {
   template <typename Convert>
   const float* Get(int64_t work, int64_t tile, bool values, int64_t width, int64_t cols,
                    const Convert& convert) {
-    Slot& slot = slots_[static_cast<size_t>(first_slot_[static_cast<size_t>(work)] + 2 * tile +
-                                            (values ? 1 : 0))];
+    Slot& slot = slots_[Index(work, tile, values)];
     int state = slot.state.load(std::memory_order_acquire);
     if (state == kReady) return slot.data.get();
     if (state != kEmpty) return nullptr;
@@ -130,7 +127,7 @@ class ConvertedTiles {
   }
 
  private:
-  static constexpr int kEmpty = 0, kConverting = 1, kReady = 2, kFailed = 3;
+  static constexpr int kEmpty = 0, kConverting = 1, kReady = 2;
   static constexpr size_t kPackedAlignment = 64;
   struct Slot {
     std::atomic<int> state{kEmpty};
@@ -141,7 +138,6 @@ class ConvertedTiles {
   };
   struct PackedSlot {
     int64_t bytes = 0;  // 0: not marked
-    std::atomic<int> state{kEmpty};
     std::unique_ptr<char[], AlignedDelete> data;
   };
   size_t Index(int64_t work, int64_t tile, bool values) const {
@@ -161,6 +157,26 @@ class ConvertedTiles {
   std::unique_ptr<PackedSlot[]> packed_;
   int64_t packed_bytes_ = 0;
 };
+
+// A tile's two matmuls over `cols` keys, for `rows` query rows: q.k (the keys as weights, K^T,
+// their rows `k_stride` apart) and p.v (the values, `v_stride` apart). Packed weights ignore
+// the strides.
+onednn::MatmulSpec ScoresSpec(int64_t rows, int64_t d, int64_t cols, int64_t k_stride, DType type);
+onednn::MatmulSpec ValuesSpec(int64_t rows, int64_t cols, int64_t dv, int64_t v_stride, DType type);
+// `spec` over packed weights.
+onednn::MatmulSpec Packed(onednn::MatmulSpec spec);
+
+// The bytes of a tile's keys and values packed for its two matmuls over kQueryTileRows query
+// rows (0 where oneDNN has no packed primitive for the shapes), remembered per thread: every
+// prefill call asks for each of its works, and the primitive cache's lookup builds a string key
+// and takes a lock, twice per work. The first ask of a shape creates the packed primitives, in
+// whichever call (the KV cache's warm-up) first plans packing for it.
+std::pair<int64_t, int64_t> PackedTileBytes(int64_t width, int64_t d, int64_t dv, DType type);
+
+// Packs tile `t`'s keys (values when `values`) of `job`'s work, whole, into `out`
+// (PackedTileBytes' bytes) for the matmul over kQueryTileRows query rows that reads them; false
+// when oneDNN fails. The operand is the one the plain path reads (TileOperand).
+bool PackTile(const Job& job, int64_t t, bool values, void* out);
 
 // Tile `t`'s keys (or values, with `values`; `valid` rows of `cols` at `src`) as its operand:
 // for the f32 matmul path, from the Run's shared store when they need converting (bf16 or int8
