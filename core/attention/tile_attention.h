@@ -97,7 +97,8 @@ struct State {
   void Reset(int64_t m, int64_t head_dim_v);
 };
 
-class ConvertedTiles;  // tiles converted once per Run and shared by its jobs (tile_attention.cc)
+class ConvertedTiles;  // tiles converted or packed once per Run and shared by its jobs
+                       // (tile_operands.h)
 
 struct Job {
   const float* q = nullptr;  // [m, head_dim]: folded rows (token r, head j) at r * group + j

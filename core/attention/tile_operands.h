@@ -1,4 +1,4 @@
-// Where the tile loop (tile_attention.cc) finds a tile's keys and values in the form a path
+// Where the tile loop (tile_job.cc) finds a tile's keys and values in the form a path
 // needs: in place when the storage already fits, else converted (dequantized, rounded to bf16,
 // zero-padded) into a thread-local copy or, for a prefill's matmuls, into a store shared by the
 // jobs of one Run.
