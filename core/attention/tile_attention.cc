@@ -300,8 +300,8 @@ absl::Status RunUnit(const std::vector<Work>& works, const std::vector<Task>& ta
 // 4 to 5 reads.
 constexpr int64_t kMinPackedReads = 6;
 
-// Marks for packing the matmul tiles that at least kMinPackedReads jobs read whole (every
-// column: RunTileJob's cols reaches the tile's width), the most read first, until the store's
+// Marks for packing the matmul tiles that at least kMinPackedReads jobs read whole (their
+// MatmulColumns reach the tile's width), the most read first, until the store's
 // cap. Decided here, before any job runs, so that every read of a marked tile is of the same
 // packed bytes.
 void PlanPacking(const std::vector<Work>& works, const std::vector<Task>& tasks,
