@@ -19,10 +19,18 @@ a full-cache call starting over) and the previous sequences are released first; 
 does that explicitly.
 
 Masks: None (causal, no padding), or [batch, 1 or heads, q_len, kv_len] boolean (True = attend)
-or additive (0 = attend, -inf or the dtype's minimum = masked). Left padding (the prompt's first
-positions masked in a row) is handled: the padded positions are not sent and their outputs are
-zeros. Anything else that is not causal (right padding, masked positions after the prompt,
+or additive (0 = attend, -inf or the dtype's minimum = masked). register() gives the name the
+mask transformers builds for "sdpa": since 4.53 transformers builds masks only for the
+implementations in its mask registry and passes None to the others. Left padding (the prompt's
+first positions masked in a row) is handled: the padded positions are not sent and their outputs
+are zeros. Anything else that is not causal (right padding, masked positions after the prompt,
 sliding windows, additive biases) is refused with ValueError saying why, as are dropout > 0.
+
+generate() with session.cache(): greedy or sampling. Beam search, assisted and contrastive
+decoding reorder, repeat or crop the cache's rows, which attend's sequences cannot follow: the
+cache raises NotImplementedError for those. Inside offload() the model's generation_config has
+disable_compile set (generate() would compile the forward for a StaticCache on a GPU, and
+attend's calls cannot be traced).
 
 This module imports without transformers; register() and cache() import it when called.
 """
@@ -49,7 +57,29 @@ def register(name=DEFAULT_NAME):
         raise ImportError("attend.hf.register: needs transformers >= 4.48 (AttentionInterface): "
                           "%s" % e) from e
     AttentionInterface.register(name, attention_forward)
+    _register_mask(name)
     return name
+
+
+def _register_mask(name):
+    """Gives `name` the mask that transformers builds for "sdpa" (boolean, True = attend; None
+    where nothing is masked but the causal triangle). Since 4.53 (masking_utils) transformers
+    builds a mask only for implementations in its mask registry and passes attention_mask=None
+    to any other: left-padded batches would then attend to their padding without a word.
+    Before 4.53 the model builds a 4-D mask for every implementation, and there is nothing to
+    register."""
+    try:
+        from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
+    except ImportError:
+        return
+    mapping = getattr(ALL_MASK_ATTENTION_FUNCTIONS, "_global_mapping", {})
+    if name in mapping:
+        return
+    sdpa = mapping.get("sdpa")
+    if sdpa is None:
+        raise ImportError("attend.hf.register: this transformers' mask registry has no 'sdpa' "
+                          "mask to give '%s' (has: %s)" % (name, sorted(mapping)))
+    ALL_MASK_ATTENTION_FUNCTIONS.register(name, sdpa)
 
 
 def attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
@@ -77,6 +107,10 @@ def offload(model, client, *, kv_dtype="bfloat16", layers=None, name=DEFAULT_NAM
                              precision=precision)
     config = getattr(model, "config", None)
     old_impl = getattr(config, "_attn_implementation", None) if config is not None else None
+    # generate() compiles the forward pass on its own for a compileable cache (StaticCache) on
+    # a GPU; attend's calls (gRPC, host copies) cannot be traced, so that stays off meanwhile.
+    generation_config = getattr(model, "generation_config", None)
+    old_compile = getattr(generation_config, "disable_compile", None)
     registered = False
     try:
         import transformers
@@ -90,6 +124,8 @@ def offload(model, client, *, kv_dtype="bfloat16", layers=None, name=DEFAULT_NAM
     try:
         if registered and config is not None:
             config._attn_implementation = name
+        if old_compile is not None:
+            generation_config.disable_compile = True
         for m in (model.modules() if hasattr(model, "modules") else ()):
             if hasattr(m, "layer_idx"):
                 m._attend_session = session
@@ -104,6 +140,8 @@ def offload(model, client, *, kv_dtype="bfloat16", layers=None, name=DEFAULT_NAM
                 pass
         if registered and config is not None:
             config._attn_implementation = old_impl
+        if old_compile is not None:
+            generation_config.disable_compile = old_compile
         session.close()
 
 
@@ -213,7 +251,8 @@ class OffloadSession:
                              % (list(key.shape), list(value.shape), list(query.shape)))
 
         # A new generation in the same session: a full cache starting over at layer 0, or
-        # position_ids starting at 0 again.
+        # position_ids starting at 0 again (anywhere in the call: a prompt padded beyond its
+        # longest row has padding, position 0 or 1, in every row's first column).
         positions = kwargs.get("position_ids")
         if layer == 0 and self._columns.get(0, 0) > 0:
             restart = self._full_cache and kv_len == q_len
@@ -401,9 +440,9 @@ def _cache_class():
 
         def __init__(self, session):
             try:
-                super().__init__()
-            except Exception:  # noqa: BLE001  (newer Caches want layers; none are kept here)
-                pass
+                super().__init__(layers=[])  # transformers >= 5: the layers, none kept here
+            except TypeError:
+                super().__init__()  # 4.x: Cache() takes no layers
             self.session = session
             self.layers = []
 
@@ -414,13 +453,38 @@ def _cache_class():
             return self.session.seq_length(layer_idx or 0)
 
         def get_max_cache_shape(self, layer_idx=0):
-            return None
+            return -1  # no maximum, as transformers' DynamicCache says it
 
         def get_max_length(self):
-            return None
+            return None  # transformers < 4.45 asks this instead
 
-        def get_mask_sizes(self, cache_position, layer_idx=0):
-            return self.get_seq_length(layer_idx) + cache_position.shape[0], 0
+        def get_mask_sizes(self, query, layer_idx=0):
+            # transformers >= 5 passes the query length; 4.53-4.57 the cache_position tensor.
+            q_len = query if isinstance(query, int) else int(query.shape[0])
+            return self.get_seq_length(layer_idx) + q_len, 0
+
+        # What generate() would do to the positions attend holds: attend keeps every position
+        # it was sent and one sequence per row, so dropping positions, reordering or repeating
+        # rows (beam search, contrastive search, assisted decoding) would leave attend's
+        # sequences out of step with the model. transformers' base class does these on its
+        # (empty) layers and returns, which would be wrong without a word: refuse instead.
+        def _refuse(self, what):
+            raise NotImplementedError(
+                "attend.hf: %s is not supported with session.cache() (attend holds one "
+                "sequence per row, every position it was sent): use greedy or sampling "
+                "generation (num_beams=1, no assistant model)" % what)
+
+        def reorder_cache(self, beam_idx):
+            self._refuse("reordering the cache's rows (beam search)")
+
+        def crop(self, max_length):
+            self._refuse("cropping the cache (assisted or contrastive decoding)")
+
+        def batch_select_indices(self, indices):
+            self._refuse("selecting the cache's rows")
+
+        def batch_repeat_interleave(self, repeats):
+            self._refuse("repeating the cache's rows (beam search, num_return_sequences)")
 
         @property
         def is_sliding(self):

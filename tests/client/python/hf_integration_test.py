@@ -13,12 +13,15 @@ skipped saying so.
     PYTHONPATH=build/python tests/client/python/hf_integration_test.py --server build/server/attend-server
 """
 import argparse
+import contextlib
 import re
 import signal
 import subprocess
 import sys
 import tempfile
+import types
 import unittest
+from unittest import mock
 
 try:
     import torch
@@ -108,6 +111,12 @@ class DynamicCache:
         self.k[layer_idx], self.v[layer_idx] = key_states, value_states
         return key_states, value_states
 
+    def get_seq_length(self, layer_idx=0):
+        return self.k[layer_idx].shape[-2] if layer_idx in self.k else 0
+
+    def get_mask_sizes(self, q_length, layer_idx=0):
+        return self.get_seq_length(layer_idx) + q_length, 0
+
 
 def causal_mask_4d(mask_2d, q_len, past, kind):
     """transformers' _prepare_4d_causal_attention_mask_with_cache_position: [batch, 1, q_len,
@@ -125,6 +134,117 @@ def causal_mask_4d(mask_2d, q_len, past, kind):
     if kind == "inf":
         return causal.masked_fill(causal == MIN, float("-inf"))
     return causal
+
+
+# --- transformers 5's mask registry and Cache, as attend.hf meets them -----------------------
+
+class GeneralInterface:
+    """transformers.utils.generic.GeneralInterface: a class-wide mapping that register()
+    writes, and per-instance overrides."""
+    _global_mapping = {}
+
+    def __init__(self):
+        self._local_mapping = {}
+
+    def __getitem__(self, key):
+        if key in self._local_mapping:
+            return self._local_mapping[key]
+        return self._global_mapping[key]
+
+    @classmethod
+    def register(cls, key, value):
+        cls._global_mapping.update({key: value})
+
+
+def sdpa_mask(batch_size, q_offset, q_length, kv_length, padding_mask=None,
+              allow_is_causal_skip=True):
+    """masking_utils.sdpa_mask's result: None where only the causal triangle is masked and
+    torch can be told is_causal (no padding, and one query or as many queries as keys);
+    otherwise bool [batch, 1, q_length, kv_length], True = attend, fully masked rows (padded
+    queries) turned all True as older torch needs."""
+    if padding_mask is None:
+        padding_mask = torch.ones(batch_size, kv_length, dtype=torch.bool)
+    if allow_is_causal_skip and bool(padding_mask.all()) and \
+            (q_length == 1 or kv_length == q_length):
+        return None
+    assert kv_length == q_offset + q_length, (kv_length, q_offset, q_length)
+    mask = causal_mask_4d(padding_mask.long(), q_length, q_offset, "bool")
+    return mask | ~mask.any(-1, keepdim=True)
+
+
+def create_causal_mask(config, input_embeds, attention_mask, past_key_values, layer_idx=0):
+    """masking_utils.create_causal_mask in transformers 5 (_preprocess_mask_arguments): no mask
+    at all for an implementation missing from the mask registry; otherwise the registered
+    mask function over the lengths the cache reports (get_mask_sizes(q_length: int, layer))."""
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
+    impl = config._attn_implementation
+    if impl not in ALL_MASK_ATTENTION_FUNCTIONS._global_mapping:
+        return None
+    q_length = input_embeds.shape[1]
+    if past_key_values is not None:
+        q_offset = past_key_values.get_seq_length()
+        kv_length, kv_offset = past_key_values.get_mask_sizes(q_length, layer_idx)
+        assert kv_offset == 0
+    else:
+        q_offset, kv_length = 0, q_length
+    allow_skip = not getattr(past_key_values, "is_compileable", False)
+    return ALL_MASK_ATTENTION_FUNCTIONS[impl](
+        input_embeds.shape[0], q_offset, q_length, kv_length,
+        padding_mask=None if attention_mask is None else attention_mask.bool(),
+        allow_is_causal_skip=allow_skip)
+
+
+def transformers5_modules(masking=True):
+    """sys.modules entries for a transformers 5 as far as attend.hf uses it: AttentionInterface,
+    the mask registry (without `masking`: transformers 4.48-4.52, which had none) and a Cache
+    whose constructor wants its layers, and whose row operations walk them."""
+
+    class AttentionInterface(GeneralInterface):
+        _global_mapping = {"eager": eager_attention_forward}
+
+    class AttentionMaskInterface(GeneralInterface):
+        _global_mapping = {"sdpa": sdpa_mask}
+
+    class Cache:
+        def __init__(self, layers=None, layer_class_to_replicate=None):
+            if (layers is None) == (layer_class_to_replicate is None):
+                raise ValueError("You should provide exactly one of layers or "
+                                 "layer_class_to_replicate to initialize a Cache.")
+            self.layers = layers if layers is not None else []
+
+        @property
+        def is_compileable(self):
+            return True
+
+        def reorder_cache(self, beam_idx):
+            for layer in self.layers:
+                layer.reorder_cache(beam_idx)
+
+        def crop(self, max_length):
+            for layer in self.layers:
+                layer.crop(max_length)
+
+        def batch_select_indices(self, indices):
+            for layer in self.layers:
+                layer.batch_select_indices(indices)
+
+        def batch_repeat_interleave(self, repeats):
+            for layer in self.layers:
+                layer.batch_repeat_interleave(repeats)
+
+    top = types.ModuleType("transformers")
+    top.__version__ = "5 (stand-in)"
+    top.AttentionInterface = AttentionInterface
+    cache_utils = types.ModuleType("transformers.cache_utils")
+    cache_utils.Cache = Cache
+    modules = {"transformers": top, "transformers.cache_utils": cache_utils}
+    if masking:
+        top.AttentionMaskInterface = AttentionMaskInterface
+        masking_utils = types.ModuleType("transformers.masking_utils")
+        masking_utils.ALL_MASK_ATTENTION_FUNCTIONS = AttentionMaskInterface()
+        masking_utils.create_causal_mask = create_causal_mask
+        modules["transformers.masking_utils"] = masking_utils
+    return modules
 
 
 class StandInAttention(torch.nn.Module):
@@ -170,7 +290,8 @@ class StandInModel(torch.nn.Module):
         super().__init__()
         torch.manual_seed(seed)
         self.head_dim = head_dim
-        self.config = type("Config", (), {"num_hidden_layers": layers})()
+        self.config = type("Config", (), {"num_hidden_layers": layers,
+                                          "_attn_implementation": "eager"})()
         self.layers = torch.nn.ModuleList(
             StandInAttention(i, hidden, n_head, n_head_kv, head_dim, scaling)
             for i in range(layers))
@@ -191,8 +312,13 @@ class StandInModel(torch.nn.Module):
             decode_mask_none=False):
         """Prefill of prompt [batch, len, hidden] (mask_2d [batch, len], 0 = padding), then
         `steps` decode steps of random inputs: what the layers added to each step's inputs
-        ([batch, len, hidden], the residual stream less the inputs)."""
-        cache = DynamicCache() if cache == "dynamic" else None
+        ([batch, len, hidden], the residual stream less the inputs). cache: "dynamic", "none"
+        or a cache object (session.cache()); mask_kind "transformers5": the mask that
+        transformers 5's create_causal_mask builds for the configured implementation."""
+        if cache == "dynamic":
+            cache = DynamicCache()
+        elif cache == "none":
+            cache = None
         gen = torch.Generator().manual_seed(99)
         batch, length, hidden = prompt.shape
         mask_2d = mask_2d.clone()
@@ -202,7 +328,10 @@ class StandInModel(torch.nn.Module):
             position_ids = mask_2d.long().cumsum(-1) - 1
             position_ids.masked_fill_(mask_2d == 0, 1)
             position_ids = position_ids[:, -q_len:]
-            mask = causal_mask_4d(mask_2d, q_len, past, mask_kind)
+            if mask_kind == "transformers5":
+                mask = create_causal_mask(self.config, x, mask_2d, cache)
+            else:
+                mask = causal_mask_4d(mask_2d, q_len, past, mask_kind)
             if decode_mask_none and step > 0:
                 mask = None
             outs.append(self(x, position_ids, mask, cache) - x)  # what the layers added
@@ -239,6 +368,8 @@ class Integration(unittest.TestCase):
         want = model.run(prompt, mask_2d, steps)
         model.use(attend.hf.attention_forward)
         with attend.hf.offload(model, self.client, kv_dtype=kv_dtype) as session:
+            if cache == "session":
+                cache = session.cache()
             got = model.run(prompt, mask_2d, steps, cache=cache, mask_kind=mask_kind,
                             decode_mask_none=decode_mask_none)
             self.assertEqual(self.client.stats().sequences, batch)
@@ -327,6 +458,80 @@ class Integration(unittest.TestCase):
                 self.assertEqual(self.client.stats().sequences, 2)
                 self.assertEqual(session.tokens(1), [6, 6])
         self.assertAllReleased()
+
+    # --- as transformers 5 calls it --------------------------------------------------------
+
+    @contextlib.contextmanager
+    def transformers5(self, masking=True):
+        """transformers 5's registries and Cache in sys.modules for the block (the real
+        transformers, if installed, is out of sight meanwhile)."""
+        saved = attend.hf._CACHE_CLASS
+        attend.hf._CACHE_CLASS = None
+        try:
+            with mock.patch.dict(sys.modules, transformers5_modules(masking)):
+                yield sys.modules["transformers"]
+        finally:
+            attend.hf._CACHE_CLASS = saved
+
+    def test_transformers5_left_padding(self):
+        # transformers 5 builds a mask only for implementations in its mask registry: offload()
+        # must register one, or padded rows attend to their padding.
+        for cache in ("dynamic", "session"):
+            with self.transformers5():
+                self.compare(pads=[0, 3, 6], cache=cache, mask_kind="transformers5")
+                self.compare(pads=[2, 0, 5], cache=cache, mask_kind="transformers5",
+                             kv_dtype="bfloat16", rtol=2e-2)
+                self.compare(cache=cache, mask_kind="transformers5")  # no padding: mask None
+
+    def test_transformers5_registration(self):
+        with self.transformers5() as transformers:
+            from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
+            self.assertEqual(attend.hf.register("attend-x"), "attend-x")
+            self.assertIs(transformers.AttentionInterface._global_mapping["attend-x"],
+                          attend.hf.attention_forward)
+            self.assertIs(ALL_MASK_ATTENTION_FUNCTIONS["attend-x"], sdpa_mask)
+            attend.hf.register("attend-x")  # again: no change, no error
+            self.assertIs(ALL_MASK_ATTENTION_FUNCTIONS["attend-x"], sdpa_mask)
+        with self.transformers5(masking=False) as transformers:  # 4.48-4.52: no mask registry
+            self.assertEqual(attend.hf.register("attend-y"), "attend-y")
+            self.assertIn("attend-y", transformers.AttentionInterface._global_mapping)
+
+    def test_transformers5_session_cache(self):
+        model = StandInModel()
+        model.use(attend.hf.attention_forward)
+        with self.transformers5() as transformers, \
+                attend.hf.offload(model, self.client) as session:
+            self.assertEqual(model.config._attn_implementation, "attend")
+            cache = session.cache()
+            self.assertIsInstance(cache, sys.modules["transformers.cache_utils"].Cache)
+            self.assertFalse(cache.is_compileable)
+            self.assertEqual(cache.get_max_cache_shape(), -1)
+            self.assertEqual(cache.get_mask_sizes(5, 0), (5, 0))
+            self.assertEqual(cache.get_mask_sizes(torch.arange(5), 0), (5, 0))  # 4.53-4.57
+            mask_2d = torch.ones(2, 4, dtype=torch.long)
+            model.run(torch.randn(2, 4, 64), mask_2d, 2, cache=cache, mask_kind="transformers5")
+            self.assertEqual((cache.get_seq_length(0), cache.get_seq_length(1)), (6, 6))
+            self.assertEqual(cache.get_mask_sizes(1, 1), (7, 0))
+            self.assertEqual(session.tokens(1), [6, 6])
+            # Beam search, assisted and contrastive decoding change rows or drop positions:
+            # attend's sequences cannot follow, so the cache says so instead of ignoring it.
+            for call in (lambda: cache.reorder_cache(torch.tensor([1, 0])),
+                         lambda: cache.crop(3),
+                         lambda: cache.batch_select_indices(torch.tensor([0])),
+                         lambda: cache.batch_repeat_interleave(2)):
+                with self.assertRaisesRegex(NotImplementedError, "num_beams=1"):
+                    call()
+            self.assertEqual(session.tokens(1), [6, 6])
+        self.assertEqual(model.config._attn_implementation, "eager")
+        self.assertAllReleased()
+
+    def test_generation_config_compile_switched_off_meanwhile(self):
+        model = StandInModel()
+        model.use(attend.hf.attention_forward)
+        model.generation_config = types.SimpleNamespace(disable_compile=False)
+        with attend.hf.offload(model, self.client):
+            self.assertTrue(model.generation_config.disable_compile)
+        self.assertFalse(model.generation_config.disable_compile)
 
     def test_real_transformers_llama(self):
         try:
