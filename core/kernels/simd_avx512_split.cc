@@ -81,8 +81,9 @@ ATTEND_AVX512 void DotSplitBlock(const float* qs, int64_t width, int64_t d, cons
       for (int r = 0; r < R; ++r) LoadSplit(row[r], c, mask, &lo[r], &hi[r]);
 #pragma GCC unroll 4
       for (int j = 0; j < M; ++j) {
-        const __m512 qe = _mm512_loadu_ps(qs + j * width + c);
-        const __m512 qo = _mm512_loadu_ps(qs + j * width + c + 16);
+        __m512 qe = _mm512_loadu_ps(qs + j * width + c);
+        __m512 qo = _mm512_loadu_ps(qs + j * width + c + 16);
+        if constexpr (R > 1) __asm__("" : "+v"(qe), "+v"(qo));  // one load each for R FMAs
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
           even[j * R + r] = _mm512_fmadd_ps(qe, lo[r], even[j * R + r]);
