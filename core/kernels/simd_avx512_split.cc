@@ -155,8 +155,7 @@ ATTEND_AVX512 void DotSplitChained(const float* qs, int64_t width, int64_t d, co
   if constexpr (R > 1) {
     const int64_t done = span * R;
     if (done < rows) {
-      DotSplitChained<M, 1>(qs, width, d, RowsFrom<kBf16>(k, done), rows - done, scores + done,
-                            ld);
+      DotSplitChained<M, 1>(qs, width, d, RowsFrom<kBf16>(k, done), rows - done, scores + done, ld);
     }
   }
 }
