@@ -255,11 +255,13 @@ void BM_DecodeKernel(benchmark::State& state) {
 
 // One of the decode kernels alone, on the set decode uses, one core, K or V in L2: which of q.k
 // and p.v holds a storage type's step. Reports the K (q.k) or V (p.v) bytes read per second.
-// args: storage, part (0 q.k, DotRows; 1 p.v, AccumulateRows).
+// args: storage, part (0 q.k, DotRows; 1 p.v, AccumulateRows), head size, weights (0 uniform,
+// 1 sharp, 2 a sink), query heads per KV head (the GQA group: the kernels block 4 query rows at
+// a time, then 2, then 1, so groups of 1 and 2 run other code than the default 4).
 void BM_DecodeKernelPart(benchmark::State& state) {
   const DType storage = StorageOf(state.range(0));
   MeasureMachineLimits();  // first: it applies ATTEND_SIMD_KERNELS
-  KernelStep step(storage, state.range(2));
+  KernelStep step(storage, state.range(2), state.range(4));
   step.SetWeights(state.range(3) == 0   ? KernelStep::Weights::kUniform
                   : state.range(3) == 1 ? KernelStep::Weights::kSharp
                                         : KernelStep::Weights::kSink);
@@ -556,9 +558,10 @@ BENCHMARK(BM_DecodeKernel)
     ->ArgsProduct({{0, 1, 2}, {-1}})
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_DecodeKernelPart)
-    ->ArgNames({"storage", "part", "dim", "sharp"})
-    ->ArgsProduct({{0, 1, 2}, {0, 1}, {128, 64, 256}, {0}})
-    ->ArgsProduct({{0, 1, 2}, {1}, {128}, {1, 2}});
+    ->ArgNames({"storage", "part", "dim", "sharp", "group"})
+    ->ArgsProduct({{0, 1, 2}, {0, 1}, {128, 64, 256}, {0}, {4}})
+    ->ArgsProduct({{0, 1, 2}, {1}, {128}, {1, 2}, {4}})
+    ->ArgsProduct({{0, 1, 2}, {0, 1}, {128}, {0}, {1, 2}});
 BENCHMARK(BM_KernelChoice)->ArgName("storage")->DenseRange(0, 2)->Unit(benchmark::kMillisecond);
 // Every kernel set against every other (1 = avx2, then the AVX-512 sets the CPU has).
 BENCHMARK(BM_DecodeKernel)

@@ -20,8 +20,9 @@ std::vector<float> RandomNormal(int64_t n, uint64_t seed) {
   return x;
 }
 
-KernelStep::KernelStep(DType storage, int64_t dim) : storage_(storage), dim_(dim) {
-  q_ = RandomNormal(kGroup * dim_, 4);
+KernelStep::KernelStep(DType storage, int64_t dim, int64_t group)
+    : storage_(storage), dim_(dim), group_(group) {
+  q_ = RandomNormal(group_ * dim_, 4);
   const std::vector<float> values = RandomNormal(2 * kRows * dim_, 5);
   // Over bf16 storage decode computes in bf16 (Precision::kAuto): q arrives rounded.
   if (storage == DType::kBFloat16) {
@@ -52,16 +53,16 @@ KernelStep::KernelStep(DType storage, int64_t dim) : storage_(storage), dim_(dim
                   scales_.data() + kRows};
   // As under native bf16 arithmetic: the bf16 sets' dot product instructions may run.
   k_.native_bf16 = v_.native_bf16 = storage == DType::kBFloat16;
-  scores_.resize(kGroup * kRows);
-  out_.resize(kGroup * dim_);
+  scores_.resize(group_ * kRows);
+  out_.resize(group_ * dim_);
   SetWeights(Weights::kUniform);
 }
 
 void KernelStep::SetWeights(Weights weights) {
-  weights_.assign(kGroup * kRows, 1.0f / kRows);
+  weights_.assign(group_ * kRows, 1.0f / kRows);
   const std::vector<float> draws =
-      weights == Weights::kSharp ? RandomNormal(kGroup * kRows, 6) : std::vector<float>();
-  for (int64_t j = 0; j < kGroup; ++j) {
+      weights == Weights::kSharp ? RandomNormal(group_ * kRows, 6) : std::vector<float>();
+  for (int64_t j = 0; j < group_; ++j) {
     float* row = weights_.data() + j * kRows;
     if (weights == Weights::kSink) {
       // One key with weight 1, the others 4.5e-5 of it (e^-10), as when a sink holds half the
@@ -89,11 +90,11 @@ void KernelStep::Run(int steps, Part part) {
   if (part == Part::kAccumulate) std::copy(weights_.begin(), weights_.end(), scores_.begin());
   for (int rep = 0; rep < steps; ++rep) {
     if (part != Part::kAccumulate) {
-      simd::DotRows(q_.data(), kGroup, dim_, k_, kRows, scores_.data(), kRows);
+      simd::DotRows(q_.data(), group_, dim_, k_, kRows, scores_.data(), kRows);
     }
     if (part == Part::kBoth) std::copy(weights_.begin(), weights_.end(), scores_.begin());
     if (part != Part::kDot) {
-      simd::AccumulateRows(scores_.data(), kRows, kGroup, v_, kRows, dim_, out_.data());
+      simd::AccumulateRows(scores_.data(), kRows, group_, v_, kRows, dim_, out_.data());
     }
   }
   benchmark::DoNotOptimize(scores_.data());

@@ -17,7 +17,8 @@ namespace attend::bench {
 // n draws of a standard normal distribution from a generator seeded with `seed`.
 std::vector<float> RandomNormal(int64_t n, uint64_t seed);
 
-// q.k for a GQA group of kGroup query heads, then p.v, over kRows cached tokens of one KV head
+// q.k for a GQA group of `group` query heads (kGroup unless given), then p.v, over kRows cached
+// tokens of one KV head
 // in `storage`, dense rows (as the KV cache's blocks hold them), heads of `dim` columns (d 128:
 // K and V, 256 KiB for f32, stay in L2). bf16 storage runs as under bf16 arithmetic (q rounded
 // to bf16, the bf16 sets' dot product instructions allowed); int8 has one scale per row.
@@ -25,7 +26,7 @@ class KernelStep {
  public:
   static constexpr int64_t kGroup = 4, kRows = 256;
 
-  KernelStep(DType storage, int64_t dim);
+  KernelStep(DType storage, int64_t dim, int64_t group = kGroup);
 
   // Which of a step's kernels Run runs.
   enum class Part { kBoth, kDot, kAccumulate };
@@ -45,7 +46,7 @@ class KernelStep {
 
  private:
   DType storage_;
-  int64_t dim_;
+  int64_t dim_, group_;
   std::vector<float> q_, scales_, scores_, out_, weights_;
   std::vector<char> kv_;
   simd::Rows k_, v_;

@@ -55,60 +55,14 @@ ATTEND_AVX512 void SplitRow(const float* q, int64_t d, int64_t chunks, float* ou
   }
 }
 
-// Scores of M query rows against R key rows (from R spans, as the other kernels) at a time:
-// even and odd products in separate accumulators, added before the horizontal sums.
+// Scores of M query rows against R key rows (from R spans, as the other kernels) at a time, each
+// pair's even and odd products chained into one accumulator (two FMAs in a row per chunk) rather
+// than kept in two and added before the horizontal sums: M * R may then reach 16 with the key
+// rows' halves still in registers (M * R accumulators, 2 * R halves and q's two: 32 registers).
 template <int M, int R>
 ATTEND_AVX512 void DotSplitBlock(const float* qs, int64_t width, int64_t d, const Rows& k,
                                  int64_t rows, float* scores, int64_t ld) {
-  static_assert(M * R <= 8);
-  const int64_t span = rows / R;
-  const int64_t ahead = PrefetchRows<kBf16>(d);
-  for (int64_t g = 0; g < span; ++g) {
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) PrefetchRow<kBf16>(k, r * span + g + ahead, (r + 1) * span, d);
-    __m512 even[M * R], odd[M * R];
-#pragma GCC unroll 8
-    for (int i = 0; i < M * R; ++i) even[i] = odd[i] = _mm512_setzero_ps();
-    const uint16_t* row[R];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      row[r] = static_cast<const uint16_t*>(RowAt<kBf16>(k, SpanRow(r, g, span)));
-    }
-    for (int64_t c = 0; c < d; c += 32) {
-      const __mmask32 mask = Mask32(d - c);
-      __m512 lo[R], hi[R];
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) LoadSplit(row[r], c, mask, &lo[r], &hi[r]);
-#pragma GCC unroll 4
-      for (int j = 0; j < M; ++j) {
-        __m512 qe = _mm512_loadu_ps(qs + j * width + c);
-        __m512 qo = _mm512_loadu_ps(qs + j * width + c + 16);
-        if constexpr (R > 1) __asm__("" : "+v"(qe), "+v"(qo));  // one load each for R FMAs
-#pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) {
-          even[j * R + r] = _mm512_fmadd_ps(qe, lo[r], even[j * R + r]);
-          odd[j * R + r] = _mm512_fmadd_ps(qo, hi[r], odd[j * R + r]);
-        }
-      }
-    }
-#pragma GCC unroll 8
-    for (int i = 0; i < M * R; ++i) even[i] = _mm512_add_ps(even[i], odd[i]);
-    StoreSpanSums<M, R>(even, g, span, scores, ld);
-  }
-  if constexpr (R > 1) {
-    const int64_t done = span * R;
-    if (done < rows) {
-      DotSplitBlock<M, 1>(qs, width, d, RowsFrom<kBf16>(k, done), rows - done, scores + done, ld);
-    }
-  }
-}
-
-// As DotSplitBlock, with each pair's even and odd products in one accumulator (two FMAs in a
-// chain per chunk), so that M * R may reach 16 with the key rows' halves still in registers.
-template <int M, int R>
-ATTEND_AVX512 void DotSplitChained(const float* qs, int64_t width, int64_t d, const Rows& k,
-                                   int64_t rows, float* scores, int64_t ld) {
-  static_assert(M * R <= 16 && (M * R <= 8 || M * R % 8 == 0));
+  static_assert(M * R <= 16);
   const int64_t span = rows / R;
   const int64_t ahead = PrefetchRows<kBf16>(d);
   for (int64_t g = 0; g < span; ++g) {
@@ -131,6 +85,7 @@ ATTEND_AVX512 void DotSplitChained(const float* qs, int64_t width, int64_t d, co
       for (int j = 0; j < M; ++j) {
         __m512 qe = _mm512_loadu_ps(qs + j * width + c);
         __m512 qo = _mm512_loadu_ps(qs + j * width + c + 16);
+        // One load each for the R rows' FMAs: GCC would fold a load into every one of them.
         if constexpr (R > 1) __asm__("" : "+v"(qe), "+v"(qo));
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
@@ -142,9 +97,9 @@ ATTEND_AVX512 void DotSplitChained(const float* qs, int64_t width, int64_t d, co
     if constexpr (M * R <= 8) {
       StoreSpanSums<M, R>(acc, g, span, scores, ld);
     } else {
-      alignas(32) float sums[M * R];
-#pragma GCC unroll 2
-      for (int h = 0; h < M * R / 8; ++h) _mm256_store_ps(sums + 8 * h, Sum8Of16<8>(acc + 8 * h));
+      alignas(32) float sums[16];
+      _mm256_store_ps(sums, Sum8Of16<8>(acc));
+      _mm256_store_ps(sums + 8, Sum8Of16<M * R - 8>(acc + 8));
 #pragma GCC unroll 4
       for (int j = 0; j < M; ++j) {
 #pragma GCC unroll 8
@@ -155,7 +110,7 @@ ATTEND_AVX512 void DotSplitChained(const float* qs, int64_t width, int64_t d, co
   if constexpr (R > 1) {
     const int64_t done = span * R;
     if (done < rows) {
-      DotSplitChained<M, 1>(qs, width, d, RowsFrom<kBf16>(k, done), rows - done, scores + done, ld);
+      DotSplitBlock<M, 1>(qs, width, d, RowsFrom<kBf16>(k, done), rows - done, scores + done, ld);
     }
   }
 }
@@ -231,18 +186,20 @@ ATTEND_AVX512 void DotBf16Split(const float* q, int64_t m, int64_t d, const Rows
   split.resize(static_cast<size_t>(m * width));
   for (int64_t j = 0; j < m; ++j) SplitRow(q + j * d, d, chunks, split.data() + j * width);
   const float* qs = split.data();
-  // Four query rows (a GQA group of 4 or 8) against four key rows: 16 chained accumulators, so
-  // that each Sum8Of16 and each q load serves more rows (one core from L2 on an Emerald Rapids
-  // without AVX512-BF16: q.k 16-17 -> 20-21 GB/s at d 128, against DotSplitBlock<4, 2>). Fewer
-  // query rows: M * R <= 8 accumulator pairs, and R key rows' two halves in registers besides.
+  // As many key rows per step as the registers hold, so that each Sum8Of16 and each q load
+  // serves more of them: four query rows (GQA groups of 4, 8) against four key rows, two
+  // against six (groups of 2, the rest of 6 or 7), one against eight (MHA, odd groups). One core
+  // from L2 on an Emerald Rapids without AVX512-BF16, d 128, against even and odd accumulators
+  // kept apart (at most 8 pairs: four query rows against two key rows, two against four, one
+  // against four): q.k 16-17 -> 20-21 GB/s (group of 4), 30-31 -> 31-35 (2), 32-33 -> 45-46 (1).
   int64_t j = 0;
   for (; j + 4 <= m; j += 4) {
-    DotSplitChained<4, 4>(qs + j * width, width, d, k, rows, scores + j * ld, ld);
+    DotSplitBlock<4, 4>(qs + j * width, width, d, k, rows, scores + j * ld, ld);
   }
   for (; j + 2 <= m; j += 2) {
-    DotSplitBlock<2, 4>(qs + j * width, width, d, k, rows, scores + j * ld, ld);
+    DotSplitBlock<2, 6>(qs + j * width, width, d, k, rows, scores + j * ld, ld);
   }
-  for (; j < m; ++j) DotSplitBlock<1, 4>(qs + j * width, width, d, k, rows, scores + j * ld, ld);
+  for (; j < m; ++j) DotSplitBlock<1, 8>(qs + j * width, width, d, k, rows, scores + j * ld, ld);
 }
 
 ATTEND_AVX512 void AccumulateBf16Split(const float* p, int64_t ld, int64_t m, const Rows& v,
