@@ -28,7 +28,14 @@ sliding windows, additive biases) is refused with ValueError saying why, as are 
 
 generate() with session.cache(): greedy or sampling. Beam search, assisted and contrastive
 decoding reorder, repeat or crop the cache's rows, which attend's sequences cannot follow: the
-cache raises NotImplementedError for those. Inside offload() the model's generation_config has
+cache raises NotImplementedError for those (is_croppable is False). With the model's own cache
+(DynamicCache, StaticCache), the last key position attend holds is compared with the cache's at
+each call: a cache from another conversation, or rows reordered by beam search, raise ValueError
+instead of being answered from the wrong history. A session.cache() from an ended generation
+raises RuntimeError. A new generation with the model's own cache must start its positions at 0
+(as generate() does) or come after session.reset(): its first call cannot always be told from the next
+chunk of the last one otherwise. Gradients: the output carries none, and a backward pass through
+it raises RuntimeError (attend computes no gradients) rather than leave zeros. Inside offload() the model's generation_config has
 disable_compile set (generate() would compile the forward for a StaticCache on a GPU, and
 attend's calls cannot be traced).
 
@@ -45,6 +52,11 @@ __all__ = ["register", "attention_forward", "offload", "OffloadSession", "DEFAUL
 
 DEFAULT_NAME = "attend"
 
+# transformers' own implementations (besides what its registry holds): never replaced.
+_BUILTIN_NAMES = frozenset({"eager", "sdpa", "flash_attention_2", "flash_attention_3",
+                            "flex_attention", "paged_attention", "sdpa_paged", "eager_paged",
+                            "flash_paged"})
+
 _current = contextvars.ContextVar("attend_hf_session", default=None)
 
 
@@ -56,6 +68,17 @@ def register(name=DEFAULT_NAME):
     except ImportError as e:
         raise ImportError("attend.hf.register: needs transformers >= 4.48 (AttentionInterface): "
                           "%s" % e) from e
+    # Registering over "sdpa" would send every model of the process that uses it to attend (and
+    # fail outside offload()), also after the block; "eager" is never looked up.
+    if name in _BUILTIN_NAMES:
+        raise ValueError("attend.hf.register: '%s' is one of transformers' own attention "
+                         "implementations; give attend another name" % name)
+    taken = getattr(AttentionInterface, "_global_mapping", {}).get(name)
+    if taken is not None and getattr(taken, "__module__", None) != __name__:
+        raise ValueError("attend.hf.register: '%s' is already transformers' name for %s.%s; "
+                         "give attend another name"
+                         % (name, getattr(taken, "__module__", "?"),
+                            getattr(taken, "__qualname__", taken)))
     AttentionInterface.register(name, attention_forward)
     _register_mask(name)
     return name
@@ -103,6 +126,16 @@ def offload(model, client, *, kv_dtype="bfloat16", layers=None, name=DEFAULT_NAM
     model's attention implementation is restored afterwards. Without transformers (a model
     written against the same calling convention) nothing is registered: the model's modules
     get the session and call attention_forward themselves."""
+    if model is None:
+        raise ValueError("attend.hf.offload: model is None")
+    try:
+        import transformers
+    except ImportError:
+        transformers = None
+    registered = False
+    if transformers is not None:
+        register(name)  # first: a name it refuses leaves nothing to undo
+        registered = True
     session = OffloadSession(client, model, kv_dtype=kv_dtype, layers=layers, prefix=prefix,
                              precision=precision)
     config = getattr(model, "config", None)
@@ -111,14 +144,6 @@ def offload(model, client, *, kv_dtype="bfloat16", layers=None, name=DEFAULT_NAM
     # a GPU; attend's calls (gRPC, host copies) cannot be traced, so that stays off meanwhile.
     generation_config = getattr(model, "generation_config", None)
     old_compile = getattr(generation_config, "disable_compile", None)
-    registered = False
-    try:
-        import transformers
-    except ImportError:
-        transformers = None
-    if transformers is not None:
-        register(name)
-        registered = True
     tagged = []
     token = _current.set(session)
     try:
@@ -179,6 +204,8 @@ class OffloadSession:
         self._full_cache = False  # key/value seen carrying the past (DynamicCache, StaticCache)
         self._mask_memo = None
         self._last_position = None  # per row: the last position_ids value sent (layer 0)
+        self._last_key = {}  # layer -> the last key position sent, [batch, n_head_kv, d]
+        self._lead = None  # the generation's first attention layer (0 unless layer 0 is not)
 
     def tokens(self, layer=0):
         """Tokens attend holds for each row in `layer` (padding excluded)."""
@@ -186,7 +213,10 @@ class OffloadSession:
 
     def seq_length(self, layer=0):
         """Columns (positions, left padding included) the layer has consumed: what a
-        transformers cache reports as its sequence length."""
+        transformers cache reports as its sequence length. A layer attend has not seen (a
+        hybrid model's layer that is not attention) answers as the first attention layer."""
+        if layer not in self._columns and self._lead is not None:
+            layer = self._lead
         return self._columns.get(layer, 0)
 
     def reset(self):
@@ -246,26 +276,46 @@ class OffloadSession:
                                                  list(value.shape)))
         batch, n_head, q_len, head_dim = query.shape
         n_head_kv, kv_len, head_dim_v = key.shape[1], key.shape[2], value.shape[3]
-        if key.shape[0] != batch or value.shape[:3] != key.shape[:3]:
+        if key.shape[0] != batch or value.shape[:3] != key.shape[:3] or \
+                key.shape[3] != head_dim:
             raise ValueError("attend.hf: key %s / value %s do not match query %s"
                              % (list(key.shape), list(value.shape), list(query.shape)))
 
         # A new generation in the same session: a full cache starting over at layer 0, or
         # position_ids starting at 0 again (anywhere in the call: a prompt padded beyond its
         # longest row has padding, position 0 or 1, in every row's first column).
+        # Also a mask over no more keys than queries: the model holds no past.
         positions = kwargs.get("position_ids")
-        if layer == 0 and self._columns.get(0, 0) > 0:
+        lead = self._lead if self._lead is not None else layer
+        if layer == lead and self._columns.get(lead, 0) > 0:
             restart = self._full_cache and kv_len == q_len
             if positions is not None and not restart:
                 restart = int(positions.min()) == 0
+            if attention_mask is not None and attention_mask.dim() == 4 and not restart:
+                restart = attention_mask.shape[-1] == q_len
             if restart:
                 self.reset()
+        if self._lead is None:
+            self._lead = layer
+        lead = self._lead
+        if layer == lead and any(c != self._columns.get(lead, 0) for c in self._columns.values()):
+            raise ValueError(
+                "attend.hf: the layers hold %s positions: out of step (a step failed part way, "
+                "or layers were skipped); start again with session.reset() or session.cache()"
+                % dict(sorted(self._columns.items())))
+        if layer != lead and self._columns.get(layer, 0) + q_len != self._columns.get(lead, 0):
+            raise ValueError(
+                "attend.hf: layer %d holds %d positions and layer %d %d, with %d new: the layers "
+                "are out of step (a step failed part way, or layers were skipped); start again "
+                "with session.reset() or session.cache()"
+                % (layer, self._columns.get(layer, 0), lead, self._columns.get(lead, 0), q_len))
 
         columns = self._columns.get(layer, 0)
         if kv_len == q_len:
             new_k, new_v = key, value
         elif kv_len >= columns + q_len:
             self._full_cache = True
+            self._check_past(layer, key, columns)
             new_k, new_v = key[:, :, columns:columns + q_len], value[:, :, columns:columns + q_len]
         else:
             raise ValueError(
@@ -284,7 +334,7 @@ class OffloadSession:
 
         pad = self._padding(attention_mask, layer, columns, q_len)
         counts = [q_len - p for p in pad]
-        if positions is not None and layer == 0:
+        if positions is not None and layer == lead:
             self._check_positions(positions, pad, q_len)
 
         q_t = query.transpose(1, 2)   # [batch, q_len, n_head, head_dim]
@@ -307,6 +357,7 @@ class OffloadSession:
         self.calls += r.calls
         self._columns[layer] = columns + q_len
         self._tokens[layer] = list(r.layer_tokens)
+        self._last_key[layer] = new_k[:, :, -1].detach().clone()
 
         out = r.output.to(query.device, query.dtype)
         if any(pad):
@@ -315,8 +366,35 @@ class OffloadSession:
             for b in range(batch):
                 full[b, pad[b]:] = out[row:row + counts[b]]
                 row += counts[b]
-            return full, None
-        return out.view(batch, q_len, n_head, head_dim_v), None
+            out = full
+        else:
+            out = out.view(batch, q_len, n_head, head_dim_v)
+        if torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or
+                                        value.requires_grad):
+            # Detached, the output would give the model zero gradients without a word.
+            out = _no_backward().apply(out, query, key, value)
+        return out, None
+
+    def _check_past(self, layer, key, columns):
+        """key carries the past (a transformers cache): its last column attend holds must be
+        the one sent, row by row, or attend's sequences and the model's cache are two different
+        histories (another conversation's cache, rows reordered by beam search)."""
+        import torch
+        sent = self._last_key.get(layer)
+        if sent is None or columns == 0:
+            return
+        held = key[:, :, columns - 1]
+        sent = sent.to(held.device, held.dtype)
+        if torch.equal(held, sent):
+            return
+        for b in range(key.shape[0]):
+            if not torch.equal(held[b], sent[b]):
+                raise ValueError(
+                    "attend.hf: layer %d, row %d: the cache's key at position %d is not the one "
+                    "attend was sent: the model's cache and attend's sequences hold different "
+                    "histories (another conversation's cache, or rows reordered or selected, as "
+                    "beam search does, which attend cannot follow); start again with "
+                    "session.reset() or session.cache()" % (layer, b, columns - 1))
 
     def _create(self, shape):
         batch, n_head, n_head_kv, head_dim, head_dim_v, scaling = shape
@@ -349,6 +427,13 @@ class OffloadSession:
                 mask.shape[3] < columns + q_len:
             raise ValueError("attend.hf: attention_mask %s: expected [batch, 1, %d, >= %d]"
                              % (list(mask.shape), q_len, columns + q_len))
+        if not (mask.dtype == torch.bool or mask.dtype.is_floating_point):
+            raise ValueError("attend.hf: attention_mask of dtype %s: expected bool (True = "
+                             "attend) or floating point (0 = attend, -inf or the minimum = "
+                             "masked)" % mask.dtype)
+        if mask.shape[1] > 1 and not bool((mask == mask[:, :1]).all()):
+            raise ValueError("attend.hf: attention_mask %s differs between heads: attend applies "
+                             "one mask to every head" % list(mask.shape))
         m = mask[:, 0].cpu()
         if m.dtype == torch.bool:
             allowed = m
@@ -372,7 +457,10 @@ class OffloadSession:
                 raise ValueError("attend.hf: row %d masks %d new positions after the prompt; "
                                  "attend holds every position it was sent" % (b, p))
             if p == q_len:
-                raise ValueError("attend.hf: row %d has no unmasked position in its prompt" % b)
+                raise ValueError(
+                    "attend.hf: row %d has no unmasked position in this call's %d: left padding "
+                    "longer than the first call (a chunked prefill, prefill_chunk_size, shorter "
+                    "than the padding) is not supported" % (b, q_len))
             want = causal[p:, :].clone()
             want[:, :p] = False
             if not torch.equal(allowed[b, p:, columns:end], want) or \
@@ -421,6 +509,31 @@ class OffloadSession:
         self._last_position = last
 
 
+_NO_BACKWARD = None
+
+
+def _no_backward():
+    """An autograd function that passes attend's output on and refuses a backward pass: attend
+    computes no gradients, and a detached output would leave the model's at zero silently."""
+    global _NO_BACKWARD
+    if _NO_BACKWARD is None:
+        import torch
+
+        class NoBackward(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, out, *inputs):
+                return out.clone()
+
+            @staticmethod
+            def backward(ctx, *grads):
+                raise RuntimeError("attend.hf: attention through attend has no backward pass "
+                                   "(it computes no gradients); train with an in-process "
+                                   "attention implementation")
+
+        _NO_BACKWARD = NoBackward
+    return _NO_BACKWARD
+
+
 _CACHE_CLASS = None
 
 
@@ -438,6 +551,8 @@ def _cache_class():
     class AttendCache(Cache):
         is_compileable = False
 
+        is_croppable = False
+
         def __init__(self, session):
             try:
                 super().__init__(layers=[])  # transformers >= 5: the layers, none kept here
@@ -445,18 +560,34 @@ def _cache_class():
                 super().__init__()  # 4.x: Cache() takes no layers
             self.session = session
             self.layers = []
+            self.generation = session._generation
+
+        def _check(self):
+            if self.generation != self.session._generation:
+                raise RuntimeError(
+                    "attend.hf: this cache belongs to a generation the session has ended "
+                    "(session.cache() or session.reset() was called since): its sequences are "
+                    "released; use the cache of the current generation")
 
         def update(self, key_states, value_states, layer_idx, cache_kwargs=None):
+            self._check()
             return key_states, value_states  # only the new positions reach the attention
 
+        def reset(self):
+            """transformers' Cache.reset(): empty. Releases the session's sequences; this cache
+            then belongs to the session's new generation."""
+            self.session.reset()
+            self.generation = self.session._generation
+
         def get_seq_length(self, layer_idx=0):
+            self._check()
             return self.session.seq_length(layer_idx or 0)
 
         def get_max_cache_shape(self, layer_idx=0):
             return -1  # no maximum, as transformers' DynamicCache says it
 
-        def get_max_length(self):
-            return None  # transformers < 4.45 asks this instead
+        def get_max_length(self, layer_idx=None):
+            return None  # transformers < 4.45 asks this instead: None, no maximum
 
         def get_mask_sizes(self, query, layer_idx=0):
             # transformers >= 5 passes the query length; 4.53-4.57 the cache_position tensor.

@@ -499,7 +499,7 @@ class Integration(unittest.TestCase):
     def test_transformers5_session_cache(self):
         model = StandInModel()
         model.use(attend.hf.attention_forward)
-        with self.transformers5() as transformers, \
+        with self.transformers5(), \
                 attend.hf.offload(model, self.client) as session:
             self.assertEqual(model.config._attn_implementation, "attend")
             cache = session.cache()
@@ -532,6 +532,156 @@ class Integration(unittest.TestCase):
         with attend.hf.offload(model, self.client):
             self.assertTrue(model.generation_config.disable_compile)
         self.assertFalse(model.generation_config.disable_compile)
+
+    # --- what an outside tester found: histories that differ, silently ------------------------
+
+    def test_another_conversations_cache_is_refused(self):
+        # Conversation A's prompt, then B's (a new generation: A's sequences are released), then
+        # A's next step with A's DynamicCache: attend holds B's history, not A's.
+        model = StandInModel()
+        model.use(attend.hf.attention_forward)
+        a, b = torch.randn(1, 5, 64), torch.randn(1, 5, 64)
+        ones = torch.ones(1, 5, dtype=torch.long)
+        with torch.no_grad(), self.transformers5(), \
+                attend.hf.offload(model, self.client) as session:
+            cache_a = DynamicCache()
+            model(a, torch.arange(5)[None], causal_mask_4d(ones, 5, 0, "min"), cache_a)
+            model(b, torch.arange(5)[None], causal_mask_4d(ones, 5, 0, "min"), DynamicCache())
+            with self.assertRaisesRegex(ValueError, "different histories"):
+                model(torch.randn(1, 1, 64), torch.tensor([[5]]), None, cache_a)
+            # session.cache(): a second one ends the first one's generation.
+            first = session.cache()
+            model(a, torch.arange(5)[None], None, first)
+            second = session.cache()
+            model(b, torch.arange(5)[None], None, second)
+            with self.assertRaisesRegex(RuntimeError, "generation the session has ended"):
+                model(torch.randn(1, 1, 64), torch.tensor([[5]]), None, first)
+            # The current one goes on, and its reset() starts it over.
+            model(torch.randn(1, 1, 64), torch.tensor([[5]]), None, second)
+            self.assertEqual(session.tokens(1), [6])
+            second.reset()
+            self.assertEqual((self.client.stats().sequences, second.get_seq_length()), (0, 0))
+            model(a, torch.arange(5)[None], None, second)
+            self.assertEqual(session.tokens(1), [5])
+        self.assertAllReleased()
+
+    def test_rows_reordered_in_the_models_cache_are_refused(self):
+        # Beam search with transformers' own cache reorders its rows between steps; attend's
+        # sequences cannot follow, and must not be read as if they had.
+        model = StandInModel()
+        model.use(attend.hf.attention_forward)
+        mask = torch.ones(2, 4, dtype=torch.long)
+        with torch.no_grad(), attend.hf.offload(model, self.client):
+            cache = DynamicCache()
+            model(torch.randn(2, 4, 64), torch.arange(4)[None].expand(2, 4),
+                  causal_mask_4d(mask, 4, 0, "min"), cache)
+            for layer in cache.k:  # beam_idx [1, 1]
+                cache.k[layer] = cache.k[layer][[1, 1]]
+                cache.v[layer] = cache.v[layer][[1, 1]]
+            with self.assertRaisesRegex(ValueError, "row 0.*beam search"):
+                model(torch.randn(2, 1, 64), torch.full((2, 1), 4), None, cache)
+        self.assertAllReleased()
+
+    def test_a_new_dynamic_cache_after_a_prompt_only_generation(self):
+        # A generation of one prompt (no decode step: nothing says the model keeps its own
+        # cache), then a new DynamicCache whose positions do not start at 0: its mask covers
+        # no past, which says the model starts over.
+        torch.manual_seed(3)
+        model = StandInModel()
+        x1, x2 = torch.randn(2, 6, 64), torch.randn(2, 4, 64)
+        mask = torch.ones(2, 4, dtype=torch.long)
+        mask[1, :1] = 0
+        pos = torch.tensor([[6, 7, 8, 9], [1, 6, 7, 8]])
+        model.use(eager_attention_forward)
+        with torch.no_grad():
+            want = model(x2, pos, causal_mask_4d(mask, 4, 0, "min"), DynamicCache())
+        model.use(attend.hf.attention_forward)
+        with torch.no_grad(), attend.hf.offload(model, self.client, kv_dtype="float32") as session:
+            model(x1, torch.arange(6)[None].expand(2, 6), None, DynamicCache())
+            got = model(x2, pos, causal_mask_4d(mask, 4, 0, "min"), DynamicCache())
+            self.assertEqual(session.tokens(1), [4, 3])
+        torch.testing.assert_close(got[0], want[0], rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(got[1, 1:], want[1, 1:], rtol=1e-4, atol=1e-4)
+        self.assertAllReleased()
+
+    def test_masks_that_differ_between_heads_are_refused(self):
+        model = StandInModel()
+        model.use(attend.hf.attention_forward)
+        mask = causal_mask_4d(torch.ones(2, 5), 5, 0, "bool").expand(2, 4, 5, 5).clone()
+        mask[:, 1, 4, 0] = False  # head 1 alone masks key 0 for query 4
+        with torch.no_grad(), attend.hf.offload(model, self.client):
+            with self.assertRaisesRegex(ValueError, "differs between heads"):
+                model(torch.randn(2, 5, 64), torch.arange(5)[None].expand(2, 5), mask, None)
+            same = causal_mask_4d(torch.ones(2, 5), 5, 0, "bool").expand(2, 4, 5, 5)
+            model(torch.randn(2, 5, 64), torch.arange(5)[None].expand(2, 5), same, None)
+            with self.assertRaisesRegex(ValueError, "dtype torch.int64"):
+                model(torch.randn(2, 1, 64), torch.full((2, 1), 5),
+                      torch.ones(2, 1, 1, 6, dtype=torch.long), None)
+        self.assertAllReleased()
+
+    def test_backward_is_refused(self):
+        # The forward pass runs with gradients on (scoring without no_grad), but a backward
+        # pass through attend's attention says it has none instead of leaving zeros.
+        torch.manual_seed(4)
+        model = StandInModel()
+        x, pos = torch.randn(1, 3, 64), torch.arange(3)[None]
+        mask = causal_mask_4d(torch.ones(1, 3), 3, 0, "min")
+        model.use(eager_attention_forward)
+        with torch.no_grad():
+            want = model(x, pos, mask, None)
+        model.use(attend.hf.attention_forward)
+        with attend.hf.offload(model, self.client, kv_dtype="float32"):
+            got = model(x, pos, mask, None)
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+            self.assertTrue(got.requires_grad)
+            with self.assertRaisesRegex(RuntimeError, "no backward"):
+                got.sum().backward()
+        self.assertAllReleased()
+
+    def test_layers_out_of_step_and_wrong_shapes(self):
+        model = StandInModel()
+        model.use(attend.hf.attention_forward)
+        with torch.no_grad(), attend.hf.offload(model, self.client) as session:
+            model(torch.randn(1, 3, 64), torch.arange(3)[None], None, None)
+            model.layers[0](torch.randn(1, 1, 64), rotary_cos_sin(torch.tensor([[3]]), 16),
+                            None, None, position_ids=torch.tensor([[3]]))  # layer 1 skipped
+            with self.assertRaisesRegex(ValueError, "out of step"):
+                model(torch.randn(1, 1, 64), torch.tensor([[4]]), None, None)
+            # The step again, as a caller retrying it would: still out of step, and said so.
+            with self.assertRaisesRegex(ValueError, "out of step"):
+                model(torch.randn(1, 1, 64), torch.tensor([[4]]), None, None)
+            session.reset()
+            q = torch.randn(1, 4, 2, 16)
+            with self.assertRaisesRegex(ValueError, "do not match query"):
+                attend.hf.attention_forward(model.layers[0], q, torch.randn(1, 2, 2, 8),
+                                            torch.randn(1, 2, 2, 8), None)
+        with self.assertRaisesRegex(ValueError, "model is None"):
+            with attend.hf.offload(None, self.client):
+                pass
+        self.assertAllReleased()
+
+    def test_transformers_own_names_are_refused(self):
+        model = StandInModel()
+        with self.transformers5() as transformers:
+            for name in ("sdpa", "eager", "flash_attention_2"):
+                with self.assertRaisesRegex(ValueError, "transformers' own"):
+                    with attend.hf.offload(model, self.client, name=name):
+                        pass
+            transformers.AttentionInterface.register("mine", eager_attention_forward)
+            with self.assertRaisesRegex(ValueError, "already transformers' name"):
+                attend.hf.register("mine")
+            self.assertIs(transformers.AttentionInterface._global_mapping["mine"],
+                          eager_attention_forward)
+            self.assertNotIn("sdpa", transformers.AttentionInterface._global_mapping)
+        self.assertEqual(model.config._attn_implementation, "eager")
+        self.assertAllReleased()
+
+    def test_session_cache_says_what_it_cannot_do(self):
+        model = StandInModel()
+        with self.transformers5(), attend.hf.offload(model, self.client) as session:
+            cache = session.cache()
+            self.assertFalse(cache.is_croppable)  # assisted decoding checks this first
+            self.assertIsNone(cache.get_max_length(0))
 
     def test_real_transformers_llama(self):
         try:
