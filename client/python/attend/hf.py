@@ -23,7 +23,9 @@ or additive (0 = attend, -inf or the dtype's minimum = masked). register() gives
 mask transformers builds for "sdpa": since 4.53 transformers builds masks only for the
 implementations in its mask registry and passes None to the others. Left padding (the prompt's
 first positions masked in a row) is handled: the padded positions are not sent and their outputs
-are zeros. Anything else that is not causal (right padding, masked positions after the prompt,
+are zeros, also where a chunked prefill (generate's prefill_chunk_size) sends a row's padding
+over several calls, or a row's prompt is all padding (its first token is then the first one
+generated). Anything else that is not causal (right padding, masked positions after the prompt,
 sliding windows, additive biases) is refused with ValueError saying why, as are dropout > 0.
 
 generate() with session.cache(): greedy or sampling. Beam search, assisted and contrastive
@@ -290,7 +292,15 @@ class OffloadSession:
         if layer == lead and self._columns.get(lead, 0) > 0:
             restart = self._full_cache and kv_len == q_len
             if positions is not None and not restart:
-                restart = int(positions.min()) == 0
+                # Only in a row that has started: a row whose prompt starts in a later chunk of
+                # a chunked prefill has its position 0 there.
+                pos = positions.detach()
+                pos = (pos[None, :] if pos.dim() == 1 else pos).expand(batch, q_len)
+                started = self._last_position
+                if started is None or len(started) != batch:
+                    started = [0] * batch  # no rows to go by: any position 0
+                restart = any(started[b] is not None and int(pos[b].min()) == 0
+                              for b in range(batch))
             if attention_mask is not None and attention_mask.dim() == 4 and not restart:
                 restart = attention_mask.shape[-1] == q_len
             if restart:
@@ -348,18 +358,28 @@ class OffloadSession:
             q_p = q_t.reshape(batch * q_len, n_head, head_dim)
             k_p = k_t.reshape(batch * q_len, n_head_kv, head_dim)
             v_p = v_t.reshape(batch * q_len, n_head_kv, head_dim_v)
-        start = time.perf_counter()
-        r = self.client.append_batch(layer, self.sequence_ids, q_p.contiguous(),
-                                     k_p.contiguous(), v_p.contiguous(), counts=counts,
-                                     precision=self.precision)
-        self.seconds += time.perf_counter() - start
-        self.server_seconds += r.stats.compute_seconds
-        self.calls += r.calls
+        # Rows whose positions in this call are all padding (a chunked prefill's first chunks,
+        # shorter than the row's padding) have nothing to send: attend takes 1 or more tokens.
+        active = [b for b in range(batch) if counts[b] > 0]
+        tokens = list(self._tokens.get(layer, [0] * batch))
+        if active:
+            start = time.perf_counter()
+            r = self.client.append_batch(
+                layer, [self.sequence_ids[b] for b in active], q_p.contiguous(),
+                k_p.contiguous(), v_p.contiguous(), counts=[counts[b] for b in active],
+                precision=self.precision)
+            self.seconds += time.perf_counter() - start
+            self.server_seconds += r.stats.compute_seconds
+            self.calls += r.calls
+            for b, n in zip(active, r.layer_tokens):
+                tokens[b] = n
+            out = r.output.to(query.device, query.dtype)
+        else:
+            out = query.new_zeros((0, n_head, head_dim_v))
         self._columns[layer] = columns + q_len
-        self._tokens[layer] = list(r.layer_tokens)
+        self._tokens[layer] = tokens
         self._last_key[layer] = new_k[:, :, -1].detach().clone()
 
-        out = r.output.to(query.device, query.dtype)
         if any(pad):
             full = out.new_zeros((batch, q_len, n_head, head_dim_v))
             row = 0
@@ -445,6 +465,7 @@ class OffloadSession:
         allowed = allowed.expand(batch, q_len, allowed.shape[-1])
         end = columns + q_len
         causal = torch.ones(q_len, q_len, dtype=torch.bool).tril()
+        lead = self._pad if self._pad is not None else [0] * batch
         pad = []
         for b in range(batch):
             new = allowed[b, q_len - 1, columns:end]
@@ -453,14 +474,11 @@ class OffloadSession:
                 raise ValueError("attend.hf: row %d masks positions after its first real token "
                                  "(right padding?); only left padding is supported "
                                  "(tokenizer.padding_side = 'left')" % b)
-            if p and columns:
+            # Padding may go on in this call only while the row has had nothing but padding
+            # (its prompt's start, in one call or over a chunked prefill's calls).
+            if p and lead[b] < columns:
                 raise ValueError("attend.hf: row %d masks %d new positions after the prompt; "
                                  "attend holds every position it was sent" % (b, p))
-            if p == q_len:
-                raise ValueError(
-                    "attend.hf: row %d has no unmasked position in this call's %d: left padding "
-                    "longer than the first call (a chunked prefill, prefill_chunk_size, shorter "
-                    "than the padding) is not supported" % (b, q_len))
             want = causal[p:, :].clone()
             want[:, :p] = False
             if not torch.equal(allowed[b, p:, columns:end], want) or \
@@ -474,8 +492,11 @@ class OffloadSession:
                     raise ValueError("attend.hf: row %d's mask over its past differs from what "
                                      "attend holds (only leading padding may be masked)" % b)
             pad.append(p)
-        if self._pad is None:
-            self._pad = pad if not columns else [0] * batch
+        if self._pad is None and columns:
+            self._pad = [0] * batch  # the session's first mask comes after unpadded calls
+        if self._pad is None or any(pad):
+            self._pad = [lead[b] + pad[b] if lead[b] == columns else lead[b]
+                         for b in range(batch)]
         self._mask_memo = (memo, pad)
         return pad
 
@@ -497,6 +518,8 @@ class OffloadSession:
         last = self._last_position or [None] * len(pad)
         for b, p in enumerate(pad):
             got = pos[b, p:]
+            if got.numel() == 0:
+                continue  # only padding so far
             start = int(got[0]) if last[b] is None else last[b] + 1
             want = torch.arange(start, start + q_len - p)
             if not torch.equal(got, want):

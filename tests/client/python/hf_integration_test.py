@@ -604,6 +604,46 @@ class Integration(unittest.TestCase):
         torch.testing.assert_close(got[1, 1:], want[1, 1:], rtol=1e-4, atol=1e-4)
         self.assertAllReleased()
 
+    def test_chunked_prefill_with_padding_longer_than_a_chunk(self):
+        # generate(prefill_chunk_size=...) sends a long prompt in chunks; a row padded past the
+        # first chunk has nothing to send in it, and its prompt starts in a later one.
+        for cache in ("dynamic", "none"):
+            for chunk, pads in ((4, [0, 6]), (2, [3, 7]), (3, [0, 5]), (8, [0, 8]), (3, [8, 0])):
+                torch.manual_seed(5)
+                model = StandInModel()
+                batch, length = 2, 8
+                x = torch.randn(batch, length, 64)
+                mask_2d = torch.ones(batch, length, dtype=torch.long)
+                for b, p in enumerate(pads):
+                    mask_2d[b, :p] = 0
+                pos = (mask_2d.cumsum(-1) - 1).masked_fill(mask_2d == 0, 1)
+                step = torch.randn(batch, 1, 64)
+                full_2d = torch.cat([mask_2d, torch.ones(batch, 1, dtype=torch.long)], 1)
+                model.use(eager_attention_forward)
+                with torch.no_grad():
+                    want_cache = DynamicCache()
+                    want = model(x, pos, causal_mask_4d(mask_2d, length, 0, "min"), want_cache)
+                    want_step = model(step, pos[:, -1:] + 1,
+                                      causal_mask_4d(full_2d, 1, length, "min"), want_cache)
+                model.use(attend.hf.attention_forward)
+                with torch.no_grad(), attend.hf.offload(model, self.client,
+                                                        kv_dtype="float32") as session:
+                    kv = DynamicCache() if cache == "dynamic" else None
+                    got = torch.cat([
+                        model(x[:, c:c + chunk], pos[:, c:c + chunk],
+                              causal_mask_4d(mask_2d[:, :c + chunk], min(chunk, length - c), c,
+                                             "min"), kv)
+                        for c in range(0, length, chunk)], 1)
+                    got_step = model(step, pos[:, -1:] + 1,
+                                     causal_mask_4d(full_2d, 1, length, "min"), kv)
+                    self.assertEqual(session.tokens(1), [length + 1 - p for p in pads])
+                what = "%s cache, chunks of %d, padding %s" % (cache, chunk, pads)
+                for b, p in enumerate(pads):
+                    torch.testing.assert_close(got[b, p:], want[b, p:], rtol=1e-4, atol=1e-4,
+                                               msg=what)
+                torch.testing.assert_close(got_step, want_step, rtol=1e-4, atol=1e-4, msg=what)
+        self.assertAllReleased()
+
     def test_masks_that_differ_between_heads_are_refused(self):
         model = StandInModel()
         model.use(attend.hf.attention_forward)
