@@ -18,8 +18,8 @@ the cache). A new generation in the same session is recognized (position_ids res
 a full-cache call starting over) and the previous sequences are released first; session.reset()
 does that explicitly.
 
-Masks: None (causal, no padding), or [batch, 1 or heads, q_len, kv_len] boolean (True = attend)
-or additive (0 = attend, -inf or the dtype's minimum = masked). register() gives the name the
+Masks: None (causal, no padding), or [batch, 1 or heads (the same for each), q_len, kv_len]
+boolean (True = attend) or additive (0 = attend, -inf or the dtype's minimum = masked). register() gives the name the
 mask transformers builds for "sdpa": since 4.53 transformers builds masks only for the
 implementations in its mask registry and passes None to the others. Left padding (the prompt's
 first positions masked in a row) is handled: the padded positions are not sent and their outputs
@@ -35,11 +35,11 @@ cache raises NotImplementedError for those (is_croppable is False). With the mod
 each call: a cache from another conversation, or rows reordered by beam search, raise ValueError
 instead of being answered from the wrong history. A session.cache() from an ended generation
 raises RuntimeError. A new generation with the model's own cache must start its positions at 0
-(as generate() does) or come after session.reset(): its first call cannot always be told from the next
-chunk of the last one otherwise. Gradients: the output carries none, and a backward pass through
-it raises RuntimeError (attend computes no gradients) rather than leave zeros. Inside offload() the model's generation_config has
-disable_compile set (generate() would compile the forward for a StaticCache on a GPU, and
-attend's calls cannot be traced).
+(as generate() does) or come after session.reset(): its first call cannot always be told from
+the next chunk of the last one otherwise. Gradients: attend computes none, and a backward pass
+through its output raises RuntimeError rather than leave zeros. Inside offload() the model's
+generation_config has disable_compile set (generate() would compile the forward for a
+StaticCache on a GPU, and attend's calls cannot be traced).
 
 This module imports without transformers; register() and cache() import it when called.
 """
