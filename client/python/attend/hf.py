@@ -18,15 +18,15 @@ the cache). A new generation in the same session is recognized (position_ids res
 a full-cache call starting over) and the previous sequences are released first; session.reset()
 does that explicitly.
 
-Masks: None (causal, no padding), or [batch, 1 or heads (the same for each), q_len, kv_len]
-boolean (True = attend) or additive (0 = attend, -inf or the dtype's minimum = masked).
-register() gives the name the mask transformers builds for "sdpa": since 4.53 transformers
-builds masks only for the implementations in its mask registry and passes None to the others.
-Left padding (the prompt's first positions masked in a row) is handled: the padded positions
-are not sent and their outputs are zeros, also where a chunked prefill (generate's
-prefill_chunk_size) sends a row's padding over several calls, or a row's prompt is all padding
-(its first token is then the first one generated). Anything else that is not causal (right padding, masked positions after the prompt,
-sliding windows, additive biases) is refused with ValueError saying why, as are dropout > 0.
+Masks: None (causal, no padding), or [batch, 1 or heads (the same for each), q_len, kv_len] boolean
+(True = attend) or additive (0 = attend, -inf or the dtype's minimum = masked). register() gives
+the name the mask transformers builds for "sdpa": since 4.53 transformers builds masks only for the
+implementations in its mask registry and passes None to the others. Left padding (the prompt's
+first positions masked in a row) is handled: the padded positions are not sent and their outputs
+are zeros, also where a chunked prefill (generate's prefill_chunk_size) sends a row's padding over
+several calls, or a row's prompt is all padding (its first token is then the first one generated).
+Anything else that is not causal (right padding, masked positions after the prompt, sliding
+windows, additive biases) is refused with ValueError saying why, as are dropout > 0.
 
 generate() with session.cache(): greedy or sampling. Beam search, assisted and contrastive
 decoding reorder, repeat or crop the cache's rows, which attend's sequences cannot follow: the
