@@ -19,27 +19,32 @@ a full-cache call starting over) and the previous sequences are released first; 
 does that explicitly.
 
 Masks: None (causal, no padding), or [batch, 1 or heads (the same for each), q_len, kv_len] boolean
-(True = attend) or additive (0 = attend, -inf or the dtype's minimum = masked). register() gives
-the name the mask transformers builds for "sdpa": since 4.53 transformers builds masks only for the
-implementations in its mask registry and passes None to the others. Left padding (the prompt's
-first positions masked in a row) is handled: the padded positions are not sent and their outputs
-are zeros, also where a chunked prefill (generate's prefill_chunk_size) sends a row's padding over
-several calls, or a row's prompt is all padding (its first token is then the first one generated).
-Anything else that is not causal (right padding, masked positions after the prompt, sliding
-windows, additive biases) is refused with ValueError saying why, as are dropout > 0.
+(True = attend) or additive (0 = attend; -inf, the dtype's minimum or -1e4 and below = masked).
+register() gives the name the mask transformers builds for "sdpa": since 4.53 transformers builds
+masks only for the implementations in its mask registry and passes None to the others. Left padding
+(the prompt's first positions masked in a row) is handled: the padded positions are not sent and
+their outputs are zeros, also where a chunked prefill (generate's prefill_chunk_size) sends a row's
+padding over several calls, or a row's prompt is all padding (its first token is then the first one
+generated). Anything else that is not causal (right padding, masked positions after the prompt,
+sliding windows shorter than the sequence, additive biases, soft-capping, attention sinks,
+is_causal=False) is refused with ValueError saying why, as are dropout > 0.
 
-generate() with session.cache(): greedy or sampling. Beam search, assisted and contrastive
-decoding reorder, repeat or crop the cache's rows, which attend's sequences cannot follow: the
-cache raises NotImplementedError for those (is_croppable is False). With the model's own cache
-(DynamicCache, StaticCache), the last key position attend holds is compared with the cache's at
-each call: a cache from another conversation, or rows reordered by beam search, raise ValueError
-instead of being answered from the wrong history. A session.cache() from an ended generation
-raises RuntimeError. A new generation with the model's own cache must start its positions at 0
-(as generate() does) or come after session.reset(): its first call cannot always be told from
-the next chunk of the last one otherwise. Gradients: attend computes none, and a backward pass
-through its output raises RuntimeError rather than leave zeros. Inside offload() the model's
-generation_config has disable_compile set (generate() would compile the forward for a
-StaticCache on a GPU, and attend's calls cannot be traced).
+generate() with session.cache(): greedy or sampling. Beam search, assisted and contrastive decoding
+reorder, repeat or crop the cache's rows, which attend's sequences cannot follow: the cache raises
+NotImplementedError for those (is_croppable is False). With the model's own cache (DynamicCache,
+StaticCache), the last key position attend holds is compared with the cache's at each call: a cache
+from another conversation, or rows reordered by beam search, raise ValueError instead of being
+answered from the wrong history. So does a cache holding positions attend was never sent (filled
+before the session, or before session.reset()). That check looks at one position per layer: the
+first attention layer's keys depend only on the token and its position, so with a single attention
+layer two histories ending in the same token pass it. A session.cache() from an ended generation
+raises RuntimeError. A new generation with the model's own cache must start its positions at 0 (as
+generate() does) or come after session.reset(): its first call cannot always be told from the next
+chunk of the last one otherwise. Gradients: attend computes none, and a backward pass through its
+output raises RuntimeError rather than leave zeros. With torch < 2.5, transformers' sdpa mask turns
+rows that mask everything into rows that mask nothing: a call in which a row has only padding is
+then refused. Inside offload() the model's generation_config has disable_compile set (generate()
+would compile the forward for a StaticCache on a GPU, and attend's calls cannot be traced).
 
 This module imports without transformers; register() and cache() import it when called.
 """
@@ -269,9 +274,15 @@ class OffloadSession:
         if dropout:
             raise ValueError("attend.hf: attention dropout (%r) is not supported; use "
                              "model.eval()" % dropout)
-        if kwargs.get("sliding_window"):
-            raise ValueError("attend.hf: sliding-window attention (sliding_window=%r) is not "
-                             "supported" % kwargs["sliding_window"])
+        # What would change the attention's arithmetic, and that attend does not do.
+        if getattr(module, "is_causal", True) is False or kwargs.get("is_causal") is False:
+            raise ValueError("attend.hf: non-causal attention (an encoder's, or cross-attention: "
+                             "is_causal=False) is not supported; attend computes causal "
+                             "self-attention")
+        for name in ("softcap", "s_aux", "sinks"):
+            if kwargs.get(name) is not None and not (name == "softcap" and not kwargs[name]):
+                raise ValueError("attend.hf: %s (logit soft-capping or attention sinks) is not "
+                                 "supported: attend computes plain softmax attention" % name)
         if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
             raise ValueError("attend.hf: query/key/value must be [batch, heads, len, head_dim]; "
                              "got %s, %s, %s" % (list(query.shape), list(key.shape),
@@ -303,6 +314,10 @@ class OffloadSession:
                               for b in range(batch))
             if attention_mask is not None and attention_mask.dim() == 4 and not restart:
                 restart = attention_mask.shape[-1] == q_len
+            # A StaticCache reset between generations: the last position attend holds is zeros.
+            if not restart and self._full_cache and kv_len > self._columns[lead] and \
+                    not bool(key[:, :, self._columns[lead] - 1].any()):
+                restart = True
             if restart:
                 self.reset()
         if self._lead is None:
@@ -321,9 +336,24 @@ class OffloadSession:
                 % (layer, self._columns.get(layer, 0), lead, self._columns.get(lead, 0), q_len))
 
         columns = self._columns.get(layer, 0)
+        # A sliding window matters only once the sequence is longer than it.
+        window = kwargs.get("sliding_window")
+        if window and columns + q_len > window:
+            raise ValueError("attend.hf: sliding-window attention (sliding_window=%r) over %d "
+                             "positions is not supported: attend attends to every position it "
+                             "holds" % (window, columns + q_len))
         if kv_len == q_len:
             new_k, new_v = key, value
         elif kv_len >= columns + q_len:
+            # The whole past, as a transformers cache returns it: exactly the held positions
+            # and the new ones (DynamicCache), or those then unwritten zeros (StaticCache).
+            # Anything else holds positions attend was never sent.
+            if kv_len > columns + q_len and bool(key[:, :, columns + q_len].any()):
+                raise ValueError(
+                    "attend.hf: layer %d got %d key positions for %d queries, with %d positions "
+                    "sent to attend: the model's cache holds positions attend was never sent "
+                    "(a cache filled outside this session, or before session.reset()); start "
+                    "the generation from an empty cache" % (layer, kv_len, q_len, columns))
             self._full_cache = True
             self._check_past(layer, key, columns)
             new_k, new_v = key[:, :, columns:columns + q_len], value[:, :, columns:columns + q_len]
@@ -412,9 +442,11 @@ class OffloadSession:
                 raise ValueError(
                     "attend.hf: layer %d, row %d: the cache's key at position %d is not the one "
                     "attend was sent: the model's cache and attend's sequences hold different "
-                    "histories (another conversation's cache, or rows reordered or selected, as "
-                    "beam search does, which attend cannot follow); start again with "
-                    "session.reset() or session.cache()" % (layer, b, columns - 1))
+                    "histories (another conversation's cache; rows reordered or selected, as "
+                    "beam search does; a cache that changes the keys it holds, as "
+                    "QuantizedCache does; or a new generation that did not start at position "
+                    "0), which attend cannot follow; start again with session.reset() or "
+                    "session.cache()" % (layer, b, columns - 1))
 
     def _create(self, shape):
         batch, n_head, n_head_kv, head_dim, head_dim_v, scaling = shape
@@ -458,10 +490,15 @@ class OffloadSession:
         if m.dtype == torch.bool:
             allowed = m
         else:
-            allowed = m > torch.finfo(m.dtype).min / 2
+            if bool(torch.isnan(m).any()):
+                raise ValueError("attend.hf: attention_mask holds NaN")
+            # Masked: -inf, the dtype's minimum, or -1e4 and below as older models write it
+            # (a weight of e^-10000 or less: zero in any float type).
+            allowed = m > -1e4
             if bool((m[allowed] != 0).any()):
                 raise ValueError("attend.hf: attention_mask carries an additive bias (values "
-                                 "other than 0 and -inf/min); attend computes plain attention")
+                                 "other than 0 and -1e4 or below); attend computes plain "
+                                 "attention")
         allowed = allowed.expand(batch, q_len, allowed.shape[-1])
         end = columns + q_len
         causal = torch.ones(q_len, q_len, dtype=torch.bool).tril()

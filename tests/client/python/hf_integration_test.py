@@ -118,6 +118,31 @@ class DynamicCache:
         return self.get_seq_length(layer_idx) + q_length, 0
 
 
+class StaticCache:
+    """transformers' StaticCache's update(): keys and values written into preallocated zeros
+    of max_len positions, the whole buffer returned; reset() zeroes it."""
+
+    def __init__(self, max_len):
+        self.max_len, self.k, self.v, self.seen = max_len, {}, {}, {}
+
+    def update(self, key_states, value_states, layer_idx, cache_kwargs=None):
+        if layer_idx not in self.k:
+            shape = key_states.shape[:2] + (self.max_len, key_states.shape[3])
+            self.k[layer_idx], self.v[layer_idx] = torch.zeros(shape), torch.zeros(shape)
+            self.seen[layer_idx] = 0
+        at, n = self.seen[layer_idx], key_states.shape[2]
+        self.k[layer_idx][:, :, at:at + n] = key_states
+        self.v[layer_idx][:, :, at:at + n] = value_states
+        self.seen[layer_idx] = at + n
+        return self.k[layer_idx], self.v[layer_idx]
+
+    def reset(self):
+        for layer in self.k:
+            self.k[layer].zero_()
+            self.v[layer].zero_()
+            self.seen[layer] = 0
+
+
 def causal_mask_4d(mask_2d, q_len, past, kind):
     """transformers' _prepare_4d_causal_attention_mask_with_cache_position: [batch, 1, q_len,
     past + q_len], 0 where attended and MIN (kind "min"), -inf ("inf") or False ("bool")
@@ -133,6 +158,8 @@ def causal_mask_4d(mask_2d, q_len, past, kind):
         return causal == 0
     if kind == "inf":
         return causal.masked_fill(causal == MIN, float("-inf"))
+    if kind == "-1e4":
+        return causal.masked_fill(causal == MIN, -1e4)
     return causal
 
 
@@ -403,6 +430,7 @@ class Integration(unittest.TestCase):
     def test_left_padding(self):
         self.compare(pads=[0, 3, 6], mask_kind="min")
         self.compare(pads=[2, 0, 5], cache="none", mask_kind="bool")
+        self.compare(pads=[1, 4, 0], mask_kind="-1e4")  # as older models write masks
 
     def test_scaling_and_bf16(self):
         self.compare(scaling=0.1)
@@ -429,6 +457,11 @@ class Integration(unittest.TestCase):
             mask = causal_mask_4d(torch.ones(2, 5), 5, 0, "min")
             mask[mask == 0] = 0.5
             with self.assertRaisesRegex(ValueError, "additive bias"):
+                model(prompt, torch.arange(5)[None].expand(2, 5), mask, None)
+            session.reset()
+            mask = causal_mask_4d(torch.ones(2, 5), 5, 0, "min")
+            mask[0, 0, 3, 1] = float("nan")
+            with self.assertRaisesRegex(ValueError, "NaN"):
                 model(prompt, torch.arange(5)[None].expand(2, 5), mask, None)
             session.reset()
             model(prompt, torch.arange(5)[None].expand(2, 5), None, None)
@@ -642,6 +675,88 @@ class Integration(unittest.TestCase):
                     torch.testing.assert_close(got[b, p:], want[b, p:], rtol=1e-4, atol=1e-4,
                                                msg=what)
                 torch.testing.assert_close(got_step, want_step, rtol=1e-4, atol=1e-4, msg=what)
+        self.assertAllReleased()
+
+    def test_a_cache_holding_positions_attend_was_never_sent(self):
+        # The model's cache was filled before this session (or before session.reset()): the
+        # new position is its last, not its first, and attend holds none of the past.
+        model = StandInModel()
+        model.use(eager_attention_forward)
+        cache = DynamicCache()
+        with torch.no_grad():
+            model(torch.randn(1, 5, 64), torch.arange(5)[None], None, cache)
+        model.use(attend.hf.attention_forward)
+        with torch.no_grad(), attend.hf.offload(model, self.client) as session:
+            with self.assertRaisesRegex(ValueError, "never sent"):
+                model(torch.randn(1, 1, 64), torch.tensor([[5]]), None, cache)
+            # Held 3, the cache 3 + 1 + 2 more: also positions attend never had.
+            session.reset()
+            k = torch.randn(1, 2, 6, 16)
+            q = torch.randn(1, 4, 1, 16)
+            layer = model.layers[0]
+            attend.hf.attention_forward(layer, torch.randn(1, 4, 3, 16), k[:, :, :3],
+                                        k[:, :, :3], None, scaling=0.25)
+            with self.assertRaisesRegex(ValueError, "never sent"):
+                attend.hf.attention_forward(layer, q, k, k, None, scaling=0.25)
+        self.assertAllReleased()
+
+    def test_static_cache_over_two_generations(self):
+        # A StaticCache returns its whole buffer, zeros past what is written; generate()
+        # resets it between generations, and the second may start with a chunk of padding only
+        # (padding="max_length"), where no position says "0".
+        torch.manual_seed(6)
+        model = StandInModel()
+        x1, x2 = torch.randn(2, 5, 64), torch.randn(2, 6, 64)
+        m1 = torch.ones(2, 5, dtype=torch.long)
+        m2 = torch.ones(2, 6, dtype=torch.long)
+        m2[:, :3] = 0
+        m2[1, 3] = 0
+        pos2 = (m2.cumsum(-1) - 1).masked_fill(m2 == 0, 1)
+        model.use(eager_attention_forward)
+        with torch.no_grad():
+            want = model(x2, pos2, causal_mask_4d(m2, 6, 0, "min"), DynamicCache())
+        model.use(attend.hf.attention_forward)
+        with torch.no_grad(), attend.hf.offload(model, self.client, kv_dtype="float32") as session:
+            cache = StaticCache(16)
+
+            def static_mask(mask_2d, q_len, past):  # over all 16 positions, as transformers'
+                mask = causal_mask_4d(mask_2d, q_len, past, "min")
+                return torch.nn.functional.pad(mask, (0, 16 - mask.shape[-1]), value=MIN)
+
+            model(x1, torch.arange(5)[None].expand(2, 5), static_mask(m1, 5, 0), cache)
+            cache.reset()
+            got = torch.cat([model(x2[:, c:c + 3], pos2[:, c:c + 3],
+                                   static_mask(m2[:, :c + 3], 3, c), cache)
+                             for c in (0, 3)], 1)
+            self.assertEqual(session.tokens(1), [3, 2])
+        torch.testing.assert_close(got[0, 3:], want[0, 3:], rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(got[1, 4:], want[1, 4:], rtol=1e-4, atol=1e-4)
+        self.assertAllReleased()
+
+    def test_what_attend_does_not_compute_is_refused(self):
+        model = StandInModel()
+        model.use(attend.hf.attention_forward)
+        layer = model.layers[0]
+        q, k = torch.randn(1, 4, 3, 16), torch.randn(1, 2, 3, 16)
+        with torch.no_grad(), attend.hf.offload(model, self.client) as session:
+            for kwargs in ({"softcap": 5.0}, {"s_aux": torch.zeros(4)}, {"sinks": torch.zeros(4)},
+                           {"is_causal": False}):
+                with self.assertRaisesRegex(ValueError, "not supported"):
+                    attend.hf.attention_forward(layer, q, k, k, None, **kwargs)
+            layer.is_causal = False  # an encoder's attention
+            with self.assertRaisesRegex(ValueError, "non-causal"):
+                attend.hf.attention_forward(layer, q, k, k, None)
+            del layer.is_causal
+            # softcap None or 0, and a sliding window longer than the sequence: no change.
+            attend.hf.attention_forward(layer, q, k, k, None, softcap=None, sliding_window=4,
+                                        position_ids=torch.arange(3)[None])
+            attend.hf.attention_forward(layer, q[:, :, :1], k[:, :, :1], k[:, :, :1], None,
+                                        softcap=0, sliding_window=4,
+                                        position_ids=torch.tensor([[3]]))
+            with self.assertRaisesRegex(ValueError, "sliding-window"):
+                attend.hf.attention_forward(layer, q[:, :, :1], k[:, :, :1], k[:, :, :1], None,
+                                            sliding_window=4, position_ids=torch.tensor([[4]]))
+            self.assertEqual(session.tokens(0), [4])
         self.assertAllReleased()
 
     def test_masks_that_differ_between_heads_are_refused(self):
