@@ -279,10 +279,12 @@ class OffloadSession:
             raise ValueError("attend.hf: non-causal attention (an encoder's, or cross-attention: "
                              "is_causal=False) is not supported; attend computes causal "
                              "self-attention")
-        for name in ("softcap", "s_aux", "sinks"):
-            if kwargs.get(name) is not None and not (name == "softcap" and not kwargs[name]):
-                raise ValueError("attend.hf: %s (logit soft-capping or attention sinks) is not "
-                                 "supported: attend computes plain softmax attention" % name)
+        refused = [name for name in ("s_aux", "sinks") if kwargs.get(name) is not None]
+        if kwargs.get("softcap"):  # None or 0: no soft-capping
+            refused.append("softcap")
+        if refused:
+            raise ValueError("attend.hf: %s (logit soft-capping or attention sinks) is not "
+                             "supported: attend computes plain softmax attention" % refused[0])
         if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
             raise ValueError("attend.hf: query/key/value must be [batch, heads, len, head_dim]; "
                              "got %s, %s, %s" % (list(query.shape), list(key.shape),
@@ -294,10 +296,10 @@ class OffloadSession:
             raise ValueError("attend.hf: key %s / value %s do not match query %s"
                              % (list(key.shape), list(value.shape), list(query.shape)))
 
-        # A new generation in the same session: a full cache starting over at layer 0, or
-        # position_ids starting at 0 again (anywhere in the call: a prompt padded beyond its
-        # longest row has padding, position 0 or 1, in every row's first column).
-        # Also a mask over no more keys than queries: the model holds no past.
+        # A new generation in the same session, seen at the first attention layer: a full cache
+        # starting over; position 0 again in a row that has started (anywhere in the call: a
+        # prompt padded beyond its longest row has padding, position 0 or 1, in every row's
+        # first column); a mask over no more keys than queries; a StaticCache emptied.
         positions = kwargs.get("position_ids")
         lead = self._lead if self._lead is not None else layer
         if layer == lead and self._columns.get(lead, 0) > 0:
@@ -502,7 +504,7 @@ class OffloadSession:
         allowed = allowed.expand(batch, q_len, allowed.shape[-1])
         end = columns + q_len
         causal = torch.ones(q_len, q_len, dtype=torch.bool).tril()
-        lead = self._pad if self._pad is not None else [0] * batch
+        leading = self._pad if self._pad is not None else [0] * batch
         pad = []
         for b in range(batch):
             new = allowed[b, q_len - 1, columns:end]
@@ -513,7 +515,7 @@ class OffloadSession:
                                  "(tokenizer.padding_side = 'left')" % b)
             # Padding may go on in this call only while the row has had nothing but padding
             # (its prompt's start, in one call or over a chunked prefill's calls).
-            if p and lead[b] < columns:
+            if p and leading[b] < columns:
                 raise ValueError("attend.hf: row %d masks %d new positions after the prompt; "
                                  "attend holds every position it was sent" % (b, p))
             want = causal[p:, :].clone()
@@ -532,7 +534,7 @@ class OffloadSession:
         if self._pad is None and columns:
             self._pad = [0] * batch  # the session's first mask comes after unpadded calls
         if self._pad is None or any(pad):
-            self._pad = [lead[b] + pad[b] if lead[b] == columns else lead[b]
+            self._pad = [leading[b] + pad[b] if leading[b] == columns else leading[b]
                          for b in range(batch)]
         self._mask_memo = (memo, pad)
         return pad
